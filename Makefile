@@ -1,0 +1,48 @@
+# Ister: the two commands that matter are `make run` and `make test`; both install what they need.
+SHELL := /bin/bash
+export UV_PYTHON_DOWNLOADS := never
+PY ?= python3
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: install run test lint typecheck unit integration sim bench proto clean
+
+$(UV):
+	$(PY) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet uv==0.13.9
+
+$(BIN)/ister: $(UV) pyproject.toml uv.lock
+	$(UV) sync --frozen --all-groups
+	@touch $(BIN)/ister
+
+install: $(BIN)/ister
+
+run: install
+	$(BIN)/ister broker
+
+lint: install
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: install
+	$(BIN)/mypy
+
+unit: install
+	$(BIN)/pytest -q tests/unit tests/sim
+
+integration: install
+	$(BIN)/pytest -q tests/integration
+
+test: lint typecheck
+	$(BIN)/pytest -q -p no:cacheprovider tests
+
+bench: install
+	$(BIN)/ister bench
+
+proto: install
+	$(BIN)/python scripts/gen_proto.py
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache

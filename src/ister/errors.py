@@ -1,0 +1,73 @@
+"""The one error tree. Every layer raises these; `wire.status` maps them to gRPC status codes."""
+
+from __future__ import annotations
+
+
+class IsterError(Exception):
+    """Base of every Ister error. `retriable` tells callers whether the same request may succeed later."""
+
+    retriable: bool = False
+
+
+class InvalidArgument(IsterError):
+    """The request is malformed or violates a policy (bad name, oversize payload, bad config)."""
+
+
+class NotFound(IsterError):
+    """The named topic, namespace, producer, consumer or subscription does not exist."""
+
+
+class AlreadyExists(IsterError):
+    """Creating something that already exists."""
+
+
+class FailedPrecondition(IsterError):
+    """The request conflicts with existing state (dispatch strategy mismatch, exclusive subscription taken)."""
+
+
+class PermissionDenied(IsterError):
+    """The caller may not do this."""
+
+
+class Unavailable(IsterError):
+    """Not here or not now (topic not served by this broker, topic moving, broker shutting down)."""
+
+    retriable = True
+
+
+class ResourceExhausted(IsterError):
+    """Back-pressure: a bounded queue, window or policy limit is full."""
+
+    retriable = True
+
+
+class Timeout(IsterError):
+    """An operation did not finish within its deadline."""
+
+    retriable = True
+
+
+class StorageError(IsterError):
+    """The WAL or another storage component failed."""
+
+
+class CorruptionError(StorageError):
+    """Data read from disk failed validation (bad checksum, impossible length, offset out of order)."""
+
+
+class OffsetOutOfRange(StorageError):
+    """A reader asked for an offset that is no longer (or not yet) stored."""
+
+
+class MetadataError(IsterError):
+    """The metadata store failed or is unreachable."""
+
+    retriable = True
+
+
+class WatchLagged(MetadataError):
+    """A metadata watcher fell behind its bounded queue and must resynchronise."""
+
+
+class ConfigError(IsterError):
+    """Configuration is invalid; the message names the key and the reason."""

@@ -1,0 +1,87 @@
+"""Names and their parsers: topics (`/namespace/topic`), partitions (`-part-N`), and client-chosen names.
+
+Everything that arrives from the network passes through here before it reaches a metadata key or a path.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+
+from ister.errors import InvalidArgument
+from ister.limits import MAX_NAME_LEN
+
+_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
+_PARTITION = re.compile(r"^(?P<base>.+)-part-(?P<index>0|[1-9][0-9]{0,5})$")
+# Client-chosen names (producer, consumer, subscription) become metadata key segments: no '/', no control chars.
+_CLIENT_NAME = re.compile(r"[^/\x00-\x1f\x7f]+")
+
+PARTITION_MARKER = "-part-"
+
+
+def validate_segment(value: str, what: str) -> str:
+    if not value or len(value) > MAX_NAME_LEN or not _SEGMENT.fullmatch(value):
+        raise InvalidArgument(
+            f"invalid {what} {value!r}: use 1-{MAX_NAME_LEN} characters from letters, digits, '_' and '-'"
+        )
+    return value
+
+
+def validate_client_name(value: str, what: str) -> str:
+    if not value or len(value) > MAX_NAME_LEN or not _CLIENT_NAME.fullmatch(value):
+        raise InvalidArgument(
+            f"invalid {what} {value!r}: 1-{MAX_NAME_LEN} characters, no '/' and no control characters"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class TopicName:
+    """A validated topic name `/namespace/topic`; partitions are ordinary topics named `<base>-part-N`."""
+
+    namespace: str
+    topic: str
+
+    @classmethod
+    def parse(cls, raw: str) -> TopicName:
+        parts = raw.split("/")
+        if len(parts) != 3 or parts[0] != "":
+            raise InvalidArgument(f"invalid topic name {raw!r}: expected '/namespace/topic'")
+        validate_segment(parts[1], "namespace")
+        validate_segment(parts[2], "topic")
+        return cls(parts[1], parts[2])
+
+    @property
+    def full(self) -> str:
+        return f"/{self.namespace}/{self.topic}"
+
+    @property
+    def path(self) -> str:
+        """Storage-facing form `namespace/topic`."""
+        return f"{self.namespace}/{self.topic}"
+
+    @property
+    def partition(self) -> tuple[str, int] | None:
+        """(base topic, index) when this is a partition topic, else None."""
+        m = _PARTITION.match(self.topic)
+        if m is None:
+            return None
+        return m.group("base"), int(m.group("index"))
+
+    def partition_topic(self, index: int) -> TopicName:
+        return TopicName(self.namespace, f"{self.topic}{PARTITION_MARKER}{index}")
+
+    def dlq(self) -> TopicName:
+        return TopicName(self.namespace, f"{self.topic}-DLQ")
+
+    def __str__(self) -> str:
+        return self.full
+
+
+def new_id() -> int:
+    """A random non-zero u64 id (producers, consumers, brokers), as Danube hands out."""
+    while True:
+        value = secrets.randbits(64)
+        if value:
+            return value

@@ -1,0 +1,32 @@
+"""Hard limits and defaults in one place, so every bound in the system has a name."""
+
+from __future__ import annotations
+
+MiB = 1024 * 1024
+
+# Names (topics, namespaces, producers, consumers, subscriptions).
+MAX_NAME_LEN = 255
+
+# Messages.
+DEFAULT_MAX_MESSAGE_SIZE = 10 * MiB  # policy default, as Danube
+GRPC_MAX_MESSAGE_BYTES = 64 * MiB  # gRPC's own limit sits well above the policy so the broker answers first
+MAX_ATTRIBUTES = 256
+MAX_ATTRIBUTE_BYTES = 64 * 1024
+
+# Reliable dispatch.
+DEFAULT_WINDOW = 10
+MIN_WINDOW = 1
+MAX_WINDOW = 10_000
+HEARTBEAT_SECONDS = 0.5
+CURSOR_FLUSH_SECONDS = 5.0
+CURSOR_FLUSH_ACKS = 1_000
+
+# Non-reliable dispatch: per-consumer buffer; a full buffer drops (at-most-once).
+NON_RELIABLE_CONSUMER_BUFFER = 1_000
+
+# Reliable consumer stream buffer (bounded by the window anyway; this is a safety cap).
+RELIABLE_CONSUMER_BUFFER = MAX_WINDOW
+
+# Timeouts.
+METADATA_TIMEOUT_SECONDS = 10.0
+SHUTDOWN_GRACE_SECONDS = 10.0
