@@ -22,7 +22,7 @@ class AlreadyExists(IsterError):
 
 
 class FailedPrecondition(IsterError):
-    """The request conflicts with existing state (dispatch strategy mismatch, exclusive subscription taken)."""
+    """The request conflicts with existing state (strategy mismatch, exclusive subscription taken)."""
 
 
 class PermissionDenied(IsterError):

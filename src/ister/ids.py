@@ -14,7 +14,8 @@ from ister.limits import MAX_NAME_LEN
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
 _PARTITION = re.compile(r"^(?P<base>.+)-part-(?P<index>0|[1-9][0-9]{0,5})$")
-# Client-chosen names (producer, consumer, subscription) become metadata key segments: no '/', no control chars.
+# Client-chosen names (producer, consumer, subscription) become metadata key segments:
+# no '/', no control characters.
 _CLIENT_NAME = re.compile(r"[^/\x00-\x1f\x7f]+")
 
 PARTITION_MARKER = "-part-"

@@ -1,1 +1,7 @@
-"""storage/wal."""
+"""storage/wal: per-topic write-ahead log with group commit (see docs/formats.md for the file layout)."""
+
+from .config import WalConfig
+from .reader import WalReader
+from .wal import Wal
+
+__all__ = ["Wal", "WalConfig", "WalReader"]

@@ -1,0 +1,63 @@
+"""Composition root: build the broker from its configuration, run it, shut it down gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import uvloop
+
+from ister.broker.service import BrokerService
+from ister.config import BrokerConfig
+from ister.errors import ConfigError
+from ister.limits import SHUTDOWN_GRACE_SECONDS
+from ister.metadata.embedded import EmbeddedStore
+from ister.server.grpc_server import start_client_server, start_prometheus
+
+log = logging.getLogger("ister")
+
+
+async def serve(config: BrokerConfig, data_dir: Path) -> None:
+    store = await EmbeddedStore.open(data_dir / "metadata")
+    broker = BrokerService(config, store, data_dir)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server = None
+    prom = None
+    try:
+        await broker.start()
+        server = await start_client_server(broker, config.broker_addr)
+        if config.prom_exporter:
+            prom = start_prometheus(config.prom_exporter)
+        log.info(
+            "ister broker ready: client %s, data %s, fsync %s", config.broker_url, data_dir, config.wal.fsync
+        )
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        if server is not None:
+            await server.stop(grace=1.0)
+        try:
+            await asyncio.wait_for(broker.close(), SHUTDOWN_GRACE_SECONDS)
+        except TimeoutError:
+            log.error("shutdown did not finish within %.0f s", SHUTDOWN_GRACE_SECONDS)
+        await store.close()
+        if prom is not None:
+            prom.shutdown()
+    log.info("stopped")
+
+
+def run(config: BrokerConfig) -> None:
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if config.mode != "standalone":
+        raise ConfigError("cluster mode is not available yet: run with --mode standalone")
+    data_dir = Path(config.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    uvloop.run(serve(config, data_dir))

@@ -1,0 +1,257 @@
+"""Reliable subscription driver: one task per subscription running the core state machine.
+
+The task reads the topic's WAL into the dispatch window, sends what the state machine decides, publishes
+dead letters and persists the cursor. It wakes on the publish notifier (fast path), on acks/nacks and
+consumer changes, and on a 500 ms heartbeat that catches anything a missed wake-up would leave waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from ister.broker import metrics
+from ister.broker.sessions import ConsumerSession, Outbound
+from ister.broker.subscription import Subscription
+from ister.core.dispatch import DeadLetter, FailurePolicy, ReliableSubscriptionState, SubType
+from ister.core.record import StoredMessage, decode_message
+from ister.limits import CURSOR_FLUSH_ACKS, CURSOR_FLUSH_SECONDS, HEARTBEAT_SECONDS
+from ister.storage.wal import Wal
+
+log = logging.getLogger(__name__)
+
+DeadLetterPublisher = Callable[[StoredMessage, DeadLetter], Awaitable[None]]
+CursorWriter = Callable[[int], Awaitable[None]]
+
+
+def now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ReliableSubscription(Subscription):
+    def __init__(
+        self,
+        topic: str,
+        name: str,
+        sub_type: SubType,
+        *,
+        wal: Wal,
+        start_offset: int,
+        window: int,
+        policy: FailurePolicy,
+        write_cursor: CursorWriter,
+        publish_dead_letter: DeadLetterPublisher,
+    ) -> None:
+        super().__init__(topic, name, sub_type)
+        self._wal = wal
+        self._reader = wal.reader(start_offset)
+        self._state = ReliableSubscriptionState(
+            sub_type, start_offset=start_offset, window=window, policy=policy
+        )
+        self._messages: dict[int, StoredMessage] = {}
+        self._write_cursor = write_cursor
+        self._publish_dead_letter = publish_dead_letter
+        self._wake = asyncio.Event()
+        self._notified = False
+        self._closed = False
+        self._persisted_cursor: int | None = None
+        self._acks_since_flush = 0
+        self._last_flush = time.monotonic()
+        self._task: asyncio.Task[None] | None = None
+        labels = (topic, name)
+        self._m_lag = metrics.subscription_lag.labels(*labels)
+        self._m_heartbeat = metrics.heartbeat_polls.labels(*labels)
+        self._m_notifier = metrics.notifier_polls.labels(*labels)
+        self._m_redelivered = metrics.redeliveries.labels(*labels)
+        self._m_out = metrics.messages_out.labels(*labels)
+        self._m_bytes = metrics.bytes_out.labels(*labels)
+        self._m_nacks = metrics.nacks.labels(*labels)
+        self._m_dlq = metrics.dlq_total.labels(*labels)
+
+    @property
+    def reliable(self) -> bool:
+        return True
+
+    @property
+    def cursor(self) -> int | None:
+        return self._state.cursor
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"sub:{self.topic}:{self.name}")
+
+    # -- notifications -----------------------------------------------------------------------------------
+    def notify(self) -> None:
+        """New messages were committed to the WAL (the notifier fast path)."""
+        self._notified = True
+        self._wake.set()
+
+    def _poke(self) -> None:
+        self._wake.set()
+
+    # -- consumer hooks ------------------------------------------------------------------------------------
+    def _on_add(self, session: ConsumerSession) -> None:
+        pass
+
+    def _on_remove(self, session: ConsumerSession) -> None:
+        self._state.remove(session.id, now_ms())
+        self._poke()
+
+    def _on_attach(self, session: ConsumerSession) -> None:
+        self._state.attach(session.id, session.key_filters, now_ms())
+        self._poke()
+
+    def _on_detach(self, session: ConsumerSession) -> None:
+        self._state.detach(session.id, now_ms())
+        self._poke()
+
+    async def ack(self, offset: int) -> bool:
+        known = self._state.on_ack(offset, now_ms())
+        if not known:
+            log.warning(
+                "%s/%s: ack of offset %d that is not in flight; ignored", self.topic, self.name, offset
+            )
+            return False
+        self._messages.pop(offset, None)
+        self._acks_since_flush += 1
+        self._poke()
+        return True
+
+    async def nack(self, offset: int, delay_ms: int | None, reason: str | None) -> bool:
+        known = self._state.on_nack(offset, now_ms(), delay_ms, reason)
+        if known:
+            self._m_nacks.inc()
+            self._poke()
+        else:
+            log.warning(
+                "%s/%s: nack of offset %d that is not in flight; ignored", self.topic, self.name, offset
+            )
+        return known
+
+    # -- the loop -------------------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while not self._closed:
+            try:
+                await self._step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception(
+                    "%s/%s: dispatch step failed; retrying on the next heartbeat", self.topic, self.name
+                )
+            timeout = self._sleep_for()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+                if self._notified:
+                    self._m_notifier.inc()
+            except TimeoutError:
+                self._m_heartbeat.inc()
+            self._wake.clear()
+            self._notified = False
+
+    def _sleep_for(self) -> float:
+        timeout = HEARTBEAT_SECONDS
+        wakeup = self._state.next_wakeup()
+        if wakeup is not None:
+            timeout = min(timeout, max(0.0, (wakeup - now_ms()) / 1000))
+        return timeout
+
+    async def _step(self) -> None:
+        now = now_ms()
+        self._state.tick(now)
+        await self._fill(now)
+        self._deliver(self._state.poll(now))
+        await self._dead_letters()
+        self._prune()
+        await self._maybe_flush_cursor()
+        self._update_lag()
+
+    async def _fill(self, now: int) -> None:
+        while (capacity := self._state.capacity()) > 0 and self._reader.available() > 0:
+            records = await self._reader.read(max_records=capacity, timeout=0)
+            if not records:
+                return
+            for offset, payload in records:
+                message = decode_message(payload)
+                self._messages[offset] = message
+                self._state.offer(offset, message.key, now)
+
+    def _deliver(self, deliveries: list) -> None:  # type: ignore[type-arg]
+        for d in deliveries:
+            message = self._messages.get(d.offset)
+            session = self.consumers.get(d.consumer_id)
+            if message is None or session is None or session.stream is None:
+                # The consumer vanished between poll and send: hand the message back for redelivery.
+                self._state.detach(d.consumer_id, now_ms())
+                continue
+            if not session.stream.offer(Outbound(d.offset, message, d.redelivery)):
+                self._state.detach(d.consumer_id, now_ms())
+                continue
+            self._m_out.inc()
+            self._m_bytes.inc(len(message.payload))
+            if d.redelivery:
+                self._m_redelivered.inc()
+
+    async def _dead_letters(self) -> None:
+        for dead in self._state.take_dead_letters():
+            message = self._messages.get(dead.offset)
+            if message is None:
+                self._state.resolve_dead_letter(dead.offset)
+                continue
+            try:
+                await self._publish_dead_letter(message, dead)
+            except Exception as exc:
+                log.warning(
+                    "%s/%s: dead-letter publish of %d failed: %s", self.topic, self.name, dead.offset, exc
+                )
+                self._state.dead_letter_failed(dead.offset)
+                continue
+            self._state.resolve_dead_letter(dead.offset)
+            self._messages.pop(dead.offset, None)
+            self._m_dlq.inc()
+
+    def _prune(self) -> None:
+        """Forget payloads the state machine no longer holds (acked, dropped, dead-lettered)."""
+        cursor = self._state.cursor
+        if cursor is None or not self._messages:
+            return
+        held = self._state.held_offsets()
+        for offset in [o for o in self._messages if o not in held]:
+            del self._messages[offset]
+
+    async def _maybe_flush_cursor(self, force: bool = False) -> None:
+        cursor = self._state.cursor
+        if cursor is None or cursor == self._persisted_cursor:
+            return
+        due = (
+            force
+            or self._acks_since_flush >= CURSOR_FLUSH_ACKS
+            or time.monotonic() - self._last_flush >= CURSOR_FLUSH_SECONDS
+        )
+        if not due:
+            return
+        await self._write_cursor(cursor)
+        self._persisted_cursor = cursor
+        self._acks_since_flush = 0
+        self._last_flush = time.monotonic()
+
+    def _update_lag(self) -> None:
+        head = self._wal.committed_offset
+        self._m_lag.set(self._state.lag(head))
+
+    async def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        self.end_streams()
+        self._reader.close()
+        try:
+            await self._maybe_flush_cursor(force=True)
+        except Exception as exc:
+            log.warning("%s/%s: cursor flush on close failed: %s", self.topic, self.name, exc)
+        metrics.forget_subscription(self.topic, self.name)

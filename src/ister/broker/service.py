@@ -1,0 +1,480 @@
+"""The broker facade the gRPC servicers call: topics, producers, consumers, lookup and health.
+
+Topics are loaded lazily from the metadata store on first use, so a restarted broker serves every topic it
+had, with its WAL recovered and its subscriptions resuming from their persisted cursors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ister.broker import metrics
+from ister.broker.nonreliable import NonReliableSubscription
+from ister.broker.reliable import ReliableSubscription
+from ister.broker.sessions import ConsumerSession, ConsumerStream, ProducerSession
+from ister.broker.subscription import Subscription
+from ister.broker.topic import NON_RELIABLE, RELIABLE, Topic
+from ister.config import BrokerConfig
+from ister.core.dispatch import DeadLetter, FailurePolicy, SubType
+from ister.core.record import StoredMessage
+from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from ister.ids import PARTITION_MARKER, TopicName, new_id, validate_client_name, validate_segment
+from ister.limits import NON_RELIABLE_CONSUMER_BUFFER, RELIABLE_CONSUMER_BUFFER
+from ister.metadata import keys
+from ister.metadata.store import MetadataStore
+from ister.storage.wal import Wal, WalConfig
+
+log = logging.getLogger(__name__)
+
+# Index of consumer ids so a consumer survives a broker restart (an Ister addition, see docs/metadata.md).
+CONSUMER_INDEX = "/ister/consumers/"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRef:
+    session: ConsumerSession
+    subscription: Subscription
+
+
+class BrokerService:
+    def __init__(self, config: BrokerConfig, store: MetadataStore, data_dir: Path) -> None:
+        self.config = config
+        self.store = store
+        self.data_dir = data_dir
+        self.broker_url = config.broker_url
+        self.topics: dict[str, Topic] = {}
+        self.producers: dict[int, ProducerSession] = {}
+        self.consumers: dict[int, ConsumerRef] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._closing = False
+        w = config.wal
+        self._wal_config = WalConfig(
+            fsync=w.fsync,
+            fsync_interval_ms=w.fsync_interval_ms,
+            segment_max_bytes=w.segment_max_bytes,
+            cache_max_bytes=w.cache_max_bytes,
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.store.put(keys.cluster_name(self.config.cluster_name), None)
+        policy = {
+            name: getattr(self.config.policies, name) for name in self.config.policies.__struct_fields__
+        }
+        for ns in self.config.bootstrap_namespaces:
+            validate_segment(ns, "namespace")
+            if await self.store.get(keys.namespace_policy(ns)) is None:
+                await self.store.put(keys.namespace_policy(ns), policy)
+
+    async def close(self) -> None:
+        """Graceful shutdown: stop accepting work, flush cursors, close every WAL."""
+        self._closing = True
+        for topic in list(self.topics.values()):
+            try:
+                await topic.close()
+            except Exception:
+                log.exception("closing topic %s failed", topic.name)
+        self.topics.clear()
+        metrics.topics_loaded.set(0)
+
+    # -- topics --------------------------------------------------------------------------------------------
+    async def topic_exists(self, name: TopicName) -> bool:
+        return name.full in self.topics or await self.store.get(keys.namespace_topic(name.full)) is not None
+
+    async def _namespace_policy(self, namespace: str) -> dict[str, Any]:
+        kv = await self.store.get(keys.namespace_policy(namespace))
+        if kv is None:
+            raise NotFound(f"namespace {namespace!r} does not exist")
+        return kv.value if isinstance(kv.value, dict) else {}
+
+    async def _create_topic(self, name: TopicName, delivery: str) -> None:
+        await self._namespace_policy(name.namespace)
+        if not self.config.auto_create_topics:
+            raise NotFound(f"topic {name} does not exist and auto_create_topics is off")
+        part = name.partition
+        if part is not None:
+            base = TopicName(name.namespace, part[0])
+            if await self.store.get(keys.namespace_topic(base.full)) is not None:
+                raise FailedPrecondition(f"cannot create partition {name}: a plain topic {base} exists")
+        else:
+            prefix = keys.namespace_topic(name.full) + PARTITION_MARKER
+            if await self.store.list(prefix):
+                raise FailedPrecondition(f"cannot create {name}: it is a partitioned topic")
+        await self.store.put(keys.topic_delivery(name.full), delivery)
+        await self.store.put(keys.namespace_topic(name.full), None)
+        log.info("created topic %s (%s)", name, delivery)
+
+    async def get_topic(self, name: TopicName, *, create_as: str | None = None) -> Topic:
+        """The loaded topic; loads it from metadata (or creates it when `create_as` is given)."""
+        if self._closing:
+            raise Unavailable("broker is shutting down")
+        topic = self.topics.get(name.full)
+        if topic is not None:
+            return topic
+        lock = self._locks.setdefault(name.full, asyncio.Lock())
+        async with lock:
+            topic = self.topics.get(name.full)
+            if topic is not None:
+                return topic
+            if await self.store.get(keys.namespace_topic(name.full)) is None:
+                if create_as is None:
+                    raise NotFound(f"topic {name} does not exist")
+                await self._create_topic(name, create_as)
+            topic = await self._load_topic(name)
+            self.topics[name.full] = topic
+            metrics.topics_loaded.set(len(self.topics))
+            return topic
+
+    async def _load_topic(self, name: TopicName) -> Topic:
+        kv = await self.store.get(keys.topic_delivery(name.full))
+        delivery = kv.value if kv is not None and kv.value in (RELIABLE, NON_RELIABLE) else NON_RELIABLE
+        policy = await self._namespace_policy(name.namespace)
+        max_size = int(policy.get("max_message_size", self.config.policies.max_message_size) or 0)
+        wal = None
+        if delivery == RELIABLE:
+            wal = await Wal.open(self.data_dir / "wal" / name.namespace / name.topic, self._wal_config)
+        topic = Topic(name, delivery=delivery, max_message_size=max_size, wal=wal)
+        for p in await self.store.list(keys.topic_producers_prefix(name.full)):
+            rec = p.value if isinstance(p.value, dict) else {}
+            try:
+                session = ProducerSession(
+                    int(rec["producer_id"]),
+                    str(rec["producer_name"]),
+                    name.full,
+                    int(rec.get("access_mode", 0)),
+                )
+            except (KeyError, TypeError, ValueError):
+                log.warning("ignoring malformed producer record %s", p.key)
+                continue
+            topic.producers[session.id] = session
+            self.producers[session.id] = session
+        log.info("loaded topic %s (%s)", name, delivery)
+        return topic
+
+    async def partitions(self, name: TopicName) -> list[str]:
+        if await self.topic_exists(name):
+            return [name.full]
+        prefix = keys.namespace_topic(name.full) + PARTITION_MARKER
+        found: list[tuple[int, str]] = []
+        for kv in await self.store.list(prefix):
+            index = kv.key[len(prefix) :]
+            if index.isdigit():
+                found.append((int(index), name.partition_topic(int(index)).full))
+        # Unknown topics answer [name] so the following Subscribe reports a clear NOT_FOUND.
+        return [n for _, n in sorted(found)] or [name.full]
+
+    async def lookup(self, name: TopicName) -> str:
+        if not await self.topic_exists(name):
+            raise NotFound(f"topic {name} does not exist")
+        return self.broker_url
+
+    # -- producers ----------------------------------------------------------------------------------------
+    async def create_producer(
+        self, topic_name: str, producer_name: str, reliable: bool, access_mode: int
+    ) -> int:
+        name = TopicName.parse(topic_name)
+        validate_client_name(producer_name, "producer name")
+        wanted = RELIABLE if reliable else NON_RELIABLE
+        topic = await self.get_topic(name, create_as=wanted)
+        if topic.delivery != wanted:
+            raise FailedPrecondition(
+                f"topic {name} is {topic.delivery} (fixed by its first producer); "
+                f"this producer asked for {wanted}"
+            )
+        existing = topic.producer_by_name(producer_name)
+        if existing is not None:
+            return existing.id
+        policy = await self._namespace_policy(name.namespace)
+        limit = int(policy.get("max_producers_per_topic", 0) or 0)
+        if limit and len(topic.producers) >= limit:
+            raise FailedPrecondition(f"topic {name} already has max_producers_per_topic={limit} producers")
+        session = ProducerSession(new_id(), producer_name, name.full, access_mode)
+        await self.store.put(
+            keys.topic_producer(name.full, session.id),
+            {
+                "producer_id": session.id,
+                "producer_name": producer_name,
+                "topic_name": name.full,
+                "access_mode": access_mode,
+                "status": True,
+            },
+        )
+        topic.producers[session.id] = session
+        self.producers[session.id] = session
+        return session.id
+
+    async def producer(self, producer_id: int, topic_name: str) -> ProducerSession:
+        session = self.producers.get(producer_id)
+        if session is None and topic_name:
+            # After a restart the topic may not be loaded yet: loading it restores its producers.
+            try:
+                name = TopicName.parse(topic_name)
+            except InvalidArgument:
+                name = None
+            if (
+                name is not None
+                and await self.store.get(keys.topic_producer(name.full, producer_id)) is not None
+            ):
+                await self.get_topic(name)
+                session = self.producers.get(producer_id)
+        if session is None:
+            raise NotFound(f"producer {producer_id} does not exist on this broker")
+        if topic_name and topic_name != session.topic:
+            raise InvalidArgument(f"producer {producer_id} publishes to {session.topic}, not {topic_name}")
+        return session
+
+    async def send(self, producer_id: int, topic_name: str, message: StoredMessage) -> int:
+        session = await self.producer(producer_id, topic_name)
+        topic = await self.get_topic(TopicName.parse(session.topic))
+        return await topic.publish(message)
+
+    # -- consumers ----------------------------------------------------------------------------------------
+    async def subscribe(
+        self,
+        topic_name: str,
+        subscription: str,
+        consumer_name: str,
+        sub_type: SubType,
+        key_filters: list[str],
+    ) -> int:
+        name = TopicName.parse(topic_name)
+        validate_client_name(subscription, "subscription name")
+        validate_client_name(consumer_name, "consumer name")
+        filters = tuple(key_filters)
+        for f in filters:
+            if not f or len(f) > 1024:
+                raise InvalidArgument(f"invalid key filter {f!r}")
+        topic = await self.get_topic(name)
+        sub = topic.subscriptions.get(subscription)
+        if sub is not None:
+            existing = sub.find_consumer(consumer_name)
+            if existing is not None and sub.sub_type == sub_type:
+                existing.key_filters = filters
+                existing.touch()
+                return existing.id
+            for stale in sub.admit(consumer_name, sub_type):
+                await self._drop_consumer(stale, sub)
+            if existing is not None:
+                await self._drop_consumer(existing, sub)
+            if sub.sub_type != sub_type:
+                await sub.close()
+                del topic.subscriptions[subscription]
+                sub = None
+        if sub is None:
+            sub = await self._open_subscription(topic, subscription, sub_type, consumer_name, filters)
+            topic.subscriptions[subscription] = sub
+        session = ConsumerSession(new_id(), consumer_name, name.full, subscription, sub_type, filters)
+        sub.add_consumer(session)
+        self.consumers[session.id] = ConsumerRef(session, sub)
+        await self.store.put(
+            CONSUMER_INDEX + str(session.id),
+            {
+                "topic": name.full,
+                "subscription": subscription,
+                "consumer_name": consumer_name,
+                "subscription_type": int(sub_type),
+                "key_filters": list(filters),
+            },
+        )
+        return session.id
+
+    async def _drop_consumer(self, session: ConsumerSession, sub: Subscription) -> None:
+        sub.remove_consumer(session)
+        self.consumers.pop(session.id, None)
+        await self.store.delete(CONSUMER_INDEX + str(session.id))
+
+    async def _open_subscription(
+        self, topic: Topic, name: str, sub_type: SubType, consumer_name: str, filters: tuple[str, ...]
+    ) -> Subscription:
+        t = topic.name.full
+        record_key = keys.subscription(t, name)
+        record = await self.store.get(record_key)
+        if topic.wal is None:
+            await self.store.put(record_key, self._sub_record(name, sub_type, consumer_name, filters, None))
+            return NonReliableSubscription(t, name, sub_type)
+        cursor = await self.store.get(keys.subscription_cursor(t, name))
+        if cursor is not None and isinstance(cursor.value, int):
+            start = cursor.value + 1
+        elif (
+            record is not None
+            and isinstance(record.value, dict)
+            and isinstance(record.value.get("start_offset"), int)
+        ):
+            start = record.value["start_offset"]
+        else:
+            start = topic.wal.committed_offset  # a new subscription starts at the latest offset
+        start = max(start, topic.wal.first_offset)
+        await self.store.put(record_key, self._sub_record(name, sub_type, consumer_name, filters, start))
+        policy = await self._failure_policy(topic, name)
+        window = self.config.dispatch.max_unacked_messages
+        dc = await self.store.get(keys.subscription_dispatch_config(t, name))
+        if (
+            dc is not None
+            and isinstance(dc.value, dict)
+            and isinstance(dc.value.get("max_unacked_messages"), int)
+        ):
+            window = dc.value["max_unacked_messages"]
+        cursor_key = keys.subscription_cursor(t, name)
+
+        async def write_cursor(value: int) -> None:
+            await self.store.put(cursor_key, value)
+
+        async def publish_dead_letter(message: StoredMessage, dead: DeadLetter) -> None:
+            await self._publish_dead_letter(topic, name, policy, message, dead)
+
+        sub = ReliableSubscription(
+            t,
+            name,
+            sub_type,
+            wal=topic.wal,
+            start_offset=start,
+            window=window,
+            policy=policy,
+            write_cursor=write_cursor,
+            publish_dead_letter=publish_dead_letter,
+        )
+        sub.start()
+        return sub
+
+    @staticmethod
+    def _sub_record(
+        name: str, sub_type: SubType, consumer_name: str, filters: tuple[str, ...], start: int | None
+    ) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "subscription_name": name,
+            "subscription_type": int(sub_type),
+            "consumer_id": None,
+            "consumer_name": consumer_name,
+            "key_filters": list(filters),
+        }
+        if start is not None:
+            record["start_offset"] = start
+        return record
+
+    async def _failure_policy(self, topic: Topic, sub: str) -> FailurePolicy:
+        key = keys.subscription_failure_policy(topic.name.full, sub)
+        kv = await self.store.get(key)
+        if kv is not None and isinstance(kv.value, dict):
+            try:
+                return FailurePolicy.from_json(kv.value)
+            except InvalidArgument as exc:
+                log.warning("stored failure policy %s is invalid (%s); using defaults", key, exc)
+        d = self.config.dispatch
+        policy = FailurePolicy(
+            max_redelivery_count=d.max_redelivery_count,
+            ack_timeout_ms=d.ack_timeout_ms,
+            base_redelivery_delay_ms=d.base_redelivery_delay_ms,
+            max_redelivery_delay_ms=d.max_redelivery_delay_ms,
+            backoff=d.backoff_strategy,
+            poison_policy=d.poison_policy,
+            dead_letter_topic=topic.name.dlq().full if d.poison_policy == "DeadLetter" else None,
+        )
+        await self.store.put(key, policy.to_json())
+        return policy
+
+    async def _publish_dead_letter(
+        self, topic: Topic, sub: str, policy: FailurePolicy, message: StoredMessage, dead: DeadLetter
+    ) -> None:
+        target = TopicName.parse(policy.dead_letter_topic or topic.name.dlq().full)
+        attrs = dict(message.attributes)
+        attrs.update(
+            {
+                "x-original-topic": topic.name.full,
+                "x-original-subscription": sub,
+                "x-original-topic-offset": str(dead.offset),
+                "x-original-producer-id": str(message.producer_id),
+                "x-original-broker-addr": self.broker_url,
+                "x-poison-policy": "dead_letter",
+                "x-delivery-attempt": str(dead.attempts),
+            }
+        )
+        if dead.reason:
+            attrs["x-failure-reason"] = dead.reason
+        dlq = await self.get_topic(target, create_as=RELIABLE)
+        await dlq.publish(
+            StoredMessage(
+                payload=message.payload,
+                publish_time=message.publish_time,
+                producer_id=message.producer_id,
+                producer_name=message.producer_name,
+                attributes=attrs,
+                routing_key=message.routing_key,
+                schema_id=message.schema_id,
+                schema_version=message.schema_version,
+            )
+        )
+
+    async def consumer(self, consumer_id: int) -> ConsumerRef:
+        ref = self.consumers.get(consumer_id)
+        if ref is not None:
+            return ref
+        # A consumer from before a restart: re-create its session with the same id.
+        kv = await self.store.get(CONSUMER_INDEX + str(consumer_id))
+        if kv is None or not isinstance(kv.value, dict):
+            raise NotFound(f"consumer {consumer_id} does not exist on this broker")
+        rec = kv.value
+        try:
+            name = TopicName.parse(str(rec["topic"]))
+            sub_name = str(rec["subscription"])
+            sub_type = SubType(int(rec["subscription_type"]))
+            consumer_name = str(rec["consumer_name"])
+            filters = tuple(str(f) for f in rec.get("key_filters", []))
+        except (KeyError, TypeError, ValueError, InvalidArgument):
+            raise NotFound(f"consumer {consumer_id} does not exist on this broker") from None
+        topic = await self.get_topic(name)
+        sub = topic.subscriptions.get(sub_name)
+        if sub is None:
+            sub = await self._open_subscription(topic, sub_name, sub_type, consumer_name, filters)
+            topic.subscriptions[sub_name] = sub
+        ref = self.consumers.get(consumer_id)
+        if ref is not None:
+            return ref
+        if sub.sub_type != sub_type or sub.find_consumer(consumer_name) is not None:
+            raise NotFound(f"consumer {consumer_id} was replaced")
+        session = ConsumerSession(consumer_id, consumer_name, name.full, sub_name, sub_type, filters)
+        sub.add_consumer(session)
+        ref = ConsumerRef(session, sub)
+        self.consumers[consumer_id] = ref
+        return ref
+
+    async def open_stream(self, consumer_id: int) -> tuple[ConsumerRef, ConsumerStream]:
+        ref = await self.consumer(consumer_id)
+        size = RELIABLE_CONSUMER_BUFFER if ref.subscription.reliable else NON_RELIABLE_CONSUMER_BUFFER
+        stream = ConsumerStream(size)
+        ref.subscription.attach(ref.session, stream)
+        return ref, stream
+
+    def close_stream(self, ref: ConsumerRef, stream: ConsumerStream) -> None:
+        ref.subscription.detach(ref.session, stream)
+
+    async def _subscription_for(self, topic_name: str, subscription: str) -> Subscription:
+        topic = await self.get_topic(TopicName.parse(topic_name))
+        sub = topic.subscriptions.get(subscription)
+        if sub is None:
+            raise NotFound(f"subscription {subscription!r} does not exist on {topic_name}")
+        return sub
+
+    async def ack(self, topic_name: str, subscription: str, offset: int) -> None:
+        sub = await self._subscription_for(topic_name, subscription)
+        await sub.ack(offset)
+
+    async def nack(
+        self, topic_name: str, subscription: str, offset: int, delay_ms: int | None, reason: str | None
+    ) -> None:
+        sub = await self._subscription_for(topic_name, subscription)
+        await sub.nack(offset, delay_ms, reason)
+
+    # -- health ---------------------------------------------------------------------------------------------
+    def producer_alive(self, producer_id: int) -> bool:
+        return producer_id in self.producers and not self._closing
+
+    def consumer_alive(self, consumer_id: int) -> bool:
+        ref = self.consumers.get(consumer_id)
+        if ref is None or self._closing:
+            return False
+        ref.session.touch()
+        return True

@@ -1,0 +1,109 @@
+"""What every subscription driver shares: its consumers, their streams, and the Exclusive admission rule."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+
+from ister.broker.sessions import ConsumerSession, ConsumerStream
+from ister.core.dispatch import SubType
+from ister.errors import FailedPrecondition
+
+# A consumer that left an Exclusive subscription keeps it this long, so a reconnect with the same name wins
+# over a newcomer; after that a consumer with another name may take the subscription over.
+EXCLUSIVE_GRACE_SECONDS = 10.0
+
+
+class Subscription(ABC):
+    def __init__(self, topic: str, name: str, sub_type: SubType) -> None:
+        self.topic = topic
+        self.name = name
+        self.sub_type = sub_type
+        self.consumers: dict[int, ConsumerSession] = {}
+
+    # -- consumers -------------------------------------------------------------------------------------
+    def find_consumer(self, consumer_name: str) -> ConsumerSession | None:
+        for session in self.consumers.values():
+            if session.name == consumer_name:
+                return session
+        return None
+
+    def admit(self, consumer_name: str, sub_type: SubType) -> list[ConsumerSession]:
+        """Check a new consumer may join; returns stale consumers it displaces (Exclusive takeover)."""
+        others = [c for c in self.consumers.values() if c.name != consumer_name]
+        if sub_type != self.sub_type and others:
+            raise FailedPrecondition(
+                f"subscription {self.name!r} on {self.topic} is {self.sub_type.name}; "
+                f"cannot join it as {sub_type.name} while it has consumers"
+            )
+        if self.sub_type == SubType.EXCLUSIVE and others:
+            now = time.monotonic()
+            live = [c for c in others if c.attached or now - c.last_seen < EXCLUSIVE_GRACE_SECONDS]
+            if live:
+                raise FailedPrecondition(
+                    f"subscription {self.name!r} on {self.topic} is Exclusive and consumer "
+                    f"{live[0].name!r} holds it"
+                )
+            return others
+        return []
+
+    def add_consumer(self, session: ConsumerSession) -> None:
+        self.consumers[session.id] = session
+        self._on_add(session)
+
+    def remove_consumer(self, session: ConsumerSession) -> None:
+        self.detach(session)
+        self.consumers.pop(session.id, None)
+        self._on_remove(session)
+
+    def attach(self, session: ConsumerSession, stream: ConsumerStream) -> None:
+        """A ReceiveMessages stream opened for this consumer (a second one takes the first over)."""
+        if session.stream is not None:
+            old = session.stream
+            session.stream = None
+            old.end()
+            self._on_detach(session)
+        session.stream = stream
+        session.touch()
+        self._on_attach(session)
+
+    def detach(self, session: ConsumerSession, stream: ConsumerStream | None = None) -> None:
+        """The consumer's stream ended; a stale stream (already taken over) changes nothing."""
+        if session.stream is None or (stream is not None and session.stream is not stream):
+            return
+        current = session.stream
+        session.stream = None
+        current.end()
+        session.touch()
+        self._on_detach(session)
+
+    # -- driver hooks ------------------------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def reliable(self) -> bool: ...
+
+    @abstractmethod
+    def _on_add(self, session: ConsumerSession) -> None: ...
+
+    @abstractmethod
+    def _on_remove(self, session: ConsumerSession) -> None: ...
+
+    @abstractmethod
+    def _on_attach(self, session: ConsumerSession) -> None: ...
+
+    @abstractmethod
+    def _on_detach(self, session: ConsumerSession) -> None: ...
+
+    @abstractmethod
+    async def ack(self, offset: int) -> bool: ...
+
+    @abstractmethod
+    async def nack(self, offset: int, delay_ms: int | None, reason: str | None) -> bool: ...
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Stop dispatching, persist progress, end every stream."""
+
+    def end_streams(self) -> None:
+        for session in list(self.consumers.values()):
+            self.detach(session)

@@ -1,0 +1,87 @@
+"""A loaded topic: its producers, its subscriptions and, when reliable, its WAL."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from ister.broker import metrics
+from ister.broker.nonreliable import NonReliableSubscription
+from ister.broker.reliable import ReliableSubscription
+from ister.broker.sessions import ProducerSession
+from ister.broker.subscription import Subscription
+from ister.core.record import StoredMessage, encode_message
+from ister.errors import InvalidArgument, Unavailable
+from ister.ids import TopicName
+from ister.storage.wal import Wal
+
+log = logging.getLogger(__name__)
+
+RELIABLE = "Reliable"
+NON_RELIABLE = "NonReliable"
+
+
+class Topic:
+    def __init__(self, name: TopicName, *, delivery: str, max_message_size: int, wal: Wal | None) -> None:
+        if (delivery == RELIABLE) != (wal is not None):
+            raise ValueError("a reliable topic needs a WAL and a non-reliable one must not have one")
+        self.name = name
+        self.delivery = delivery
+        self.max_message_size = max_message_size
+        self.wal = wal
+        self.producers: dict[int, ProducerSession] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self.closing = False
+        self._next_volatile_offset = 0  # non-reliable topics number messages in memory only
+        self._m_in = metrics.messages_in.labels(name.full)
+        self._m_bytes = metrics.bytes_in.labels(name.full)
+
+    @property
+    def reliable(self) -> bool:
+        return self.wal is not None
+
+    def producer_by_name(self, name: str) -> ProducerSession | None:
+        for p in self.producers.values():
+            if p.name == name:
+                return p
+        return None
+
+    def check_size(self, size: int) -> None:
+        if self.max_message_size and size > self.max_message_size:
+            raise InvalidArgument(
+                f"message of {size} bytes exceeds max_message_size {self.max_message_size} of {self.name}"
+            )
+
+    async def publish(self, message: StoredMessage) -> int:
+        """Store (reliable: durable before return) and dispatch one message; returns its offset."""
+        if self.closing:
+            raise Unavailable(f"topic {self.name} is closing")
+        self.check_size(len(message.payload))
+        self._m_in.inc()
+        self._m_bytes.inc(len(message.payload))
+        if self.wal is not None:
+            offset = await self.wal.append([encode_message(message)])
+            for sub in self.subscriptions.values():
+                if isinstance(sub, ReliableSubscription):
+                    sub.notify()
+            return offset
+        offset = self._next_volatile_offset
+        self._next_volatile_offset += 1
+        for sub in list(self.subscriptions.values()):
+            if isinstance(sub, NonReliableSubscription):
+                sub.dispatch(offset, message)
+        return offset
+
+    def reliable_subscriptions(self) -> Iterable[ReliableSubscription]:
+        return (s for s in self.subscriptions.values() if isinstance(s, ReliableSubscription))
+
+    async def close(self) -> None:
+        """Stop accepting publishes, persist cursors, end streams, close the WAL."""
+        self.closing = True
+        for sub in list(self.subscriptions.values()):
+            try:
+                await sub.close()
+            except Exception:
+                log.exception("closing subscription %s on %s failed", sub.name, self.name)
+        if self.wal is not None:
+            await self.wal.close()

@@ -1,0 +1,3 @@
+from ister.cli.main import main
+
+main()

@@ -1,0 +1,69 @@
+"""The `ister` command."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ister.config import load_config
+from ister.errors import ConfigError
+
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="Ister: a Danube-compatible messaging broker."
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Ister: a Danube-compatible messaging broker."""
+
+
+@app.command()
+def broker(
+    mode: Annotated[str | None, typer.Option(help="standalone (default) or cluster")] = None,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="WAL and metadata directory")] = None,
+    broker_addr: Annotated[str | None, typer.Option("--broker-addr", help="client gRPC HOST:PORT")] = None,
+    advertised_addr: Annotated[
+        str | None, typer.Option("--advertised-addr", help="address given to clients")
+    ] = None,
+    admin_addr: Annotated[str | None, typer.Option("--admin-addr", help="admin gRPC HOST:PORT")] = None,
+    prom_exporter: Annotated[str | None, typer.Option("--prom-exporter", help="Prometheus HOST:PORT")] = None,
+    config_file: Annotated[Path | None, typer.Option("--config-file", help="YAML configuration")] = None,
+    fsync: Annotated[str | None, typer.Option(help="WAL durability: always or interval")] = None,
+    log_level: Annotated[str | None, typer.Option("--log-level")] = None,
+) -> None:
+    """Run a broker (standalone by default)."""
+    from ister.app import run
+
+    try:
+        config = load_config(
+            config_file,
+            {
+                "mode": mode,
+                "data_dir": str(data_dir) if data_dir else None,
+                "broker_addr": broker_addr,
+                "advertised_addr": advertised_addr,
+                "admin_addr": admin_addr,
+                "prom_exporter": prom_exporter,
+                "wal.fsync": fsync,
+                "log_level": log_level,
+            },
+        )
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        run(config)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except OSError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+def main() -> None:
+    sys.exit(app())

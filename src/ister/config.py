@@ -1,0 +1,173 @@
+"""Configuration: defaults < YAML file < ISTER_* environment < command-line flags, validated once.
+
+The result is a tree of frozen msgspec Structs. Environment variables name nested keys with double
+underscores: ISTER_WAL__FSYNC=interval sets `wal.fsync`; values are parsed as YAML scalars.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import yaml
+
+from ister.errors import ConfigError
+from ister.limits import DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_WINDOW, MAX_WINDOW, MIN_WINDOW, MiB
+
+ENV_PREFIX = "ISTER_"
+
+
+class WalSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    fsync: Literal["always", "interval"] = "always"
+    fsync_interval_ms: int = 50
+    segment_max_bytes: int = 64 * MiB
+    cache_max_bytes: int = 32 * MiB
+
+
+class DispatchSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    max_unacked_messages: int = DEFAULT_WINDOW
+    max_redelivery_count: int = 5
+    ack_timeout_ms: int = 30_000
+    base_redelivery_delay_ms: int = 1_000
+    max_redelivery_delay_ms: int = 60_000
+    backoff_strategy: Literal["Exponential", "Fixed"] = "Exponential"
+    poison_policy: Literal["DeadLetter", "Drop", "Block"] = "DeadLetter"
+
+
+class Policies(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Namespace policies written at start for bootstrap namespaces (0 = unlimited), as Danube."""
+
+    max_producers_per_topic: int = 0
+    max_subscriptions_per_topic: int = 0
+    max_consumers_per_topic: int = 0
+    max_consumers_per_subscription: int = 0
+    max_publish_rate: int = 0
+    max_subscription_dispatch_rate: int = 0
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+
+
+class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    mode: Literal["standalone", "cluster"] = "standalone"
+    cluster_name: str = "STANDALONE"
+    data_dir: str = "./ister-data"
+    broker_addr: str = "127.0.0.1:6650"
+    advertised_addr: str | None = None
+    admin_addr: str = "127.0.0.1:50051"
+    prom_exporter: str | None = "127.0.0.1:9040"
+    auto_create_topics: bool = True
+    bootstrap_namespaces: list[str] = msgspec.field(default_factory=lambda: ["default"])
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    wal: WalSettings = msgspec.field(default_factory=WalSettings)
+    dispatch: DispatchSettings = msgspec.field(default_factory=DispatchSettings)
+    policies: Policies = msgspec.field(default_factory=Policies)
+
+    @property
+    def broker_url(self) -> str:
+        """The URL clients are told to connect to (lookup answers)."""
+        addr = self.advertised_addr or self.broker_addr
+        return addr if "://" in addr else f"http://{addr}"
+
+
+def _check(cfg: BrokerConfig) -> BrokerConfig:
+    for field, value in (("broker_addr", cfg.broker_addr), ("admin_addr", cfg.admin_addr)):
+        split_host_port(value, field)
+    if cfg.prom_exporter:
+        split_host_port(cfg.prom_exporter, "prom_exporter")
+    d = cfg.dispatch
+    if not MIN_WINDOW <= d.max_unacked_messages <= MAX_WINDOW:
+        raise ConfigError(f"dispatch.max_unacked_messages must be in {MIN_WINDOW}..{MAX_WINDOW}")
+    for name in (
+        "max_redelivery_count",
+        "ack_timeout_ms",
+        "base_redelivery_delay_ms",
+        "max_redelivery_delay_ms",
+    ):
+        if getattr(d, name) < 0:
+            raise ConfigError(f"dispatch.{name} must be >= 0")
+    if d.ack_timeout_ms == 0:
+        raise ConfigError("dispatch.ack_timeout_ms must be > 0")
+    w = cfg.wal
+    if w.segment_max_bytes < 1024 or w.cache_max_bytes < 0 or w.fsync_interval_ms < 1:
+        raise ConfigError("wal: segment_max_bytes >= 1024, cache_max_bytes >= 0, fsync_interval_ms >= 1")
+    for name in Policies.__struct_fields__:
+        if getattr(cfg.policies, name) < 0:
+            raise ConfigError(f"policies.{name} must be >= 0")
+    if not cfg.bootstrap_namespaces:
+        raise ConfigError("bootstrap_namespaces must not be empty")
+    return cfg
+
+
+def split_host_port(value: str, what: str = "address") -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{what}: expected HOST:PORT, got {value!r}")
+    return host, int(port)
+
+
+def _set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{'.'.join(path)}: {part} is not a section")
+        node = child
+    node[path[-1]] = value
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
+        try:
+            value = yaml.safe_load(raw) if raw != "" else None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"environment {name}: {exc}") from None
+        _set_path(tree, path, value)
+    return tree
+
+
+def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(
+    config_file: Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> BrokerConfig:
+    """Build the validated configuration. `overrides` are flag values (dotted keys allowed, None = unset)."""
+    tree: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            loaded = yaml.safe_load(config_file.read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {config_file}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {config_file} is not valid YAML: {exc}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {config_file} must hold a mapping at the top level")
+        tree = loaded
+    tree = _merge(tree, _env_overrides(os.environ if environ is None else environ))
+    flags: dict[str, Any] = {}
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            _set_path(flags, key.split("."), value)
+    tree = _merge(tree, flags)
+    try:
+        cfg = msgspec.convert(tree, BrokerConfig, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from None
+    return _check(cfg)

@@ -1,0 +1,168 @@
+"""Which consumer gets a message: the part shared by reliable and non-reliable dispatch.
+
+Consumers are registered by id. `attach` means a stream is open; `detach` means the stream is gone but the
+consumer may come back with the same id; `remove` forgets it.
+
+- EXCLUSIVE: one consumer. Attaching a different id while another is attached raises FailedPrecondition;
+  a different consumer that is only detached is replaced (the broker decides who may take over).
+- FAILOVER: the active consumer is the attached one that attached earliest. When it detaches the next
+  attached standby takes over at once; a consumer that comes back queues behind the current active one.
+- SHARED: exact round-robin over attached consumers in registration order.
+- KEY_SHARED: the hash ring over attached consumers, narrowed to those whose key filters match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ister.core.dispatch.keyhash import HashRing, filters_match
+from ister.core.dispatch.types import SubType
+from ister.errors import FailedPrecondition, InvalidArgument
+
+MAX_KEY_FILTERS = 64
+MAX_KEY_FILTER_LEN = 1_024
+
+
+@dataclass(slots=True)
+class _Consumer:
+    filters: tuple[str, ...]
+    attached: bool
+    seq: int  # when it last attached; the lowest attached seq is the failover active one
+
+
+def normalize_filters(key_filters: Iterable[str]) -> tuple[str, ...]:
+    filters = tuple(key_filters)
+    if len(filters) > MAX_KEY_FILTERS:
+        raise InvalidArgument(f"too many key filters: {len(filters)} > {MAX_KEY_FILTERS}")
+    for f in filters:
+        if not isinstance(f, str) or len(f) > MAX_KEY_FILTER_LEN:
+            raise InvalidArgument(f"invalid key filter {f!r}")
+    return filters
+
+
+class ConsumerSelector:
+    def __init__(self, sub_type: SubType) -> None:
+        self.sub_type = SubType(sub_type)
+        self._consumers: dict[int, _Consumer] = {}
+        self._order: list[int] = []  # registration order, for round-robin
+        self._rr = 0
+        self._seq = 0
+        self._active: int | None = None
+        self._ring: HashRing | None = None
+        self._attached_count = 0
+        self._any_filters = False
+        self.version = 0  # bumped whenever the attached set or a filter changes
+
+    # -- membership --------------------------------------------------------------------------------------
+    def attach(self, consumer_id: int, key_filters: Iterable[str] = ()) -> bool:
+        """Open a consumer's stream; returns True if the attached set or its filters changed."""
+        filters = normalize_filters(key_filters) if self.sub_type is SubType.KEY_SHARED else ()
+        if self.sub_type is SubType.EXCLUSIVE:
+            others = [cid for cid in self._consumers if cid != consumer_id]
+            if any(self._consumers[cid].attached for cid in others):
+                raise FailedPrecondition("exclusive subscription already has an attached consumer")
+            for cid in others:
+                self.remove(cid)
+        consumer = self._consumers.get(consumer_id)
+        if consumer is None:
+            self._seq += 1
+            self._consumers[consumer_id] = _Consumer(filters, True, self._seq)
+            self._order.append(consumer_id)
+        elif consumer.attached and consumer.filters == filters:
+            return False
+        else:
+            if not consumer.attached:
+                self._seq += 1
+                consumer.seq = self._seq
+                consumer.attached = True
+            consumer.filters = filters
+        self._changed()
+        return True
+
+    def detach(self, consumer_id: int) -> bool:
+        consumer = self._consumers.get(consumer_id)
+        if consumer is None or not consumer.attached:
+            return False
+        consumer.attached = False
+        self._changed()
+        return True
+
+    def remove(self, consumer_id: int) -> bool:
+        consumer = self._consumers.pop(consumer_id, None)
+        if consumer is None:
+            return False
+        index = self._order.index(consumer_id)
+        del self._order[index]
+        if index < self._rr:
+            self._rr -= 1
+        if self._order:
+            self._rr %= len(self._order)
+        else:
+            self._rr = 0
+        self._changed()
+        return True
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._ring = None
+        attached = [(c.seq, cid) for cid, c in self._consumers.items() if c.attached]
+        self._attached_count = len(attached)
+        self._active = min(attached)[1] if attached and self.sub_type.single_active else None
+        self._any_filters = any(c.filters for c in self._consumers.values() if c.attached)
+
+    # -- queries -----------------------------------------------------------------------------------------
+    def is_known(self, consumer_id: int) -> bool:
+        return consumer_id in self._consumers
+
+    def is_attached(self, consumer_id: int) -> bool:
+        consumer = self._consumers.get(consumer_id)
+        return consumer is not None and consumer.attached
+
+    @property
+    def has_attached(self) -> bool:
+        return self._attached_count > 0
+
+    def attached_ids(self) -> list[int]:
+        return [cid for cid in self._order if self._consumers[cid].attached]
+
+    def known_ids(self) -> list[int]:
+        return list(self._order)
+
+    def active(self) -> int | None:
+        """Exclusive/Failover: the one consumer that receives messages now (None for the other types)."""
+        return self._active
+
+    def next_round_robin(self) -> int | None:
+        """The next attached consumer in round-robin order (advances the turn)."""
+        n = len(self._order)
+        for i in range(n):
+            index = (self._rr + i) % n
+            cid = self._order[index]
+            if self._consumers[cid].attached:
+                self._rr = (index + 1) % n
+                return cid
+        return None
+
+    def for_key(self, key: str) -> int | None:
+        """Key-Shared owner of `key` among attached consumers whose filters match it."""
+        if self._attached_count == 0:
+            return None
+        if self._ring is None:
+            self._ring = HashRing(cid for cid, c in self._consumers.items() if c.attached)
+        if not self._any_filters:
+            return self._ring.lookup(key)
+        eligible = {cid for cid, c in self._consumers.items() if c.attached and filters_match(c.filters, key)}
+        if not eligible:
+            return None
+        if len(eligible) == 1:
+            return next(iter(eligible))
+        return self._ring.lookup(key, eligible)
+
+    def route(self, key: str) -> int | None:
+        """The consumer for the next message of this subscription type, or None if nobody can take it."""
+        if self.sub_type.single_active:
+            return self._active
+        if self.sub_type is SubType.SHARED:
+            return self.next_round_robin()
+        return self.for_key(key)

@@ -1,0 +1,484 @@
+"""`EmbeddedStore`: the standalone metadata backend.
+
+State lives in an in-memory mirror (a dict plus a sorted key list) that serves every read. Each mutation is
+first committed to `<dir>/metadata.sqlite3` (WAL journal, synchronous=FULL: a write that returned survives a
+kill -9), then applied to the mirror and fed synchronously to the matching watchers. One global revision
+counter, persisted with the data, numbers the mutations and keeps increasing across restarts.
+
+Leases live only in memory: a task deletes the keys of expired leases, and on open every key that was
+attached to a lease by an earlier process is deleted (leases never survive a restart). A lock file
+(`flock`) keeps a second process (or a second store in this one) off the same directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import builtins
+import contextlib
+import fcntl
+import logging
+import os
+import secrets
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ister.errors import InvalidArgument, MetadataError
+from ister.limits import METADATA_TIMEOUT_SECONDS
+from ister.metadata.store import (
+    DEFAULT_WATCH_QUEUE,
+    KeyValue,
+    LeaseNotFound,
+    ListTooLarge,
+    Watch,
+    WatchEvent,
+    check_key,
+    check_limit,
+    decode_value,
+    encode_value,
+)
+
+log = logging.getLogger(__name__)
+
+DB_FILE = "metadata.sqlite3"
+LOCK_FILE = "metadata.lock"
+SCHEMA_VERSION = 1
+LEASE_RETRY_SECONDS = 0.5
+MAX_LEASE_TTL_SECONDS = 365 * 24 * 3600.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (
+    key TEXT PRIMARY KEY NOT NULL,
+    value BLOB NOT NULL,
+    revision INTEGER NOT NULL,
+    lease INTEGER
+);
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT PRIMARY KEY NOT NULL,
+    value INTEGER NOT NULL
+);
+"""
+
+
+class StoreLocked(MetadataError):
+    """Another process (or store) already has the metadata directory open."""
+
+    retriable = False
+
+
+@dataclass(slots=True)
+class _Entry:
+    raw: bytes
+    revision: int
+    lease: int | None
+
+
+@dataclass(slots=True)
+class _Lease:
+    id: int
+    ttl: float
+    deadline: float
+    keys: set[str] = field(default_factory=set)
+
+
+_Row = tuple[str, bytes, int, int | None]
+
+
+class _Sqlite:
+    """The durable copy: table kv(key, value, revision, lease) and meta(revision, schema)."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            self._conn = sqlite3.connect(str(path), timeout=METADATA_TIMEOUT_SECONDS, isolation_level=None)
+            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise MetadataError(f"{path}: sqlite refused WAL journal mode (got {mode!r})")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise MetadataError(f"cannot open metadata database {path}: {exc}") from exc
+        self._path = path
+
+    def load(self) -> tuple[int, list[_Row]]:
+        """(revision, rows), after deleting the rows of leases from a previous process."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                meta = dict(self._conn.execute("SELECT name, value FROM meta").fetchall())
+                schema = meta.get("schema")
+                if schema is not None and schema != SCHEMA_VERSION:
+                    raise MetadataError(f"{self._path}: unsupported metadata schema version {schema}")
+                max_row = self._conn.execute("SELECT MAX(revision) FROM kv").fetchone()[0] or 0
+                revision = max(int(meta.get("revision", 0)), int(max_row))
+                stale = self._conn.execute("DELETE FROM kv WHERE lease IS NOT NULL").rowcount
+                if stale:
+                    revision += 1
+                    log.info("deleted %d metadata keys held by leases of a previous process", stale)
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)",
+                    [("schema", SCHEMA_VERSION), ("revision", revision)],
+                )
+                rows: list[_Row] = self._conn.execute("SELECT key, value, revision, lease FROM kv").fetchall()
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+        except sqlite3.Error as exc:
+            raise MetadataError(f"cannot read metadata database {self._path}: {exc}") from exc
+        return revision, rows
+
+    def commit(self, revision: int, puts: list[_Row], deletes: list[str]) -> None:
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                if puts:
+                    self._conn.executemany(
+                        "INSERT OR REPLACE INTO kv(key, value, revision, lease) VALUES (?, ?, ?, ?)", puts
+                    )
+                if deletes:
+                    self._conn.executemany("DELETE FROM kv WHERE key = ?", [(k,) for k in deletes])
+                self._conn.execute("UPDATE meta SET value = ? WHERE name = 'revision'", (revision,))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+        except sqlite3.Error as exc:
+            raise MetadataError(f"metadata write to {self._path} failed: {exc}") from exc
+
+    def _rollback(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.close()
+
+
+def _lock_directory(directory: Path) -> int:
+    path = directory / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        finally:
+            os.close(fd)
+        raise StoreLocked(
+            f"metadata directory {directory} is already in use (lock {path} held by pid {holder}); "
+            "another broker is running on this data directory"
+        ) from None
+    except OSError:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+    return fd
+
+
+class EmbeddedStore:
+    """The standalone `MetadataStore` (see the module docstring)."""
+
+    def __init__(self, db: _Sqlite | None = None, lock_fd: int | None = None) -> None:
+        self._db = db
+        self._lock_fd = lock_fd
+        self._revision = 0
+        self._entries: dict[str, _Entry] = {}
+        self._keys: list[str] = []  # sorted
+        self._watches: set[Watch] = set()
+        self._leases: dict[int, _Lease] = {}
+        self._lease_wakeup = asyncio.Event()
+        self._lease_task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @classmethod
+    def in_memory(cls) -> EmbeddedStore:
+        """A store without persistence (unit tests)."""
+        return cls()
+
+    @classmethod
+    async def open(cls, directory: Path) -> EmbeddedStore:
+        directory = Path(directory)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            lock_fd = _lock_directory(directory)
+        except OSError as exc:
+            raise MetadataError(f"cannot open metadata directory {directory}: {exc}") from exc
+        db: _Sqlite | None = None
+        try:
+            db = _Sqlite(directory / DB_FILE)
+            revision, rows = db.load()
+            store = cls(db, lock_fd)
+            store._load(revision, rows)
+        except BaseException:
+            if db is not None:
+                db.close()
+            os.close(lock_fd)
+            raise
+        return store
+
+    def _load(self, revision: int, rows: Iterable[_Row]) -> None:
+        for key, raw, rev, _lease in rows:
+            raw = bytes(raw)
+            decode_value(raw, key)  # refuse to start on a corrupt value rather than fail later
+            self._entries[key] = _Entry(raw, int(rev), None)
+        self._keys = sorted(self._entries)
+        self._revision = revision
+
+    # --- reads ------------------------------------------------------------------------------------
+
+    async def get(self, key: str) -> KeyValue | None:
+        self._check_open()
+        check_key(key)
+        entry = self._entries.get(key)
+        return None if entry is None else KeyValue(key, decode_value(entry.raw, key), entry.revision)
+
+    async def list(
+        self, prefix: str, *, limit: int | None = None, start_after: str | None = None
+    ) -> list[KeyValue]:
+        self._check_open()
+        check_key(prefix, "prefix")
+        bound = check_limit(limit)
+        if start_after is not None and not isinstance(start_after, str):
+            raise InvalidArgument(f"invalid start_after {start_after!r}: expected a string")
+        keys = self._range(prefix, start_after, bound + 1)
+        if len(keys) > bound:
+            if limit is None:
+                raise ListTooLarge(
+                    f"listing {prefix!r} matched more than {bound} keys; pass limit and page with start_after"
+                )
+            keys = keys[:bound]
+        return [KeyValue(k, decode_value(self._entries[k].raw, k), self._entries[k].revision) for k in keys]
+
+    def _range(self, prefix: str, start_after: str | None, count: int | None) -> builtins.list[str]:
+        index = bisect.bisect_left(self._keys, prefix)
+        if start_after is not None:
+            index = max(index, bisect.bisect_right(self._keys, start_after))
+        found: builtins.list[str] = []
+        keys = self._keys
+        while index < len(keys) and keys[index].startswith(prefix):
+            if count is not None and len(found) >= count:
+                break
+            found.append(keys[index])
+            index += 1
+        return found
+
+    # --- writes -----------------------------------------------------------------------------------
+
+    async def put(self, key: str, value: Any, *, lease: int | None = None) -> int:
+        self._check_open()
+        check_key(key)
+        raw = encode_value(value)
+        if lease is not None:
+            self._live_lease(lease)
+        return self._commit([(key, raw, lease)], [])
+
+    async def delete(self, key: str) -> bool:
+        self._check_open()
+        check_key(key)
+        if key not in self._entries:
+            return False
+        self._commit([], [key])
+        return True
+
+    async def delete_prefix(self, prefix: str) -> int:
+        self._check_open()
+        check_key(prefix, "prefix")
+        keys = self._range(prefix, None, None)
+        if keys:
+            self._commit([], keys)
+        return len(keys)
+
+    async def compare_and_set(
+        self, key: str, value: Any, *, expected_version: int | None, lease: int | None = None
+    ) -> bool:
+        self._check_open()
+        check_key(key)
+        if expected_version is not None:
+            _check_version(expected_version)
+        raw = encode_value(value)
+        if lease is not None:
+            self._live_lease(lease)
+        entry = self._entries.get(key)
+        current = None if entry is None else entry.revision
+        if current != expected_version:
+            return False
+        self._commit([(key, raw, lease)], [])
+        return True
+
+    async def compare_and_delete(self, key: str, *, expected_version: int) -> bool:
+        self._check_open()
+        check_key(key)
+        _check_version(expected_version)
+        entry = self._entries.get(key)
+        if entry is None or entry.revision != expected_version:
+            return False
+        self._commit([], [key])
+        return True
+
+    def _commit(self, puts: builtins.list[tuple[str, bytes, int | None]], deletes: builtins.list[str]) -> int:
+        """Persist, then apply to the mirror and notify watchers. One revision for the whole batch."""
+        revision = self._revision + 1
+        deletes = [k for k in deletes if k in self._entries]
+        if self._db is not None:
+            self._db.commit(revision, [(k, raw, revision, lease) for k, raw, lease in puts], deletes)
+        self._revision = revision
+        for key, raw, lease in puts:
+            old = self._entries.get(key)
+            if old is None:
+                bisect.insort(self._keys, key)
+            else:
+                self._detach(key, old.lease)
+            self._entries[key] = _Entry(raw, revision, lease)
+            if lease is not None:
+                self._leases[lease].keys.add(key)
+            self._notify("put", key, raw, revision)
+        for key in deletes:
+            old = self._entries.pop(key)
+            self._detach(key, old.lease)
+            index = bisect.bisect_left(self._keys, key)
+            del self._keys[index]
+            self._notify("delete", key, None, revision)
+        return revision
+
+    def _detach(self, key: str, lease_id: int | None) -> None:
+        if lease_id is not None and (lease := self._leases.get(lease_id)) is not None:
+            lease.keys.discard(key)
+
+    # --- watches ----------------------------------------------------------------------------------
+
+    def watch(self, prefix: str, *, max_queue: int = DEFAULT_WATCH_QUEUE) -> Watch:
+        self._check_open()
+        check_key(prefix, "prefix")
+        watch = Watch(prefix, max_queue, on_close=self._watches.discard)
+        self._watches.add(watch)
+        return watch
+
+    def _notify(self, kind: str, key: str, raw: bytes | None, revision: int) -> None:
+        for watch in list(self._watches):
+            if key.startswith(watch.prefix):
+                # Each watcher decodes its own copy, so no two holders share a mutable value.
+                value = None if raw is None else decode_value(raw, key)
+                watch.feed(WatchEvent("put" if kind == "put" else "delete", key, value, revision))
+
+    # --- leases -----------------------------------------------------------------------------------
+
+    async def grant_lease(self, ttl_seconds: float) -> int:
+        self._check_open()
+        if (
+            isinstance(ttl_seconds, bool)
+            or not isinstance(ttl_seconds, int | float)
+            or not 0 < ttl_seconds <= MAX_LEASE_TTL_SECONDS
+        ):
+            raise InvalidArgument(
+                f"invalid lease TTL {ttl_seconds!r}: expected 0 < ttl <= {MAX_LEASE_TTL_SECONDS} seconds"
+            )
+        lease_id = secrets.randbits(63)
+        while lease_id == 0 or lease_id in self._leases:
+            lease_id = secrets.randbits(63)
+        ttl = float(ttl_seconds)
+        self._leases[lease_id] = _Lease(lease_id, ttl, self._now() + ttl)
+        self._ensure_lease_task()
+        self._lease_wakeup.set()
+        return lease_id
+
+    async def keep_alive(self, lease_id: int) -> None:
+        self._check_open()
+        lease = self._live_lease(lease_id)
+        lease.deadline = self._now() + lease.ttl
+
+    async def revoke_lease(self, lease_id: int) -> None:
+        self._check_open()
+        lease = self._leases.get(lease_id)
+        if lease is None:
+            return
+        lease.deadline = float("-inf")  # dead from now on, even if deleting its keys fails below
+        try:
+            self._expire(lease)
+        except MetadataError:
+            self._lease_wakeup.set()  # the expiry task retries the delete
+            raise
+
+    def _live_lease(self, lease_id: int) -> _Lease:
+        if isinstance(lease_id, bool) or not isinstance(lease_id, int):
+            raise InvalidArgument(f"invalid lease id {lease_id!r}")
+        lease = self._leases.get(lease_id)
+        if lease is not None and lease.deadline <= self._now():
+            with contextlib.suppress(MetadataError):
+                self._expire(lease)
+            lease = None
+        if lease is None:
+            raise LeaseNotFound(f"lease {lease_id} not found (expired or revoked)")
+        return lease
+
+    def _expire(self, lease: _Lease) -> None:
+        if lease.keys:
+            self._commit([], sorted(lease.keys))
+        self._leases.pop(lease.id, None)
+
+    def _ensure_lease_task(self) -> None:
+        if self._lease_task is None or self._lease_task.done():
+            self._lease_task = asyncio.get_running_loop().create_task(
+                self._lease_loop(), name="metadata-lease-expiry"
+            )
+
+    async def _lease_loop(self) -> None:
+        while True:
+            now = self._now()
+            retry = False
+            for lease in [lease for lease in self._leases.values() if lease.deadline <= now]:
+                try:
+                    self._expire(lease)
+                except MetadataError:
+                    log.exception("expiring metadata lease %d failed; retrying", lease.id)
+                    retry = True
+            next_deadline = min((lease.deadline for lease in self._leases.values()), default=None)
+            timeout = None if next_deadline is None else max(0.0, next_deadline - self._now())
+            if retry:
+                timeout = LEASE_RETRY_SECONDS
+            self._lease_wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lease_wakeup.wait(), timeout)
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise MetadataError("metadata store is closed")
+
+    @property
+    def revision(self) -> int:
+        """The revision of the latest mutation."""
+        return self._revision
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        task, self._lease_task = self._lease_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(task, METADATA_TIMEOUT_SECONDS)
+        for watch in list(self._watches):
+            watch.finish()
+        self._watches.clear()
+        self._leases.clear()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _check_version(version: object) -> None:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise InvalidArgument(f"invalid expected_version {version!r}: expected a positive revision")

@@ -1,0 +1,384 @@
+"""The metadata key layout (seed 003), as pure functions, plus parsers for listings.
+
+Every builder validates what it is given (topic names through `TopicName`, client-chosen names through
+`validate_client_name`, ids as u64), so a key can never gain or lose a `/` segment because of user input.
+Parsers take the keys of a prefix listing and keep only the keys that have exactly the expected shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TypeAlias
+
+from ister.errors import InvalidArgument
+from ister.ids import TopicName, validate_client_name, validate_segment
+
+U64_MAX = 2**64 - 1
+OFFSET_DIGITS = 20
+
+CLUSTER_PREFIX = "/cluster/"
+REGISTER_PREFIX = "/cluster/register/"
+BROKERS_PREFIX = "/cluster/brokers/"
+UNASSIGNED_PREFIX = "/cluster/unassigned/"
+LOAD_PREFIX = "/cluster/load/"
+LEADER = "/cluster/leader"
+REBALANCING_HISTORY_PREFIX = "/cluster/rebalancing_history/"
+NAMESPACES_PREFIX = "/namespaces/"
+TOPICS_PREFIX = "/topics/"
+SCHEMAS_PREFIX = "/schemas/"
+SCHEMA_INDEX_BY_ID_PREFIX = "/schemas/_index/by_id/"
+SCHEMA_NEXT_ID = "/schemas/_global/next_schema_id"
+STORAGE_TOPICS_PREFIX = "/danube-data/storage/topics/"
+
+BROKER_STATE = "state"
+OBJECTS_CUR = "cur"
+_RESERVED_SUBJECTS = frozenset({"_global", "_index"})
+
+TopicLike: TypeAlias = str | TopicName
+
+
+# --- validation helpers ---------------------------------------------------------------------------
+
+
+def _topic(topic: TopicLike) -> TopicName:
+    return topic if isinstance(topic, TopicName) else TopicName.parse(topic)
+
+
+def _u64(value: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= U64_MAX:
+        raise InvalidArgument(f"invalid {what} {value!r}: expected an unsigned 64-bit integer")
+    return value
+
+
+def _subject(subject: str) -> str:
+    validate_client_name(subject, "schema subject")
+    if subject in _RESERVED_SUBJECTS:
+        raise InvalidArgument(f"invalid schema subject {subject!r}: the name is reserved")
+    return subject
+
+
+def _parse_u64(text: str) -> int | None:
+    if not text.isdigit() or not text.isascii() or (len(text) > 1 and text[0] == "0"):
+        return None
+    value = int(text)
+    return value if value <= U64_MAX else None
+
+
+def _parse_topic(ns: str, topic: str) -> str | None:
+    try:
+        return TopicName.parse(f"/{ns}/{topic}").full
+    except InvalidArgument:
+        return None
+
+
+def _children(keys: Iterable[str], prefix: str) -> Iterable[list[str]]:
+    """For each key under `prefix`, its remaining segments (the prefix must end with '/')."""
+    for key in keys:
+        if key.startswith(prefix) and len(key) > len(prefix):
+            yield key[len(prefix) :].split("/")
+
+
+# --- cluster --------------------------------------------------------------------------------------
+
+
+def cluster_name(name: str) -> str:
+    return f"{CLUSTER_PREFIX}{validate_segment(name, 'cluster name')}"
+
+
+def broker_register(broker_id: int) -> str:
+    return f"{REGISTER_PREFIX}{_u64(broker_id, 'broker id')}"
+
+
+def broker_prefix(broker_id: int) -> str:
+    """`/cluster/brokers/{id}/`: the broker's state key and its topic assignments."""
+    return f"{BROKERS_PREFIX}{_u64(broker_id, 'broker id')}/"
+
+
+def broker_state(broker_id: int) -> str:
+    return f"{broker_prefix(broker_id)}{BROKER_STATE}"
+
+
+def broker_topic(broker_id: int, topic: TopicLike) -> str:
+    return f"{broker_prefix(broker_id)}{_topic(topic).path}"
+
+
+def broker_topics_prefix(broker_id: int) -> str:
+    """Prefix of the broker's assignments; it also holds the `state` key (skip it with `broker_topics`)."""
+    return broker_prefix(broker_id)
+
+
+def unassigned(topic: TopicLike) -> str:
+    return f"{UNASSIGNED_PREFIX}{_topic(topic).path}"
+
+
+def unassigned_prefix() -> str:
+    return UNASSIGNED_PREFIX
+
+
+def load_report(broker_id: int) -> str:
+    return f"{LOAD_PREFIX}{_u64(broker_id, 'broker id')}"
+
+
+def rebalancing_history(ts: int) -> str:
+    """`/cluster/rebalancing_history/{unix_secs}`."""
+    return f"{REBALANCING_HISTORY_PREFIX}{_u64(ts, 'timestamp')}"
+
+
+# --- namespaces -----------------------------------------------------------------------------------
+
+
+def namespace_prefix(ns: str) -> str:
+    return f"{NAMESPACES_PREFIX}{validate_segment(ns, 'namespace')}/"
+
+
+def namespace_policy(ns: str) -> str:
+    return f"{namespace_prefix(ns)}policy"
+
+
+def namespace_topics_prefix(ns: str) -> str:
+    return f"{namespace_prefix(ns)}topics/"
+
+
+def namespace_topic(topic: TopicLike) -> str:
+    name = _topic(topic)
+    return f"{namespace_topics_prefix(name.namespace)}{name.path}"
+
+
+# --- topics ---------------------------------------------------------------------------------------
+
+
+def topic_root(topic: TopicLike) -> str:
+    """`/topics/{ns}/{topic}`; its value is the partition count (0 for a plain topic)."""
+    return f"/topics{_topic(topic).full}"
+
+
+def topic_prefix(topic: TopicLike) -> str:
+    """`/topics/{ns}/{topic}/`: every child of a topic (not the root key, not `/topics/{ns}/{topic}2`)."""
+    return f"{topic_root(topic)}/"
+
+
+def topic_delivery(topic: TopicLike) -> str:
+    return f"{topic_prefix(topic)}delivery"
+
+
+def topic_policy(topic: TopicLike) -> str:
+    return f"{topic_prefix(topic)}policy"
+
+
+def topic_schema_subject(topic: TopicLike) -> str:
+    return f"{topic_prefix(topic)}schema_subject"
+
+
+def topic_schema_config(topic: TopicLike) -> str:
+    return f"{topic_prefix(topic)}schema_config"
+
+
+def topic_producers_prefix(topic: TopicLike) -> str:
+    return f"{topic_prefix(topic)}producers/"
+
+
+def topic_producer(topic: TopicLike, producer_id: int) -> str:
+    return f"{topic_producers_prefix(topic)}{_u64(producer_id, 'producer id')}"
+
+
+def subscriptions_prefix(topic: TopicLike) -> str:
+    return f"{topic_prefix(topic)}subscriptions/"
+
+
+def subscription(topic: TopicLike, sub: str) -> str:
+    return f"{subscriptions_prefix(topic)}{validate_client_name(sub, 'subscription name')}"
+
+
+def subscription_prefix(topic: TopicLike, sub: str) -> str:
+    """`…/subscriptions/{sub}/`: the children of one subscription (cursor, policies)."""
+    return f"{subscription(topic, sub)}/"
+
+
+def subscription_cursor(topic: TopicLike, sub: str) -> str:
+    return f"{subscription_prefix(topic, sub)}cursor"
+
+
+def subscription_failure_policy(topic: TopicLike, sub: str) -> str:
+    return f"{subscription_prefix(topic, sub)}failure_policy"
+
+
+def subscription_dispatch_config(topic: TopicLike, sub: str) -> str:
+    return f"{subscription_prefix(topic, sub)}dispatch_config"
+
+
+# --- durable storage ------------------------------------------------------------------------------
+
+
+def storage_topic_prefix(topic: TopicLike) -> str:
+    return f"{STORAGE_TOPICS_PREFIX}{_topic(topic).path}/"
+
+
+def storage_objects_prefix(topic: TopicLike) -> str:
+    return f"{storage_topic_prefix(topic)}objects/"
+
+
+def pad_offset(offset: int) -> str:
+    return f"{_u64(offset, 'offset'):0{OFFSET_DIGITS}d}"
+
+
+def storage_object(topic: TopicLike, start: int) -> str:
+    return f"{storage_objects_prefix(topic)}{pad_offset(start)}"
+
+
+def storage_objects_cur(topic: TopicLike) -> str:
+    return f"{storage_objects_prefix(topic)}{OBJECTS_CUR}"
+
+
+def storage_state(topic: TopicLike) -> str:
+    return f"{storage_topic_prefix(topic)}state"
+
+
+# --- schemas --------------------------------------------------------------------------------------
+
+
+def schema_prefix(subject: str) -> str:
+    return f"{SCHEMAS_PREFIX}{_subject(subject)}/"
+
+
+def schema_metadata(subject: str) -> str:
+    return f"{schema_prefix(subject)}metadata"
+
+
+def schema_versions_prefix(subject: str) -> str:
+    return f"{schema_prefix(subject)}versions/"
+
+
+def schema_version(subject: str, version: int) -> str:
+    return f"{schema_versions_prefix(subject)}{_u64(version, 'schema version')}"
+
+
+def schema_compatibility(subject: str) -> str:
+    return f"{schema_prefix(subject)}compatibility"
+
+
+def schema_by_id(schema_id: int) -> str:
+    return f"{SCHEMA_INDEX_BY_ID_PREFIX}{_u64(schema_id, 'schema id')}"
+
+
+def schema_next_id() -> str:
+    return SCHEMA_NEXT_ID
+
+
+# --- parsers for listings -------------------------------------------------------------------------
+
+
+def broker_ids(keys: Iterable[str], prefix: str = REGISTER_PREFIX) -> list[int]:
+    """Broker ids from keys `{prefix}{id}` (registrations by default; `LOAD_PREFIX` for load reports)."""
+    found: set[int] = set()
+    for parts in _children(keys, prefix):
+        if len(parts) == 1 and (value := _parse_u64(parts[0])) is not None:
+            found.add(value)
+    return sorted(found)
+
+
+def broker_topic_from_key(key: str, broker_id: int) -> str | None:
+    """The topic `/ns/topic` of an assignment key of this broker, or None (e.g. for the state key)."""
+    prefix = broker_prefix(broker_id)
+    if not key.startswith(prefix):
+        return None
+    parts = key[len(prefix) :].split("/")
+    return _parse_topic(parts[0], parts[1]) if len(parts) == 2 else None
+
+
+def broker_topics(keys: Iterable[str], broker_id: int) -> list[str]:
+    """Sorted topics assigned to a broker, from a listing of `broker_topics_prefix(broker_id)`."""
+    found = {t for key in keys if (t := broker_topic_from_key(key, broker_id)) is not None}
+    return sorted(found)
+
+
+def assignments(keys: Iterable[str]) -> dict[str, int]:
+    """topic → broker id, from a listing of `/cluster/brokers/` (exact topic match, state keys skipped)."""
+    found: dict[str, int] = {}
+    for parts in _children(keys, BROKERS_PREFIX):
+        if len(parts) == 3 and (broker := _parse_u64(parts[0])) is not None:
+            topic = _parse_topic(parts[1], parts[2])
+            if topic is not None:
+                found[topic] = broker
+    return found
+
+
+def unassigned_topic_from_key(key: str) -> str | None:
+    if not key.startswith(UNASSIGNED_PREFIX):
+        return None
+    parts = key[len(UNASSIGNED_PREFIX) :].split("/")
+    return _parse_topic(parts[0], parts[1]) if len(parts) == 2 else None
+
+
+def unassigned_topics(keys: Iterable[str]) -> list[str]:
+    return sorted({t for key in keys if (t := unassigned_topic_from_key(key)) is not None})
+
+
+def namespace_names(keys: Iterable[str]) -> list[str]:
+    """Sorted unique namespaces from a listing of `/namespaces/` (one entry per namespace, not per key)."""
+    found: set[str] = set()
+    for parts in _children(keys, NAMESPACES_PREFIX):
+        if len(parts) >= 2:
+            try:
+                found.add(validate_segment(parts[0], "namespace"))
+            except InvalidArgument:
+                continue
+    return sorted(found)
+
+
+def topics_in_namespace(keys: Iterable[str], ns: str) -> list[str]:
+    """Sorted full topic names from a listing of `namespace_topics_prefix(ns)`."""
+    found: set[str] = set()
+    for parts in _children(keys, namespace_topics_prefix(ns)):
+        if len(parts) == 2 and parts[0] == ns and (topic := _parse_topic(parts[0], parts[1])) is not None:
+            found.add(topic)
+    return sorted(found)
+
+
+def producer_ids(keys: Iterable[str], topic: TopicLike) -> list[int]:
+    found: set[int] = set()
+    for parts in _children(keys, topic_producers_prefix(topic)):
+        if len(parts) == 1 and (value := _parse_u64(parts[0])) is not None:
+            found.add(value)
+    return sorted(found)
+
+
+def subscription_names(keys: Iterable[str], topic: TopicLike) -> list[str]:
+    """Sorted names of the subscriptions whose record key (a direct child) is in the listing.
+
+    Children such as `…/{sub}/cursor` do not add a name (nor a duplicate): Danube derives names from every
+    descendant and lists a subscription once per child key; Ister does not.
+    """
+    found: set[str] = set()
+    for parts in _children(keys, subscriptions_prefix(topic)):
+        if len(parts) == 1:
+            found.add(parts[0])
+    return sorted(found)
+
+
+def storage_object_starts(keys: Iterable[str], topic: TopicLike) -> list[int]:
+    """Sorted start offsets of the object descriptors in a listing of `storage_objects_prefix(topic)`."""
+    found: set[int] = set()
+    for parts in _children(keys, storage_objects_prefix(topic)):
+        text = parts[0]
+        if len(parts) == 1 and len(text) == OFFSET_DIGITS and text.isdigit() and text.isascii():
+            value = int(text)
+            if value <= U64_MAX:
+                found.add(value)
+    return sorted(found)
+
+
+def schema_subjects(keys: Iterable[str]) -> list[str]:
+    """Sorted subjects that have a metadata record, from a listing of `/schemas/`."""
+    found: set[str] = set()
+    for parts in _children(keys, SCHEMAS_PREFIX):
+        if len(parts) == 2 and parts[1] == "metadata" and parts[0] not in _RESERVED_SUBJECTS:
+            found.add(parts[0])
+    return sorted(found)
+
+
+def schema_versions(keys: Iterable[str], subject: str) -> list[int]:
+    found: set[int] = set()
+    for parts in _children(keys, schema_versions_prefix(subject)):
+        if len(parts) == 1 and (value := _parse_u64(parts[0])) is not None:
+            found.add(value)
+    return sorted(found)

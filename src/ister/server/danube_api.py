@@ -1,0 +1,150 @@
+"""Servicers of the Danube client contract (package `danube`): producer, consumer, discovery, health."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ister.broker.service import BrokerService
+from ister.core.dispatch import SubType
+from ister.errors import InvalidArgument
+from ister.ids import TopicName
+from ister.server.errors import server_stream, unary
+from ister.wire.convert import stored_from_wire, wire_from_stored
+from ister.wire.gen import DanubeApi_pb2 as pb
+from ister.wire.gen import DanubeApi_pb2_grpc as pb_grpc
+
+Ctx = Any  # grpc.aio.ServicerContext (untyped library)
+
+
+class ProducerServicer(pb_grpc.ProducerServiceServicer):  # type: ignore[misc]
+    def __init__(self, broker: BrokerService) -> None:
+        self.broker = broker
+
+    @unary
+    async def CreateProducer(self, request: pb.ProducerRequest, context: Ctx) -> pb.ProducerResponse:
+        producer_id = await self.broker.create_producer(
+            request.topic_name,
+            request.producer_name,
+            reliable=request.dispatch_strategy == pb.Reliable,
+            access_mode=int(request.producer_access_mode),
+        )
+        return pb.ProducerResponse(
+            request_id=request.request_id, producer_id=producer_id, producer_name=request.producer_name
+        )
+
+    @unary
+    async def SendMessage(self, request: pb.StreamMessage, context: Ctx) -> pb.MessageResponse:
+        if not request.HasField("msg_id"):
+            raise InvalidArgument("msg_id is required")
+        session = await self.broker.producer(request.msg_id.producer_id, request.msg_id.topic_name)
+        message = stored_from_wire(request, session.id, session.name)
+        await self.broker.send(session.id, session.topic, message)
+        return pb.MessageResponse(request_id=request.request_id)
+
+
+class ConsumerServicer(pb_grpc.ConsumerServiceServicer):  # type: ignore[misc]
+    def __init__(self, broker: BrokerService) -> None:
+        self.broker = broker
+
+    @unary
+    async def Subscribe(self, request: pb.ConsumerRequest, context: Ctx) -> pb.ConsumerResponse:
+        try:
+            sub_type = SubType(int(request.subscription_type))
+        except ValueError:
+            raise InvalidArgument(f"unknown subscription type {request.subscription_type}") from None
+        consumer_id = await self.broker.subscribe(
+            request.topic_name,
+            request.subscription,
+            request.consumer_name,
+            sub_type,
+            list(request.key_filters),
+        )
+        return pb.ConsumerResponse(
+            request_id=request.request_id, consumer_id=consumer_id, consumer_name=request.consumer_name
+        )
+
+    @server_stream
+    async def ReceiveMessages(
+        self, request: pb.ReceiveRequest, context: Ctx
+    ) -> AsyncIterator[pb.StreamMessage]:
+        ref, stream = await self.broker.open_stream(request.consumer_id)
+        topic, sub, addr = ref.session.topic, ref.subscription.name, self.broker.broker_url
+        try:
+            while True:
+                item = await stream.queue.get()
+                if item is None:
+                    return
+                yield wire_from_stored(
+                    item.message, offset=item.offset, topic=topic, subscription=sub, broker_addr=addr
+                )
+        finally:
+            self.broker.close_stream(ref, stream)
+
+    @unary
+    async def Ack(self, request: pb.AckRequest, context: Ctx) -> pb.AckResponse:
+        if not request.HasField("msg_id"):
+            raise InvalidArgument("msg_id is required")
+        await self.broker.ack(
+            request.msg_id.topic_name, request.subscription_name, request.msg_id.topic_offset
+        )
+        return pb.AckResponse(request_id=request.request_id)
+
+    @unary
+    async def Nack(self, request: pb.NackRequest, context: Ctx) -> pb.NackResponse:
+        if not request.HasField("msg_id"):
+            raise InvalidArgument("msg_id is required")
+        await self.broker.nack(
+            request.msg_id.topic_name,
+            request.subscription_name,
+            request.msg_id.topic_offset,
+            request.delay_ms if request.HasField("delay_ms") else None,
+            request.reason if request.HasField("reason") else None,
+        )
+        return pb.NackResponse(request_id=request.request_id)
+
+
+class DiscoveryServicer(pb_grpc.DiscoveryServicer):  # type: ignore[misc]
+    def __init__(self, broker: BrokerService) -> None:
+        self.broker = broker
+
+    @unary
+    async def TopicLookup(self, request: pb.TopicLookupRequest, context: Ctx) -> pb.TopicLookupResponse:
+        url = await self.broker.lookup(TopicName.parse(request.topic))
+        return pb.TopicLookupResponse(
+            request_id=request.request_id,
+            response_type=pb.TopicLookupResponse.Connect,
+            connect_url=url,
+            broker_url=url,
+            proxy=False,
+        )
+
+    @unary
+    async def TopicPartitions(
+        self, request: pb.TopicLookupRequest, context: Ctx
+    ) -> pb.TopicPartitionsResponse:
+        names = await self.broker.partitions(TopicName.parse(request.topic))
+        return pb.TopicPartitionsResponse(request_id=request.request_id, partitions=names)
+
+
+class HealthServicer(pb_grpc.HealthCheckServicer):  # type: ignore[misc]
+    def __init__(self, broker: BrokerService) -> None:
+        self.broker = broker
+
+    @unary
+    async def HealthCheck(self, request: pb.HealthCheckRequest, context: Ctx) -> pb.HealthCheckResponse:
+        if request.client == pb.HealthCheckRequest.Producer:
+            alive = self.broker.producer_alive(request.id)
+        elif request.client == pb.HealthCheckRequest.Consumer:
+            alive = self.broker.consumer_alive(request.id)
+        else:
+            raise InvalidArgument(f"unknown client type {request.client}")
+        status = pb.HealthCheckResponse.OK if alive else pb.HealthCheckResponse.CLOSE
+        return pb.HealthCheckResponse(status=status)
+
+
+def add_danube_services(server: Any, broker: BrokerService) -> None:
+    pb_grpc.add_ProducerServiceServicer_to_server(ProducerServicer(broker), server)
+    pb_grpc.add_ConsumerServiceServicer_to_server(ConsumerServicer(broker), server)
+    pb_grpc.add_DiscoveryServicer_to_server(DiscoveryServicer(broker), server)
+    pb_grpc.add_HealthCheckServicer_to_server(HealthServicer(broker), server)

@@ -1,0 +1,40 @@
+"""The client-facing gRPC server (port 6650 by default) and the Prometheus exporter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from prometheus_client import start_http_server
+
+from ister.broker.service import BrokerService
+from ister.config import split_host_port
+from ister.limits import GRPC_MAX_MESSAGE_BYTES
+from ister.server.danube_api import add_danube_services
+
+# gRPC's own size limits sit well above the message-size policy so that an oversize message gets the
+# broker's INVALID_ARGUMENT, not gRPC's RESOURCE_EXHAUSTED (which the official client retries for ever).
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
+    ("grpc.so_reuseport", 0),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+]
+
+
+async def start_client_server(broker: BrokerService, addr: str) -> Any:
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    add_danube_services(server, broker)
+    host, port = split_host_port(addr, "broker_addr")
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind the client port {addr}")
+    await server.start()
+    return server
+
+
+def start_prometheus(addr: str) -> Any:
+    host, port = split_host_port(addr, "prom_exporter")
+    server, _thread = start_http_server(port, addr=host)
+    return server

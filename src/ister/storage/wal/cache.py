@@ -1,0 +1,106 @@
+"""Bounded in-memory cache of the most recent committed records (event-loop thread only).
+
+Records are kept in chunks, one per append call, so committing costs O(1) per append, not per record.
+The cache always holds one contiguous offset range [first_offset, end_offset) ending at the committed
+offset; eviction drops the oldest chunks.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from ister.core.frames import HEADER_SIZE
+
+CHUNK_OVERHEAD = 64  # rough per-chunk bookkeeping cost counted against the budget
+
+
+class RecordCache:
+    __slots__ = ("_bytes", "_chunks", "_end", "_firsts", "_head", "_max_bytes", "_sizes")
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._firsts: list[int] = []
+        self._chunks: list[list[bytes]] = []
+        self._sizes: list[int] = []
+        self._head = 0  # index of the oldest live chunk (lists are compacted lazily)
+        self._bytes = 0
+        self._end = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    @property
+    def first_offset(self) -> int:
+        """Oldest cached offset (== end_offset when empty)."""
+        return self._firsts[self._head] if self._head < len(self._firsts) else self._end
+
+    @property
+    def end_offset(self) -> int:
+        return self._end
+
+    def reset(self, end_offset: int) -> None:
+        self._firsts.clear()
+        self._chunks.clear()
+        self._sizes.clear()
+        self._head = 0
+        self._bytes = 0
+        self._end = end_offset
+
+    def add(self, first_offset: int, payloads: list[bytes], payload_bytes: int) -> None:
+        """Append a committed chunk; it must start at end_offset (otherwise the cache restarts there)."""
+        if first_offset != self._end:
+            self.reset(first_offset)
+        size = payload_bytes + HEADER_SIZE * len(payloads) + CHUNK_OVERHEAD
+        self._firsts.append(first_offset)
+        self._chunks.append(payloads)
+        self._sizes.append(size)
+        self._bytes += size
+        self._end = first_offset + len(payloads)
+        self._evict()
+
+    def _evict(self) -> None:
+        head = self._head
+        n = len(self._firsts)
+        while self._bytes > self._max_bytes and head < n:
+            self._bytes -= self._sizes[head]
+            self._chunks[head] = []
+            head += 1
+        self._head = head
+        if head == n:
+            self.reset(self._end)
+        elif head > 1024 and head * 2 > n:
+            del self._firsts[:head]
+            del self._chunks[:head]
+            del self._sizes[:head]
+            self._head = 0
+
+    def read(self, start: int, end: int, max_records: int, max_bytes: int) -> list[tuple[int, bytes]] | None:
+        """Up to max_records records from `start` (< end), at most ~max_bytes of payload (always at least
+        one record). None if `start` is not cached."""
+        firsts = self._firsts
+        head = self._head
+        if head >= len(firsts) or start < firsts[head] or start >= self._end:
+            return None
+        end = min(end, self._end)
+        i = bisect_right(firsts, start, lo=head) - 1
+        out: list[tuple[int, bytes]] = []
+        nbytes = 0
+        offset = start
+        n = len(firsts)
+        while i < n and offset < end:
+            chunk = self._chunks[i]
+            j = offset - firsts[i]
+            stop = min(len(chunk), j + (end - offset), j + (max_records - len(out)))
+            while j < stop:
+                payload = chunk[j]
+                nbytes += len(payload)
+                if out and nbytes > max_bytes:
+                    return out
+                out.append((offset, payload))
+                offset += 1
+                j += 1
+            if len(out) >= max_records:
+                break
+            i += 1
+        return out

@@ -1,0 +1,111 @@
+"""WalReader: one ordered stream of committed records: files, then cache, then live."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from ister.errors import OffsetOutOfRange, StorageError
+from ister.limits import MiB
+
+from .filereader import FilePosition, read_segments
+
+if TYPE_CHECKING:
+    from .wal import Wal
+
+
+class WalReader:
+    """Reads committed records from `next_offset` on. Never returns non-durable data, never skips or
+    repeats an offset (it tracks a single next_offset across all sources)."""
+
+    def __init__(self, wal: Wal, start: int) -> None:
+        self._wal = wal
+        self.next_offset = start
+        self._hint: FilePosition | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._reading = False
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def available(self) -> int:
+        return max(0, self._wal.committed_offset - self.next_offset)
+
+    def close(self) -> None:
+        self._closed = True
+        self._hint = None
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def read(
+        self,
+        max_records: int = 512,
+        max_bytes: int = 4 * MiB,
+        timeout: float | None = None,  # noqa: ASYNC109 (part of the broker-facing API)
+    ) -> list[tuple[int, bytes]]:
+        """>= 1 consecutive records from next_offset, or [] when `timeout` passes with nothing new.
+
+        Raises OffsetOutOfRange if next_offset is older than the WAL keeps, StorageError once the WAL is
+        closed (or failed) and every committed record was returned, or if this reader was closed.
+        """
+        if max_records < 1 or max_bytes < 1:
+            raise ValueError("max_records and max_bytes must be >= 1")
+        if self._reading:
+            raise RuntimeError("WalReader.read called concurrently on the same reader")
+        self._reading = True
+        loop = asyncio.get_running_loop()
+        try:
+            return await self._read(
+                max_records, max_bytes, None if timeout is None else loop.time() + timeout
+            )
+        finally:
+            self._reading = False
+
+    async def _read(
+        self, max_records: int, max_bytes: int, deadline: float | None
+    ) -> list[tuple[int, bytes]]:
+        wal = self._wal
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._closed:
+                raise StorageError("reader closed")
+            start = self.next_offset
+            first = wal.first_offset
+            if start < first:
+                raise OffsetOutOfRange(f"offset {start} is older than the WAL's first offset {first}")
+            committed = wal.committed_offset
+            if start < committed:
+                records = wal._cache.read(start, committed, max_records, max_bytes)
+                if records is None:
+                    records, self._hint = await asyncio.to_thread(
+                        read_segments,
+                        wal._segments_snapshot(),
+                        start,
+                        committed,
+                        max_records,
+                        max_bytes,
+                        self._hint,
+                    )
+                if records:
+                    self.next_offset = records[-1][0] + 1
+                    return records
+                continue
+            failure = wal._finished_error()
+            if failure is not None:
+                raise failure
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                return []
+            waiter = loop.create_future()
+            self._waiter = waiter
+            wal._read_waiters.add(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except TimeoutError:
+                return []
+            finally:
+                wal._read_waiters.discard(waiter)
+                self._waiter = None

@@ -1,0 +1,260 @@
+"""Segment files: naming, listing, chunked scanning and crash recovery (blocking; run in a thread).
+
+A segment is `<dir>/<first_offset:020d>.wal` holding frames first_offset, first_offset+1, ... back to back.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ister.core.frames import (
+    HEADER_SIZE,
+    MAX_FRAME_PAYLOAD,
+    SparseIndex,
+    StopReason,
+    payload_crc,
+    scan_frames,
+)
+from ister.errors import CorruptionError, StorageError
+from ister.limits import MiB
+
+log = logging.getLogger(__name__)
+
+SEGMENT_SUFFIX = ".wal"
+_NAME_RE = re.compile(r"^(\d{20})\.wal$")
+SCAN_CHUNK = 4 * MiB
+
+
+def segment_name(first_offset: int) -> str:
+    return f"{first_offset:020d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    m = _NAME_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def list_segment_files(directory: Path) -> list[tuple[int, Path]]:
+    """(first_offset, path) of every segment file, by first offset. Other files are ignored."""
+    found: list[tuple[int, Path]] = []
+    with os.scandir(directory) as it:
+        for entry in it:
+            first = parse_segment_name(entry.name)
+            if first is not None and entry.is_file(follow_symlinks=False):
+                found.append((first, Path(entry.path)))
+    found.sort()
+    return found
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(eq=False)
+class Segment:
+    """In-memory state of one segment file.
+
+    `size` and `end_offset` of the active segment are advanced by the writer thread after each write;
+    readers bound their reads by the WAL's committed offset, never by these alone.
+    """
+
+    first_offset: int
+    path: Path
+    size: int = 0  # bytes of valid frames
+    end_offset: int = 0  # offset after the last frame (== first_offset when empty)
+    index: SparseIndex = field(default_factory=SparseIndex)
+
+    @property
+    def frame_count(self) -> int:
+        return self.end_offset - self.first_offset
+
+
+@dataclass(slots=True)
+class FileScan:
+    end_offset: int  # offset after the last valid frame
+    valid_size: int  # byte position after the last valid frame
+    file_size: int
+    stop: StopReason  # "end" when the whole file is valid frames
+    count: int
+
+
+def scan_segment_file(
+    path: Path, first_offset: int, *, verify_crc: bool, index: SparseIndex | None
+) -> FileScan:
+    """Validate a segment file in bounded chunks (never the whole file in memory)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        file_size = os.fstat(fd).st_size
+        buf = b""
+        buf_pos = 0  # file position of buf[0]
+        expect = first_offset
+        count = 0
+        want = SCAN_CHUNK
+        while True:
+            read_at = buf_pos + len(buf)
+            data = os.pread(fd, max(want, SCAN_CHUNK), read_at) if read_at < file_size else b""
+            at_eof = read_at + len(data) >= file_size
+            buf = buf + data if buf else data
+            res = scan_frames(buf, buf_pos, expect, verify_crc=verify_crc, collect=False, index=index)
+            count += res.count
+            if res.next_offset is not None:
+                expect = res.next_offset
+            if res.stop in ("torn", "end") and not at_eof and data:
+                buf = buf[res.safe_length :]
+                buf_pos = res.end_pos
+                want = res.needed
+                continue
+            stop: StopReason = res.stop
+            return FileScan(
+                end_offset=expect, valid_size=res.end_pos, file_size=file_size, stop=stop, count=count
+            )
+    finally:
+        os.close(fd)
+
+
+def _is_valid_frame_at(path: Path, pos: int) -> bool:
+    """True if a complete frame with a matching CRC and a non-empty payload starts at `pos`."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        head = os.pread(fd, HEADER_SIZE, pos)
+        if len(head) < HEADER_SIZE:
+            return False
+        length = int.from_bytes(head[8:12], "little")
+        crc = int.from_bytes(head[12:16], "little")
+        if length == 0 or length > MAX_FRAME_PAYLOAD:
+            return False
+        payload = os.pread(fd, length, pos + HEADER_SIZE)
+        return len(payload) == length and payload_crc(payload) == crc
+    finally:
+        os.close(fd)
+
+
+@dataclass(slots=True)
+class Recovered:
+    segments: list[Segment]  # all segments, by first offset; the last one is the active segment
+    next_offset: int
+    first_offset: int  # first offset of the contiguous run of segments that ends at the active one
+    truncated: list[tuple[Path, int, int]]  # (path, old size, new size)
+    lock_fd: int = -1  # the directory, flock'ed exclusively: close it to release the WAL
+
+
+def _new_index(every_frames: int, every_bytes: int) -> SparseIndex:
+    return SparseIndex(every_frames, every_bytes)
+
+
+def lock_directory(directory: Path) -> int:
+    """Take an exclusive flock on the directory (one Wal per directory, across processes too)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StorageError(f"WAL directory {directory} is already open (locked by another Wal)") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def recover(
+    directory: Path, start_offset: int, *, index_every_frames: int, index_every_bytes: int
+) -> Recovered:
+    """Lock, scan, repair and index the segment files of `directory`; leave an active segment named
+    next_offset (or ending exactly at next_offset) ready for appends."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fsync_dir(directory.parent)
+    lock_fd = lock_directory(directory)
+    try:
+        recovered = _recover(directory, start_offset, index_every_frames, index_every_bytes)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    recovered.lock_fd = lock_fd
+    return recovered
+
+
+def _recover(
+    directory: Path, start_offset: int, index_every_frames: int, index_every_bytes: int
+) -> Recovered:
+    files = list_segment_files(directory)
+    segments: list[Segment] = []
+    truncated: list[tuple[Path, int, int]] = []
+    prev: Segment | None = None
+    for i, (first, path) in enumerate(files):
+        last = i == len(files) - 1
+        index = _new_index(index_every_frames, index_every_bytes)
+        scan = scan_segment_file(path, first, verify_crc=last, index=index)
+        if scan.stop != "end":
+            where = f"{path} at byte {scan.valid_size} (expected offset {scan.end_offset})"
+            if not last:
+                raise CorruptionError(f"WAL segment is corrupt ({scan.stop}): {where}; refusing to drop data")
+            if scan.stop == "gap" and _is_valid_frame_at(path, scan.valid_size):
+                raise CorruptionError(
+                    f"WAL segment holds a checksum-valid frame with an unexpected offset: {where}"
+                )
+            log.warning(
+                "truncating torn WAL tail (%s): %s, %d -> %d bytes",
+                scan.stop,
+                path,
+                scan.file_size,
+                scan.valid_size,
+            )
+            _truncate(path, scan.valid_size)
+            truncated.append((path, scan.file_size, scan.valid_size))
+        seg = Segment(first, path, size=scan.valid_size, end_offset=scan.end_offset, index=index)
+        if prev is not None and first < prev.end_offset:
+            raise CorruptionError(
+                f"WAL segments overlap: {prev.path} ends at offset {prev.end_offset - 1}, "
+                f"{path} starts at {first}"
+            )
+        if prev is not None and first > prev.end_offset:
+            log.warning(
+                "WAL offsets %d..%d are not stored locally (gap before %s)", prev.end_offset, first - 1, path
+            )
+        segments.append(seg)
+        prev = seg
+
+    next_offset = max(segments[-1].end_offset, start_offset) if segments else start_offset
+    active = segments[-1] if segments else None
+    if active is None or active.end_offset != next_offset:
+        if active is not None and active.size == 0:
+            # An empty last segment (crash right after a rotation, or a persisted start offset): rename it.
+            new_path = directory / segment_name(next_offset)
+            os.rename(active.path, new_path)
+            segments[-1] = Segment(
+                next_offset, new_path, 0, next_offset, _new_index(index_every_frames, index_every_bytes)
+            )
+        else:
+            # No segment yet, or start_offset jumps past the last frame: a new empty segment records it.
+            new_path = directory / segment_name(next_offset)
+            fd = os.open(new_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            os.close(fd)
+            segments.append(
+                Segment(
+                    next_offset, new_path, 0, next_offset, _new_index(index_every_frames, index_every_bytes)
+                )
+            )
+        fsync_dir(directory)
+
+    head = len(segments) - 1
+    while head > 0 and segments[head - 1].end_offset == segments[head].first_offset:
+        head -= 1
+    return Recovered(segments, next_offset, segments[head].first_offset, truncated)
+
+
+def _truncate(path: Path, size: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,341 @@
+"""The per-topic write-ahead log: offset assignment, group commit, cache, readers, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ister.core.frames import HEADER_SIZE, encode_frames
+from ister.errors import OffsetOutOfRange, StorageError
+
+from .cache import RecordCache
+from .config import WalConfig
+from .reader import WalReader
+from .segment import Recovered, Segment, recover
+from .writer import Entry, WalWriter
+
+log = logging.getLogger(__name__)
+
+
+class Wal:
+    """Append-only log of opaque payloads with dense offsets, stored in segment files under `directory`.
+
+    All methods must be called from the event loop the WAL was opened on. Offsets are assigned at call time
+    in call order; an append resolves once its frames are durable (fsync=always) or written (interval).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: WalConfig,
+        recovered: Recovered,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._directory = directory
+        self._config = config
+        self._loop = loop
+        self._segments: list[Segment] = recovered.segments
+        self._segments_lock = threading.Lock()
+        self._first_offset = recovered.first_offset
+        self._next_offset = recovered.next_offset
+        self._committed = recovered.next_offset
+        self._synced = recovered.next_offset
+        self._cache = RecordCache(config.cache_max_bytes)
+        self._cache.reset(recovered.next_offset)
+        self._queued_bytes = 0
+        self._space_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._read_waiters: set[asyncio.Future[None]] = set()
+        self._closing = False
+        self._closed = False
+        self._close_task: asyncio.Task[None] | None = None
+        self._failed: StorageError | None = None
+        self.truncated = recovered.truncated  # (path, old size, new size) repaired at open
+        self._lock_fd = recovered.lock_fd
+        self._writer = WalWriter(
+            loop,
+            config,
+            directory,
+            self._segments,
+            self._segments_lock,
+            self._on_commit,
+            self._on_failure,
+        )
+
+    @classmethod
+    async def open(cls, directory: Path, config: WalConfig | None = None, *, start_offset: int = 0) -> Wal:
+        """Open (creating if needed) and recover the WAL in `directory`. See docs/formats.md."""
+        if start_offset < 0:
+            raise ValueError("start_offset must be >= 0")
+        config = config if config is not None else WalConfig()
+        directory = Path(directory)
+        loop = asyncio.get_running_loop()
+        recovered = await asyncio.to_thread(
+            recover,
+            directory,
+            start_offset,
+            index_every_frames=config.index_every_frames,
+            index_every_bytes=config.index_every_bytes,
+        )
+        try:
+            wal = cls(directory, config, recovered, loop)
+            wal._writer.start()
+        except BaseException:
+            os.close(recovered.lock_fd)
+            raise
+        return wal
+
+    # ---- state -----------------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @property
+    def config(self) -> WalConfig:
+        return self._config
+
+    @property
+    def next_offset(self) -> int:
+        return self._next_offset
+
+    @property
+    def committed_offset(self) -> int:
+        return self._committed
+
+    @property
+    def synced_offset(self) -> int:
+        """All offsets below this were fdatasync'd (== committed_offset in fsync=always mode)."""
+        return self._synced
+
+    @property
+    def first_offset(self) -> int:
+        return self._first_offset
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    @property
+    def failed(self) -> StorageError | None:
+        return self._failed
+
+    def segments(self) -> list[tuple[int, Path, int]]:
+        """(first_offset, path, size in bytes) of every segment file, oldest first; the last is active."""
+        return [(s.first_offset, s.path, s.size) for s in self._segments_snapshot()]
+
+    def stats(self) -> dict[str, Any]:
+        segments = self._segments_snapshot()
+        return {
+            "next_offset": self._next_offset,
+            "committed_offset": self._committed,
+            "synced_offset": self._synced,
+            "first_offset": self._first_offset,
+            "segments": len(segments),
+            "segment_bytes": sum(s.size for s in segments),
+            "cache_bytes": self._cache.nbytes,
+            "cache_first_offset": self._cache.first_offset,
+            "queued_bytes": self._queued_bytes,
+            "failed": self._failed is not None,
+            "closed": self._closing,
+        }
+
+    def _segments_snapshot(self) -> list[Segment]:
+        with self._segments_lock:
+            return list(self._segments)
+
+    def _check_writable(self) -> None:
+        if self._failed is not None:
+            raise StorageError(f"wal failed: {self._failed}")
+        if self._closing:
+            raise StorageError("wal closed")
+
+    def _finished_error(self) -> StorageError | None:
+        """The error readers get once they have read everything: None while more may still come."""
+        if self._failed is not None:
+            return StorageError(f"wal failed: {self._failed}")
+        if self._closed:
+            return StorageError("wal closed")
+        return None
+
+    # ---- writing ---------------------------------------------------------------------------------
+
+    async def append(self, payloads: Sequence[bytes]) -> int:
+        """Append records with consecutive offsets; returns the first offset once they are committed.
+
+        Offsets are assigned when the call starts (after waiting for queue space, if the writer is more than
+        max_queued_bytes behind), so concurrent callers get increasing offsets in call order. Resolves after
+        fdatasync (fsync="always") or after write (fsync="interval"). Raises ValueError for an empty list or
+        an oversize payload and StorageError after close() or a writer failure; in those cases no offset is
+        consumed. If the caller is cancelled after the offsets were assigned, the records are still written.
+        """
+        count = len(payloads)
+        if count == 0:
+            raise ValueError("append needs at least one payload")
+        if self._failed is not None or self._closing:
+            self._check_writable()
+        items = list(payloads)
+        first = self._next_offset
+        data = encode_frames(first, items)  # ValueError on an oversize payload: no offset consumed
+        size = len(data)
+        reserved = False
+        if self._space_waiters or (
+            self._queued_bytes and self._queued_bytes + size > self._config.max_queued_bytes
+        ):
+            await self._wait_for_space(size)
+            reserved = True
+            try:
+                self._check_writable()
+            except StorageError:
+                self._release_space(size)
+                raise
+            if self._next_offset != first:
+                first = self._next_offset
+                data = encode_frames(first, items)
+        future: asyncio.Future[int] = self._loop.create_future()
+        try:
+            self._writer.submit(Entry(first, count, data, items, size - HEADER_SIZE * count, future))
+        except StorageError:
+            if reserved:
+                self._release_space(size)
+            raise
+        self._next_offset = first + count
+        if not reserved:
+            self._queued_bytes += size
+        return await future
+
+    async def _wait_for_space(self, size: int) -> None:
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        self._space_waiters.append((size, waiter))
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._release_space(size)  # space was granted to us but we will not use it
+            raise
+
+    def _release_space(self, size: int) -> None:
+        self._queued_bytes -= size
+        self._grant_space()
+
+    def _grant_space(self) -> None:
+        waiters = self._space_waiters
+        limit = self._config.max_queued_bytes
+        while waiters:
+            size, waiter = waiters[0]
+            if waiter.done():
+                waiters.popleft()
+                continue
+            if self._queued_bytes and self._queued_bytes + size > limit:
+                return
+            waiters.popleft()
+            self._queued_bytes += size
+            waiter.set_result(None)
+
+    def _fail_space_waiters(self, err: StorageError) -> None:
+        while self._space_waiters:
+            _, waiter = self._space_waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(StorageError(str(err)))
+
+    async def flush(self) -> None:
+        """Wait until everything appended so far is fdatasync'd (in both fsync modes)."""
+        if self._failed is not None:
+            raise StorageError(f"wal failed: {self._failed}")
+        if self._synced >= self._next_offset:
+            return
+        future: asyncio.Future[int] = self._loop.create_future()
+        self._writer.submit(Entry(self._next_offset, 0, b"", [], 0, future))
+        await future
+
+    # ---- completions from the writer thread (run on the loop) ------------------------------------
+
+    def _on_commit(self, group: list[Entry], committed: int, synced: int, nbytes: int) -> None:
+        # One cache chunk per group: O(1) Python work per append, not per record. The payload lists are
+        # private copies made by append(), so the first one can be extended in place.
+        chunk: list[bytes] | None = None
+        chunk_first = 0
+        chunk_bytes = 0
+        for entry in group:
+            if entry.count:
+                if chunk is None:
+                    chunk = entry.payloads
+                    chunk_first = entry.first_offset
+                else:
+                    chunk.extend(entry.payloads)
+                chunk_bytes += entry.payload_bytes
+            future = entry.future
+            if future is not None and not future.done():
+                future.set_result(entry.first_offset)
+        if chunk is not None:
+            self._cache.add(chunk_first, chunk, chunk_bytes)
+        self._committed = committed
+        self._synced = synced
+        self._queued_bytes -= nbytes
+        if self._space_waiters:
+            self._grant_space()
+        if self._read_waiters:
+            self._wake_readers()
+
+    def _on_failure(self, entries: list[Entry], err: StorageError) -> None:
+        self._failed = err
+        for entry in entries:
+            future = entry.future
+            if future is not None and not future.done():
+                future.set_exception(StorageError(str(err)))
+        self._fail_space_waiters(err)
+        self._wake_readers()
+
+    def _wake_readers(self) -> None:
+        waiters = list(self._read_waiters)
+        self._read_waiters.clear()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # ---- reading ---------------------------------------------------------------------------------
+
+    def reader(self, start: int) -> WalReader:
+        """A reader from `start` (first_offset <= start <= next_offset; start == next_offset reads live)."""
+        if start < 0:
+            raise ValueError("start must be >= 0")
+        if start > self._next_offset:
+            raise OffsetOutOfRange(f"offset {start} is beyond the WAL's next offset {self._next_offset}")
+        return WalReader(self, start)
+
+    # ---- shutdown --------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Flush, fsync and stop the writer thread. Idempotent; later appends raise StorageError."""
+        if self._close_task is None:
+            self._closing = True  # from now on appends are refused (before any offset is assigned)
+            self._close_task = self._loop.create_task(self._close())
+        await asyncio.shield(self._close_task)
+
+    async def _close(self) -> None:
+        self._fail_space_waiters(StorageError("wal closed"))
+        try:
+            if self._failed is None and self._synced < self._next_offset:
+                future: asyncio.Future[int] = self._loop.create_future()
+                self._writer.submit(Entry(self._next_offset, 0, b"", [], 0, future))
+                await future
+        except StorageError as exc:
+            log.error("WAL %s: final flush failed: %s", self._directory, exc)
+        finally:
+            self._writer.stop()
+            stopped = await asyncio.to_thread(self._writer.join, self._config.close_timeout_s)
+            if stopped:
+                os.close(self._lock_fd)  # the directory may now be opened again
+            else:
+                log.error(
+                    "WAL %s: writer thread did not stop within %.1fs",
+                    self._directory,
+                    self._config.close_timeout_s,
+                )
+            self._closed = True
+            self._wake_readers()

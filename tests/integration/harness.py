@@ -1,0 +1,162 @@
+"""Start real `ister broker` processes on free loopback ports and drive them like an operator would."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import danube
+
+ISTER = [sys.executable, "-m", "ister.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class BrokerProcess:
+    """One broker subprocess with its own data dir and ports; restartable on the same data dir."""
+
+    def __init__(self, data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.prom_port = free_port()
+        self.extra = list(extra)
+        self.env = env or {}
+        self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.prom_port}/metrics"
+
+    def start(self, timeout: float = 30.0) -> None:
+        env = {**os.environ, **self.env}
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it for its lifetime
+        self.proc = subprocess.Popen(
+            [
+                *ISTER,
+                "broker",
+                "--data-dir",
+                str(self.data_dir),
+                "--broker-addr",
+                f"127.0.0.1:{self.port}",
+                "--admin-addr",
+                f"127.0.0.1:{free_port()}",
+                "--prom-exporter",
+                f"127.0.0.1:{self.prom_port}",
+                *self.extra,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
+            if _port_open(self.port):
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"broker did not open port {self.port}:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-8000:]
+        except OSError:
+            return ""
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        """Graceful stop (SIGTERM); returns the exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout)
+        self.proc = None
+        return code
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+
+async def client(url: str) -> danube.DanubeClient:
+    return await danube.DanubeClientBuilder().service_url(url).build()
+
+
+async def producer(
+    c: danube.DanubeClient, topic: str, name: str, *, reliable: bool = False, partitions: int | None = None
+) -> danube.Producer:
+    b = c.new_producer().with_topic(topic).with_name(name)
+    if reliable:
+        b = b.with_dispatch_strategy(danube.DispatchStrategy.RELIABLE)
+    if partitions:
+        b = b.with_partitions(partitions)
+    p = b.build()
+    await p.create()
+    return p
+
+
+async def consumer(
+    c: danube.DanubeClient,
+    topic: str,
+    name: str,
+    subscription: str,
+    sub_type: danube.SubType = danube.SubType.EXCLUSIVE,
+    key_filters: list[str] | None = None,
+) -> tuple[danube.Consumer, asyncio.Queue]:  # type: ignore[type-arg]
+    b = c.new_consumer().with_topic(topic).with_consumer_name(name).with_subscription(subscription)
+    b = b.with_subscription_type(sub_type)
+    if key_filters:
+        b = b.with_key_filters(key_filters)
+    cons = b.build()
+    await cons.subscribe()
+    queue = await cons.receive()
+    return cons, queue
+
+
+async def take(queue: asyncio.Queue, n: int, within: float = 15.0) -> list:  # type: ignore[type-arg]
+    """Receive exactly n messages or fail after `timeout` seconds in total."""
+    out = []
+    deadline = time.monotonic() + within
+    while len(out) < n:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(f"received {len(out)} of {n} messages within {within} s")
+        out.append(await asyncio.wait_for(queue.get(), remaining))
+    return out
+
+
+async def nothing_within(queue: asyncio.Queue, seconds: float) -> bool:  # type: ignore[type-arg]
+    """True when no message arrives within `seconds` (used only to assert absence)."""
+    try:
+        await asyncio.wait_for(queue.get(), seconds)
+    except TimeoutError:
+        return True
+    return False

@@ -1,0 +1,244 @@
+"""Produce and consume through the official danube-client against a real broker process."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import danube
+import pytest
+
+from tests.integration.harness import BrokerProcess, client, consumer, nothing_within, producer, take
+
+pytestmark = pytest.mark.integration
+S = danube.SubType
+
+
+@pytest.mark.parametrize("reliable", [False, True], ids=["nonreliable", "reliable"])
+async def test_exclusive_roundtrip(shared_broker: BrokerProcess, topic: str, reliable: bool) -> None:
+    c = await client(shared_broker.url)
+    p = await producer(c, topic, "p1", reliable=reliable)
+    cons, q = await consumer(c, topic, "c1", "sub", S.EXCLUSIVE)
+    await asyncio.sleep(0.2)  # let the receive stream open (non-reliable drops when nobody is attached)
+    for i in range(20):
+        await p.send(f"m{i}".encode(), {"i": str(i)})
+    got = await take(q, 20)
+    assert [m.payload for m in got] == [f"m{i}".encode() for i in range(20)]
+    assert [m.attributes["i"] for m in got] == [str(i) for i in range(20)]
+    assert all(m.msg_id.topic_name == topic for m in got)
+    if reliable:
+        assert [m.msg_id.topic_offset for m in got] == list(range(20))
+    for m in got:
+        await cons.ack(m)
+    await cons.close()
+
+
+@pytest.mark.parametrize("reliable", [False, True], ids=["nonreliable", "reliable"])
+async def test_shared_round_robin(shared_broker: BrokerProcess, topic: str, reliable: bool) -> None:
+    c = await client(shared_broker.url)
+    p = await producer(c, topic, "p1", reliable=reliable)
+    queues = []
+    consumers = []
+    for i in range(3):
+        cons, q = await consumer(c, topic, f"c{i}", "shared", S.SHARED)
+        consumers.append(cons)
+        queues.append(q)
+    await asyncio.sleep(0.3)
+    for i in range(36):
+        await p.send(f"m{i}".encode())
+    counts = []
+    seen: list[bytes] = []
+    for cons, q in zip(consumers, queues, strict=True):
+        msgs = await take(q, 12)
+        counts.append(len(msgs))
+        seen += [m.payload for m in msgs]
+        for m in msgs:
+            await cons.ack(m)
+    assert counts == [12, 12, 12]
+    assert sorted(seen) == sorted(f"m{i}".encode() for i in range(36))
+    for q in queues:
+        assert q.empty()
+
+
+@pytest.mark.parametrize("reliable", [False, True], ids=["nonreliable", "reliable"])
+async def test_fanout_exclusive_subscriptions(
+    shared_broker: BrokerProcess, topic: str, reliable: bool
+) -> None:
+    c = await client(shared_broker.url)
+    p = await producer(c, topic, "p1", reliable=reliable)
+    subs = [await consumer(c, topic, f"c{i}", f"sub{i}", S.EXCLUSIVE) for i in range(3)]
+    await asyncio.sleep(0.3)
+    for i in range(24):
+        await p.send(str(i).encode())
+    for cons, q in subs:
+        got = await take(q, 24)
+        assert [m.payload for m in got] == [str(i).encode() for i in range(24)]
+        for m in got:
+            await cons.ack(m)
+
+
+async def test_second_exclusive_consumer_rejected(shared_broker: BrokerProcess, topic: str) -> None:
+    c = await client(shared_broker.url)
+    await producer(c, topic, "p1", reliable=True)
+    first, _ = await consumer(c, topic, "c1", "excl", S.EXCLUSIVE)
+    with pytest.raises(Exception, match="Exclusive"):
+        await consumer(c, topic, "c2", "excl", S.EXCLUSIVE)
+    await first.close()
+
+
+async def test_failover_promotes_standby(shared_broker: BrokerProcess, topic: str) -> None:
+    c = await client(shared_broker.url)
+    p = await producer(c, topic, "p1", reliable=True)
+    active, qa = await consumer(c, topic, "a", "fo", S.FAILOVER)
+    await asyncio.sleep(0.2)
+    standby, qb = await consumer(c, topic, "b", "fo", S.FAILOVER)
+    await asyncio.sleep(0.2)
+    for i in range(5):
+        await p.send(f"x{i}".encode())
+    got = await take(qa, 5)
+    for m in got:
+        await active.ack(m)
+    assert qb.empty()
+    await p.send(b"unacked")
+    pending = await take(qa, 1)
+    assert pending[0].payload == b"unacked"
+    await active.close()  # the active consumer leaves without acking
+    redelivered = await take(qb, 1)
+    assert redelivered[0].payload == b"unacked"
+    await standby.ack(redelivered[0])
+    await p.send(b"after")
+    assert [m.payload for m in await take(qb, 1)] == [b"after"]
+
+
+@pytest.mark.parametrize("reliable", [False, True], ids=["nonreliable", "reliable"])
+async def test_key_shared_affinity_and_order(
+    shared_broker: BrokerProcess, topic: str, reliable: bool
+) -> None:
+    c = await client(shared_broker.url)
+    p = await producer(c, topic, "p1", reliable=reliable)
+    c1, q1 = await consumer(c, topic, "k1", "ks", S.KEY_SHARED)
+    c2, q2 = await consumer(c, topic, "k2", "ks", S.KEY_SHARED)
+    await asyncio.sleep(0.3)
+    keys = [f"key-{i}" for i in range(10)]
+    for rnd in range(3):
+        for k in keys:
+            await p.send_with_key(f"{k}:{rnd}".encode(), {}, k)
+    owner: dict[str, str] = {}
+    per_key: dict[str, list[int]] = {}
+    received = 0
+
+    async def drain(name: str, cons: danube.Consumer, q: asyncio.Queue) -> None:  # type: ignore[type-arg]
+        nonlocal received
+        while received < 30:
+            try:
+                m = await asyncio.wait_for(q.get(), 0.5)
+            except TimeoutError:
+                continue
+            received += 1
+            key, rnd = m.payload.decode().split(":")
+            assert m.routing_key == key
+            assert owner.setdefault(key, name) == name, f"{key} went to two consumers"
+            per_key.setdefault(key, []).append(int(rnd))
+            await cons.ack(m)
+
+    await asyncio.wait_for(asyncio.gather(drain("k1", c1, q1), drain("k2", c2, q2)), 20)
+    assert received == 30
+    assert all(v == [0, 1, 2] for v in per_key.values())
+    assert set(owner.values()) == {"k1", "k2"}
+
+
+async def test_key_shared_filters(shared_broker: BrokerProcess, topic: str) -> None:
+    c = await client(shared_broker.url)
+    p = await producer(c, topic, "p1", reliable=True)
+    eu, qe = await consumer(c, topic, "eu", "ksf", S.KEY_SHARED, ["eu-*"])
+    us, qu = await consumer(c, topic, "us", "ksf", S.KEY_SHARED, ["us-*"])
+    await asyncio.sleep(0.3)
+    for k in ("eu-1", "us-1", "eu-2", "us-2"):
+        for i in range(3):
+            await p.send_with_key(f"{k}/{i}".encode(), {}, k)
+    got_eu = await take(qe, 6)
+    got_us = await take(qu, 6)
+    assert all(m.routing_key.startswith("eu-") for m in got_eu)
+    assert all(m.routing_key.startswith("us-") for m in got_us)
+    for m in got_eu:
+        await eu.ack(m)
+    for m in got_us:
+        await us.ack(m)
+
+
+@pytest.mark.parametrize("reliable", [False, True], ids=["nonreliable", "reliable"])
+async def test_partitioned_topic(shared_broker: BrokerProcess, topic: str, reliable: bool) -> None:
+    c = await client(shared_broker.url)
+    p = await producer(c, topic, "pp", reliable=reliable, partitions=3)
+    cons, q = await consumer(c, topic, "c", "psub", S.SHARED)
+    await asyncio.sleep(0.3)
+    for i in range(30):
+        await p.send(f"m{i}".encode())
+    got = await take(q, 30)
+    names = Counter(m.msg_id.topic_name for m in got)
+    assert set(names) == {f"{topic}-part-{i}" for i in range(3)}
+    assert sorted(m.payload for m in got) == sorted(f"m{i}".encode() for i in range(30))
+    for m in got:
+        await cons.ack(m)
+
+
+async def test_reliable_redelivery_after_disconnect(shared_broker: BrokerProcess, topic: str) -> None:
+    c = await client(shared_broker.url)
+    p = await producer(c, topic, "p1", reliable=True)
+    cons, q = await consumer(c, topic, "c1", "rd", S.EXCLUSIVE)
+    for i in range(10):
+        await p.send(f"msg_{i}".encode())
+    got = await take(q, 4)
+    for m in got[:3]:
+        await cons.ack(m)
+    assert got[3].payload == b"msg_3"
+    await cons.close()
+    cons2, q2 = await consumer(c, topic, "c1", "rd", S.EXCLUSIVE)
+    rest = await take(q2, 7)
+    assert [m.payload for m in rest] == [f"msg_{i}".encode() for i in range(3, 10)]
+    for m in rest:
+        await cons2.ack(m)
+
+
+async def test_nack_redelivers_same_offset(shared_broker: BrokerProcess, topic: str) -> None:
+    c = await client(shared_broker.url)
+    p = await producer(c, topic, "p1", reliable=True)
+    cons, q = await consumer(c, topic, "c1", "nk", S.EXCLUSIVE)
+    await asyncio.sleep(0.2)
+    await p.send(b"retry-me")
+    first = (await take(q, 1))[0]
+    await cons.nack(first, 0, "try again")
+    again = (await take(q, 1, within=10))[0]
+    assert again.payload == b"retry-me"
+    assert again.msg_id.topic_offset == first.msg_id.topic_offset
+    await cons.ack(again)
+    assert await nothing_within(q, 1.5)
+
+
+async def test_dead_letter_after_max_redeliveries(shared_broker: BrokerProcess, topic: str) -> None:
+    c = await client(shared_broker.url)
+    p = await producer(c, topic, "p1", reliable=True)
+    dlq_topic = f"{topic}-DLQ"
+    await producer(c, dlq_topic, "dlq-creator", reliable=True)  # so we can subscribe before the dead letter
+    dlq_cons, dq = await consumer(c, dlq_topic, "d", "dlq-sub", S.EXCLUSIVE)
+    cons, q = await consumer(c, topic, "c1", "dl", S.EXCLUSIVE)
+    await asyncio.sleep(0.2)
+    await p.send(b"poison", {"a": "1"})
+    for attempt in range(6):  # first delivery + max_redelivery_count (5) redeliveries, each nacked
+        m = (await take(q, 1, within=20))[0]
+        assert m.payload == b"poison"
+        assert m.msg_id.topic_offset == 0
+        await cons.nack(m, 0, f"bad {attempt}")
+    dead = (await take(dq, 1, within=20))[0]
+    assert dead.payload == b"poison"
+    assert dead.msg_id.topic_name == dlq_topic
+    assert dead.attributes["a"] == "1"
+    assert dead.attributes["x-original-topic"] == topic
+    assert dead.attributes["x-original-subscription"] == "dl"
+    assert dead.attributes["x-original-topic-offset"] == "0"
+    assert dead.attributes["x-failure-reason"] == "bad 5"
+    await dlq_cons.ack(dead)
+    await p.send(b"after")
+    nxt = (await take(q, 1, within=20))[0]
+    assert nxt.payload == b"after"
+    await cons.ack(nxt)

@@ -1,0 +1,382 @@
+"""Seeded random schedules against the reliable dispatch state machine, with invariants after every step.
+
+Each seed draws a policy, a window and a start offset, then runs random attach/detach/remove, offer, poll,
+ack (also bogus and late), nack, clock advance and dead-letter publish/failure steps, checking the state
+after each against a model. It then drives to quiescence and checks every offered message ended exactly as
+the poison policy says. A failure message names the sub type and seed; rerun one with `run(sub_type, seed)`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pytest
+
+from ister.core.dispatch import (
+    BackoffStrategy,
+    Delivery,
+    EntryState,
+    FailurePolicy,
+    PoisonPolicy,
+    ReliableSubscriptionState,
+    SubType,
+    glob_match,
+)
+from ister.errors import FailedPrecondition
+
+SEEDS_PER_CHUNK = 100
+CHUNKS = 10  # 1000 seeds per sub type
+STEPS = 60
+KEYS = ["eu-1", "eu-2", "us-1", "us-2", "ap-1"]
+FILTER_SETS: list[tuple[str, ...]] = [(), (), ("eu-*",), ("us-?",), ("eu-*", "ap-*"), ("*-1",)]
+CONSUMERS = [1, 2, 3]
+FINAL_CONSUMER = 99
+BACKOFFS: list[BackoffStrategy] = ["Exponential", "Fixed"]
+POISONS: list[PoisonPolicy] = ["DeadLetter", "Drop", "Block"]
+
+
+class SimFailure(AssertionError):
+    pass
+
+
+class Sim:
+    def __init__(self, sub_type: SubType, seed: int) -> None:
+        self.rng = rng = random.Random(seed)
+        self.sub_type = sub_type
+        base = rng.choice([0, 10, 50])
+        self.policy = FailurePolicy(
+            max_redelivery_count=rng.randint(0, 3),
+            ack_timeout_ms=rng.choice([50, 200, 500]),
+            base_redelivery_delay_ms=base,
+            max_redelivery_delay_ms=base + rng.choice([0, 100, 300]),
+            backoff=rng.choice(BACKOFFS),
+            poison_policy=rng.choice(POISONS),
+        )
+        self.window = rng.choice([1, 2, 3, 5, 8])
+        self.start = rng.randint(0, 5)
+        self.s = ReliableSubscriptionState(
+            sub_type, start_offset=self.start, window=self.window, policy=self.policy
+        )
+        self.now = rng.randint(0, 1000)
+        self.attached: dict[int, tuple[str, ...]] = {}  # model: attached consumers and their filters
+        self.known: set[int] = set()
+        self.failover_order: list[int] = []
+        self.received: dict[int, list[int]] = defaultdict(list)  # what each live stream holds unacked
+        self.keys: dict[int, str] = {}
+        self.deliveries: dict[int, int] = defaultdict(int)
+        self.failures: dict[int, int] = defaultdict(int)  # nacks and ack timeouts per offset
+        self.sent_at: dict[int, int] = {}
+        self.retry_at: dict[int, int] = {}
+        self.unresolved: set[int] = set()
+        self.acked: set[int] = set()
+        self.dead_lettered: set[int] = set()
+        self.dropped: set[int] = set()
+        self.reported: list[int] = []  # dead letters taken and not yet published
+        self.last_cursor: int | None = None
+
+    # -- checks ------------------------------------------------------------------------------------------
+    def check(self, cond: bool, what: str) -> None:
+        if not cond:
+            raise SimFailure(what)
+
+    def reconcile(self) -> set[int]:
+        """Account for offsets that left the window without an ack or a dead-letter publish: drops."""
+        held = set(self.s.held_offsets())
+        for off in self.unresolved - held:
+            self.check(self.policy.poison_policy == "Drop", f"offset {off} vanished without a Drop policy")
+            self.check(self.failures[off] == self.policy.max_redelivery_count + 1, f"{off} dropped too early")
+            self.dropped.add(off)
+        self.unresolved &= held
+        return held
+
+    def after_step(self) -> None:
+        s = self.s
+        held = self.reconcile()
+        self.check(held == self.unresolved, f"window {sorted(held)} != model {sorted(self.unresolved)}")
+        self.check(len(held) <= self.window and s.capacity() == self.window - len(held), "window bound")
+        self.check(s.in_flight_count <= self.window, "in-flight bound")
+        first_open = min(held) if held else s.next_offset
+        expected = first_open - 1 if first_open > self.start else None
+        self.check(s.cursor == expected, f"cursor {s.cursor} != {expected}")
+        if self.last_cursor is not None:
+            self.check(s.cursor is not None and s.cursor >= self.last_cursor, "cursor moved backwards")
+        self.last_cursor = s.cursor
+        limit = self.policy.max_redelivery_count
+        for off in self.unresolved:
+            state = s.state_of(off)
+            if state is EntryState.EXHAUSTED:
+                self.check(
+                    self.failures[off] == limit + 1, f"{off} exhausted after {self.failures[off]} failures"
+                )
+            else:
+                self.check(
+                    self.failures[off] <= limit, f"{off} not exhausted after {self.failures[off]} failures"
+                )
+        in_flight = s.in_flight()
+        self.check(len(in_flight) == s.in_flight_count, "in-flight count")
+        self.check(all(c in self.attached for c in in_flight.values()), "in flight at a detached consumer")
+        if self.sub_type.single_active:
+            active = s.active_consumer()
+            if self.sub_type is SubType.FAILOVER:
+                want = self.failover_order[0] if self.failover_order else None
+                self.check(active == want, f"active {active} != {want}")
+            self.check((active is None) == (not self.attached), "active consumer presence")
+            self.check(all(c == active for c in in_flight.values()), "in flight outside the active consumer")
+        if self.sub_type is SubType.KEY_SHARED:
+            in_flight_keys = [self.keys[o] for o in in_flight]
+            self.check(len(in_flight_keys) == len(set(in_flight_keys)), "two in flight for one key")
+
+    def after_poll(self, ds: list[Delivery]) -> None:
+        s = self.s
+        self.reconcile()  # poll applies due ack timeouts first, which may drop messages
+        for d in ds:
+            self.check(d.consumer_id in self.attached, f"delivery of {d.offset} to detached {d.consumer_id}")
+            self.check(d.offset in self.unresolved, f"delivery of resolved offset {d.offset}")
+            self.deliveries[d.offset] += 1
+            if d.redelivery:
+                self.check(
+                    self.now >= self.retry_at[d.offset], f"{d.offset} redelivered before its retry time"
+                )
+            self.sent_at[d.offset] = self.now
+            self.check(d.attempt == self.deliveries[d.offset] and d.redelivery == (d.attempt > 1), "attempt")
+            self.received[d.consumer_id].append(d.offset)
+            if self.sub_type.single_active:
+                self.check(d.consumer_id == s.active_consumer(), "delivery to a standby")
+            if self.sub_type is SubType.KEY_SHARED:
+                key = self.keys[d.offset]
+                earlier = [o for o in self.unresolved if o < d.offset and self.keys[o] == key]
+                self.check(not earlier, f"offset {d.offset} of key {key} delivered before {earlier}")
+                f = self.attached[d.consumer_id]
+                self.check(
+                    not f or any(glob_match(p, key) for p in f), "key given to a filtered-out consumer"
+                )
+        if not self.attached:
+            self.check(not ds, "delivery with no consumer")
+            return
+        blocked = self.policy.poison_policy == "Block" and s.stats().exhausted > 0
+        if blocked and self.sub_type is not SubType.KEY_SHARED:
+            self.check(all(d.redelivery for d in ds), "new message delivered while blocked")
+        wake = s.next_wakeup()
+        self.check(wake is None or wake > self.now, "a due timer survived poll")
+        for off in self.unresolved:
+            if s.state_of(off) is not EntryState.PENDING:
+                continue
+            if self.sub_type is not SubType.KEY_SHARED:
+                self.check(blocked, f"offset {off} left pending with a consumer attached")
+                continue
+            key = self.keys[off]
+            behind = any(o < off and self.keys[o] == key for o in self.unresolved)
+            eligible = any(not f or any(glob_match(p, key) for p in f) for f in self.attached.values())
+            self.check(behind or not eligible, f"offset {off} (key {key}) left pending")
+
+    # -- actions -----------------------------------------------------------------------------------------
+    def expect_timeouts(self) -> set[int]:
+        """Offsets whose ack deadline has passed: the next tick or poll must fail them."""
+        timeout = self.policy.ack_timeout_ms
+        expiring = {o for o in self.s.in_flight() if self.sent_at[o] + timeout <= self.now}
+        for off in expiring:
+            self.failed(off, None)
+        return expiring
+
+    def failed(self, off: int, delay: int | None) -> None:
+        self.failures[off] += 1
+        self.retry_at[off] = self.now + self.policy.retry_delay_ms(self.failures[off], delay)
+
+    def requeued(self, cid: int) -> None:
+        for off, holder in self.s.in_flight().items():
+            if holder == cid:
+                self.retry_at[off] = self.now
+
+    def poll(self) -> list[Delivery]:
+        self.expect_timeouts()
+        ds = self.s.poll(self.now)
+        self.after_poll(ds)
+        return ds
+
+    def tick(self) -> None:
+        expiring = self.expect_timeouts()
+        self.check(self.s.tick(self.now) == len(expiring), "tick count")
+        self.check(not expiring & set(self.s.in_flight()), "a timed-out message is still in flight")
+
+    def offer(self, n: int) -> None:
+        for _ in range(min(n, self.s.capacity())):
+            off = self.s.next_offset
+            key = self.rng.choice(KEYS)
+            self.keys[off] = key
+            self.s.offer(off, key, self.now)
+            self.unresolved.add(off)
+
+    def attach(self, cid: int, filters: tuple[str, ...]) -> None:
+        if self.sub_type is SubType.EXCLUSIVE and any(c != cid for c in self.attached):
+            try:
+                self.s.attach(cid, filters, self.now)
+            except FailedPrecondition:
+                return
+            raise SimFailure("second exclusive consumer admitted")
+        self.requeued(cid)  # a new stream of an attached consumer takes its in-flight messages back
+        self.s.attach(cid, filters, self.now)
+        if self.sub_type is SubType.EXCLUSIVE:
+            self.known = {cid}
+        self.known.add(cid)
+        self.received[cid].clear()  # a new stream: whatever the old one held is gone
+        if cid not in self.attached:
+            self.failover_order.append(cid)
+        self.attached[cid] = filters if self.sub_type is SubType.KEY_SHARED else ()
+
+    def detach(self, cid: int, remove: bool) -> None:
+        self.requeued(cid)
+        if remove:
+            self.s.remove(cid, self.now)
+            self.known.discard(cid)
+        else:
+            self.s.detach(cid, self.now)
+        self.attached.pop(cid, None)
+        if cid in self.failover_order:
+            self.failover_order.remove(cid)
+        self.received[cid].clear()
+
+    def ack(self, cid: int) -> None:
+        held = self.received[cid]
+        if held:
+            off = held.pop(self.rng.randrange(len(held)))
+            self.checked_ack(off)
+
+    def checked_ack(self, off: int) -> None:
+        expect = off in self.unresolved and self.deliveries[off] > 0
+        got = self.s.on_ack(off, self.now)
+        self.check(got == expect, f"ack of {off} returned {got}, expected {expect}")
+        if got:
+            self.acked.add(off)
+            self.unresolved.discard(off)
+
+    def nack(self, cid: int) -> None:
+        held = self.received[cid]
+        if held:
+            off = held.pop(self.rng.randrange(len(held)))
+            expect = self.s.state_of(off) is EntryState.IN_FLIGHT
+            delay = self.rng.choice([None, 0, 20, 400])
+            self.check(self.s.on_nack(off, self.now, delay, "sim") == expect, f"nack of {off}")
+            if expect:
+                self.failed(off, delay)
+
+    def dead_letters(self) -> None:
+        for dl in self.s.take_dead_letters():
+            self.check(self.policy.poison_policy == "DeadLetter", "dead letter under another policy")
+            self.check(
+                dl.offset in self.unresolved and dl.offset not in self.reported, f"bad dead letter {dl}"
+            )
+            self.check(dl.attempts == self.deliveries[dl.offset], "dead letter attempts")
+            self.check(dl.attempts >= self.policy.max_redelivery_count + 1, "dead-lettered too early")
+            self.reported.append(dl.offset)
+
+    def publish_dead_letters(self, fail: bool) -> None:
+        while self.reported:
+            off = self.reported.pop()
+            if fail:
+                self.check(self.s.dead_letter_failed(off) == (off in self.unresolved), "dead_letter_failed")
+                continue
+            ok = self.s.resolve_dead_letter(off)
+            self.check(ok == (off in self.unresolved), f"resolve_dead_letter({off})")
+            if ok:
+                self.dead_lettered.add(off)
+                self.unresolved.discard(off)
+
+    def step(self) -> None:
+        rng = self.rng
+        roll = rng.random()
+        cid = rng.choice(CONSUMERS)
+        if roll < 0.20:
+            self.offer(rng.randint(1, 4))
+        elif roll < 0.30:
+            self.attach(cid, rng.choice(FILTER_SETS))
+        elif roll < 0.36:
+            self.detach(cid, remove=False)
+        elif roll < 0.39:
+            self.detach(cid, remove=True)
+        elif roll < 0.55:
+            self.ack(cid)
+        elif roll < 0.62:
+            self.nack(cid)
+        elif roll < 0.65:
+            self.checked_ack(rng.randint(self.start - 1, self.s.next_offset + 1))  # bogus or late
+        elif roll < 0.80:
+            self.now += rng.choice([1, 10, 60, 250, 600])
+            if rng.random() < 0.5:
+                self.tick()
+        elif roll < 0.88:
+            self.dead_letters()
+            self.publish_dead_letters(fail=rng.random() < 0.3)
+        if rng.random() < 0.7:
+            self.poll()
+
+    def quiesce(self) -> None:
+        s = self.s
+        if self.sub_type is SubType.EXCLUSIVE and self.attached:
+            pass  # keep the current holder
+        else:
+            self.attach(FINAL_CONSUMER, ())
+        unblocked = False
+        for _ in range(2_000):
+            ds = self.poll()
+            self.after_step()
+            for d in ds:
+                self.received[d.consumer_id].remove(d.offset)
+                self.checked_ack(d.offset)
+            resolved = len(self.dead_lettered)
+            self.dead_letters()
+            self.publish_dead_letters(fail=False)
+            self.after_step()
+            if not self.unresolved:
+                break
+            if ds or resolved != len(self.dead_lettered):
+                continue  # acks and publishes may have released keys: poll again before waiting
+            wake = s.next_wakeup()
+            if wake is not None:
+                self.now = max(self.now, wake)
+                continue
+            # Nothing is timed: only Block can leave messages behind, and only behind an exhausted one.
+            self.check(self.policy.poison_policy == "Block", f"stuck: {sorted(self.unresolved)}")
+            exhausted = [o for o in self.unresolved if s.state_of(o) is EntryState.EXHAUSTED]
+            self.check(bool(exhausted) and not unblocked, "stuck without an exhausted message")
+            for off in self.unresolved:
+                if s.state_of(off) is EntryState.PENDING and self.sub_type is SubType.KEY_SHARED:
+                    key = self.keys[off]
+                    self.check(
+                        any(self.keys[o] == key for o in exhausted if o < off), f"{off} held for no reason"
+                    )
+            for off in exhausted:  # a late ack of a blocked message is accepted and lifts the block
+                self.checked_ack(off)
+            self.after_step()
+            unblocked = True
+        else:
+            raise SimFailure("did not quiesce")
+        self.check(not s.held_offsets() and s.in_flight_count == 0, "window not empty")
+        offered = set(range(self.start, s.next_offset))
+        fates = [self.acked, self.dead_lettered, self.dropped]
+        self.check(set().union(*fates) == offered and sum(map(len, fates)) == len(offered), "fates")
+        self.check(s.cursor == (s.next_offset - 1 if offered else None), "final cursor")
+        if self.policy.poison_policy != "DeadLetter":
+            self.check(not self.dead_lettered, "dead letters under another policy")
+        stats = s.stats()
+        self.check(stats.dropped_total == len(self.dropped), "dropped count")
+        self.check(stats.dead_lettered_total == len(self.dead_lettered), "dead-lettered count")
+        self.check(stats.acked_total == len(self.acked), "acked count")
+
+
+def run(sub_type: SubType, seed: int) -> None:
+    sim = Sim(sub_type, seed)
+    try:
+        for _ in range(STEPS):
+            sim.step()
+            sim.after_step()
+        sim.quiesce()
+    except SimFailure as exc:
+        raise AssertionError(f"{sub_type.name} seed={seed}: {exc} (policy={sim.policy})") from exc
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+@pytest.mark.parametrize("sub_type", list(SubType), ids=lambda t: t.name)
+def test_dispatch_simulation(sub_type: SubType, chunk: int) -> None:
+    for seed in range(chunk * SEEDS_PER_CHUNK, (chunk + 1) * SEEDS_PER_CHUNK):
+        run(sub_type, seed)

@@ -1,0 +1,153 @@
+from __future__ import annotations
+
+from ister.core.dispatch import (
+    Delivery,
+    EntryState,
+    FailurePolicy,
+    HashRing,
+    ReliableSubscriptionState,
+    SubType,
+)
+
+POLICY = FailurePolicy(ack_timeout_ms=1_000, base_redelivery_delay_ms=0, max_redelivery_count=10)
+
+
+def make(window: int = 100) -> ReliableSubscriptionState:
+    return ReliableSubscriptionState(SubType.KEY_SHARED, start_offset=0, window=window, policy=POLICY)
+
+
+def offer(s: ReliableSubscriptionState, *keys: str) -> list[int]:
+    out = []
+    for key in keys:
+        out.append(s.next_offset)
+        s.offer(s.next_offset, key, 0)
+    return out
+
+
+def by_offset(ds: list[Delivery]) -> dict[int, int]:
+    return {d.offset: d.consumer_id for d in ds}
+
+
+def test_one_in_flight_per_key_and_order_kept() -> None:
+    s = make()
+    s.attach(1, (), 0)
+    offer(s, "a", "b", "a", "a", "b")
+    assert [d.offset for d in s.poll(0)] == [0, 1]
+    assert s.poll(0) == []
+    s.on_ack(2, 1)  # never delivered: ignored
+    assert s.on_ack(0, 1)
+    assert [d.offset for d in s.poll(1)] == [2]
+    assert s.on_ack(1, 2)
+    assert s.on_ack(2, 2)
+    assert [d.offset for d in s.poll(2)] == [3, 4]
+
+
+def test_out_of_order_acks_across_keys() -> None:
+    s = make()
+    s.attach(1, (), 0)
+    offer(s, *[f"k{i}" for i in range(10)])
+    assert len(s.poll(0)) == 10
+    for off in reversed(range(10)):
+        assert s.on_ack(off, 1)
+    assert s.cursor == 9
+
+
+def test_affinity_follows_the_ring() -> None:
+    s = make(window=1000)
+    s.attach(1, (), 0)
+    s.attach(2, (), 0)
+    keys = [f"key-{i}" for i in range(10)]
+    ring = HashRing([1, 2])
+    for _ in range(3):
+        offs = offer(s, *keys)
+        ds = s.poll(0)
+        assert [d.offset for d in ds] == offs
+        assert [d.consumer_id for d in ds] == [ring.lookup(k) for k in keys]
+        for off in offs:
+            s.on_ack(off, 0)
+    assert {ring.lookup(k) for k in keys} == {1, 2}
+
+
+def test_in_flight_key_keeps_its_holder_when_ring_changes() -> None:
+    s = make()
+    s.attach(1, (), 0)
+    offer(s, *[f"k{i}" for i in range(40)])
+    first = s.poll(0)
+    assert {d.consumer_id for d in first} == {1}
+    s.attach(2, (), 1)
+    assert s.poll(1) == []
+    assert set(s.in_flight().values()) == {1}
+    # after the ack, the next message of each key goes to its new ring owner
+    ring = HashRing([1, 2])
+    nxt = offer(s, *[f"k{i}" for i in range(40)])
+    for d in first:
+        s.on_ack(d.offset, 2)
+    ds = s.poll(2)
+    assert [d.offset for d in ds] == nxt
+    assert [d.consumer_id for d in ds] == [ring.lookup(f"k{i}") for i in range(40)]
+
+
+def test_detach_keeps_key_lock_and_redelivers_to_survivor() -> None:
+    s = make()
+    s.attach(1, (), 0)
+    s.attach(2, (), 0)
+    keys = [f"k{i}" for i in range(20)]
+    offer(s, *keys)
+    offer(s, *keys)
+    ds = s.poll(0)
+    assert [d.offset for d in ds] == list(range(20))
+    lost = sorted(d.offset for d in ds if d.consumer_id == 2)
+    assert lost
+    s.detach(2, 5)
+    again = s.poll(5)
+    # the detached consumer's messages come back first, to the survivor, before their keys' later messages
+    assert [d.offset for d in again] == lost
+    assert all(d.consumer_id == 1 and d.redelivery for d in again)
+    s.attach(2, (), 6)
+    assert s.poll(6) == []  # keys stay locked by their in-flight message
+
+
+def test_filtered_out_key_is_held_not_skipped() -> None:
+    s = make()
+    s.attach(1, ["eu-*"], 0)
+    offer(s, "us-1", "eu-1", "us-1")
+    assert [d.offset for d in s.poll(0)] == [1]
+    s.on_ack(1, 1)
+    assert s.cursor is None  # offset 0 held: the cursor cannot pass it
+    assert s.state_of(0) is EntryState.PENDING
+    assert s.poll(2) == []
+    s.attach(2, ["us-*"], 3)
+    assert s.poll(3) == [Delivery(2, 0, 1, False)]
+    s.on_ack(0, 4)
+    assert s.cursor == 1
+    assert s.poll(4) == [Delivery(2, 2, 1, False)]
+
+
+def test_filters_route_each_family() -> None:
+    s = make()
+    s.attach(1, ["eu-*"], 0)
+    s.attach(2, ["us-*"], 0)
+    offer(s, "eu-1", "us-1", "eu-2", "us-2")
+    assert by_offset(s.poll(0)) == {0: 1, 1: 2, 2: 1, 3: 2}
+
+
+def test_retry_waiting_for_an_eligible_consumer() -> None:
+    s = make()
+    s.attach(1, ["a*"], 0)
+    offer(s, "a1")
+    s.poll(0)
+    s.detach(1, 1)
+    s.attach(2, ["b*"], 2)
+    assert s.poll(2) == []  # no one accepts "a1": held
+    s.attach(3, (), 3)
+    assert s.poll(3) == [Delivery(3, 0, 2, True)]
+
+
+def test_ack_timeout_keeps_key_order() -> None:
+    s = make()
+    s.attach(1, (), 0)
+    offer(s, "k", "k")
+    assert [d.offset for d in s.poll(0)] == [0]
+    assert [d.offset for d in s.poll(1_000)] == [0]  # timed out, retried at once (delay 0), 1 still waits
+    s.on_ack(0, 1_001)
+    assert [d.offset for d in s.poll(1_001)] == [1]
