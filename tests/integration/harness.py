@@ -141,15 +141,23 @@ async def consumer(
     return cons, queue
 
 
-async def take(queue: asyncio.Queue, n: int, within: float = 15.0) -> list:  # type: ignore[type-arg]
-    """Receive exactly n messages or fail after `timeout` seconds in total."""
+async def take(
+    queue: asyncio.Queue,  # type: ignore[type-arg]
+    n: int,
+    within: float = 15.0,
+    ack: danube.Consumer | None = None,
+) -> list:  # type: ignore[type-arg]
+    """Receive exactly n messages (acking each through `ack` when given) or fail after `within` seconds."""
     out = []
     deadline = time.monotonic() + within
     while len(out) < n:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise AssertionError(f"received {len(out)} of {n} messages within {within} s")
-        out.append(await asyncio.wait_for(queue.get(), remaining))
+        message = await asyncio.wait_for(queue.get(), remaining)
+        if ack is not None:
+            await ack.ack(message)
+        out.append(message)
     return out
 
 

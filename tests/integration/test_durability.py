@@ -43,17 +43,16 @@ async def test_kill9_keeps_every_acknowledged_message(fresh_broker: BrokerProces
 
     c2 = await client(fresh_broker.url)
     cons, q = await consumer(c2, topic, "r", "history", S.EXCLUSIVE)
-    got = await take(q, len(acked), timeout=30)
+    got = await take(q, len(acked), within=60, ack=cons)
     offsets = [m.msg_id.topic_offset for m in got]
     assert offsets == list(range(len(acked)))
     assert [m.payload for m in got] == acked
-    for m in got:
-        await cons.ack(m)
     # Anything written but not acknowledged before the crash may follow; new messages come after it.
     extra = []
     with contextlib.suppress(TimeoutError):
         while True:
             extra.append(await asyncio.wait_for(q.get(), 1.0))
+            await cons.ack(extra[-1])
     p2 = await producer(c2, topic, "p2", reliable=True)
     await p2.send(b"after-crash")
     after = (await take(q, 1))[0]
@@ -67,9 +66,7 @@ async def test_graceful_restart_resumes_cursor(fresh_broker: BrokerProcess, topi
     cons, q = await consumer(c, topic, "c1", "resume", S.EXCLUSIVE)
     for i in range(20):
         await p.send(f"m{i}".encode())
-    got = await take(q, 10)
-    for m in got:
-        await cons.ack(m)
+    await take(q, 10, ack=cons)
     await asyncio.sleep(0.3)  # the acks are unary calls already answered; let the dispatcher process them
     await cons.close()
     assert fresh_broker.terminate() == 0
@@ -78,6 +75,6 @@ async def test_graceful_restart_resumes_cursor(fresh_broker: BrokerProcess, topi
     await p.send(b"m20")
     c2 = await client(fresh_broker.url)
     _cons2, q2 = await consumer(c2, topic, "c1", "resume", S.EXCLUSIVE)
-    rest = await take(q2, 11)
+    rest = await take(q2, 11, ack=_cons2)
     assert [m.payload for m in rest] == [f"m{i}".encode() for i in range(10, 21)]
     assert [m.msg_id.topic_offset for m in rest] == list(range(10, 21))

@@ -22,14 +22,12 @@ async def test_exclusive_roundtrip(shared_broker: BrokerProcess, topic: str, rel
     await asyncio.sleep(0.2)  # let the receive stream open (non-reliable drops when nobody is attached)
     for i in range(20):
         await p.send(f"m{i}".encode(), {"i": str(i)})
-    got = await take(q, 20)
+    got = await take(q, 20, ack=cons)
     assert [m.payload for m in got] == [f"m{i}".encode() for i in range(20)]
     assert [m.attributes["i"] for m in got] == [str(i) for i in range(20)]
     assert all(m.msg_id.topic_name == topic for m in got)
     if reliable:
         assert [m.msg_id.topic_offset for m in got] == list(range(20))
-    for m in got:
-        await cons.ack(m)
     await cons.close()
 
 
@@ -46,15 +44,11 @@ async def test_shared_round_robin(shared_broker: BrokerProcess, topic: str, reli
     await asyncio.sleep(0.3)
     for i in range(36):
         await p.send(f"m{i}".encode())
-    counts = []
-    seen: list[bytes] = []
-    for cons, q in zip(consumers, queues, strict=True):
-        msgs = await take(q, 12)
-        counts.append(len(msgs))
-        seen += [m.payload for m in msgs]
-        for m in msgs:
-            await cons.ack(m)
-    assert counts == [12, 12, 12]
+    results = await asyncio.gather(
+        *(take(q, 12, ack=cons) for cons, q in zip(consumers, queues, strict=True))
+    )
+    seen = [m.payload for msgs in results for m in msgs]
+    assert [len(msgs) for msgs in results] == [12, 12, 12]
     assert sorted(seen) == sorted(f"m{i}".encode() for i in range(36))
     for q in queues:
         assert q.empty()
@@ -70,11 +64,9 @@ async def test_fanout_exclusive_subscriptions(
     await asyncio.sleep(0.3)
     for i in range(24):
         await p.send(str(i).encode())
-    for cons, q in subs:
-        got = await take(q, 24)
+    results = await asyncio.gather(*(take(q, 24, ack=cons) for cons, q in subs))
+    for got in results:
         assert [m.payload for m in got] == [str(i).encode() for i in range(24)]
-        for m in got:
-            await cons.ack(m)
 
 
 async def test_second_exclusive_consumer_rejected(shared_broker: BrokerProcess, topic: str) -> None:
@@ -95,9 +87,7 @@ async def test_failover_promotes_standby(shared_broker: BrokerProcess, topic: st
     await asyncio.sleep(0.2)
     for i in range(5):
         await p.send(f"x{i}".encode())
-    got = await take(qa, 5)
-    for m in got:
-        await active.ack(m)
+    await take(qa, 5, ack=active)
     assert qb.empty()
     await p.send(b"unacked")
     pending = await take(qa, 1)
@@ -156,14 +146,9 @@ async def test_key_shared_filters(shared_broker: BrokerProcess, topic: str) -> N
     for k in ("eu-1", "us-1", "eu-2", "us-2"):
         for i in range(3):
             await p.send_with_key(f"{k}/{i}".encode(), {}, k)
-    got_eu = await take(qe, 6)
-    got_us = await take(qu, 6)
+    got_eu, got_us = await asyncio.gather(take(qe, 6, ack=eu), take(qu, 6, ack=us))
     assert all(m.routing_key.startswith("eu-") for m in got_eu)
     assert all(m.routing_key.startswith("us-") for m in got_us)
-    for m in got_eu:
-        await eu.ack(m)
-    for m in got_us:
-        await us.ack(m)
 
 
 @pytest.mark.parametrize("reliable", [False, True], ids=["nonreliable", "reliable"])
@@ -174,12 +159,10 @@ async def test_partitioned_topic(shared_broker: BrokerProcess, topic: str, relia
     await asyncio.sleep(0.3)
     for i in range(30):
         await p.send(f"m{i}".encode())
-    got = await take(q, 30)
+    got = await take(q, 30, ack=cons)
     names = Counter(m.msg_id.topic_name for m in got)
     assert set(names) == {f"{topic}-part-{i}" for i in range(3)}
     assert sorted(m.payload for m in got) == sorted(f"m{i}".encode() for i in range(30))
-    for m in got:
-        await cons.ack(m)
 
 
 async def test_reliable_redelivery_after_disconnect(shared_broker: BrokerProcess, topic: str) -> None:
@@ -194,10 +177,8 @@ async def test_reliable_redelivery_after_disconnect(shared_broker: BrokerProcess
     assert got[3].payload == b"msg_3"
     await cons.close()
     cons2, q2 = await consumer(c, topic, "c1", "rd", S.EXCLUSIVE)
-    rest = await take(q2, 7)
+    rest = await take(q2, 7, ack=cons2)
     assert [m.payload for m in rest] == [f"msg_{i}".encode() for i in range(3, 10)]
-    for m in rest:
-        await cons2.ack(m)
 
 
 async def test_nack_redelivers_same_offset(shared_broker: BrokerProcess, topic: str) -> None:
