@@ -223,3 +223,15 @@ async def test_dead_letter_after_max_redeliveries(shared_broker: BrokerProcess, 
     nxt = (await take(q, 1, within=20))[0]
     assert nxt.payload == b"after"
     await cons.ack(nxt)
+
+
+async def test_reconnect_returns_same_ids(shared_broker: BrokerProcess, topic: str) -> None:
+    c = await client(shared_broker.url)
+    p1 = await producer(c, topic, "same-name", reliable=True)
+    p2 = await producer(c, topic, "same-name", reliable=True)
+    assert p1._producers[0].producer_id == p2._producers[0].producer_id
+    c1, _ = await consumer(c, topic, "same-consumer", "ids", S.SHARED)
+    c2, _ = await consumer(c, topic, "same-consumer", "ids", S.SHARED)
+    assert c1._consumers[topic].consumer_id == c2._consumers[topic].consumer_id
+    other, _ = await consumer(c, topic, "other-consumer", "ids", S.SHARED)
+    assert other._consumers[topic].consumer_id != c1._consumers[topic].consumer_id

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,9 @@ log = logging.getLogger(__name__)
 
 # Index of consumer ids so a consumer survives a broker restart (an Ister addition, see docs/metadata.md).
 CONSUMER_INDEX = "/ister/consumers/"
+# Consumers with no stream and no health check for this long are forgotten (there is no unsubscribe RPC).
+CONSUMER_IDLE_SECONDS = 300.0
+CONSUMER_REAP_INTERVAL_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,7 @@ class BrokerService:
         self.consumers: dict[int, ConsumerRef] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._closing = False
+        self._reaper: asyncio.Task[None] | None = None
         w = config.wal
         self._wal_config = WalConfig(
             fsync=w.fsync,
@@ -69,10 +74,13 @@ class BrokerService:
             validate_segment(ns, "namespace")
             if await self.store.get(keys.namespace_policy(ns)) is None:
                 await self.store.put(keys.namespace_policy(ns), policy)
+        self._reaper = asyncio.create_task(self._reap_loop(), name="consumer-reaper")
 
     async def close(self) -> None:
         """Graceful shutdown: stop accepting work, flush cursors, close every WAL."""
         self._closing = True
+        if self._reaper is not None:
+            self._reaper.cancel()
         for topic in list(self.topics.values()):
             try:
                 await topic.close()
@@ -227,9 +235,11 @@ class BrokerService:
             raise InvalidArgument(f"producer {producer_id} publishes to {session.topic}, not {topic_name}")
         return session
 
-    async def send(self, producer_id: int, topic_name: str, message: StoredMessage) -> int:
-        session = await self.producer(producer_id, topic_name)
-        topic = await self.get_topic(TopicName.parse(session.topic))
+    async def send(self, session: ProducerSession, message: StoredMessage) -> int:
+        """Publish for a producer already resolved by `producer()`; the hot path avoids re-parsing names."""
+        topic = self.topics.get(session.topic)
+        if topic is None:
+            topic = await self.get_topic(TopicName.parse(session.topic))
         return await topic.publish(message)
 
     # -- consumers ----------------------------------------------------------------------------------------
@@ -281,6 +291,31 @@ class BrokerService:
             },
         )
         return session.id
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CONSUMER_REAP_INTERVAL_SECONDS)
+            try:
+                await self.reap_consumers(time.monotonic() - CONSUMER_IDLE_SECONDS)
+            except Exception:
+                log.exception("consumer reaper failed")
+
+    async def reap_consumers(self, seen_before: float) -> int:
+        """Forget consumers with no stream that were last seen before `seen_before` (monotonic seconds).
+
+        The official client has no unsubscribe: without this, every consumer name ever used would stay in
+        memory and in the consumer index. A reaped consumer that comes back simply subscribes again.
+        """
+        stale = [
+            ref
+            for ref in self.consumers.values()
+            if not ref.session.attached and ref.session.last_seen < seen_before
+        ]
+        for ref in stale:
+            await self._drop_consumer(ref.session, ref.subscription)
+        if stale:
+            log.info("forgot %d idle consumers", len(stale))
+        return len(stale)
 
     async def _drop_consumer(self, session: ConsumerSession, sub: Subscription) -> None:
         sub.remove_consumer(session)
@@ -452,7 +487,7 @@ class BrokerService:
         ref.subscription.detach(ref.session, stream)
 
     async def _subscription_for(self, topic_name: str, subscription: str) -> Subscription:
-        topic = await self.get_topic(TopicName.parse(topic_name))
+        topic = self.topics.get(topic_name) or await self.get_topic(TopicName.parse(topic_name))
         sub = topic.subscriptions.get(subscription)
         if sub is None:
             raise NotFound(f"subscription {subscription!r} does not exist on {topic_name}")

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ister.config import load_config
-from ister.errors import ConfigError
+from ister.errors import ConfigError, IsterError
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Ister: a Danube-compatible messaging broker."
@@ -60,7 +60,7 @@ def broker(
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    except OSError as exc:
+    except (OSError, IsterError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
 

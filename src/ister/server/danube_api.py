@@ -39,7 +39,7 @@ class ProducerServicer(pb_grpc.ProducerServiceServicer):  # type: ignore[misc]
             raise InvalidArgument("msg_id is required")
         session = await self.broker.producer(request.msg_id.producer_id, request.msg_id.topic_name)
         message = stored_from_wire(request, session.id, session.name)
-        await self.broker.send(session.id, session.topic, message)
+        await self.broker.send(session, message)
         return pb.MessageResponse(request_id=request.request_id)
 
 

@@ -27,9 +27,12 @@ async def start_client_server(broker: BrokerService, addr: str) -> Any:
     server = grpc.aio.server(options=SERVER_OPTIONS)
     add_danube_services(server, broker)
     host, port = split_host_port(addr, "broker_addr")
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:  # grpc raises RuntimeError when the address is taken
+        bound = 0
     if bound == 0:
-        raise OSError(f"cannot bind the client port {addr}")
+        raise OSError(f"cannot listen on {addr} (address in use or not local)")
     await server.start()
     return server
 

@@ -1,0 +1,93 @@
+"""BrokerService in-process (embedded metadata in memory, WAL on tmp_path): rules that need no network."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from ister.broker.service import CONSUMER_INDEX, BrokerService
+from ister.config import load_config
+from ister.core.dispatch import SubType
+from ister.core.record import StoredMessage
+from ister.errors import FailedPrecondition, InvalidArgument, NotFound
+from ister.metadata import keys
+from ister.metadata.embedded import EmbeddedStore
+
+
+@pytest.fixture
+async def broker(tmp_path: Path):  # type: ignore[no-untyped-def]
+    store = EmbeddedStore.in_memory()
+    service = BrokerService(load_config(environ={}), store, tmp_path)
+    await service.start()
+    yield service
+    await service.close()
+    await store.close()
+
+
+def _msg(payload: bytes) -> StoredMessage:
+    return StoredMessage(payload=payload, publish_time=1, producer_id=1, producer_name="p")
+
+
+async def test_idle_consumers_are_forgotten(broker: BrokerService) -> None:
+    await broker.create_producer("/default/t", "p", reliable=True, access_mode=0)
+    cid = await broker.subscribe("/default/t", "s", "c", SubType.SHARED, [])
+    assert await broker.store.get(CONSUMER_INDEX + str(cid)) is not None
+    assert await broker.reap_consumers(time.monotonic() - 60) == 0  # seen just now: kept
+    assert await broker.reap_consumers(time.monotonic() + 1) == 1
+    assert cid not in broker.consumers
+    assert await broker.store.get(CONSUMER_INDEX + str(cid)) is None
+    again = await broker.subscribe("/default/t", "s", "c", SubType.SHARED, [])
+    assert again != cid
+
+
+async def test_attached_consumers_are_never_reaped(broker: BrokerService) -> None:
+    await broker.create_producer("/default/t2", "p", reliable=True, access_mode=0)
+    cid = await broker.subscribe("/default/t2", "s", "c", SubType.EXCLUSIVE, [])
+    ref, stream = await broker.open_stream(cid)
+    assert await broker.reap_consumers(time.monotonic() + 1) == 0
+    broker.close_stream(ref, stream)
+    assert await broker.reap_consumers(time.monotonic() + 1) == 1
+
+
+async def test_new_subscription_starts_at_latest_and_records_it(broker: BrokerService) -> None:
+    pid = await broker.create_producer("/default/t3", "p", reliable=True, access_mode=0)
+    session = await broker.producer(pid, "/default/t3")
+    for i in range(3):
+        await broker.send(session, _msg(b"%d" % i))
+    await broker.subscribe("/default/t3", "late", "c", SubType.EXCLUSIVE, [])
+    record = await broker.store.get(keys.subscription("/default/t3", "late"))
+    assert record is not None and record.value["start_offset"] == 3
+
+
+async def test_strategy_and_partition_conflicts(broker: BrokerService) -> None:
+    await broker.create_producer("/default/plain", "p", reliable=False, access_mode=0)
+    with pytest.raises(FailedPrecondition, match="NonReliable"):
+        await broker.create_producer("/default/plain", "q", reliable=True, access_mode=0)
+    with pytest.raises(FailedPrecondition, match="plain topic"):
+        await broker.create_producer("/default/plain-part-0", "p", reliable=False, access_mode=0)
+    await broker.create_producer("/default/parted-part-1", "p", reliable=False, access_mode=0)
+    await broker.create_producer("/default/parted-part-0", "p", reliable=False, access_mode=0)
+    with pytest.raises(FailedPrecondition, match="partitioned"):
+        await broker.create_producer("/default/parted", "p", reliable=False, access_mode=0)
+    from ister.ids import TopicName
+
+    assert await broker.partitions(TopicName.parse("/default/parted")) == [
+        "/default/parted-part-0",
+        "/default/parted-part-1",
+    ]
+    assert await broker.partitions(TopicName.parse("/default/plain")) == ["/default/plain"]
+
+
+async def test_bad_names_and_unknowns(broker: BrokerService) -> None:
+    with pytest.raises(InvalidArgument):
+        await broker.create_producer("/default/t", "bad/name", reliable=True, access_mode=0)
+    with pytest.raises(NotFound, match="namespace"):
+        await broker.create_producer("/missing/t", "p", reliable=True, access_mode=0)
+    with pytest.raises(NotFound):
+        await broker.subscribe("/default/none", "s", "c", SubType.SHARED, [])
+    with pytest.raises(NotFound):
+        await broker.producer(12345, "/default/none")
+    with pytest.raises(NotFound):
+        await broker.open_stream(12345)

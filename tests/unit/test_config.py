@@ -1,0 +1,307 @@
+"""Configuration: defaults < YAML file < ISTER_* environment < flags, validated once, errors name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ister.config import BrokerConfig, load_config, split_host_port
+from ister.errors import ConfigError
+from ister.limits import DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_WINDOW, MAX_WINDOW, MIN_WINDOW
+
+
+def _load(
+    tmp_path: Path | None = None,
+    yaml_text: str | None = None,
+    flags: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+) -> BrokerConfig:
+    path = None
+    if yaml_text is not None:
+        assert tmp_path is not None
+        path = tmp_path / "ister.yml"
+        path.write_text(yaml_text)
+    return load_config(path, flags, {} if env is None else env)
+
+
+# -- defaults ---------------------------------------------------------------------------------------------
+
+
+def test_defaults_follow_danube() -> None:
+    cfg = _load()
+    assert cfg.mode == "standalone"
+    assert cfg.broker_addr == "127.0.0.1:6650"
+    assert cfg.admin_addr == "127.0.0.1:50051"
+    assert cfg.prom_exporter == "127.0.0.1:9040"
+    assert cfg.bootstrap_namespaces == ["default"]
+    assert cfg.auto_create_topics is True
+    assert cfg.broker_url == "http://127.0.0.1:6650"
+    assert cfg.wal.fsync == "always"
+    d = cfg.dispatch
+    assert d.max_unacked_messages == DEFAULT_WINDOW == 10
+    assert d.max_redelivery_count == 5
+    assert d.ack_timeout_ms == 30_000
+    assert cfg.policies.max_message_size == DEFAULT_MAX_MESSAGE_SIZE == 10 * 1024 * 1024
+
+
+def test_default_environ_is_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ISTER_WAL__FSYNC", "interval")
+    assert load_config().wal.fsync == "interval"
+
+
+def test_unrelated_environment_ignored() -> None:
+    cfg = _load(env={"HOME": "/root", "ISTERX": "1", "PATH": "/bin", "XISTER_MODE": "cluster"})
+    assert cfg == _load()
+
+
+def test_advertised_addr_is_broker_url() -> None:
+    assert _load(flags={"advertised_addr": "broker.example:7000"}).broker_url == "http://broker.example:7000"
+    assert _load(flags={"advertised_addr": "https://b:1"}).broker_url == "https://b:1"
+
+
+# -- sources and precedence -------------------------------------------------------------------------------
+
+
+def test_yaml_file(tmp_path: Path) -> None:
+    cfg = _load(
+        tmp_path,
+        "broker_addr: 0.0.0.0:7000\n"
+        "prom_exporter: null\n"
+        "bootstrap_namespaces: [default, tenant_a]\n"
+        "wal: {fsync: interval, fsync_interval_ms: 20}\n"
+        "dispatch:\n  max_unacked_messages: 100\n  poison_policy: Drop\n",
+    )
+    assert cfg.broker_addr == "0.0.0.0:7000"
+    assert cfg.prom_exporter is None
+    assert cfg.bootstrap_namespaces == ["default", "tenant_a"]
+    assert cfg.wal.fsync == "interval"
+    assert cfg.wal.fsync_interval_ms == 20
+    assert cfg.wal.segment_max_bytes == BrokerConfig().wal.segment_max_bytes  # untouched keys keep defaults
+    assert cfg.dispatch.max_unacked_messages == 100
+    assert cfg.dispatch.poison_policy == "Drop"
+    assert cfg.dispatch.ack_timeout_ms == 30_000
+
+
+def test_empty_yaml_file_means_defaults(tmp_path: Path) -> None:
+    assert _load(tmp_path, "") == _load()
+    assert _load(tmp_path, "# only a comment\n") == _load()
+
+
+def test_nested_env_override() -> None:
+    cfg = _load(env={"ISTER_WAL__FSYNC": "interval", "ISTER_DISPATCH__MAX_UNACKED_MESSAGES": "25"})
+    assert cfg.wal.fsync == "interval"
+    assert cfg.dispatch.max_unacked_messages == 25  # env values are YAML scalars
+
+
+def test_env_name_is_case_insensitive_after_prefix() -> None:
+    assert _load(env={"ISTER_wal__Fsync": "interval"}).wal.fsync == "interval"
+
+
+def test_env_overrides_yaml_but_keeps_sibling_keys(tmp_path: Path) -> None:
+    cfg = _load(
+        tmp_path,
+        "wal: {fsync: always, fsync_interval_ms: 7}\nlog_level: debug\n",
+        env={"ISTER_WAL__FSYNC": "interval"},
+    )
+    assert cfg.wal.fsync == "interval"
+    assert cfg.wal.fsync_interval_ms == 7  # the merge is per key, not per section
+    assert cfg.log_level == "debug"
+
+
+def test_env_empty_value_unsets_optional() -> None:
+    assert _load(env={"ISTER_PROM_EXPORTER": ""}).prom_exporter is None
+
+
+def test_env_list_value() -> None:
+    assert _load(env={"ISTER_BOOTSTRAP_NAMESPACES": "[a, b]"}).bootstrap_namespaces == ["a", "b"]
+
+
+def test_flags_override_env_and_yaml(tmp_path: Path) -> None:
+    cfg = _load(
+        tmp_path,
+        "broker_addr: 127.0.0.1:1000\nwal: {fsync: interval}\n",
+        flags={"broker_addr": "127.0.0.1:3000", "wal.fsync": "always"},
+        env={"ISTER_BROKER_ADDR": "127.0.0.1:2000", "ISTER_WAL__FSYNC": "interval"},
+    )
+    assert cfg.broker_addr == "127.0.0.1:3000"
+    assert cfg.wal.fsync == "always"
+
+
+def test_unset_flags_do_not_override(tmp_path: Path) -> None:
+    cfg = _load(
+        tmp_path,
+        "log_level: warning\n",
+        flags={"log_level": None, "wal.fsync": None},
+        env={"ISTER_WAL__FSYNC": "interval"},
+    )
+    assert cfg.log_level == "warning"
+    assert cfg.wal.fsync == "interval"
+
+
+# -- invalid input: ConfigError naming the key ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "key"),
+    [
+        ({"dispatch.max_unacked_messages": MIN_WINDOW - 1}, "max_unacked_messages"),
+        ({"dispatch.max_unacked_messages": MAX_WINDOW + 1}, "max_unacked_messages"),
+        ({"dispatch.max_unacked_messages": "ten"}, "max_unacked_messages"),
+        ({"dispatch.max_unacked_messages": True}, "max_unacked_messages"),
+        ({"dispatch.max_unacked_messages": 10.5}, "max_unacked_messages"),
+        ({"dispatch.ack_timeout_ms": 0}, "ack_timeout_ms"),
+        ({"dispatch.max_redelivery_count": -1}, "max_redelivery_count"),
+        ({"dispatch.base_redelivery_delay_ms": -1}, "base_redelivery_delay_ms"),
+        ({"dispatch.backoff_strategy": "Linear"}, "backoff_strategy"),
+        ({"dispatch.poison_policy": "Ignore"}, "poison_policy"),
+        ({"wal.fsync": "sometimes"}, "fsync"),
+        ({"wal.segment_max_bytes": 5}, "segment_max_bytes"),
+        ({"wal.fsync_interval_ms": 0}, "fsync_interval_ms"),
+        ({"policies.max_message_size": -1}, "max_message_size"),
+        ({"mode": "galaxy"}, "mode"),
+        ({"log_level": "verbose"}, "log_level"),
+        ({"auto_create_topics": "perhaps"}, "auto_create_topics"),
+        ({"broker_addr": 6650}, "broker_addr"),
+        ({"bootstrap_namespaces": []}, "bootstrap_namespaces"),
+    ],
+)
+def test_invalid_values_name_the_key(flags: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        _load(flags=flags)
+
+
+def test_window_bounds_are_inclusive() -> None:
+    assert _load(flags={"dispatch.max_unacked_messages": MIN_WINDOW}).dispatch.max_unacked_messages == 1
+    assert _load(flags={"dispatch.max_unacked_messages": MAX_WINDOW}).dispatch.max_unacked_messages == 10_000
+
+
+def test_invalid_env_value_names_the_key() -> None:
+    with pytest.raises(ConfigError, match="max_unacked_messages"):
+        _load(env={"ISTER_DISPATCH__MAX_UNACKED_MESSAGES": "0"})
+    with pytest.raises(ConfigError, match="ISTER_WAL__FSYNC"):
+        _load(env={"ISTER_WAL__FSYNC": "[unclosed"})  # not even YAML: the variable is named
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key"),
+    [
+        ("bogus: 1\n", "bogus"),
+        ("wal: {fsynk: always}\n", "fsynk"),
+        ("dispatch: {window: 5}\n", "window"),
+        ("policies: {max_things: 1}\n", "max_things"),
+    ],
+)
+def test_unknown_keys_rejected(tmp_path: Path, yaml_text: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        _load(tmp_path, yaml_text)
+
+
+def test_unknown_env_key_rejected() -> None:
+    with pytest.raises(ConfigError, match="bogus"):
+        _load(env={"ISTER_BOGUS": "1"})
+    with pytest.raises(ConfigError, match="nope"):
+        _load(env={"ISTER_WAL__NOPE": "1"})
+
+
+def test_env_cannot_nest_under_a_scalar() -> None:
+    with pytest.raises(ConfigError, match="log_level"):
+        _load(env={"ISTER_LOG_LEVEL__X": "1"})
+
+
+@pytest.mark.parametrize(
+    "yaml_text", ["- a\n- b\n", "just a string\n", "42\n"], ids=["list", "string", "number"]
+)
+def test_top_level_must_be_mapping(tmp_path: Path, yaml_text: str) -> None:
+    with pytest.raises(ConfigError, match="mapping"):
+        _load(tmp_path, yaml_text)
+
+
+def test_yaml_syntax_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        _load(tmp_path, "wal: {fsync: always\n")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "absent.yml", None, {})
+
+
+def test_section_replaced_by_scalar_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="wal"):
+        _load(tmp_path, "wal: fast\n")
+
+
+# -- HOST:PORT ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("127.0.0.1:6650", ("127.0.0.1", 6650)),
+        ("localhost:0", ("localhost", 0)),
+        ("0.0.0.0:65535", ("0.0.0.0", 65535)),
+        ("[::1]:9040", ("[::1]", 9040)),
+    ],
+)
+def test_split_host_port_valid(value: str, expected: tuple[str, int]) -> None:
+    assert split_host_port(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value", ["6650", "host", "host:", ":6650", "host:65536", "host:-1", "host:port", "host:66 50", ""]
+)
+def test_split_host_port_invalid(value: str) -> None:
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        split_host_port(value)
+
+
+@pytest.mark.parametrize("key", ["broker_addr", "admin_addr", "prom_exporter"])
+def test_bad_address_names_the_key(key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        _load(flags={key: "no-port-here"})
+
+
+def test_prom_exporter_may_be_disabled() -> None:
+    assert _load(flags={"prom_exporter": None}).prom_exporter == "127.0.0.1:9040"  # None = flag unset
+    assert _load(env={"ISTER_PROM_EXPORTER": "null"}).prom_exporter is None
+
+
+@pytest.mark.xfail(
+    reason="split_host_port: str.isdigit() accepts '²', int() then raises ValueError instead of ConfigError",
+    strict=True,
+)
+def test_split_host_port_superscript_digit_is_config_error() -> None:
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        split_host_port("host:²")
+
+
+# -- values the config accepts but the broker later refuses ---------------------------------------------
+
+
+@pytest.mark.xfail(
+    reason="bootstrap_namespaces are validated only in BrokerService.start() (InvalidArgument, a traceback)",
+    strict=True,
+)
+def test_invalid_bootstrap_namespace_is_config_error() -> None:
+    with pytest.raises(ConfigError, match="bootstrap_namespaces"):
+        _load(flags={"bootstrap_namespaces": ["has space"]})
+
+
+@pytest.mark.xfail(
+    reason="cluster_name is validated only by metadata.keys at start (InvalidArgument, a traceback)",
+    strict=True,
+)
+def test_invalid_cluster_name_is_config_error() -> None:
+    with pytest.raises(ConfigError, match="cluster_name"):
+        _load(flags={"cluster_name": "a/b"})
+
+
+@pytest.mark.xfail(
+    reason="config accepts values FailurePolicy refuses (> U32/U63), so every reliable Subscribe fails later",
+    strict=True,
+)
+def test_dispatch_values_beyond_failure_policy_range_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="max_redelivery_count"):
+        _load(flags={"dispatch.max_redelivery_count": 2**40})
