@@ -39,7 +39,7 @@ test: lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 bench: install
-	$(BIN)/ister bench
+	$(BIN)/python bench/danube_bench.py
 
 proto: install
 	$(BIN)/python scripts/gen_proto.py

@@ -14,7 +14,8 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from ister.errors import ConfigError
+from ister.errors import ConfigError, InvalidArgument
+from ister.ids import validate_segment
 from ister.limits import DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_WINDOW, MAX_WINDOW, MIN_WINDOW, MiB
 
 ENV_PREFIX = "ISTER_"
@@ -97,12 +98,22 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
             raise ConfigError(f"policies.{name} must be >= 0")
     if not cfg.bootstrap_namespaces:
         raise ConfigError("bootstrap_namespaces must not be empty")
+    for ns in [*cfg.bootstrap_namespaces, cfg.cluster_name]:
+        try:
+            validate_segment(ns, "name")
+        except InvalidArgument as exc:
+            raise ConfigError(f"bootstrap_namespaces/cluster_name: {exc}") from None
+    if d.max_redelivery_count > 1_000:
+        raise ConfigError("dispatch.max_redelivery_count must be <= 1000")
+    for name in ("ack_timeout_ms", "base_redelivery_delay_ms", "max_redelivery_delay_ms"):
+        if getattr(d, name) > 86_400_000:
+            raise ConfigError(f"dispatch.{name} must be <= 86400000 (one day)")
     return cfg
 
 
 def split_host_port(value: str, what: str = "address") -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise ConfigError(f"{what}: expected HOST:PORT, got {value!r}")
     return host, int(port)
 

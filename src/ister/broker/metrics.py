@@ -36,6 +36,7 @@ topics_loaded = Gauge("danube_broker_topics_owned", "Topics loaded on this broke
 
 def forget_subscription(topic: str, subscription: str) -> None:
     """Drop a subscription's series so gauges of gone subscriptions do not linger."""
-    for metric in (subscription_lag, heartbeat_polls, notifier_polls, redeliveries, nacks, dlq_total):
+    series = (subscription_lag, heartbeat_polls, notifier_polls, redeliveries, nacks, dlq_total)
+    for metric in (*series, messages_out, bytes_out, dropped):
         with contextlib.suppress(KeyError):
             metric.remove(topic, subscription)

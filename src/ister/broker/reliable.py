@@ -187,7 +187,9 @@ class ReliableSubscription(Subscription):
                 self._state.detach(d.consumer_id, now_ms())
                 continue
             if not session.stream.offer(Outbound(d.offset, message, d.redelivery)):
-                self._state.detach(d.consumer_id, now_ms())
+                # A full buffer means the client stopped reading: end its stream so it reconnects, and let
+                # the state machine redeliver what it held.
+                self.detach(session)
                 continue
             self._m_out.inc()
             self._m_bytes.inc(len(message.payload))

@@ -21,10 +21,11 @@ from ister.broker.subscription import Subscription
 from ister.broker.topic import NON_RELIABLE, RELIABLE, Topic
 from ister.config import BrokerConfig
 from ister.core.dispatch import DeadLetter, FailurePolicy, SubType
+from ister.core.dispatch.selector import MAX_KEY_FILTERS
 from ister.core.record import StoredMessage
 from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from ister.ids import PARTITION_MARKER, TopicName, new_id, validate_client_name, validate_segment
-from ister.limits import NON_RELIABLE_CONSUMER_BUFFER, RELIABLE_CONSUMER_BUFFER
+from ister.limits import MAX_NAME_LEN, NON_RELIABLE_CONSUMER_BUFFER, RELIABLE_CONSUMER_BUFFER
 from ister.metadata import keys
 from ister.metadata.store import MetadataStore
 from ister.storage.wal import Wal, WalConfig
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 # Index of consumer ids so a consumer survives a broker restart (an Ister addition, see docs/metadata.md).
 CONSUMER_INDEX = "/ister/consumers/"
+DLQ_SUFFIX = "-DLQ"
 # Consumers with no stream and no health check for this long are forgotten (there is no unsubscribe RPC).
 CONSUMER_IDLE_SECONDS = 300.0
 CONSUMER_REAP_INTERVAL_SECONDS = 30.0
@@ -53,7 +55,10 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self.producers: dict[int, ProducerSession] = {}
         self.consumers: dict[int, ConsumerRef] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        # One lock for all topic loads and creations: they are rare, and a per-name map would grow with
+        # every name anyone asks about.
+        self._load_lock = asyncio.Lock()
+        self._started_at = time.monotonic()
         self._closing = False
         self._reaper: asyncio.Task[None] | None = None
         w = config.wal
@@ -101,6 +106,11 @@ class BrokerService:
 
     async def _create_topic(self, name: TopicName, delivery: str) -> None:
         await self._namespace_policy(name.namespace)
+        if not name.topic.endswith(DLQ_SUFFIX) and len(name.topic) + len(DLQ_SUFFIX) > MAX_NAME_LEN:
+            # Leave room for the dead-letter topic `<topic>-DLQ`, which must be a valid name too.
+            raise InvalidArgument(
+                f"topic name {name.topic!r} is too long: at most {MAX_NAME_LEN - 4} characters"
+            )
         if not self.config.auto_create_topics:
             raise NotFound(f"topic {name} does not exist and auto_create_topics is off")
         part = name.partition
@@ -112,6 +122,7 @@ class BrokerService:
             prefix = keys.namespace_topic(name.full) + PARTITION_MARKER
             if await self.store.list(prefix):
                 raise FailedPrecondition(f"cannot create {name}: it is a partitioned topic")
+        await self.store.put(keys.topic_root(name.full), 0)
         await self.store.put(keys.topic_delivery(name.full), delivery)
         await self.store.put(keys.namespace_topic(name.full), None)
         log.info("created topic %s (%s)", name, delivery)
@@ -123,8 +134,7 @@ class BrokerService:
         topic = self.topics.get(name.full)
         if topic is not None:
             return topic
-        lock = self._locks.setdefault(name.full, asyncio.Lock())
-        async with lock:
+        async with self._load_lock:
             topic = self.topics.get(name.full)
             if topic is not None:
                 return topic
@@ -255,6 +265,8 @@ class BrokerService:
         validate_client_name(subscription, "subscription name")
         validate_client_name(consumer_name, "consumer name")
         filters = tuple(key_filters)
+        if len(filters) > MAX_KEY_FILTERS:
+            raise InvalidArgument(f"too many key filters: {len(filters)} > {MAX_KEY_FILTERS}")
         for f in filters:
             if not f or len(f) > 1024:
                 raise InvalidArgument(f"invalid key filter {f!r}")
@@ -313,6 +325,12 @@ class BrokerService:
         ]
         for ref in stale:
             await self._drop_consumer(ref.session, ref.subscription)
+        if time.monotonic() - self._started_at > CONSUMER_IDLE_SECONDS:
+            # Index entries of consumers from before a restart that never came back.
+            for kv in await self.store.list(CONSUMER_INDEX, limit=10_000):
+                cid = kv.key[len(CONSUMER_INDEX) :]
+                if cid.isdigit() and int(cid) not in self.consumers:
+                    await self.store.delete(kv.key)
         if stale:
             log.info("forgot %d idle consumers", len(stale))
         return len(stale)
@@ -342,6 +360,12 @@ class BrokerService:
             start = record.value["start_offset"]
         else:
             start = topic.wal.committed_offset  # a new subscription starts at the latest offset
+        if start > topic.wal.committed_offset:
+            # The WAL holds less than the cursor says (its files were lost): resume at its head.
+            log.warning(
+                "%s/%s: cursor start %d is past the WAL head %d", t, name, start, topic.wal.committed_offset
+            )
+            start = topic.wal.committed_offset
         start = max(start, topic.wal.first_offset)
         await self.store.put(record_key, self._sub_record(name, sub_type, consumer_name, filters, start))
         policy = await self._failure_policy(topic, name)

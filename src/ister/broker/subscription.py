@@ -63,9 +63,9 @@ class Subscription(ABC):
             session.stream = None
             old.end()
             self._on_detach(session)
+        self._on_attach(session)  # may refuse (raises) before the stream counts as attached
         session.stream = stream
         session.touch()
-        self._on_attach(session)
 
     def detach(self, session: ConsumerSession, stream: ConsumerStream | None = None) -> None:
         """The consumer's stream ended; a stale stream (already taken over) changes nothing."""

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
 
 class WalReader:
-    """Reads committed records from `next_offset` on. Never returns non-durable data, never skips or
-    repeats an offset (it tracks a single next_offset across all sources)."""
+    """Reads committed records from `next_offset` on: fsync'd ones with `fsync: always`, written ones with
+    `fsync: interval`. Never skips or repeats an offset (one next_offset across all sources)."""
 
     def __init__(self, wal: Wal, start: int) -> None:
         self._wal = wal
