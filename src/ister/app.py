@@ -39,6 +39,7 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
         await stop.wait()
         log.info("shutting down")
     finally:
+        broker.end_streams()
         if server is not None:
             await server.stop(grace=1.0)
         try:

@@ -16,7 +16,16 @@ import yaml
 
 from ister.errors import ConfigError, InvalidArgument
 from ister.ids import validate_segment
-from ister.limits import DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_WINDOW, MAX_WINDOW, MIN_WINDOW, MiB
+from ister.limits import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_WINDOW,
+    GRPC_MAX_MESSAGE_BYTES,
+    MAX_WINDOW,
+    MIN_WINDOW,
+    MiB,
+)
+
+MAX_POLICY_MESSAGE_SIZE = GRPC_MAX_MESSAGE_BYTES - MiB  # room for the envelope around the payload
 
 ENV_PREFIX = "ISTER_"
 
@@ -93,6 +102,10 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
     w = cfg.wal
     if w.segment_max_bytes < 1024 or w.cache_max_bytes < 0 or w.fsync_interval_ms < 1:
         raise ConfigError("wal: segment_max_bytes >= 1024, cache_max_bytes >= 0, fsync_interval_ms >= 1")
+    if d.base_redelivery_delay_ms > d.max_redelivery_delay_ms:
+        raise ConfigError("dispatch.base_redelivery_delay_ms must be <= dispatch.max_redelivery_delay_ms")
+    if cfg.policies.max_message_size > MAX_POLICY_MESSAGE_SIZE:
+        raise ConfigError(f"policies.max_message_size must be <= {MAX_POLICY_MESSAGE_SIZE} (gRPC's limit)")
     for name in Policies.__struct_fields__:
         if getattr(cfg.policies, name) < 0:
             raise ConfigError(f"policies.{name} must be >= 0")

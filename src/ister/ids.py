@@ -74,7 +74,8 @@ class TopicName:
         return TopicName(self.namespace, f"{self.topic}{PARTITION_MARKER}{index}")
 
     def dlq(self) -> TopicName:
-        return TopicName(self.namespace, f"{self.topic}-DLQ")
+        """The default dead-letter topic `<topic>-DLQ`; InvalidArgument when that name would be too long."""
+        return TopicName(self.namespace, validate_segment(f"{self.topic}-DLQ", "dead-letter topic"))
 
     def __str__(self) -> str:
         return self.full

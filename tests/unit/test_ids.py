@@ -150,15 +150,10 @@ def test_dlq_name() -> None:
     assert TopicName.parse(dlq.full) == dlq
 
 
-@pytest.mark.xfail(
-    reason="TopicName.dlq() does not check MAX_NAME_LEN. BrokerService._create_topic now keeps 4 characters"
-    " free, except for names already ending in '-DLQ': a 252-255 character '...-DLQ' topic gets an"
-    " unparsable dead-letter name and its dead letters are retried for ever",
-    strict=True,
-)
-def test_derived_names_of_long_topics_stay_valid() -> None:
+def test_dead_letter_name_of_a_too_long_topic_is_a_clear_error() -> None:
     long = TopicName.parse(f"/default/{'t' * (MAX_NAME_LEN - 4)}-DLQ")
-    TopicName.parse(long.dlq().full)
+    with pytest.raises(InvalidArgument, match="dead-letter topic"):
+        long.dlq()
 
 
 # -- segments and client names -------------------------------------------------------------------------------

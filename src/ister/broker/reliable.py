@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 DeadLetterPublisher = Callable[[StoredMessage, DeadLetter], Awaitable[None]]
 CursorWriter = Callable[[int], Awaitable[None]]
 
+DLQ_BACKOFF_MIN_SECONDS = 0.5
+DLQ_BACKOFF_MAX_SECONDS = 30.0
+WARN_INTERVAL_SECONDS = 10.0
+
 
 def now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
@@ -61,6 +65,10 @@ class ReliableSubscription(Subscription):
         self._acks_since_flush = 0
         self._last_flush = time.monotonic()
         self._task: asyncio.Task[None] | None = None
+        self._dlq_retry_at = 0.0
+        self._dlq_backoff = DLQ_BACKOFF_MIN_SECONDS
+        self._warned_at = 0.0
+        self._suppressed = 0
         labels = (topic, name)
         self._m_lag = metrics.subscription_lag.labels(*labels)
         self._m_heartbeat = metrics.heartbeat_polls.labels(*labels)
@@ -110,9 +118,7 @@ class ReliableSubscription(Subscription):
     async def ack(self, offset: int) -> bool:
         known = self._state.on_ack(offset, now_ms())
         if not known:
-            log.warning(
-                "%s/%s: ack of offset %d that is not in flight; ignored", self.topic, self.name, offset
-            )
+            self._warn("ack of offset %d that is not in flight; ignored", offset)
             return False
         self._messages.pop(offset, None)
         self._acks_since_flush += 1
@@ -125,9 +131,7 @@ class ReliableSubscription(Subscription):
             self._m_nacks.inc()
             self._poke()
         else:
-            log.warning(
-                "%s/%s: nack of offset %d that is not in flight; ignored", self.topic, self.name, offset
-            )
+            self._warn("nack of offset %d that is not in flight; ignored", offset)
         return known
 
     # -- the loop -------------------------------------------------------------------------------------------
@@ -137,10 +141,8 @@ class ReliableSubscription(Subscription):
                 await self._step()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception(
-                    "%s/%s: dispatch step failed; retrying on the next heartbeat", self.topic, self.name
-                )
+            except Exception as exc:
+                self._warn("dispatch step failed, retrying on the next heartbeat: %r", exc)
             timeout = self._sleep_for()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
@@ -196,7 +198,21 @@ class ReliableSubscription(Subscription):
             if d.redelivery:
                 self._m_redelivered.inc()
 
+    def _warn(self, msg: str, *args: object) -> None:
+        """Warnings a client can trigger at will are logged at most once per interval per subscription."""
+        now = time.monotonic()
+        if now - self._warned_at < WARN_INTERVAL_SECONDS:
+            self._suppressed += 1
+            return
+        if self._suppressed:
+            msg += f" ({self._suppressed} similar warnings suppressed)"
+            self._suppressed = 0
+        self._warned_at = now
+        log.warning("%s/%s: " + msg, self.topic, self.name, *args)
+
     async def _dead_letters(self) -> None:
+        if time.monotonic() < self._dlq_retry_at:
+            return  # the last dead-letter publish failed: back off instead of retrying every heartbeat
         for dead in self._state.take_dead_letters():
             message = self._messages.get(dead.offset)
             if message is None:
@@ -205,11 +221,17 @@ class ReliableSubscription(Subscription):
             try:
                 await self._publish_dead_letter(message, dead)
             except Exception as exc:
-                log.warning(
-                    "%s/%s: dead-letter publish of %d failed: %s", self.topic, self.name, dead.offset, exc
+                self._warn(
+                    "dead-letter publish of offset %d failed (retry in %.1f s): %s",
+                    dead.offset,
+                    self._dlq_backoff,
+                    exc,
                 )
                 self._state.dead_letter_failed(dead.offset)
+                self._dlq_retry_at = time.monotonic() + self._dlq_backoff
+                self._dlq_backoff = min(self._dlq_backoff * 2, DLQ_BACKOFF_MAX_SECONDS)
                 continue
+            self._dlq_backoff = DLQ_BACKOFF_MIN_SECONDS
             self._state.resolve_dead_letter(dead.offset)
             self._messages.pop(dead.offset, None)
             self._m_dlq.inc()

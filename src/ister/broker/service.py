@@ -104,9 +104,11 @@ class BrokerService:
             raise NotFound(f"namespace {namespace!r} does not exist")
         return kv.value if isinstance(kv.value, dict) else {}
 
-    async def _create_topic(self, name: TopicName, delivery: str) -> None:
+    async def _create_topic(self, name: TopicName, delivery: str, *, internal: bool = False) -> None:
         await self._namespace_policy(name.namespace)
-        if not name.topic.endswith(DLQ_SUFFIX) and len(name.topic) + len(DLQ_SUFFIX) > MAX_NAME_LEN:
+        if len(name.topic) + len(DLQ_SUFFIX) > MAX_NAME_LEN and not (
+            internal and name.topic.endswith(DLQ_SUFFIX)
+        ):
             # Leave room for the dead-letter topic `<topic>-DLQ`, which must be a valid name too.
             raise InvalidArgument(
                 f"topic name {name.topic!r} is too long: at most {MAX_NAME_LEN - 4} characters"
@@ -127,7 +129,9 @@ class BrokerService:
         await self.store.put(keys.namespace_topic(name.full), None)
         log.info("created topic %s (%s)", name, delivery)
 
-    async def get_topic(self, name: TopicName, *, create_as: str | None = None) -> Topic:
+    async def get_topic(
+        self, name: TopicName, *, create_as: str | None = None, internal: bool = False
+    ) -> Topic:
         """The loaded topic; loads it from metadata (or creates it when `create_as` is given)."""
         if self._closing:
             raise Unavailable("broker is shutting down")
@@ -141,7 +145,7 @@ class BrokerService:
             if await self.store.get(keys.namespace_topic(name.full)) is None:
                 if create_as is None:
                     raise NotFound(f"topic {name} does not exist")
-                await self._create_topic(name, create_as)
+                await self._create_topic(name, create_as, internal=internal)
             topic = await self._load_topic(name)
             self.topics[name.full] = topic
             metrics.topics_loaded.set(len(self.topics))
@@ -271,7 +275,20 @@ class BrokerService:
             if not f or len(f) > 1024:
                 raise InvalidArgument(f"invalid key filter {f!r}")
         topic = await self.get_topic(name)
+        async with topic.lock:  # subscribe and restore check-then-insert across awaits
+            return await self._subscribe_locked(topic, subscription, consumer_name, sub_type, filters)
+
+    async def _subscribe_locked(
+        self,
+        topic: Topic,
+        subscription: str,
+        consumer_name: str,
+        sub_type: SubType,
+        filters: tuple[str, ...],
+    ) -> int:
+        name = topic.name
         sub = topic.subscriptions.get(subscription)
+        policy = await self._namespace_policy(name.namespace)
         if sub is not None:
             existing = sub.find_consumer(consumer_name)
             if existing is not None and sub.sub_type == sub_type:
@@ -286,6 +303,7 @@ class BrokerService:
                 await sub.close()
                 del topic.subscriptions[subscription]
                 sub = None
+        self._check_consumer_limits(topic, sub, subscription, policy)
         if sub is None:
             sub = await self._open_subscription(topic, subscription, sub_type, consumer_name, filters)
             topic.subscriptions[subscription] = sub
@@ -334,6 +352,26 @@ class BrokerService:
         if stale:
             log.info("forgot %d idle consumers", len(stale))
         return len(stale)
+
+    @staticmethod
+    def _check_consumer_limits(
+        topic: Topic, sub: Subscription | None, subscription: str, policy: dict[str, Any]
+    ) -> None:
+        """Namespace policies (0 = unlimited), checked before a new consumer or subscription is added."""
+
+        def limit(key: str) -> int:
+            value = policy.get(key, 0)
+            return value if isinstance(value, int) and value > 0 else 0
+
+        if sub is None and (n := limit("max_subscriptions_per_topic")) and len(topic.subscriptions) >= n:
+            raise FailedPrecondition(f"topic {topic.name} already has max_subscriptions_per_topic={n}")
+        if sub is not None and (n := limit("max_consumers_per_subscription")) and len(sub.consumers) >= n:
+            raise FailedPrecondition(
+                f"subscription {subscription!r} already has max_consumers_per_subscription={n}"
+            )
+        total = sum(len(s.consumers) for s in topic.subscriptions.values())
+        if (n := limit("max_consumers_per_topic")) and total >= n:
+            raise FailedPrecondition(f"topic {topic.name} already has max_consumers_per_topic={n}")
 
     async def _drop_consumer(self, session: ConsumerSession, sub: Subscription) -> None:
         sub.remove_consumer(session)
@@ -432,8 +470,7 @@ class BrokerService:
             poison_policy=d.poison_policy,
             dead_letter_topic=topic.name.dlq().full if d.poison_policy == "DeadLetter" else None,
         )
-        await self.store.put(key, policy.to_json())
-        return policy
+        return policy  # config defaults stay config: only an explicitly stored policy is persisted
 
     async def _publish_dead_letter(
         self, topic: Topic, sub: str, policy: FailurePolicy, message: StoredMessage, dead: DeadLetter
@@ -453,7 +490,9 @@ class BrokerService:
         )
         if dead.reason:
             attrs["x-failure-reason"] = dead.reason
-        dlq = await self.get_topic(target, create_as=RELIABLE)
+        dlq = await self.get_topic(target, create_as=RELIABLE, internal=True)
+        if not dlq.reliable:
+            raise FailedPrecondition(f"dead-letter topic {target} is NonReliable; it must be Reliable")
         await dlq.publish(
             StoredMessage(
                 payload=message.payload,
@@ -485,20 +524,21 @@ class BrokerService:
         except (KeyError, TypeError, ValueError, InvalidArgument):
             raise NotFound(f"consumer {consumer_id} does not exist on this broker") from None
         topic = await self.get_topic(name)
-        sub = topic.subscriptions.get(sub_name)
-        if sub is None:
-            sub = await self._open_subscription(topic, sub_name, sub_type, consumer_name, filters)
-            topic.subscriptions[sub_name] = sub
-        ref = self.consumers.get(consumer_id)
-        if ref is not None:
+        async with topic.lock:
+            ref = self.consumers.get(consumer_id)
+            if ref is not None:
+                return ref
+            sub = topic.subscriptions.get(sub_name)
+            if sub is None:
+                sub = await self._open_subscription(topic, sub_name, sub_type, consumer_name, filters)
+                topic.subscriptions[sub_name] = sub
+            if sub.sub_type != sub_type or sub.find_consumer(consumer_name) is not None:
+                raise NotFound(f"consumer {consumer_id} was replaced")
+            session = ConsumerSession(consumer_id, consumer_name, name.full, sub_name, sub_type, filters)
+            sub.add_consumer(session)
+            ref = ConsumerRef(session, sub)
+            self.consumers[consumer_id] = ref
             return ref
-        if sub.sub_type != sub_type or sub.find_consumer(consumer_name) is not None:
-            raise NotFound(f"consumer {consumer_id} was replaced")
-        session = ConsumerSession(consumer_id, consumer_name, name.full, sub_name, sub_type, filters)
-        sub.add_consumer(session)
-        ref = ConsumerRef(session, sub)
-        self.consumers[consumer_id] = ref
-        return ref
 
     async def open_stream(self, consumer_id: int) -> tuple[ConsumerRef, ConsumerStream]:
         ref = await self.consumer(consumer_id)
@@ -510,24 +550,37 @@ class BrokerService:
     def close_stream(self, ref: ConsumerRef, stream: ConsumerStream) -> None:
         ref.subscription.detach(ref.session, stream)
 
-    async def _subscription_for(self, topic_name: str, subscription: str) -> Subscription:
+    async def _subscription_for(self, topic_name: str, subscription: str) -> Subscription | None:
+        """The open subscription; None when it exists only in metadata (not reopened since a restart: its
+        unacknowledged messages will be delivered again, so an ack or nack for them changes nothing)."""
         topic = self.topics.get(topic_name) or await self.get_topic(TopicName.parse(topic_name))
         sub = topic.subscriptions.get(subscription)
-        if sub is None:
+        if sub is not None:
+            return sub
+        validate_client_name(subscription, "subscription name")
+        if await self.store.get(keys.subscription(topic.name.full, subscription)) is None:
             raise NotFound(f"subscription {subscription!r} does not exist on {topic_name}")
-        return sub
+        return None
 
     async def ack(self, topic_name: str, subscription: str, offset: int) -> None:
         sub = await self._subscription_for(topic_name, subscription)
-        await sub.ack(offset)
+        if sub is not None:
+            await sub.ack(offset)
 
     async def nack(
         self, topic_name: str, subscription: str, offset: int, delay_ms: int | None, reason: str | None
     ) -> None:
         sub = await self._subscription_for(topic_name, subscription)
-        await sub.nack(offset, delay_ms, reason)
+        if sub is not None:
+            await sub.nack(offset, delay_ms, reason)
 
     # -- health ---------------------------------------------------------------------------------------------
+    def end_streams(self) -> None:
+        """End every consumer stream (first step of shutdown, so gRPC's grace period is not waited out)."""
+        for topic in self.topics.values():
+            for sub in topic.subscriptions.values():
+                sub.end_streams()
+
     def producer_alive(self, producer_id: int) -> bool:
         return producer_id in self.producers and not self._closing
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 
@@ -11,8 +12,9 @@ from ister.broker.reliable import ReliableSubscription
 from ister.broker.sessions import ProducerSession
 from ister.broker.subscription import Subscription
 from ister.core.record import StoredMessage, encode_message
-from ister.errors import InvalidArgument, Unavailable
+from ister.errors import InvalidArgument, Timeout, Unavailable
 from ister.ids import TopicName
+from ister.limits import PUBLISH_TIMEOUT_SECONDS
 from ister.storage.wal import Wal
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,7 @@ class Topic:
         self.producers: dict[int, ProducerSession] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.closing = False
+        self.lock = asyncio.Lock()  # serialises subscription changes, which await metadata writes
         self._next_volatile_offset = 0  # non-reliable topics number messages in memory only
         self._m_in = metrics.messages_in.labels(name.full)
         self._m_bytes = metrics.bytes_in.labels(name.full)
@@ -60,7 +63,15 @@ class Topic:
         self._m_in.inc()
         self._m_bytes.inc(len(message.payload))
         if self.wal is not None:
-            offset = await self.wal.append([encode_message(message)])
+            try:
+                offset = await asyncio.wait_for(
+                    self.wal.append([encode_message(message)]), PUBLISH_TIMEOUT_SECONDS
+                )
+            except TimeoutError:
+                raise Timeout(
+                    f"{self.name}: the WAL did not make the message durable within "
+                    f"{PUBLISH_TIMEOUT_SECONDS:.0f} s"
+                ) from None
             for sub in self.subscriptions.values():
                 if isinstance(sub, ReliableSubscription):
                     sub.notify()

@@ -9,6 +9,7 @@ from ister.broker.service import BrokerService
 from ister.core.dispatch import SubType
 from ister.errors import InvalidArgument
 from ister.ids import TopicName
+from ister.limits import MAX_NACK_REASON_BYTES
 from ister.server.errors import server_stream, unary
 from ister.wire.convert import stored_from_wire, wire_from_stored
 from ister.wire.gen import DanubeApi_pb2 as pb
@@ -94,6 +95,8 @@ class ConsumerServicer(pb_grpc.ConsumerServiceServicer):  # type: ignore[misc]
     async def Nack(self, request: pb.NackRequest, context: Ctx) -> pb.NackResponse:
         if not request.HasField("msg_id"):
             raise InvalidArgument("msg_id is required")
+        if request.HasField("reason") and len(request.reason.encode()) > MAX_NACK_REASON_BYTES:
+            raise InvalidArgument(f"nack reason is longer than {MAX_NACK_REASON_BYTES} bytes")
         await self.broker.nack(
             request.msg_id.topic_name,
             request.subscription_name,

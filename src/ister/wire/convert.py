@@ -13,7 +13,7 @@ def stored_from_wire(msg: pb.StreamMessage, producer_id: int, producer_name: str
     attrs = dict(msg.attributes)
     if len(attrs) > MAX_ATTRIBUTES:
         raise InvalidArgument(f"too many attributes: {len(attrs)} > {MAX_ATTRIBUTES}")
-    if sum(len(k) + len(v) for k, v in attrs.items()) > MAX_ATTRIBUTE_BYTES:
+    if sum(len(k.encode()) + len(v.encode()) for k, v in attrs.items()) > MAX_ATTRIBUTE_BYTES:
         raise InvalidArgument(f"attributes exceed {MAX_ATTRIBUTE_BYTES} bytes")
     routing_key = msg.routing_key if msg.HasField("routing_key") else None
     if routing_key is not None and len(routing_key) > MAX_NAME_LEN * 4:

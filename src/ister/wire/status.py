@@ -23,6 +23,8 @@ _TABLE: tuple[tuple[type[errors.IsterError], grpc.StatusCode], ...] = (
 
 
 def status_for(exc: errors.IsterError) -> grpc.StatusCode:
+    if isinstance(exc, errors.MetadataError) and not exc.retriable:
+        return grpc.StatusCode.INTERNAL  # e.g. a lease that is gone: retrying the same call cannot help
     for kind, code in _TABLE:
         if isinstance(exc, kind):
             return code
