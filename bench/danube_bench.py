@@ -31,7 +31,7 @@ import uvloop
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.integration.harness import BrokerProcess, client, consumer, producer  # noqa: E402
+from tests.integration.harness import BrokerProcess, _port_open, client, consumer, free_port, producer  # noqa: E402
 
 PAYLOAD = b"p" * 100
 
@@ -145,6 +145,42 @@ async def latency(url: str, topic: str, rate: int = 1000, seconds: int = 10) -> 
     }
 
 
+def run_noop(n_seq: int, n_pipe: int) -> dict[str, float]:
+    """Publish through the same client to a server that does nothing: the protocol's own ceiling here."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "noop_server.py"), str(port)])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not _port_open(port):
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}"
+        out = uvloop.run(seq_publish(url, "/default/noop_seq", n_seq))
+        out["seq_msgs_per_s"] = out.pop("msgs_per_s")
+        out["seq_rtt_p50_us"] = out.pop("rtt_p50_us")
+        out["seq_rtt_p99_us"] = out.pop("rtt_p99_us")
+        out["pipe_msgs_per_s"] = uvloop.run(pipe_publish_only(url, "/default/noop_pipe", n_pipe))
+        return out
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+async def pipe_publish_only(url: str, topic: str, n: int, inflight: int = 64) -> float:
+    c = await client(url)
+    p = await producer(c, topic, "pipe", reliable=True)
+    remaining = n
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            await p.send(PAYLOAD)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(inflight)))
+    return n / (time.perf_counter() - t0)
+
+
 def run_nats(script: Path, n_seq: int, n_pipe: int) -> dict[str, float]:
     results = Path(tempfile.mkdtemp(prefix="nats-results-"))
     env = {**os.environ, "ANCHORS_RESULTS": str(results)}
@@ -204,10 +240,17 @@ def main() -> None:
     finally:
         broker.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+    noop = run_noop(args.n_seq, args.n_pipe)
     nats = None
     if not args.no_nats and args.nats_script.exists():
         nats = run_nats(args.nats_script, args.n_seq, args.n_pipe)
-    result = {"fsync": args.fsync, "ister": ister, "nats_sync_always": nats, "loadavg": os.getloadavg()}
+    result = {
+        "fsync": args.fsync,
+        "ister": ister,
+        "noop_grpc_ceiling": noop,
+        "nats_sync_always": nats,
+        "loadavg": os.getloadavg(),
+    }
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -220,12 +263,13 @@ def main() -> None:
         ("e2e latency p50 at 1k msg/s (µs)", "e2e_p50_us"),
         ("e2e latency p99 at 1k msg/s (µs)", "e2e_p99_us"),
     ]
-    print(f"{'metric':42} {'ister':>12} {'jetstream':>12} {'ratio':>8}")
+    print(f"{'metric':42} {'ister':>10} {'no-op gRPC':>11} {'jetstream':>10} {'ister/js':>9}")
     for label, key in rows:
         a = ister.get(key, float("nan"))
+        c = noop.get(key, float("nan"))
         b = nats.get(key, float("nan")) if nats else float("nan")
         ratio = a / b if nats and b else float("nan")
-        print(f"{label:42} {a:12,.0f} {b:12,.0f} {ratio:8.2f}")
+        print(f"{label:42} {a:10,.0f} {c:11,.0f} {b:10,.0f} {ratio:9.2f}")
     print(f"loadavg at end: {result['loadavg']}")
 
 

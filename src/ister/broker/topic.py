@@ -64,13 +64,11 @@ class Topic:
         self._m_bytes.inc(len(message.payload))
         if self.wal is not None:
             try:
-                offset = await asyncio.wait_for(
-                    self.wal.append([encode_message(message)]), PUBLISH_TIMEOUT_SECONDS
-                )
+                async with asyncio.timeout(PUBLISH_TIMEOUT_SECONDS):
+                    offset = await self.wal.append([encode_message(message)])
             except TimeoutError:
                 raise Timeout(
-                    f"{self.name}: the WAL did not make the message durable within "
-                    f"{PUBLISH_TIMEOUT_SECONDS:.0f} s"
+                    f"{self.name}: the WAL did not make the message durable within {PUBLISH_TIMEOUT_SECONDS:.0f} s"
                 ) from None
             for sub in self.subscriptions.values():
                 if isinstance(sub, ReliableSubscription):
