@@ -235,3 +235,58 @@ async def test_reconnect_returns_same_ids(shared_broker: BrokerProcess, topic: s
     assert c1._consumers[topic].consumer_id == c2._consumers[topic].consumer_id
     other, _ = await consumer(c, topic, "other-consumer", "ids", S.SHARED)
     assert other._consumers[topic].consumer_id != c1._consumers[topic].consumer_id
+
+
+async def test_shared_survivor_gets_unacked_message(shared_broker: BrokerProcess, topic: str) -> None:
+    c = await client(shared_broker.url)
+    p = await producer(c, topic, "p1", reliable=True)
+    c1, q1 = await consumer(c, topic, "c1", "surv", S.SHARED)
+    c2, q2 = await consumer(c, topic, "c2", "surv", S.SHARED)
+    await asyncio.sleep(0.3)
+    for i in range(10):
+        await p.send(f"m{i}".encode())
+    # Whoever holds a message closes without acking it; the survivor must get everything, exactly once
+    # for the acked ones.
+    got1 = await take(q1, 1)
+    await c1.close()
+    seen = [got1[0].payload]
+    survivor: list[bytes] = []
+    while len(set(survivor) | {got1[0].payload}) < 10:
+        m = (await take(q2, 1, within=20))[0]
+        survivor.append(m.payload)
+        await c2.ack(m)
+    assert got1[0].payload in survivor  # the unacked message was redelivered to the survivor
+    assert sorted(set(seen + survivor)) == sorted(f"m{i}".encode() for i in range(10))
+    assert len(survivor) == 10  # c1 acked nothing, so the survivor processed all ten, none twice
+
+
+async def test_key_shared_departed_consumer_keys_move(shared_broker: BrokerProcess, topic: str) -> None:
+    c = await client(shared_broker.url)
+    p = await producer(c, topic, "p1", reliable=True)
+    k1, q1 = await consumer(c, topic, "k1", "ksmove", S.KEY_SHARED)
+    k2, q2 = await consumer(c, topic, "k2", "ksmove", S.KEY_SHARED)
+    await asyncio.sleep(0.3)
+    keys = [f"key-{i}" for i in range(8)]
+    for k in keys:
+        await p.send_with_key(f"{k}:0".encode(), {}, k)
+    # Drain k2 fully; k1 receives its share and leaves without acking.
+    first: dict[str, list[str]] = {"k1": [], "k2": []}
+    total = 0
+    while total < 8:
+        for name, q, cons in (("k1", q1, None), ("k2", q2, k2)):
+            try:
+                m = await asyncio.wait_for(q.get(), 0.2)
+            except TimeoutError:
+                continue
+            first[name].append(m.routing_key)
+            total += 1
+            if cons is not None:
+                await cons.ack(m)
+    assert first["k1"] and first["k2"], "both consumers should own keys"
+    await k1.close()
+    moved = await take(q2, len(first["k1"]), within=20, ack=k2)
+    assert sorted(m.routing_key for m in moved) == sorted(first["k1"])
+    for k in first["k1"]:
+        await p.send_with_key(f"{k}:1".encode(), {}, k)
+    after = await take(q2, len(first["k1"]), within=20, ack=k2)
+    assert sorted(m.payload.decode().split(":")[0] for m in after) == sorted(first["k1"])
