@@ -1,0 +1,174 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Delivery(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NON_RELIABLE: _ClassVar[Delivery]
+    RELIABLE: _ClassVar[Delivery]
+
+class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXCLUSIVE: _ClassVar[SubscriptionType]
+    SHARED: _ClassVar[SubscriptionType]
+    FAILOVER: _ClassVar[SubscriptionType]
+    KEY_SHARED: _ClassVar[SubscriptionType]
+NON_RELIABLE: Delivery
+RELIABLE: Delivery
+EXCLUSIVE: SubscriptionType
+SHARED: SubscriptionType
+FAILOVER: SubscriptionType
+KEY_SHARED: SubscriptionType
+
+class LookupRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class LookupResponse(_message.Message):
+    __slots__ = ("partitions", "broker_url")
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_URL_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedScalarFieldContainer[str]
+    broker_url: str
+    def __init__(self, partitions: _Optional[_Iterable[str]] = ..., broker_url: _Optional[str] = ...) -> None: ...
+
+class PublishRequest(_message.Message):
+    __slots__ = ("open", "batch")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    open: PublishOpen
+    batch: PublishBatch
+    def __init__(self, open: _Optional[_Union[PublishOpen, _Mapping]] = ..., batch: _Optional[_Union[PublishBatch, _Mapping]] = ...) -> None: ...
+
+class PublishOpen(_message.Message):
+    __slots__ = ("topic", "producer_name", "delivery")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    producer_name: str
+    delivery: Delivery
+    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, str]] = ...) -> None: ...
+
+class PublishBatch(_message.Message):
+    __slots__ = ("sequence", "records", "count")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    records: bytes
+    count: int
+    def __init__(self, sequence: _Optional[int] = ..., records: _Optional[bytes] = ..., count: _Optional[int] = ...) -> None: ...
+
+class PublishResponse(_message.Message):
+    __slots__ = ("opened", "ack")
+    OPENED_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    opened: PublishOpened
+    ack: PublishAck
+    def __init__(self, opened: _Optional[_Union[PublishOpened, _Mapping]] = ..., ack: _Optional[_Union[PublishAck, _Mapping]] = ...) -> None: ...
+
+class PublishOpened(_message.Message):
+    __slots__ = ("producer_id", "max_inflight_batches", "max_batch_bytes", "max_batch_count")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_INFLIGHT_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_COUNT_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    max_inflight_batches: int
+    max_batch_bytes: int
+    max_batch_count: int
+    def __init__(self, producer_id: _Optional[int] = ..., max_inflight_batches: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., max_batch_count: _Optional[int] = ...) -> None: ...
+
+class PublishAck(_message.Message):
+    __slots__ = ("sequence", "first_offset", "count")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    first_offset: int
+    count: int
+    def __init__(self, sequence: _Optional[int] = ..., first_offset: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+
+class ConsumeRequest(_message.Message):
+    __slots__ = ("open", "ack", "nack")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    NACK_FIELD_NUMBER: _ClassVar[int]
+    open: ConsumeOpen
+    ack: Ack
+    nack: Nack
+    def __init__(self, open: _Optional[_Union[ConsumeOpen, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ...) -> None: ...
+
+class ConsumeOpen(_message.Message):
+    __slots__ = ("topic", "subscription", "consumer_name", "subscription_type", "key_filters", "window")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FILTERS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    consumer_name: str
+    subscription_type: SubscriptionType
+    key_filters: _containers.RepeatedScalarFieldContainer[str]
+    window: int
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription_type: _Optional[_Union[SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ..., window: _Optional[int] = ...) -> None: ...
+
+class OffsetRange(_message.Message):
+    __slots__ = ("first", "last")
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    first: int
+    last: int
+    def __init__(self, first: _Optional[int] = ..., last: _Optional[int] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("ranges", "upto")
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    UPTO_FIELD_NUMBER: _ClassVar[int]
+    ranges: _containers.RepeatedCompositeFieldContainer[OffsetRange]
+    upto: int
+    def __init__(self, ranges: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., upto: _Optional[int] = ...) -> None: ...
+
+class Nack(_message.Message):
+    __slots__ = ("ranges", "delay_ms", "reason")
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ranges: _containers.RepeatedCompositeFieldContainer[OffsetRange]
+    delay_ms: int
+    reason: str
+    def __init__(self, ranges: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., delay_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ConsumeResponse(_message.Message):
+    __slots__ = ("opened", "batch")
+    OPENED_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    opened: ConsumeOpened
+    batch: MessageBatch
+    def __init__(self, opened: _Optional[_Union[ConsumeOpened, _Mapping]] = ..., batch: _Optional[_Union[MessageBatch, _Mapping]] = ...) -> None: ...
+
+class ConsumeOpened(_message.Message):
+    __slots__ = ("consumer_id", "window")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    window: int
+    def __init__(self, consumer_id: _Optional[int] = ..., window: _Optional[int] = ...) -> None: ...
+
+class MessageBatch(_message.Message):
+    __slots__ = ("frames", "count")
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    frames: bytes
+    count: int
+    def __init__(self, frames: _Optional[bytes] = ..., count: _Optional[int] = ...) -> None: ...
