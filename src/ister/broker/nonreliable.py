@@ -32,11 +32,15 @@ class NonReliableSubscription(Subscription):
     def _on_detach(self, session: ConsumerSession) -> None:
         self._router.detach(session.id)
 
-    def dispatch(self, offset: int, message: StoredMessage) -> None:
+    def dispatch(self, offset: int, message: StoredMessage, record: bytes) -> None:
         """At-most-once: one routing decision, one non-blocking enqueue."""
         cid = self._router.route(message.key)
         session = self.consumers.get(cid) if cid is not None else None
-        if session is None or session.stream is None or not session.stream.offer(Outbound(offset, message)):
+        if (
+            session is None
+            or session.stream is None
+            or not session.stream.offer(Outbound(offset, message, record))
+        ):
             self._dropped.inc()
             return
         self._out.inc()

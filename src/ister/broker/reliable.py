@@ -55,7 +55,7 @@ class ReliableSubscription(Subscription):
         self._state = ReliableSubscriptionState(
             sub_type, start_offset=start_offset, window=window, policy=policy
         )
-        self._messages: dict[int, StoredMessage] = {}
+        self._messages: dict[int, tuple[StoredMessage, bytes]] = {}  # held offsets: decoded and as stored
         self._write_cursor = write_cursor
         self._publish_dead_letter = publish_dead_letter
         self._wake = asyncio.Event()
@@ -125,6 +125,33 @@ class ReliableSubscription(Subscription):
         self._poke()
         return True
 
+    async def ack_range(self, first: int, last: int, consumer_id: int) -> int:
+        acked = self._state.ack_range(first, last, now_ms())
+        if acked:
+            self._acks_since_flush += acked
+            self._poke()
+        return acked
+
+    async def ack_upto(self, offset: int, consumer_id: int) -> int:
+        acked = self._state.ack_upto(offset, consumer_id, now_ms())
+        if acked:
+            self._acks_since_flush += acked
+            self._poke()
+        return acked
+
+    async def nack_range(
+        self, first: int, last: int, consumer_id: int, delay_ms: int | None, reason: str | None
+    ) -> int:
+        n = self._state.nack_range(first, last, now_ms(), delay_ms, reason)
+        if n:
+            self._m_nacks.inc(n)
+            self._poke()
+        return n
+
+    def set_window(self, window: int) -> None:
+        self._state.set_window(window)
+        self._poke()
+
     async def nack(self, offset: int, delay_ms: int | None, reason: str | None) -> bool:
         known = self._state.on_nack(offset, now_ms(), delay_ms, reason)
         if known:
@@ -177,18 +204,19 @@ class ReliableSubscription(Subscription):
                 return
             for offset, payload in records:
                 message = decode_message(payload)
-                self._messages[offset] = message
+                self._messages[offset] = (message, payload)
                 self._state.offer(offset, message.key, now)
 
     def _deliver(self, deliveries: list) -> None:  # type: ignore[type-arg]
         for d in deliveries:
-            message = self._messages.get(d.offset)
+            held = self._messages.get(d.offset)
             session = self.consumers.get(d.consumer_id)
-            if message is None or session is None or session.stream is None:
+            if held is None or session is None or session.stream is None:
                 # The consumer vanished between poll and send: hand the message back for redelivery.
                 self._state.detach(d.consumer_id, now_ms())
                 continue
-            if not session.stream.offer(Outbound(d.offset, message, d.redelivery)):
+            message, record = held
+            if not session.stream.offer(Outbound(d.offset, message, record, d.redelivery)):
                 # A full buffer means the client stopped reading: end its stream so it reconnects, and let
                 # the state machine redeliver what it held.
                 self.detach(session)
@@ -214,12 +242,12 @@ class ReliableSubscription(Subscription):
         if time.monotonic() < self._dlq_retry_at:
             return  # the last dead-letter publish failed: back off instead of retrying every heartbeat
         for dead in self._state.take_dead_letters():
-            message = self._messages.get(dead.offset)
-            if message is None:
+            held = self._messages.get(dead.offset)
+            if held is None:
                 self._state.resolve_dead_letter(dead.offset)
                 continue
             try:
-                await self._publish_dead_letter(message, dead)
+                await self._publish_dead_letter(held[0], dead)
             except Exception as exc:
                 self._warn(
                     "dead-letter publish of offset %d failed (retry in %.1f s): %s",

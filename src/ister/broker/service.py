@@ -229,6 +229,13 @@ class BrokerService:
         self.producers[session.id] = session
         return session.id
 
+    async def producer_session(
+        self, topic_name: str, producer_name: str, *, reliable: bool
+    ) -> ProducerSession:
+        """Create (or find, by name) a producer and return its session: the batch API's open step."""
+        producer_id = await self.create_producer(topic_name, producer_name, reliable, access_mode=0)
+        return self.producers[producer_id]
+
     async def producer(self, producer_id: int, topic_name: str) -> ProducerSession:
         session = self.producers.get(producer_id)
         if session is None and topic_name:

@@ -24,6 +24,7 @@ class Outbound:
 
     offset: int
     message: StoredMessage
+    record: bytes  # the message as stored (msgpack), for the batch API's frames
     redelivery: bool = False
 
 

@@ -100,6 +100,22 @@ class Subscription(ABC):
     @abstractmethod
     async def nack(self, offset: int, delay_ms: int | None, reason: str | None) -> bool: ...
 
+    async def ack_range(self, first: int, last: int, consumer_id: int) -> int:
+        """Acknowledge [first, last]; the batch API. Non-reliable: nothing to do."""
+        return 0
+
+    async def ack_upto(self, offset: int, consumer_id: int) -> int:
+        """Acknowledge everything up to `offset` delivered to `consumer_id`."""
+        return 0
+
+    async def nack_range(
+        self, first: int, last: int, consumer_id: int, delay_ms: int | None, reason: str | None
+    ) -> int:
+        return 0
+
+    def set_window(self, window: int) -> None:  # noqa: B027 - an optional hook: only reliable ones have a window
+        """Messages in flight per subscription (reliable only)."""
+
     @abstractmethod
     async def close(self) -> None:
         """Stop dispatching, persist progress, end every stream."""

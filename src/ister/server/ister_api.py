@@ -1,0 +1,288 @@
+"""Servicer of the batch API (package `ister.v1`): many messages per frame, acknowledgements by range.
+
+Semantics are those of the Danube services (same topics, subscriptions, cursors, redelivery and errors);
+only the framing differs. Formats: docs/formats.md, "Batch API".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from crc32c import crc32c
+
+from ister.broker.service import BrokerService
+from ister.broker.sessions import ConsumerStream, Outbound, ProducerSession
+from ister.broker.topic import Topic
+from ister.core.dispatch import SubType
+from ister.core.frames import HEADER
+from ister.core.record import StoredMessage
+from ister.errors import InvalidArgument, IsterError
+from ister.ids import TopicName
+from ister.limits import (
+    GRPC_MAX_MESSAGE_BYTES,
+    MAX_ATTRIBUTE_BYTES,
+    MAX_ATTRIBUTES,
+    MAX_NACK_REASON_BYTES,
+    MAX_WINDOW,
+    MiB,
+)
+from ister.server.errors import server_stream as bidi_stream
+from ister.server.errors import unary
+from ister.wire.gen import ister_v1_pb2 as pb
+from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
+
+Ctx = Any  # grpc.aio.ServicerContext (untyped library)
+
+MAX_INFLIGHT_BATCHES = 64
+MAX_BATCH_COUNT = 65_536
+MAX_BATCH_BYTES = GRPC_MAX_MESSAGE_BYTES - MiB
+MAX_FRAME_BYTES = 1 * MiB  # consume frames: what one MessageBatch carries at most (one message may exceed it)
+MAX_FRAME_MESSAGES = 4096
+MAX_ACK_RANGES = 10_000
+OPEN_TIMEOUT_SECONDS = 30.0
+
+_records = msgspec.msgpack.Decoder(list[StoredMessage])
+_raw_records = msgspec.msgpack.Decoder(list[msgspec.Raw])
+
+
+def _check_attributes(messages: list[StoredMessage]) -> None:
+    for m in messages:
+        if m.attributes:
+            if len(m.attributes) > MAX_ATTRIBUTES:
+                raise InvalidArgument(f"too many attributes: {len(m.attributes)} > {MAX_ATTRIBUTES}")
+            if sum(len(k.encode()) + len(v.encode()) for k, v in m.attributes.items()) > MAX_ATTRIBUTE_BYTES:
+                raise InvalidArgument(f"attributes exceed {MAX_ATTRIBUTE_BYTES} bytes")
+
+
+def decode_batch(
+    batch: pb.PublishBatch, producer: ProducerSession, max_message_size: int
+) -> tuple[list[msgspec.Raw], list[StoredMessage], int]:
+    """Validate one PublishBatch completely before anything is stored; returns (records, messages, bytes)."""
+    try:
+        messages = _records.decode(batch.records)
+        raws = _raw_records.decode(batch.records)
+    except msgspec.DecodeError as exc:
+        raise InvalidArgument(f"batch {batch.sequence}: malformed records: {exc}") from None
+    n = len(messages)
+    if n == 0 or n != batch.count or n > MAX_BATCH_COUNT:
+        raise InvalidArgument(
+            f"batch {batch.sequence}: {n} records, count says {batch.count} (1..{MAX_BATCH_COUNT} allowed)"
+        )
+    pid, pname = producer.id, producer.name
+    if not all(m.producer_id == pid and m.producer_name == pname for m in messages):
+        raise InvalidArgument(f"batch {batch.sequence}: records must carry producer {pid} ({pname!r})")
+    sizes = [len(m.payload) for m in messages]
+    biggest = max(sizes)
+    if max_message_size and biggest > max_message_size:
+        raise InvalidArgument(
+            f"batch {batch.sequence}: message of {biggest} bytes exceeds max_message_size {max_message_size}"
+        )
+    _check_attributes(messages)
+    return raws, messages, sum(sizes)
+
+
+class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
+    def __init__(self, broker: BrokerService) -> None:
+        self.broker = broker
+
+    @unary
+    async def Lookup(self, request: pb.LookupRequest, context: Ctx) -> pb.LookupResponse:
+        name = TopicName.parse(request.topic)
+        partitions = await self.broker.partitions(name)
+        return pb.LookupResponse(partitions=partitions, broker_url=self.broker.broker_url)
+
+    # -- publish ---------------------------------------------------------------------------------------------
+    @bidi_stream
+    async def Publish(self, requests: AsyncIterator[pb.PublishRequest], context: Ctx) -> AsyncIterator[Any]:
+        it = requests.__aiter__()
+        first = await _first(it, "open")
+        opened = first.open
+        session = await self.broker.producer_session(
+            opened.topic, opened.producer_name, reliable=opened.delivery == pb.RELIABLE
+        )
+        topic = await self.broker.get_topic(TopicName.parse(session.topic))
+        yield pb.PublishResponse(
+            opened=pb.PublishOpened(
+                producer_id=session.id,
+                max_inflight_batches=MAX_INFLIGHT_BATCHES,
+                max_batch_bytes=MAX_BATCH_BYTES,
+                max_batch_count=MAX_BATCH_COUNT,
+            )
+        )
+        # The reader validates and starts each append in arrival order; this generator answers in the same
+        # order once each is durable. The bounded queue is the flow control: a full one stops the reader,
+        # which stops reading the stream, which makes HTTP/2 push back on the client.
+        pending: asyncio.Queue[tuple[int, int, asyncio.Future[int]] | BaseException | None] = asyncio.Queue(
+            MAX_INFLIGHT_BATCHES
+        )
+        reader = asyncio.create_task(self._publish_reader(it, session, topic, pending))
+        try:
+            while True:
+                item = await pending.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                sequence, count, done = item
+                first_offset = await done
+                yield pb.PublishResponse(
+                    ack=pb.PublishAck(sequence=sequence, first_offset=first_offset, count=count)
+                )
+        finally:
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+
+    async def _publish_reader(
+        self,
+        it: AsyncIterator[pb.PublishRequest],
+        session: ProducerSession,
+        topic: Topic,
+        pending: asyncio.Queue[tuple[int, int, asyncio.Future[int]] | BaseException | None],
+    ) -> None:
+        last_sequence = -1
+        try:
+            async for request in it:
+                if request.WhichOneof("kind") != "batch":
+                    raise InvalidArgument("only PublishBatch frames may follow PublishOpen")
+                batch = request.batch
+                if batch.sequence <= last_sequence:
+                    raise InvalidArgument(f"batch sequence {batch.sequence} is not above {last_sequence}")
+                raws, messages, nbytes = decode_batch(batch, session, topic.max_message_size)
+                last_sequence = batch.sequence
+                done = asyncio.ensure_future(topic.publish_batch(raws, messages, nbytes))
+                await pending.put((batch.sequence, len(raws), done))
+            await pending.put(None)
+        except IsterError as exc:
+            await pending.put(exc)
+        except Exception as exc:  # a broken stream: end the response side too
+            await pending.put(exc)
+
+    # -- consume ---------------------------------------------------------------------------------------------
+    @bidi_stream
+    async def Consume(self, requests: AsyncIterator[pb.ConsumeRequest], context: Ctx) -> AsyncIterator[Any]:
+        it = requests.__aiter__()
+        first = await _first(it, "open")
+        o = first.open
+        try:
+            sub_type = SubType(int(o.subscription_type))
+        except ValueError:
+            raise InvalidArgument(f"unknown subscription type {o.subscription_type}") from None
+        if o.window > MAX_WINDOW:
+            raise InvalidArgument(f"window {o.window} is above {MAX_WINDOW}")
+        consumer_id = await self.broker.subscribe(
+            o.topic, o.subscription, o.consumer_name, sub_type, list(o.key_filters)
+        )
+        ref, stream = await self.broker.open_stream(consumer_id)
+        sub = ref.subscription
+        if o.window:
+            sub.set_window(o.window)
+        acker = asyncio.create_task(self._consume_reader(it, sub_acks(sub, consumer_id), stream))
+        try:
+            yield pb.ConsumeResponse(opened=pb.ConsumeOpened(consumer_id=consumer_id, window=o.window))
+            while True:
+                frame, count = await _next_frame(stream)
+                if count == 0:
+                    return
+                yield pb.ConsumeResponse(batch=pb.MessageBatch(frames=frame, count=count))
+        finally:
+            acker.cancel()
+            with contextlib.suppress(BaseException):
+                await acker
+            self.broker.close_stream(ref, stream)
+
+    async def _consume_reader(
+        self, it: AsyncIterator[pb.ConsumeRequest], acks: SubAcks, stream: ConsumerStream
+    ) -> None:
+        try:
+            async for request in it:
+                kind = request.WhichOneof("kind")
+                if kind == "ack":
+                    await acks.ack(request.ack)
+                elif kind == "nack":
+                    await acks.nack(request.nack)
+                else:
+                    raise InvalidArgument("only Ack and Nack frames may follow ConsumeOpen")
+        except (asyncio.CancelledError, Exception):
+            stream.end()  # a broken or bad request stream ends the response stream too
+            raise
+
+
+class SubAcks:
+    """Applies Ack/Nack frames to one consumer's subscription, validating ranges."""
+
+    def __init__(self, sub: Any, consumer_id: int) -> None:
+        self.sub = sub
+        self.consumer_id = consumer_id
+
+    @staticmethod
+    def _ranges(ranges: Any) -> list[tuple[int, int]]:
+        if len(ranges) > MAX_ACK_RANGES:
+            raise InvalidArgument(f"more than {MAX_ACK_RANGES} ranges in one frame")
+        out = []
+        for r in ranges:
+            if r.first > r.last:
+                raise InvalidArgument(f"bad offset range {r.first}..{r.last}")
+            out.append((r.first, r.last))
+        return out
+
+    async def ack(self, ack: pb.Ack) -> None:
+        for first, last in self._ranges(ack.ranges):
+            await self.sub.ack_range(first, last, self.consumer_id)
+        if ack.HasField("upto"):
+            await self.sub.ack_upto(ack.upto, self.consumer_id)
+
+    async def nack(self, nack: pb.Nack) -> None:
+        reason = nack.reason if nack.HasField("reason") else None
+        if reason is not None and len(reason.encode()) > MAX_NACK_REASON_BYTES:
+            raise InvalidArgument(f"nack reason is longer than {MAX_NACK_REASON_BYTES} bytes")
+        delay = nack.delay_ms if nack.HasField("delay_ms") else None
+        for first, last in self._ranges(nack.ranges):
+            await self.sub.nack_range(first, last, self.consumer_id, delay, reason)
+
+
+def sub_acks(sub: Any, consumer_id: int) -> SubAcks:
+    return SubAcks(sub, consumer_id)
+
+
+async def _first(it: AsyncIterator[Any], kind: str) -> Any:
+    try:
+        request = await asyncio.wait_for(anext(it), OPEN_TIMEOUT_SECONDS)
+    except StopAsyncIteration:
+        raise InvalidArgument("the stream ended before its open frame") from None
+    except TimeoutError:
+        raise InvalidArgument(f"no open frame within {OPEN_TIMEOUT_SECONDS:.0f} s") from None
+    if request.WhichOneof("kind") != kind:
+        raise InvalidArgument(f"the first frame must be {kind!r}")
+    return request
+
+
+async def _next_frame(stream: ConsumerStream) -> tuple[bytes, int]:
+    """Wait for at least one message, then take what is queued (bounded) as one frame of WAL frames."""
+    item = await stream.queue.get()
+    if item is None:
+        return b"", 0
+    items: list[Outbound] = [item]
+    size = len(item.record)
+    queue = stream.queue
+    while size < MAX_FRAME_BYTES and len(items) < MAX_FRAME_MESSAGES and not queue.empty():
+        nxt = queue.get_nowait()
+        if nxt is None:
+            queue.put_nowait(None)  # keep the end marker for the next call
+            break
+        items.append(nxt)
+        size += len(nxt.record)
+    pack = HEADER.pack
+    parts: list[bytes] = []
+    for o in items:
+        parts.append(pack(o.offset, len(o.record), crc32c(o.record)))
+        parts.append(o.record)
+    return b"".join(parts), len(items)
+
+
+def add_ister_service(server: Any, broker: BrokerService) -> None:
+    pb_grpc.add_IsterServicer_to_server(IsterServicer(broker), server)
