@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ister.broker import metrics
-from ister.broker.sessions import ConsumerSession, Outbound
+from ister.broker.sessions import ConsumerSession, Outbound, Record
 from ister.broker.subscription import Subscription
 from ister.core.dispatch import NonReliableRouter, SubType
 from ister.core.record import StoredMessage
@@ -32,14 +32,14 @@ class NonReliableSubscription(Subscription):
     def _on_detach(self, session: ConsumerSession) -> None:
         self._router.detach(session.id)
 
-    def dispatch(self, offset: int, message: StoredMessage, record: bytes) -> None:
+    def dispatch(self, offset: int, message: StoredMessage, record: Record) -> None:
         """At-most-once: one routing decision, one non-blocking enqueue."""
         cid = self._router.route(message.key)
         session = self.consumers.get(cid) if cid is not None else None
         if (
             session is None
             or session.stream is None
-            or not session.stream.offer(Outbound(offset, message, record))
+            or not session.stream.offer(Outbound(offset, record, message=message))
         ):
             self._dropped.inc()
             return

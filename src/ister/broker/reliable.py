@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from ister.broker import metrics
-from ister.broker.sessions import ConsumerSession, Outbound
+from ister.broker.sessions import ConsumerSession, Outbound, Record
 from ister.broker.subscription import Subscription
 from ister.core.dispatch import DeadLetter, FailurePolicy, ReliableSubscriptionState, SubType
 from ister.core.record import StoredMessage, decode_message
@@ -55,7 +55,8 @@ class ReliableSubscription(Subscription):
         self._state = ReliableSubscriptionState(
             sub_type, start_offset=start_offset, window=window, policy=policy
         )
-        self._messages: dict[int, tuple[StoredMessage, bytes]] = {}  # held offsets: decoded and as stored
+        self._messages: dict[int, Record] = {}  # records of the offsets the state machine holds
+        self._needs_key = sub_type == SubType.KEY_SHARED
         self._write_cursor = write_cursor
         self._publish_dead_letter = publish_dead_letter
         self._wake = asyncio.Event()
@@ -202,27 +203,31 @@ class ReliableSubscription(Subscription):
             records = await self._reader.read(max_records=capacity, timeout=0)
             if not records:
                 return
-            for offset, payload in records:
-                message = decode_message(payload)
-                self._messages[offset] = (message, payload)
-                self._state.offer(offset, message.key, now)
+            messages = self._messages
+            if self._needs_key:
+                for offset, payload in records:
+                    messages[offset] = payload
+                    self._state.offer(offset, decode_message(payload).key, now)
+            else:  # only Key-Shared routes by key: skip decoding here (the batch API never decodes)
+                for offset, payload in records:
+                    messages[offset] = payload
+                    self._state.offer(offset, "", now)
 
     def _deliver(self, deliveries: list) -> None:  # type: ignore[type-arg]
         for d in deliveries:
-            held = self._messages.get(d.offset)
+            record = self._messages.get(d.offset)
             session = self.consumers.get(d.consumer_id)
-            if held is None or session is None or session.stream is None:
+            if record is None or session is None or session.stream is None:
                 # The consumer vanished between poll and send: hand the message back for redelivery.
                 self._state.detach(d.consumer_id, now_ms())
                 continue
-            message, record = held
-            if not session.stream.offer(Outbound(d.offset, message, record, d.redelivery)):
+            if not session.stream.offer(Outbound(d.offset, record, d.redelivery)):
                 # A full buffer means the client stopped reading: end its stream so it reconnects, and let
                 # the state machine redeliver what it held.
                 self.detach(session)
                 continue
             self._m_out.inc()
-            self._m_bytes.inc(len(message.payload))
+            self._m_bytes.inc(len(record))
             if d.redelivery:
                 self._m_redelivered.inc()
 
@@ -242,12 +247,12 @@ class ReliableSubscription(Subscription):
         if time.monotonic() < self._dlq_retry_at:
             return  # the last dead-letter publish failed: back off instead of retrying every heartbeat
         for dead in self._state.take_dead_letters():
-            held = self._messages.get(dead.offset)
-            if held is None:
+            record = self._messages.get(dead.offset)
+            if record is None:
                 self._state.resolve_dead_letter(dead.offset)
                 continue
             try:
-                await self._publish_dead_letter(held[0], dead)
+                await self._publish_dead_letter(decode_message(record), dead)
             except Exception as exc:
                 self._warn(
                     "dead-letter publish of offset %d failed (retry in %.1f s): %s",

@@ -6,8 +6,12 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+import msgspec
+
 from ister.core.dispatch import SubType
-from ister.core.record import StoredMessage
+from ister.core.record import StoredMessage, decode_message
+
+Record = bytes | msgspec.Raw  # a stored record; Raw when it is a slice of a client's batch
 
 
 @dataclass(slots=True)
@@ -18,14 +22,27 @@ class ProducerSession:
     access_mode: int
 
 
-@dataclass(frozen=True, slots=True)
 class Outbound:
-    """One message on its way to a consumer's stream."""
+    """One message on its way to a consumer's stream: its offset and its record as stored (msgpack).
 
-    offset: int
-    message: StoredMessage
-    record: bytes  # the message as stored (msgpack), for the batch API's frames
-    redelivery: bool = False
+    The batch API forwards the record untouched; the Danube API decodes it (`message`) when it sends it.
+    """
+
+    __slots__ = ("_message", "offset", "record", "redelivery")
+
+    def __init__(
+        self, offset: int, record: Record, redelivery: bool = False, message: StoredMessage | None = None
+    ) -> None:
+        self.offset = offset
+        self.record = record
+        self.redelivery = redelivery
+        self._message = message
+
+    @property
+    def message(self) -> StoredMessage:
+        if self._message is None:
+            self._message = decode_message(self.record)
+        return self._message
 
 
 class ConsumerStream:

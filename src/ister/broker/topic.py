@@ -93,7 +93,7 @@ class Topic:
         subs = [s for s in self.subscriptions.values() if isinstance(s, NonReliableSubscription)]
         for i, (record, message) in enumerate(zip(records, messages, strict=True)):
             for sub in subs:
-                sub.dispatch(first + i, message, bytes(record))
+                sub.dispatch(first + i, message, record)
         return first
 
     def reliable_subscriptions(self) -> Iterable[ReliableSubscription]:

@@ -1,0 +1,82 @@
+"""gRPC status → `ister.errors` classes, on the client side.
+
+The broker maps its errors to status codes with `ister.wire.status`; this is the inverse, kept here so the
+client never imports the Danube protobuf modules (they clash with the official danube-client's
+registrations in one process). The error carries the server's message unchanged.
+
+Retriability is decided by the status code, not only by the class: transport failures (the connection
+dropped, the stream was reset, the call timed out) are retried by the client's reconnect loops, whatever
+class they map to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from ister import errors
+
+_CLASSES: dict[grpc.StatusCode, type[errors.IsterError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: errors.NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: errors.AlreadyExists,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPrecondition,
+    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDenied,
+    grpc.StatusCode.UNAUTHENTICATED: errors.PermissionDenied,
+    grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.Timeout,
+    grpc.StatusCode.OUT_OF_RANGE: errors.OffsetOutOfRange,
+    grpc.StatusCode.INTERNAL: errors.StorageError,
+    grpc.StatusCode.UNIMPLEMENTED: errors.FailedPrecondition,
+    # A stream reset or a call cancelled by the other side: the connection is gone, not the request wrong.
+    grpc.StatusCode.CANCELLED: errors.Unavailable,
+    grpc.StatusCode.UNKNOWN: errors.Unavailable,
+    grpc.StatusCode.ABORTED: errors.Unavailable,
+    grpc.StatusCode.DATA_LOSS: errors.CorruptionError,
+}
+
+# Codes after which the same request may succeed on a new stream (possibly after a new lookup).
+RETRIABLE_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.ABORTED,
+    }
+)
+
+
+class ConnectionLost(errors.Unavailable):
+    """The stream ended without a status (the broker went away): retried like UNAVAILABLE."""
+
+
+def from_status(code: grpc.StatusCode, details: str | None) -> errors.IsterError:
+    """The error for a gRPC status; `retriable` is set per instance from the code."""
+    cls = _CLASSES.get(code, errors.IsterError)
+    message = details or code.name
+    if code is grpc.StatusCode.UNIMPLEMENTED:
+        message = f"the broker does not implement the Ister batch API (ister.v1): {message}"
+    err = cls(message)
+    err.retriable = code in RETRIABLE_CODES
+    return err
+
+
+def to_ister_error(exc: BaseException) -> errors.IsterError:
+    """Any failure seen by the client as an IsterError (AioRpcError → its status; timeouts → Timeout;
+    other transport-level surprises → retriable Unavailable)."""
+    if isinstance(exc, errors.IsterError):
+        return exc
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return from_status(exc.code(), exc.details())
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return errors.Timeout(str(exc) or "operation timed out")
+    err = ConnectionLost(f"connection failed: {type(exc).__name__}: {exc}")
+    return err
+
+
+def is_retriable(err: errors.IsterError) -> bool:
+    return bool(err.retriable)
