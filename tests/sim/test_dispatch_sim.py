@@ -1,9 +1,12 @@
 """Seeded random schedules against the reliable dispatch state machine, with invariants after every step.
 
 Each seed draws a policy, a window and a start offset, then runs random attach/detach/remove, offer, poll,
-ack (also bogus and late), nack, clock advance and dead-letter publish/failure steps, checking the state
-after each against a model. It then drives to quiescence and checks every offered message ended exactly as
-the poison policy says. A failure message names the sub type and seed; rerun one with `run(sub_type, seed)`.
+ack (also bogus and late), nack, clock advance and dead-letter publish/failure steps, and the batch
+operations (offer_batch, ack_range, cumulative ack_upto, nack_range, set_window), checking the state after
+each against a model (also take_resolved, when the seed tracks it, and the in-flight bookkeeping). It then
+drives to quiescence (acking one by one, by range or cumulatively) and checks every offered message ended
+exactly as the poison policy says. A failure message names the sub type and seed; rerun one with
+`run(sub_type, seed)`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ STEPS = 60
 KEYS = ["eu-1", "eu-2", "us-1", "us-2", "ap-1"]
 FILTER_SETS: list[tuple[str, ...]] = [(), (), ("eu-*",), ("us-?",), ("eu-*", "ap-*"), ("*-1",)]
 CONSUMERS = [1, 2, 3]
+WINDOWS = [1, 2, 3, 5, 8]
 FINAL_CONSUMER = 99
 BACKOFFS: list[BackoffStrategy] = ["Exponential", "Fixed"]
 POISONS: list[PoisonPolicy] = ["DeadLetter", "Drop", "Block"]
@@ -53,10 +57,17 @@ class Sim:
             backoff=rng.choice(BACKOFFS),
             poison_policy=rng.choice(POISONS),
         )
-        self.window = rng.choice([1, 2, 3, 5, 8])
+        self.window = rng.choice(WINDOWS)
+        self.peak_window = self.window
         self.start = rng.randint(0, 5)
+        self.track = rng.random() < 0.5
+        self.quiesce_mode = rng.choice(["single", "range", "cumulative"])
         self.s = ReliableSubscriptionState(
-            sub_type, start_offset=self.start, window=self.window, policy=self.policy
+            sub_type,
+            start_offset=self.start,
+            window=self.window,
+            policy=self.policy,
+            track_resolved=self.track,
         )
         self.now = rng.randint(0, 1000)
         self.attached: dict[int, tuple[str, ...]] = {}  # model: attached consumers and their filters
@@ -65,6 +76,7 @@ class Sim:
         self.received: dict[int, list[int]] = defaultdict(list)  # what each live stream holds unacked
         self.keys: dict[int, str] = {}
         self.deliveries: dict[int, int] = defaultdict(int)
+        self.last_to: dict[int, int] = {}  # the consumer each offset was last delivered to
         self.failures: dict[int, int] = defaultdict(int)  # nacks and ack timeouts per offset
         self.sent_at: dict[int, int] = {}
         self.retry_at: dict[int, int] = {}
@@ -74,6 +86,7 @@ class Sim:
         self.dropped: set[int] = set()
         self.reported: list[int] = []  # dead letters taken and not yet published
         self.last_cursor: int | None = None
+        self.taken_resolved: set[int] = set()
 
     # -- checks ------------------------------------------------------------------------------------------
     def check(self, cond: bool, what: str) -> None:
@@ -94,8 +107,10 @@ class Sim:
         s = self.s
         held = self.reconcile()
         self.check(held == self.unresolved, f"window {sorted(held)} != model {sorted(self.unresolved)}")
-        self.check(len(held) <= self.window and s.capacity() == self.window - len(held), "window bound")
-        self.check(s.in_flight_count <= self.window, "in-flight bound")
+        self.check(len(s.held_offsets()) == len(held), "held view length")
+        self.check(len(held) <= self.peak_window, "window bound")
+        self.check(s.capacity() == max(0, self.window - len(held)), "capacity")
+        self.check(s.in_flight_count <= len(held), "in-flight bound")
         first_open = min(held) if held else s.next_offset
         expected = first_open - 1 if first_open > self.start else None
         self.check(s.cursor == expected, f"cursor {s.cursor} != {expected}")
@@ -126,6 +141,34 @@ class Sim:
         if self.sub_type is SubType.KEY_SHARED:
             in_flight_keys = [self.keys[o] for o in in_flight]
             self.check(len(in_flight_keys) == len(set(in_flight_keys)), "two in flight for one key")
+        for off, cid in in_flight.items():
+            self.check(self.last_to.get(off) == cid, f"{off} in flight at {cid}, last sent to {self.last_to}")
+        self.check_resolved_log()
+        self.check_bookkeeping()
+
+    def check_resolved_log(self) -> None:
+        """take_resolved returns each resolved offset exactly once."""
+        if not self.track:
+            return
+        got = self.s.take_resolved()
+        self.check(len(got) == len(set(got)) and not self.taken_resolved & set(got), "resolved twice")
+        self.taken_resolved.update(got)
+        fates = self.acked | self.dead_lettered | self.dropped
+        self.check(
+            self.taken_resolved == fates, f"resolved log {sorted(self.taken_resolved)} != {sorted(fates)}"
+        )
+
+    def check_bookkeeping(self) -> None:
+        """White box: every in-flight batch's live count matches the offsets that point at it."""
+        flight = self.s._flight
+        counts: dict[int, int] = defaultdict(int)
+        batches = {}
+        for batch in flight.holder.values():
+            counts[id(batch)] += 1
+            batches[id(batch)] = batch
+        for key, batch in batches.items():
+            self.check(batch.live == counts[key], f"batch live {batch.live} != {counts[key]}")
+        self.check(flight._live == len(batches), f"live batches {flight._live} != {len(batches)}")
 
     def after_poll(self, ds: list[Delivery]) -> None:
         s = self.s
@@ -134,6 +177,7 @@ class Sim:
             self.check(d.consumer_id in self.attached, f"delivery of {d.offset} to detached {d.consumer_id}")
             self.check(d.offset in self.unresolved, f"delivery of resolved offset {d.offset}")
             self.deliveries[d.offset] += 1
+            self.last_to[d.offset] = d.consumer_id
             if d.redelivery:
                 self.check(
                     self.now >= self.retry_at[d.offset], f"{d.offset} redelivered before its retry time"
@@ -206,6 +250,64 @@ class Sim:
             self.keys[off] = key
             self.s.offer(off, key, self.now)
             self.unresolved.add(off)
+
+    def offer_batch(self, n: int) -> None:
+        s = self.s
+        first = s.next_offset
+        keys = [self.rng.choice(KEYS) for _ in range(n)]
+        if n > s.capacity() or self.rng.random() < 0.05:
+            bad_first = first if n > s.capacity() else first + self.rng.choice([-1, 1])
+            try:
+                s.offer_batch(bad_first, keys, self.now)
+            except ValueError:
+                self.check(s.next_offset == first, "refused offer_batch changed the window")
+                return
+            raise SimFailure(f"offer_batch of {n} at {bad_first} accepted (next {first}, cap {s.capacity()})")
+        s.offer_batch(first, keys, self.now)
+        for i, key in enumerate(keys):
+            self.keys[first + i] = key
+            self.unresolved.add(first + i)
+        self.check(s.next_offset == first + n, "offer_batch next_offset")
+
+    def set_window(self, window: int) -> None:
+        self.s.set_window(window)
+        self.window = window
+        self.peak_window = max(self.peak_window, window)
+
+    def forget_received(self, offsets: set[int]) -> None:
+        for held in self.received.values():
+            held[:] = [o for o in held if o not in offsets]
+
+    def record_acks(self, offsets: set[int]) -> None:
+        self.acked |= offsets
+        self.unresolved -= offsets
+        self.forget_received(offsets)
+
+    def checked_ack_range(self, first: int, last: int) -> None:
+        expect = {o for o in self.unresolved if first <= o <= last and self.deliveries[o] > 0}
+        got = self.s.ack_range(first, last, self.now)
+        self.check(got == len(expect), f"ack_range({first}, {last}) = {got}, expected {sorted(expect)}")
+        self.record_acks(expect)
+
+    def checked_ack_upto(self, cid: int, upto: int) -> None:
+        expect = {o for o in self.unresolved if o <= upto and self.last_to.get(o) == cid}
+        got = self.s.ack_upto(upto, cid, self.now)
+        self.check(got == len(expect), f"ack_upto({upto}, {cid}) = {got}, expected {sorted(expect)}")
+        self.record_acks(expect)
+
+    def nack_range(self, first: int, last: int) -> None:
+        expect = {o for o in self.s.in_flight() if first <= o <= last}
+        delay = self.rng.choice([None, 0, 20, 400])
+        got = self.s.nack_range(first, last, self.now, delay, "sim range")
+        self.check(got == len(expect), f"nack_range({first}, {last}) = {got}, expected {sorted(expect)}")
+        for off in expect:
+            self.failed(off, delay)
+        self.forget_received(expect)
+
+    def random_span(self) -> tuple[int, int]:
+        first = self.rng.randint(self.start - 2, self.s.next_offset + 1)
+        last = first + self.rng.choice([-1, 0, 1, 2, 4, 20])
+        return first, last
 
     def attach(self, cid: int, filters: tuple[str, ...]) -> None:
         if self.sub_type is SubType.EXCLUSIVE and any(c != cid for c in self.attached):
@@ -286,29 +388,50 @@ class Sim:
         rng = self.rng
         roll = rng.random()
         cid = rng.choice(CONSUMERS)
-        if roll < 0.20:
+        if roll < 0.13:
             self.offer(rng.randint(1, 4))
-        elif roll < 0.30:
+        elif roll < 0.20:
+            self.offer_batch(rng.randint(0, 5))
+        elif roll < 0.28:
             self.attach(cid, rng.choice(FILTER_SETS))
-        elif roll < 0.36:
+        elif roll < 0.33:
             self.detach(cid, remove=False)
-        elif roll < 0.39:
+        elif roll < 0.35:
             self.detach(cid, remove=True)
-        elif roll < 0.55:
+        elif roll < 0.45:
             self.ack(cid)
-        elif roll < 0.62:
+        elif roll < 0.50:
+            self.checked_ack_range(*self.random_span())
+        elif roll < 0.54:
+            self.checked_ack_upto(cid, rng.randint(self.start - 1, self.s.next_offset + 1))
+        elif roll < 0.59:
             self.nack(cid)
+        elif roll < 0.62:
+            self.nack_range(*self.random_span())
         elif roll < 0.65:
             self.checked_ack(rng.randint(self.start - 1, self.s.next_offset + 1))  # bogus or late
-        elif roll < 0.80:
+        elif roll < 0.78:
             self.now += rng.choice([1, 10, 60, 250, 600])
             if rng.random() < 0.5:
                 self.tick()
-        elif roll < 0.88:
+        elif roll < 0.86:
             self.dead_letters()
             self.publish_dead_letters(fail=rng.random() < 0.3)
+        elif roll < 0.89:
+            self.set_window(rng.choice(WINDOWS))
         if rng.random() < 0.7:
             self.poll()
+
+    def ack_all(self, ds: list[Delivery]) -> None:
+        if self.quiesce_mode == "single" or not ds:
+            for d in ds:
+                self.received[d.consumer_id].remove(d.offset)
+                self.checked_ack(d.offset)
+        elif self.quiesce_mode == "range":
+            self.checked_ack_range(min(d.offset for d in ds), max(d.offset for d in ds))
+        else:
+            for cid in sorted({d.consumer_id for d in ds}):
+                self.checked_ack_upto(cid, max(d.offset for d in ds if d.consumer_id == cid))
 
     def quiesce(self) -> None:
         s = self.s
@@ -320,9 +443,7 @@ class Sim:
         for _ in range(2_000):
             ds = self.poll()
             self.after_step()
-            for d in ds:
-                self.received[d.consumer_id].remove(d.offset)
-                self.checked_ack(d.offset)
+            self.ack_all(ds)
             resolved = len(self.dead_lettered)
             self.dead_letters()
             self.publish_dead_letters(fail=False)

@@ -199,6 +199,8 @@ class ReliableSubscription(Subscription):
         self._update_lag()
 
     async def _fill(self, now: int) -> None:
+        if not self._state.attached_consumers():
+            return  # nobody to deliver to: leave the log where it is (publishers pay nothing for us)
         while (capacity := self._state.capacity()) > 0 and self._reader.available() > 0:
             records = await self._reader.read(max_records=capacity, timeout=0)
             if not records:

@@ -54,8 +54,17 @@ class ConnectionLost(errors.Unavailable):
     """The stream ended without a status (the broker went away): retried like UNAVAILABLE."""
 
 
+# grpcio's asyncio client replaces the server's status with this one when a write fails because the server
+# already ended the stream (grpc/grpc#36066, still in grpcio 1.85): the real status is lost. The client
+# treats it as a dropped connection; after a reconnect it sends the first unacknowledged batch alone, so
+# that a batch the broker rejects is rejected again with its real status and no write racing it.
+MASKED_STATUS_DETAILS = "Internal error from Core"
+
+
 def from_status(code: grpc.StatusCode, details: str | None) -> errors.IsterError:
     """The error for a gRPC status; `retriable` is set per instance from the code."""
+    if code is grpc.StatusCode.INTERNAL and details == MASKED_STATUS_DETAILS:
+        return ConnectionLost(f"the stream ended with a status grpcio did not report ({details})")
     cls = _CLASSES.get(code, errors.IsterError)
     message = details or code.name
     if code is grpc.StatusCode.UNIMPLEMENTED:

@@ -1,29 +1,32 @@
 """Received messages and the decoding of MessageBatch frames.
 
 A MessageBatch carries WAL frames (offset u64, length u32, crc32c u32, record; see `ister.core.frames`).
-Offsets within one batch need not be contiguous (shared subscriptions, redeliveries), so the buffer is
-walked with the frame codec run by run: a "gap" stop just starts the next run. Every record's CRC-32C is
-verified and the record decoded with msgspec into a `StoredMessage`.
+Offsets within one batch need not be contiguous (shared subscriptions, redeliveries), so the frames are
+walked with the codec's header layout rather than `scan_frames` (which stops at a gap). Every record's
+CRC-32C is verified and the records decoded with msgspec into `StoredMessage`s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterable
+from itertools import accumulate, repeat
 from typing import TYPE_CHECKING
 
 import msgspec
+from crc32c import crc32c
 
-from ister.core.frames import scan_frames
+from ister.client.records import array_header
+from ister.core.frames import HEADER, HEADER_SIZE, MAX_FRAME_PAYLOAD
 from ister.core.record import StoredMessage
 from ister.errors import CorruptionError
 
 if TYPE_CHECKING:
     from ister.client.subscriber import Subscriber
 
-_decode: Callable[[memoryview], StoredMessage] = msgspec.msgpack.Decoder(StoredMessage).decode
+_decode_all = msgspec.msgpack.Decoder(list[StoredMessage]).decode
 
 
-class Message:
+class Message(msgspec.Struct):
     """One received message. `offset` is its offset in `topic` (a partition topic for partitioned topics).
 
     `redelivered` is True when this consumer already received an offset at least this high on this partition
@@ -31,13 +34,10 @@ class Message:
     delivered to another consumer of a shared subscription.
     """
 
-    __slots__ = ("_record", "_sub", "offset", "redelivered")
-
-    def __init__(self, offset: int, record: StoredMessage, sub: Subscriber, redelivered: bool) -> None:
-        self.offset = offset
-        self._record = record
-        self._sub = sub
-        self.redelivered = redelivered
+    offset: int
+    record: StoredMessage
+    _sub: Subscriber
+    redelivered: bool = False
 
     @property
     def topic(self) -> str:
@@ -45,41 +45,37 @@ class Message:
 
     @property
     def payload(self) -> bytes:
-        return self._record.payload
+        return self.record.payload
 
     @property
     def attributes(self) -> dict[str, str]:
-        return self._record.attributes
+        return self.record.attributes
 
     @property
     def key(self) -> str | None:
         """The routing key the producer gave, or None."""
-        return self._record.routing_key
+        return self.record.routing_key
 
     @property
     def publish_time(self) -> int:
         """Unix milliseconds, as set by the producer."""
-        return self._record.publish_time
+        return self.record.publish_time
 
     @property
     def producer_name(self) -> str:
-        return self._record.producer_name
+        return self.record.producer_name
 
     @property
     def producer_id(self) -> int:
-        return self._record.producer_id
+        return self.record.producer_id
 
     @property
     def schema_id(self) -> int | None:
-        return self._record.schema_id
+        return self.record.schema_id
 
     @property
     def schema_version(self) -> int | None:
-        return self._record.schema_version
-
-    @property
-    def record(self) -> StoredMessage:
-        return self._record
+        return self.record.schema_version
 
     async def ack(self) -> None:
         """Acknowledge. Acks are coalesced into offset ranges and sent in the background within a few ms;
@@ -102,30 +98,45 @@ class Message:
 
 
 def decode_batch(frames: bytes, count: int, sub: Subscriber, max_seen: int) -> tuple[list[Message], int]:
-    """The messages of one MessageBatch and the new highest offset seen; CorruptionError on a bad frame."""
+    """The messages of one MessageBatch and the new highest offset seen; CorruptionError on a bad frame.
+
+    Frames are walked with the codec's header layout, every record's CRC-32C is checked, then all records
+    are decoded in one msgspec call (as one msgpack array) and wrapped in one C-level map."""
     mv = memoryview(frames)
-    out: list[Message] = []
-    append = out.append
-    pos = 0
     n = len(mv)
+    unpack = HEADER.unpack_from
+    offsets: list[int] = []
+    records: list[memoryview] = []
+    add_offset, add_record = offsets.append, records.append
+    pos = 0
     while pos < n:
-        result = scan_frames(mv[pos:])
-        for offset, payload, _ in result.frames:
-            try:
-                record = _decode(payload)
-            except msgspec.DecodeError as exc:
-                raise CorruptionError(f"undecodable record at offset {offset}: {exc}") from None
-            append(Message(offset, record, sub, offset <= max_seen))
-            if offset > max_seen:
-                max_seen = offset
-        pos += result.safe_length
-        if result.stop == "end":
-            break
-        if result.stop != "gap" or result.safe_length == 0:
-            raise CorruptionError(f"bad frame in a message batch at byte {pos}: {result.stop}")
-    if len(out) != count:
-        raise CorruptionError(f"message batch declares {count} messages but holds {len(out)}")
-    return out, max_seen
+        if pos + HEADER_SIZE > n:
+            raise CorruptionError(f"torn frame header in a message batch at byte {pos}")
+        offset, length, crc = unpack(mv, pos)
+        start = pos + HEADER_SIZE
+        pos = start + length
+        if pos > n or length > MAX_FRAME_PAYLOAD:
+            raise CorruptionError(f"torn frame in a message batch at offset {offset}")
+        record = mv[start:pos]
+        if crc32c(record) != crc:
+            raise CorruptionError(f"CRC mismatch in a message batch at offset {offset}")
+        add_offset(offset)
+        add_record(record)
+    if len(offsets) != count:
+        raise CorruptionError(f"message batch declares {count} messages but holds {len(offsets)}")
+    if not offsets:
+        return [], max_seen
+    try:
+        decoded = _decode_all(array_header(len(records)) + b"".join(records))
+    except msgspec.DecodeError as exc:
+        raise CorruptionError(f"undecodable record in a message batch: {exc}") from None
+    if offsets[0] > max_seen and all(map(int.__lt__, offsets, offsets[1:])):
+        flags: Iterable[bool] = repeat(False)  # the common case: all new, ascending
+        top = offsets[-1]
+    else:
+        flags = [o <= m for o, m in zip(offsets, accumulate(offsets, max, initial=max_seen), strict=False)]
+        top = max(max_seen, *offsets)
+    return list(map(Message, offsets, decoded, repeat(sub), flags)), top
 
 
 def offset_ranges(offsets: list[int]) -> list[tuple[int, int]]:

@@ -1,8 +1,9 @@
 """The reliable (at-least-once) dispatch state machine of one subscription.
 
-The broker feeds it messages from the log in offset order (`offer`, bounded by `capacity`), asks what to
-send (`poll`), and reports acks, nacks and consumer changes. Every offered message stays in the window
-until it is acknowledged or resolved by the poison policy; the cursor only passes resolved offsets.
+The broker feeds it messages from the log in offset order (`offer`/`offer_batch`, bounded by `capacity`),
+asks what to send (`poll`), and reports acks (`on_ack`, `ack_range`, `ack_upto`), nacks and consumer
+changes. Every offered message stays in the window until it is acknowledged or resolved by the poison
+policy; the cursor only passes resolved offsets.
 
 Choices where Danube differs (deliberately):
 - Failover promotes the next attached standby as soon as the active consumer detaches.
@@ -14,59 +15,82 @@ Choices where Danube differs (deliberately):
   key no attached consumer's filters accept is held, never skipped: it keeps its window slot until a
   matching consumer attaches.
 - Attaching a consumer that is already attached (a new stream taking over) resends its in-flight messages.
+
+Cost (what keeps a 10,000-message window cheap): a message only offered is a bare offset (`window.py`); a
+message in flight is one dict item pointing at its delivery batch, which carries consumer and deadline
+(`flight.py`); only a message that failed or was handed back gets a record (`entries.py`). Timers are heaps
+validated on pop, so a poll with nothing due scans nothing, and the cursor passes each offset once.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
-from collections.abc import Iterable, Set
+from collections.abc import Callable, Iterable, Sequence, Set
+from functools import partial
+from heapq import heappop, heappush
+from itertools import compress, cycle, repeat
+from operator import not_
 
-from ister.core.dispatch.entries import Entry, EntryState, TimerQueue
-from ister.core.dispatch.policy import BLOCK, DEAD_LETTER, DROP, FailurePolicy
+from ister.core.dispatch.entries import EntryState
+from ister.core.dispatch.failures import Failures
+from ister.core.dispatch.flight import FlightTable, SendPhase
+from ister.core.dispatch.keyqueue import KeyQueues
+from ister.core.dispatch.policy import BLOCK, FailurePolicy
 from ister.core.dispatch.selector import ConsumerSelector
 from ister.core.dispatch.types import DeadLetter, Delivery, SubscriptionStats, SubType
-from ister.core.dispatch.window import CursorTracker
+from ister.core.dispatch.window import HeldWindow
 from ister.errors import InvalidArgument
 from ister.limits import MAX_WINDOW, MIN_WINDOW
 
 ACK_TIMEOUT_REASON = "ack timeout"
 
-_PENDING, _IN_FLIGHT, _RETRY, _EXHAUSTED = (
-    EntryState.PENDING,
-    EntryState.IN_FLIGHT,
-    EntryState.RETRY,
-    EntryState.EXHAUSTED,
-)
+_IN_FLIGHT, _RETRY = EntryState.IN_FLIGHT, EntryState.RETRY
+
+# Delivery((consumer, offset, attempt, redelivery)) without the Python-level __new__ of a named tuple.
+_delivery: Callable[[tuple[int, int, int, bool]], Delivery] = partial(tuple.__new__, Delivery)
+
+
+def _check_window(window: object) -> int:
+    if isinstance(window, bool) or not isinstance(window, int) or not MIN_WINDOW <= window <= MAX_WINDOW:
+        raise InvalidArgument(f"dispatch window must be in {MIN_WINDOW}..{MAX_WINDOW}, got {window!r}")
+    return window
 
 
 class ReliableSubscriptionState:
-    def __init__(self, sub_type: SubType, *, start_offset: int, window: int, policy: FailurePolicy) -> None:
-        if isinstance(window, bool) or not isinstance(window, int) or not MIN_WINDOW <= window <= MAX_WINDOW:
-            raise InvalidArgument(f"dispatch window must be in {MIN_WINDOW}..{MAX_WINDOW}, got {window!r}")
+    def __init__(
+        self,
+        sub_type: SubType,
+        *,
+        start_offset: int,
+        window: int,
+        policy: FailurePolicy,
+        track_resolved: bool = False,
+    ) -> None:
+        """`track_resolved`: record resolved offsets for `take_resolved` (then call it regularly)."""
+        self.window = _check_window(window)
         if isinstance(start_offset, bool) or not isinstance(start_offset, int) or start_offset < 0:
             raise InvalidArgument(f"start offset must be a non-negative integer, got {start_offset!r}")
         self.sub_type = SubType(sub_type)
-        self.window = window
-        self.policy = policy
         self._key_shared = self.sub_type is SubType.KEY_SHARED
+        self._shared = self.sub_type is SubType.SHARED
         self._selector = ConsumerSelector(self.sub_type)
-        self._cursor = CursorTracker(start_offset)
-        self._next_offset = start_offset
-        self._entries: dict[int, Entry] = {}
-        self._counts = [0, 0, 0, 0]  # entries per EntryState
-        self._new: deque[int] = deque()  # PENDING offsets in order (all types but Key-Shared)
-        self._heads: list[int] = []  # Key-Shared: heap of PENDING offsets that head their key's queue
-        self._keys: dict[str, deque[int]] = {}  # Key-Shared: unresolved offsets per key, in order
-        self._parked: set[int] = set()  # Key-Shared: heads no attached consumer accepts
-        self._parked_version = -1
-        self._by_consumer: dict[int, set[int]] = {}  # in-flight offsets per consumer
-        self._dead_letters: deque[int] = deque()  # exhausted offsets not yet handed to the broker
-        self._retries = TimerQueue(window, self._is_current)
-        self._deadlines = TimerQueue(window, self._is_current)
-        self._totals = dict.fromkeys(
-            ("delivered", "redelivered", "acked", "nacked", "timeouts", "dead_lettered", "dropped"), 0
+        self._flight = FlightTable()
+        self._holder = self._flight.holder
+        self._kq = KeyQueues()  # used by Key-Shared only
+        self._w = HeldWindow(
+            start_offset, self._holder, self._kq if self._key_shared else None, track_resolved
         )
+        self._entries = self._w.entries
+        self._failures = Failures(policy, self._w)
+        self._retries = self._failures.retries
+        self._delivered = self._redelivered = self._acked = self._nacked = self._timeouts = 0
+
+    @property
+    def policy(self) -> FailurePolicy:
+        return self._failures.policy
+
+    @policy.setter
+    def policy(self, policy: FailurePolicy) -> None:
+        self._failures.policy = policy
 
     # -- consumers ---------------------------------------------------------------------------------------
     def attach(self, consumer_id: int, key_filters: Iterable[str] = (), now_ms: int = 0) -> None:
@@ -75,7 +99,9 @@ class ReliableSubscriptionState:
         self._selector.attach(consumer_id, key_filters)
         if was_attached:
             self._requeue(consumer_id, now_ms)
-        self._requeue_unattached(now_ms)
+        for cid in self._flight.consumers():
+            if not self._selector.is_attached(cid):
+                self._requeue(cid, now_ms)
 
     def detach(self, consumer_id: int, now_ms: int) -> int:
         """The stream is gone; its in-flight messages become ready now. Returns how many were requeued."""
@@ -88,45 +114,49 @@ class ReliableSubscriptionState:
         return self._requeue(consumer_id, now_ms)
 
     def _requeue(self, consumer_id: int, now_ms: int) -> int:
-        offsets = self._by_consumer.pop(consumer_id, None)
-        if not offsets:
-            return 0
-        for offset in sorted(offsets):
-            entry = self._entries[offset]
-            entry.consumer = None
-            entry.retry_at = now_ms
-            self._set_state(entry, _RETRY)
-            self._retries.push(now_ms, offset, entry.gen)
+        offsets = self._flight.take_consumer(consumer_id)
+        for offset in offsets:
+            self._failures.hand_back(offset, consumer_id, now_ms)
         return len(offsets)
-
-    def _requeue_unattached(self, now_ms: int) -> None:
-        for cid in [c for c in self._by_consumer if not self._selector.is_attached(c)]:
-            self._requeue(cid, now_ms)
 
     # -- feeding -----------------------------------------------------------------------------------------
     def capacity(self) -> int:
-        """How many more messages `offer` accepts."""
-        return self.window - len(self._entries)
+        """How many more messages `offer`/`offer_batch` accept."""
+        return max(0, self.window - self._w.held)
+
+    def set_window(self, window: int) -> None:
+        """Change the window (1..MAX_WINDOW). Shrinking drops nothing: capacity is 0 until enough resolve."""
+        self.window = _check_window(window)
 
     def offer(self, offset: int, key: str, now_ms: int) -> None:
         """Add the next message of the log. Raises ValueError if out of order or the window is full."""
-        if offset != self._next_offset:
-            raise ValueError(f"offer of offset {offset}, expected {self._next_offset}")
-        if len(self._entries) >= self.window:
+        w = self._w
+        if offset != w.next_offset:
+            raise ValueError(f"offer of offset {offset}, expected {w.next_offset}")
+        if w.held >= self.window:
             raise ValueError(f"dispatch window full ({self.window}); offer of offset {offset} refused")
-        entry = Entry(offset, key)
-        self._entries[offset] = entry
-        self._counts[_PENDING] += 1
-        self._next_offset += 1
-        if not self._key_shared:
-            self._new.append(offset)
+        w.next_offset = offset + 1
+        w.held += 1
+        if self._key_shared:
+            self._kq.add(offset, key)
+
+    def offer_batch(self, first_offset: int, keys: Sequence[str], now_ms: int) -> None:
+        """Add the next len(keys) messages of the log: offsets first_offset, first_offset + 1, ...
+
+        Raises ValueError (and adds nothing) unless first_offset is `next_offset` and len(keys) <= capacity.
+        """
+        w = self._w
+        n = len(keys)
+        if first_offset != w.next_offset:
+            raise ValueError(f"offer of offset {first_offset}, expected {w.next_offset}")
+        if n > max(0, self.window - w.held):
+            raise ValueError(f"dispatch window: {n} messages offered, capacity {self.capacity()}")
+        if not n:
             return
-        queue = self._keys.get(key)
-        if queue is None:
-            self._keys[key] = deque((offset,))
-            heapq.heappush(self._heads, offset)
-        else:
-            queue.append(offset)
+        if self._key_shared:
+            self._kq.add_run(first_offset, keys)
+        w.next_offset = first_offset + n
+        w.held += n
 
     # -- dispatching -------------------------------------------------------------------------------------
     def poll(self, now_ms: int) -> list[Delivery]:
@@ -135,62 +165,114 @@ class ReliableSubscriptionState:
         Applies due ack timeouts first (as `tick`). Call it after offer, attach, ack, nack and dead-letter
         resolution, and at `next_wakeup`.
         """
-        self._expire(now_ms)
+        if self._flight.is_due(now_ms):
+            self._expire(now_ms)
         if not self._selector.has_attached:
             return []
         out: list[Delivery] = []
-        if self._parked and self._parked_version != self._selector.version:
+        kq = self._kq
+        if kq.parked and kq.parked_version != self._selector.version:
             self._unpark()
-        for offset in sorted(set(self._retries.pop_due(now_ms))):
-            entry = self._entries[offset]
-            if entry.state is _RETRY:
-                self._dispatch(entry, now_ms, out)
+        if self._retries.is_due(now_ms):
+            self._send_retries(now_ms, out)
         if self._key_shared:
-            while self._heads:
-                head = self._entries.get(heapq.heappop(self._heads))
-                if head is not None and head.state is _PENDING:
-                    self._dispatch(head, now_ms, out)
-        elif not self._blocked():
-            while self._new:
-                self._dispatch(self._entries[self._new.popleft()], now_ms, out)
+            if kq.heads:
+                self._send_heads(now_ms, out)
+        elif self._w.fresh < self._w.next_offset and not self._failures.blocked:
+            self._send_new(now_ms, out)
         return out
 
-    def _blocked(self) -> bool:
-        return self.policy.poison_policy == BLOCK and self._counts[_EXHAUSTED] > 0
+    def _send_new(self, now_ms: int, out: list[Delivery]) -> None:
+        """All types but Key-Shared: send the whole never-sent run [fresh, next_offset)."""
+        w = self._w
+        lo, hi = w.fresh, w.next_offset
+        deadline = now_ms + self.policy.ack_timeout_ms
+        run = range(lo, hi)
+        if self._shared:
+            ring = self._selector.round_robin_order()
+            k = len(ring)
+            out.extend(map(_delivery, zip(cycle(ring), run, repeat(1), repeat(False))))
+            for j in range(min(k, hi - lo)):
+                self._flight.add_run(ring[j], deadline, range(lo + j, hi, k))
+            self._selector.skip_round_robin(hi - lo)
+        else:
+            cid = self._selector.active()
+            if cid is None:  # cannot happen with a consumer attached
+                return
+            out.extend(map(_delivery, zip(repeat(cid), run, repeat(1), repeat(False))))
+            self._flight.add_run(cid, deadline, run)
+        w.fresh = hi
+        self._delivered += hi - lo
 
-    def _target(self, entry: Entry) -> int | None:
+    def _target(self, offset: int) -> int | None:
         if self._key_shared:
-            return self._selector.for_key(entry.key)
-        if self.sub_type is SubType.SHARED:
+            return self._selector.for_key(self._kq.key_of[offset])
+        if self._shared:
             return self._selector.next_round_robin()
         return self._selector.active()
 
-    def _dispatch(self, entry: Entry, now_ms: int, out: list[Delivery]) -> None:
-        consumer_id = self._target(entry)
-        if consumer_id is None:  # Key-Shared only: nobody accepts this key now; hold it
-            self._parked.add(entry.offset)
-            self._parked_version = self._selector.version
-            return
-        redelivery = entry.deliveries > 0
-        entry.deliveries += 1
-        entry.consumer = consumer_id
-        entry.deadline = now_ms + self.policy.ack_timeout_ms
-        self._set_state(entry, _IN_FLIGHT)
-        self._deadlines.push(entry.deadline, entry.offset, entry.gen)
-        self._by_consumer.setdefault(consumer_id, set()).add(entry.offset)
-        self._totals["delivered"] += 1
-        if redelivery:
-            self._totals["redelivered"] += 1
-        out.append(Delivery(consumer_id, entry.offset, entry.deliveries, redelivery))
+    def _park(self, offset: int) -> None:
+        """Key-Shared: nobody accepts this key now; hold it until the consumer set changes."""
+        self._kq.parked.add(offset)
+        self._kq.parked_version = self._selector.version
+
+    def _send_retries(self, now_ms: int, out: list[Delivery]) -> None:
+        phase = SendPhase(self._flight, now_ms + self.policy.ack_timeout_ms)
+        entries = self._entries
+        for offset in self._retries.pop_due(now_ms):
+            cid = self._target(offset)
+            if cid is None:
+                self._park(offset)
+                continue
+            phase.add(cid, offset)
+            entry = entries[offset]
+            entry.state = _IN_FLIGHT
+            entry.deliveries += 1
+            entry.consumer = cid
+            out.append(_delivery((cid, offset, entry.deliveries, True)))
+        phase.close()
+        self._w.n_retry -= phase.sent
+        self._delivered += phase.sent
+        self._redelivered += phase.sent
+
+    def _send_heads(self, now_ms: int, out: list[Delivery]) -> None:
+        """Key-Shared: send every pending key head, in offset order."""
+        holder, entries = self._holder, self._entries
+        heads, key_of = self._kq.heads, self._kq.key_of
+        owners, route = self._selector.key_owners, self._selector.for_key
+        by_consumer: dict[int, list[int]] = {}
+        previous = -1
+        while heads:
+            offset = heappop(heads)
+            if offset == previous:
+                continue  # a duplicate item
+            previous = offset
+            key = key_of.get(offset)
+            if key is None or offset in holder or offset in entries:
+                continue  # resolved, or already sent
+            cid = owners[key] if key in owners else route(key)
+            if cid is None:
+                self._park(offset)
+                continue
+            mine = by_consumer.get(cid)
+            if mine is None:
+                mine = by_consumer[cid] = []
+            mine.append(offset)
+            out.append(_delivery((cid, offset, 1, False)))
+        deadline = now_ms + self.policy.ack_timeout_ms
+        for cid, offsets in by_consumer.items():
+            self._flight.add_run(cid, deadline, offsets)
+            self._delivered += len(offsets)
 
     def _unpark(self) -> None:
-        for offset in sorted(self._parked):
-            entry = self._entries[offset]
-            if entry.state is _RETRY:
-                self._retries.push(entry.retry_at, offset, entry.gen)
-            else:
-                heapq.heappush(self._heads, offset)
-        self._parked.clear()
+        kq = self._kq
+        for offset in sorted(kq.parked):
+            entry = self._entries.get(offset)
+            if entry is None:
+                heappush(kq.heads, offset)
+            elif entry.state is _RETRY:
+                self._failures.requeue_parked(offset, entry)
+        kq.parked.clear()
 
     # -- outcomes ----------------------------------------------------------------------------------------
     def on_ack(self, offset: int, now_ms: int) -> bool:
@@ -198,22 +280,25 @@ class ReliableSubscriptionState:
 
         An ack of an offset never delivered, or already resolved, is ignored and returns False.
         """
-        entry = self._entries.get(offset)
-        if entry is None or entry.deliveries == 0:
+        w = self._w
+        if self._flight.pop(offset) is None and offset not in self._entries:
             return False
-        self._totals["acked"] += 1
-        self._resolve(entry)
+        self._acked += 1
+        w.resolve(offset)
+        if offset == w.first_open:
+            w.advance()
         return True
 
     def on_nack(
         self, offset: int, now_ms: int, delay_ms: int | None = None, reason: str | None = None
     ) -> bool:
         """A consumer gave the message back; only an in-flight offset counts (late nacks are ignored)."""
-        entry = self._entries.get(offset)
-        if entry is None or entry.state is not _IN_FLIGHT:
+        batch = self._flight.pop(offset)
+        if batch is None:
             return False
-        self._totals["nacked"] += 1
-        self._fail(entry, now_ms, delay_ms, reason)
+        self._nacked += 1
+        self._failures.fail(offset, batch.consumer, now_ms, delay_ms, reason)
+        self._w.advance()
         return True
 
     def tick(self, now_ms: int) -> int:
@@ -221,106 +306,103 @@ class ReliableSubscriptionState:
         return self._expire(now_ms)
 
     def _expire(self, now_ms: int) -> int:
-        expired = self._deadlines.pop_due(now_ms)
-        for offset in expired:
-            self._totals["timeouts"] += 1
-            self._fail(self._entries[offset], now_ms, None, ACK_TIMEOUT_REASON)
+        expired = self._flight.expire(now_ms)
+        for offset, consumer in expired:
+            self._failures.fail(offset, consumer, now_ms, None, ACK_TIMEOUT_REASON)
+        if expired:
+            self._timeouts += len(expired)
+            self._w.advance()
         return len(expired)
-
-    def _fail(self, entry: Entry, now_ms: int, delay_ms: int | None, reason: str | None) -> None:
-        self._leave_flight(entry)
-        entry.failures += 1
-        entry.reason = reason
-        if not self.policy.is_exhausted(entry.failures):
-            entry.retry_at = now_ms + self.policy.retry_delay_ms(entry.failures, delay_ms)
-            self._set_state(entry, _RETRY)
-            self._retries.push(entry.retry_at, entry.offset, entry.gen)
-        elif self.policy.poison_policy == DROP:
-            self._totals["dropped"] += 1
-            self._resolve(entry)
-        else:
-            self._set_state(entry, _EXHAUSTED)
-            if self.policy.poison_policy == DEAD_LETTER:
-                entry.reported = False
-                self._dead_letters.append(entry.offset)
 
     def take_dead_letters(self) -> list[DeadLetter]:
         """Exhausted messages to publish to the dead-letter topic, each returned once, in offset order."""
-        out: list[DeadLetter] = []
-        while self._dead_letters:
-            entry = self._entries.get(self._dead_letters.popleft())
-            if entry is not None and entry.state is _EXHAUSTED and not entry.reported:
-                entry.reported = True
-                out.append(DeadLetter(entry.offset, entry.deliveries, entry.reason))
-        out.sort(key=lambda d: d.offset)
-        return out
+        return self._failures.take_dead_letters()
 
     def resolve_dead_letter(self, offset: int) -> bool:
         """The dead letter was published: the offset is resolved and the cursor may pass it."""
-        entry = self._entries.get(offset)
-        if entry is None or entry.state is not _EXHAUSTED:
-            return False
-        if self.policy.poison_policy != DEAD_LETTER:
-            return False
-        self._totals["dead_lettered"] += 1
-        self._resolve(entry)
-        return True
+        return self._failures.resolve_dead_letter(offset)
 
     def dead_letter_failed(self, offset: int) -> bool:
         """Publishing failed: the next `take_dead_letters` returns this offset again."""
-        entry = self._entries.get(offset)
-        if entry is None or entry.state is not _EXHAUSTED or not entry.reported:
-            return False
-        entry.reported = False
-        self._dead_letters.append(offset)
-        return True
+        return self._failures.dead_letter_failed(offset)
 
-    # -- bookkeeping -------------------------------------------------------------------------------------
-    def _is_current(self, offset: int, gen: int) -> bool:
-        entry = self._entries.get(offset)
-        return entry is not None and entry.gen == gen
+    # -- batch outcomes ----------------------------------------------------------------------------------
+    def ack_range(self, first: int, last: int, now_ms: int) -> int:
+        """Ack every delivered, unresolved offset in [first, last] (late ones too, as `on_ack`).
 
-    def _set_state(self, entry: Entry, state: EntryState) -> None:
-        self._counts[entry.state] -= 1
-        self._counts[state] += 1
-        entry.state = state
-        entry.gen += 1
+        Offsets never delivered, already resolved or never offered are ignored. Returns how many were acked.
+        """
+        candidates = self._w.span(first, last, late=True)
+        if not candidates:
+            return 0
+        got = list(map(self._holder.pop, candidates, repeat(None)))
+        missing = got.count(None)
+        acked: Sequence[int] = candidates
+        if missing:
+            acked = list(compress(candidates, got))
+            if self._entries:  # late acks of waiting messages
+                entries = self._entries
+                acked.extend(o for o in compress(candidates, map(not_, got)) if o in entries)
+            if not acked:
+                return 0
+        if missing < len(got):
+            self._flight.release_all(got)
+        w = self._w
+        w.resolve_all(acked)
+        self._acked += len(acked)
+        if not missing and isinstance(candidates, range) and candidates[0] == w.first_open:
+            w.first_open = candidates[-1] + 1  # the whole run resolved: jump over it
+        w.advance()
+        return len(acked)
 
-    def _leave_flight(self, entry: Entry) -> None:
-        if entry.state is _IN_FLIGHT and entry.consumer is not None:
-            held = self._by_consumer.get(entry.consumer)
-            if held is not None:
-                held.discard(entry.offset)
-                if not held:
-                    del self._by_consumer[entry.consumer]
-        entry.consumer = None
+    def ack_upto(self, offset: int, consumer_id: int, now_ms: int) -> int:
+        """Cumulative ack: every unresolved offset <= `offset` last delivered to `consumer_id`.
 
-    def _resolve(self, entry: Entry) -> None:
-        self._leave_flight(entry)
-        offset = entry.offset
-        self._counts[entry.state] -= 1
-        entry.gen += 1
-        del self._entries[offset]
-        self._parked.discard(offset)
-        self._cursor.mark(offset)
-        if not self._key_shared:
-            return
-        queue = self._keys[entry.key]
-        if queue[0] == offset:
-            queue.popleft()
-        else:  # cannot happen: only a key's head is ever delivered; kept for safety
-            queue.remove(offset)
-        if not queue:
-            del self._keys[entry.key]
-            return
-        head = self._entries[queue[0]]
-        if head.state is _PENDING and head.offset not in self._parked:
-            heapq.heappush(self._heads, head.offset)
+        Covers that consumer's in-flight messages and its late ones (timed out, nacked or handed back since,
+        and not redelivered to anybody else). Returns how many were acked.
+        """
+        acked = self._flight.take_upto(consumer_id, offset)
+        if self._entries:
+            acked.extend(self._failures.late.take_upto(consumer_id, offset))
+        if not acked:
+            return 0
+        self._w.resolve_all(acked)
+        self._acked += len(acked)
+        self._w.advance()
+        return len(acked)
+
+    def nack_range(
+        self,
+        first: int,
+        last: int,
+        now_ms: int,
+        delay_ms: int | None = None,
+        reason: str | None = None,
+    ) -> int:
+        """Nack every in-flight offset in [first, last] (as `on_nack`); returns how many were nacked."""
+        count = 0
+        pop = self._flight.pop
+        for offset in self._w.span(first, last, late=False):
+            batch = pop(offset)
+            if batch is not None:
+                self._failures.fail(offset, batch.consumer, now_ms, delay_ms, reason)
+                count += 1
+        if count:
+            self._nacked += count
+            self._w.advance()
+        return count
+
+    def take_resolved(self) -> list[int]:
+        """Offsets resolved (acked, dropped, dead-lettered) since the last call; needs `track_resolved`.
+
+        Lets the broker free payloads in O(resolved) instead of diffing against `held_offsets`.
+        """
+        return self._w.take_resolved()
 
     # -- queries -----------------------------------------------------------------------------------------
     def next_wakeup(self) -> int | None:
         """The earliest time at which tick/poll would change something (an ack deadline or a retry)."""
-        times = [self._deadlines.earliest()]
+        times = [self._flight.earliest()]
         if self._selector.has_attached:
             times.append(self._retries.earliest())
         present = [t for t in times if t is not None]
@@ -328,23 +410,23 @@ class ReliableSubscriptionState:
 
     @property
     def cursor(self) -> int | None:
-        return self._cursor.cursor
+        return self._w.cursor
 
     @property
     def start_offset(self) -> int:
-        return self._cursor.start_offset
+        return self._w.start
 
     @property
     def next_offset(self) -> int:
-        return self._next_offset
+        return self._w.next_offset
 
     @property
     def in_flight_count(self) -> int:
-        return self._counts[_IN_FLIGHT]
+        return len(self._holder)
 
     def lag(self, head_offset: int) -> int:
         """Messages not yet contiguously resolved; `head_offset` is the log's next offset (its length)."""
-        return max(0, head_offset - self._cursor.first_unresolved)
+        return max(0, head_offset - self._w.first_open)
 
     def active_consumer(self) -> int | None:
         """Exclusive/Failover: the consumer receiving messages now; None for the other types."""
@@ -354,34 +436,37 @@ class ReliableSubscriptionState:
         return self._selector.attached_ids()
 
     def held_offsets(self) -> Set[int]:
-        """Offsets in the window (offered and not yet acked or resolved); a live view."""
-        return self._entries.keys()
+        """Offsets in the window (offered and not yet acked or resolved); a live view.
+
+        Membership is O(1); iterating copies. To free payloads, prefer `take_resolved`.
+        """
+        return self._w
 
     def in_flight(self) -> dict[int, int]:
         """Offset -> consumer for every message awaiting an ack."""
-        return {o: cid for cid, offsets in self._by_consumer.items() for o in offsets}
+        return dict(self._flight.items())
 
     def state_of(self, offset: int) -> EntryState | None:
-        entry = self._entries.get(offset)
-        return None if entry is None else entry.state
+        return self._w.state_of(offset)
 
     def stats(self) -> SubscriptionStats:
-        t = self._totals
+        w = self._w
+        in_flight = len(self._holder)
         return SubscriptionStats(
             window=self.window,
-            held=len(self._entries),
-            pending=self._counts[_PENDING],
-            in_flight=self._counts[_IN_FLIGHT],
-            waiting_retry=self._counts[_RETRY],
-            exhausted=self._counts[_EXHAUSTED],
-            blocked=self._counts[_EXHAUSTED] if self.policy.poison_policy == BLOCK else 0,
-            next_offset=self._next_offset,
-            cursor=self._cursor.cursor,
-            delivered_total=t["delivered"],
-            redelivered_total=t["redelivered"],
-            acked_total=t["acked"],
-            nacked_total=t["nacked"],
-            ack_timeouts_total=t["timeouts"],
-            dead_lettered_total=t["dead_lettered"],
-            dropped_total=t["dropped"],
+            held=w.held,
+            pending=w.held - in_flight - w.n_retry - w.n_exhausted,
+            in_flight=in_flight,
+            waiting_retry=w.n_retry,
+            exhausted=w.n_exhausted,
+            blocked=w.n_exhausted if self.policy.poison_policy == BLOCK else 0,
+            next_offset=w.next_offset,
+            cursor=w.cursor,
+            delivered_total=self._delivered,
+            redelivered_total=self._redelivered,
+            acked_total=self._acked,
+            nacked_total=self._nacked,
+            ack_timeouts_total=self._timeouts,
+            dead_lettered_total=self._failures.dead_lettered,
+            dropped_total=self._failures.dropped,
         )

@@ -22,6 +22,7 @@ from ister.errors import FailedPrecondition, InvalidArgument
 
 MAX_KEY_FILTERS = 64
 MAX_KEY_FILTER_LEN = 1_024
+KEY_CACHE_SIZE = 65_536  # Key-Shared: remembered key -> owner decisions (cleared on any change)
 
 
 @dataclass(slots=True)
@@ -52,6 +53,8 @@ class ConsumerSelector:
         self._ring: HashRing | None = None
         self._attached_count = 0
         self._any_filters = False
+        # Key-Shared decisions already made since the last change: key -> owner (read it, never write it)
+        self.key_owners: dict[str, int | None] = {}
         self.version = 0  # bumped whenever the attached set or a filter changes
 
     # -- membership --------------------------------------------------------------------------------------
@@ -106,6 +109,7 @@ class ConsumerSelector:
     def _changed(self) -> None:
         self.version += 1
         self._ring = None
+        self.key_owners.clear()
         attached = [(c.seq, cid) for cid, c in self._consumers.items() if c.attached]
         self._attached_count = len(attached)
         self._active = min(attached)[1] if attached and self.sub_type.single_active else None
@@ -144,8 +148,32 @@ class ConsumerSelector:
                 return cid
         return None
 
+    def round_robin_order(self) -> list[int]:
+        """The attached consumers in the order round-robin picks them from now on (cycling)."""
+        rr = self._rr
+        order = self._order[rr:] + self._order[:rr]
+        return [cid for cid in order if self._consumers[cid].attached]
+
+    def skip_round_robin(self, count: int) -> None:
+        """Advance the turn exactly as `count` calls of `next_round_robin` would."""
+        ring = self.round_robin_order()
+        if ring and count > 0:
+            last = ring[(count - 1) % len(ring)]
+            self._rr = (self._order.index(last) + 1) % len(self._order)
+
     def for_key(self, key: str) -> int | None:
         """Key-Shared owner of `key` among attached consumers whose filters match it."""
+        cache = self.key_owners
+        if key in cache:
+            return cache[key]
+        owner = self._for_key(key)
+        if len(key) <= 256:  # bound the cache's memory by short keys only
+            if len(cache) >= KEY_CACHE_SIZE:
+                cache.clear()
+            cache[key] = owner
+        return owner
+
+    def _for_key(self, key: str) -> int | None:
         if self._attached_count == 0:
             return None
         if self._ring is None:

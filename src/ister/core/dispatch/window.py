@@ -1,10 +1,21 @@
-"""The subscription cursor: the highest offset below which everything is acknowledged or resolved.
+"""The window of a reliable subscription and its cursor.
 
-Offsets acknowledged out of order wait in a set until the gap below them closes. The cursor never moves
+The cursor is the highest offset below which everything is acknowledged or resolved. It never moves
 backwards and never passes an offset that is still unresolved (DESIGN §2 invariant 4).
+
+`CursorTracker` is the standalone rule (offsets acknowledged out of order wait in a set until the gap below
+them closes); `HeldWindow` is what the state machine uses: it knows every held offset, so its cursor simply
+advances over offsets that are no longer held, each once.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence, Set
+from itertools import chain
+
+from ister.core.dispatch.entries import Entry, EntryState
+from ister.core.dispatch.flight import Batch
+from ister.core.dispatch.keyqueue import KeyQueues
 
 
 class CursorTracker:
@@ -46,3 +57,155 @@ class CursorTracker:
             self._done.remove(self._next)
             self._next += 1
         return True
+
+
+class HeldWindow(Set[int]):
+    """What a reliable subscription holds: offered, unresolved offsets, their records, and the cursor.
+
+    It is also the live set view that `held_offsets` returns (membership O(1), iteration copies).
+
+    - Never sent (all types but Key-Shared): the run [fresh, next_offset), kept as two integers.
+    - Key-Shared: every held offset is in `keys.key_of`.
+    - In flight: `holder` (shared with the FlightTable).
+    - Failed or handed back at least once: a record in `entries`; `n_retry`/`n_exhausted` count its states.
+    `first_open` is the lowest unresolved offset; it advances over resolved offsets once each.
+    """
+
+    __slots__ = (
+        "entries",
+        "first_open",
+        "fresh",
+        "held",
+        "holder",
+        "keys",
+        "n_exhausted",
+        "n_retry",
+        "next_offset",
+        "resolved",
+        "start",
+    )
+
+    def __init__(
+        self, start: int, holder: dict[int, Batch], keys: KeyQueues | None, track_resolved: bool
+    ) -> None:
+        self.start = start
+        self.first_open = start
+        self.next_offset = start
+        self.fresh = start
+        self.held = 0
+        self.holder = holder
+        self.keys = keys
+        self.entries: dict[int, Entry] = {}
+        self.n_retry = 0
+        self.n_exhausted = 0
+        self.resolved: list[int] | None = [] if track_resolved else None
+
+    # -- the set view --------------------------------------------------------------------------------------
+    def __contains__(self, offset: object) -> bool:
+        if not isinstance(offset, int):
+            return False
+        if self.keys is not None:
+            return offset in self.keys.key_of
+        return self.fresh <= offset < self.next_offset or offset in self.holder or offset in self.entries
+
+    def __len__(self) -> int:
+        return self.held
+
+    def __iter__(self) -> Iterator[int]:
+        if self.keys is not None:
+            return iter(list(self.keys.key_of))
+        waiting = [o for o, e in self.entries.items() if e.state is not EntryState.IN_FLIGHT]
+        return chain(list(self.holder), waiting, range(self.fresh, self.next_offset))
+
+    # -- cursor ----------------------------------------------------------------------------------------------
+    @property
+    def cursor(self) -> int | None:
+        return self.first_open - 1 if self.first_open > self.start else None
+
+    @property
+    def sent_end(self) -> int:
+        """One past the highest offset that may have been sent."""
+        return self.next_offset if self.keys is not None else self.fresh
+
+    def advance(self) -> None:
+        """Move `first_open` past everything resolved."""
+        n = self.first_open
+        if self.keys is not None:
+            end, key_of = self.next_offset, self.keys.key_of
+            while n < end and n not in key_of:
+                n += 1
+        else:
+            end, holder, entries = self.fresh, self.holder, self.entries
+            while n < end and n not in holder and n not in entries:
+                n += 1
+        self.first_open = n
+
+    def span(self, first: int, last: int, late: bool) -> Sequence[int]:
+        """Offsets in [first, last] that may be sent and unresolved: in flight, or (`late`) waiting.
+
+        Clipped to the window; a wide, sparse span is answered from the held records instead of a scan,
+        so it costs O(min(span, in flight + records)). Ascending.
+        """
+        lo = max(first, self.first_open)
+        hi = min(last, self.sent_end - 1)
+        if lo > hi:
+            return ()
+        holder, entries = self.holder, self.entries
+        known = len(holder) + (len(entries) if late else 0)
+        if hi - lo <= 2 * known + 64:
+            return range(lo, hi + 1)
+        pool: Iterable[int] = chain(holder, entries) if late else holder
+        return sorted({o for o in pool if lo <= o <= hi})
+
+    # -- records and resolution -----------------------------------------------------------------------------
+    def state_of(self, offset: int) -> EntryState | None:
+        if offset in self.holder:
+            return EntryState.IN_FLIGHT
+        entry = self.entries.get(offset)
+        if entry is not None:
+            return entry.state
+        return EntryState.PENDING if offset in self else None
+
+    def record(self, offset: int, consumer: int) -> Entry:
+        """The record of a message just taken out of flight (made on its first failure or hand-back)."""
+        entry = self.entries.get(offset)
+        if entry is None:
+            entry = self.entries[offset] = Entry(EntryState.IN_FLIGHT, 1, consumer)
+        return entry
+
+    def resolve(self, offset: int) -> None:
+        """Drop a held offset that is out of flight; the caller then calls `advance`."""
+        entry = self.entries.pop(offset, None)
+        if entry is not None:
+            self._uncount(entry)
+        self.held -= 1
+        if self.resolved is not None:
+            self.resolved.append(offset)
+        if self.keys is not None:
+            self.keys.release(offset)
+
+    def resolve_all(self, offsets: Sequence[int]) -> None:
+        """`resolve` for many offsets."""
+        self.held -= len(offsets)
+        if self.resolved is not None:
+            self.resolved.extend(offsets)
+        entries = self.entries
+        if entries:
+            for offset in offsets:
+                entry = entries.pop(offset, None)
+                if entry is not None:
+                    self._uncount(entry)
+        if self.keys is not None:
+            self.keys.release_all(offsets)
+
+    def _uncount(self, entry: Entry) -> None:
+        if entry.state is EntryState.RETRY:
+            self.n_retry -= 1
+        elif entry.state is EntryState.EXHAUSTED:
+            self.n_exhausted -= 1
+
+    def take_resolved(self) -> list[int]:
+        if self.resolved is None:
+            raise RuntimeError("take_resolved needs ReliableSubscriptionState(..., track_resolved=True)")
+        out, self.resolved = self.resolved, []
+        return out

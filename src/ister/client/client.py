@@ -1,0 +1,275 @@
+"""The Ister client: one object per broker cluster, creating producers and consumers.
+
+It talks the Ister batch API (`ister.v1.Ister`: Lookup, Publish, Consume), which carries many messages per
+stream frame. Channels are shared per broker URL. Topic lookups go to the service URL; each stream then
+connects to the broker the lookup names (and looks up again after a failure, so a topic that moved is
+found). Errors are the classes of `ister.errors`, carrying the broker's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from ister import errors
+from ister.client._conn import RetryPolicy, normalize_url, open_channel
+from ister.client.consumer import Consumer, SubType
+from ister.client.errors import to_ister_error
+from ister.client.producer import Producer
+from ister.client.publisher import PartitionPublisher
+from ister.client.subscriber import Subscriber
+from ister.ids import PARTITION_MARKER, TopicName, validate_client_name
+from ister.limits import MAX_WINDOW, MiB
+from ister.wire.gen import ister_v1_pb2 as pb
+from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
+
+_SUB_TYPES = {
+    "exclusive": SubType.EXCLUSIVE,
+    "shared": SubType.SHARED,
+    "failover": SubType.FAILOVER,
+    "key_shared": SubType.KEY_SHARED,
+    "key-shared": SubType.KEY_SHARED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLookup:
+    partitions: list[str]
+    broker_url: str
+
+
+def _sub_type(value: str | int | SubType) -> SubType:
+    if isinstance(value, str):
+        try:
+            return _SUB_TYPES[value.lower()]
+        except KeyError:
+            raise errors.InvalidArgument(f"unknown subscription type {value!r}") from None
+    try:
+        return SubType(int(value))
+    except ValueError:
+        raise errors.InvalidArgument(f"unknown subscription type {value!r}") from None
+
+
+class Client:
+    """Connection to an Ister cluster. Use as `async with Client(url) as client:` or call `close()`.
+
+    `connect_timeout` bounds each attempt to open a stream or look a topic up (an attempt waits that
+    long for an unreachable broker to come back); `max_retries`, `backoff_base` and
+    `backoff_max` bound the reconnect loops of every producer and consumer (exponential backoff with
+    jitter); after that the typed error (usually Unavailable) reaches the caller."""
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:6650",
+        *,
+        connect_timeout: float = 10.0,
+        max_retries: int = 5,
+        backoff_base: float = 0.2,
+        backoff_max: float = 5.0,
+    ) -> None:
+        self.url = normalize_url(url)
+        self.connect_timeout = connect_timeout
+        self.retry = RetryPolicy(max_retries, backoff_base, backoff_max)
+        self._channels: dict[str, Any] = {}
+        self._stubs: dict[str, Any] = {}
+        self._owned: set[Producer | Consumer] = set()
+        self._closed = False
+
+    # -- connection -----------------------------------------------------------------------------------------
+    async def connect(self) -> Client:
+        """Wait until the service URL accepts a connection (Unavailable after connect_timeout)."""
+        channel = self._channel(self.url)
+        try:
+            await asyncio.wait_for(channel.channel_ready(), self.connect_timeout)
+        except TimeoutError:
+            raise errors.Unavailable(
+                f"cannot connect to {self.url} within {self.connect_timeout} s"
+            ) from None
+        return self
+
+    async def __aenter__(self) -> Client:
+        return await self.connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _channel(self, url: str) -> Any:
+        if self._closed:
+            raise errors.FailedPrecondition("the client is closed")
+        channel = self._channels.get(url)
+        if channel is None:
+            channel = self._channels[url] = open_channel(url)
+            self._stubs[url] = pb_grpc.IsterStub(channel)
+        return channel
+
+    def stub(self, url: str | None = None) -> Any:
+        url = normalize_url(url) if url else self.url
+        self._channel(url)
+        return self._stubs[url]
+
+    async def close(self) -> None:
+        """Close every producer (flushing) and consumer of this client, then the channels."""
+        if self._closed:
+            return
+        for owned in list(self._owned):
+            with contextlib.suppress(Exception):
+                await owned.close()
+        self._closed = True
+        for channel in self._channels.values():
+            with contextlib.suppress(Exception):
+                await channel.close()
+        self._channels.clear()
+        self._stubs.clear()
+
+    def _forget(self, owned: Producer | Consumer) -> None:
+        self._owned.discard(owned)
+
+    # -- lookup ---------------------------------------------------------------------------------------------
+    async def lookup(self, topic: str) -> TopicLookup:
+        """Partitions and serving broker of a topic (one attempt; NotFound for an unknown topic)."""
+        try:
+            resp = await self.stub().Lookup(
+                pb.LookupRequest(topic=topic), timeout=self.connect_timeout, wait_for_ready=True
+            )
+        except Exception as exc:
+            err = to_ister_error(exc)
+            if isinstance(err, errors.Timeout):
+                err = errors.Unavailable(f"no answer from {self.url} within {self.connect_timeout} s")
+            raise err from None
+        return TopicLookup(list(resp.partitions), resp.broker_url)
+
+    async def lookup_with_retry(self, topic: str) -> TopicLookup | None:
+        """`lookup` retried on retriable errors; None when the topic does not exist."""
+        attempt = 0
+        while True:
+            try:
+                return await self.lookup(topic)
+            except errors.NotFound:
+                return None
+            except errors.IsterError as err:
+                attempt += 1
+                if not err.retriable or attempt > self.retry.max_retries:
+                    raise
+                await asyncio.sleep(self.retry.delay(attempt))
+
+    async def stub_for(self, topic: str) -> Any:
+        """The stub of the broker serving `topic` (the service URL while it does not exist yet)."""
+        try:
+            found = await self.lookup(topic)
+        except errors.NotFound:
+            return self.stub()
+        return self.stub(found.broker_url or None)
+
+    # -- producers and consumers ----------------------------------------------------------------------------
+    async def producer(
+        self,
+        topic: str,
+        name: str | None = None,
+        *,
+        reliable: bool = True,
+        linger_ms: float = 2.0,
+        max_batch_messages: int = 4096,
+        max_batch_bytes: int = 1 * MiB,
+        max_inflight_batches: int | None = None,
+        partitions: int | None = None,
+        max_buffered_messages: int = 262_144,
+        max_buffered_bytes: int = 64 * MiB,
+    ) -> Producer:
+        """A producer on `topic`, its stream(s) open when this returns.
+
+        A missing topic is created by the first producer (reliable or not, as asked). `partitions=N` creates
+        `<topic>-part-0 .. -part-N-1` when the topic does not exist yet; an existing partitioned topic is used
+        with its own partitions. `max_inflight_batches=None` uses the broker's limit; batch limits are the
+        smaller of these and the broker's."""
+        TopicName.parse(topic)
+        if name is not None:
+            validate_client_name(name, "producer name")
+        if max_batch_messages < 1 or max_batch_bytes < 1024 or max_buffered_messages < 1:
+            raise errors.InvalidArgument("batch and buffer limits must be positive (max_batch_bytes >= 1024)")
+        if partitions is not None and not 1 <= partitions <= 100_000:
+            raise errors.InvalidArgument("partitions must be in 1..100000")
+        if linger_ms < 0:
+            raise errors.InvalidArgument("linger_ms must be >= 0")
+        name = name or f"ister-producer-{secrets.token_hex(6)}"
+        found = await self.lookup_with_retry(topic)
+        names = found.partitions if found is not None and found.partitions else [topic]
+        if partitions and names == [topic] and TopicName.parse(topic).partition is None:
+            names = [f"{topic}{PARTITION_MARKER}{i}" for i in range(partitions)]
+        producer = Producer(
+            self,
+            topic,
+            name,
+            max_batch_bytes=max_batch_bytes,
+            max_buffered_messages=max_buffered_messages,
+            max_buffered_bytes=max(max_buffered_bytes, max_batch_bytes),
+        )
+
+        def on_seal(index: int) -> Any:
+            return lambda: producer._on_seal(index)
+
+        pubs = [
+            PartitionPublisher(
+                self,
+                part,
+                name,
+                reliable=reliable,
+                linger=linger_ms / 1000,
+                max_batch_messages=max_batch_messages,
+                max_batch_bytes=max_batch_bytes,
+                max_inflight=max_inflight_batches,
+                on_seal=on_seal(i),
+                on_release=producer._on_release,
+            )
+            for i, part in enumerate(names)
+        ]
+        producer._attach(pubs)
+        results = await asyncio.gather(*(p.start() for p in pubs), return_exceptions=True)
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None:
+            await asyncio.gather(*(p.close() for p in pubs), return_exceptions=True)
+            raise failure
+        self._owned.add(producer)
+        return producer
+
+    async def consumer(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        type: str | int | SubType = "exclusive",  # the natural keyword for users
+        name: str | None = None,
+        key_filters: tuple[str, ...] | list[str] = (),
+        window: int = 1000,
+    ) -> Consumer:
+        """A consumer of `subscription` on `topic` (every partition of a partitioned topic), subscribed when
+        this returns. A new subscription starts at the topic's latest offset. `window` is the number of
+        unacknowledged messages the broker may deliver (1..10000, per partition). NotFound when the topic
+        does not exist."""
+        TopicName.parse(topic)
+        validate_client_name(subscription, "subscription name")
+        if name is not None:
+            validate_client_name(name, "consumer name")
+        if not 1 <= window <= MAX_WINDOW:
+            raise errors.InvalidArgument(f"window must be in 1..{MAX_WINDOW}")
+        sub_type = _sub_type(type)
+        name = name or f"ister-consumer-{secrets.token_hex(6)}"
+        found = await self.lookup_with_retry(topic)
+        names = found.partitions if found is not None and found.partitions else [topic]
+        consumer = Consumer(self, topic, subscription, name)
+        subs = [
+            Subscriber(
+                self, part, subscription, name, int(sub_type), tuple(key_filters), window, consumer.queue
+            )
+            for part in names
+        ]
+        consumer._attach(subs)
+        results = await asyncio.gather(*(s.start() for s in subs), return_exceptions=True)
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None:
+            await asyncio.gather(*(s.close() for s in subs), return_exceptions=True)
+            raise failure
+        self._owned.add(consumer)
+        return consumer

@@ -1,0 +1,259 @@
+"""The producer: send one message, many, or fire-and-forget, with batching, routing and a bounded buffer.
+
+Delivery: `send()` returns (and a `send_nowait()` future resolves to) the message's offset only once the
+broker has acknowledged its batch, which for a reliable topic means the batch is on disk (fsync). Messages
+of one producer to one partition are stored in send order. On a connection failure unacknowledged batches
+are re-sent after reconnecting, so a message may be stored twice when only its ack was lost
+(at-least-once); see `ister.client.publisher`.
+
+Buffer: at most `max_buffered_messages` / `max_buffered_bytes` may be unacknowledged at once. `send()` and
+`send_batch()` wait for room; `send_nowait()` raises ResourceExhausted when the buffer is full.
+
+Partitioned topics: unkeyed messages go round-robin, one batch per partition at a time; keyed messages go
+to partition FNV-1a(key) % n, as with the Danube clients, so a key's messages stay in order on one
+partition. Offsets are per partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ister import errors
+from ister.client.publisher import Batch, PartitionPublisher, attributes_size
+from ister.client.records import Payload
+from ister.client.routing import Router
+from ister.limits import MAX_ATTRIBUTE_BYTES, MAX_ATTRIBUTES
+
+if TYPE_CHECKING:
+    from ister.client.client import Client
+
+_BYTES_TYPES = frozenset({bytes, bytearray, memoryview})
+_NO_ATTRS: dict[str, str] = {}
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _check_attributes(attributes: dict[str, str]) -> None:
+    if len(attributes) > MAX_ATTRIBUTES:
+        raise errors.InvalidArgument(f"{len(attributes)} attributes exceed the limit of {MAX_ATTRIBUTES}")
+    size = 0
+    for k, v in attributes.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise errors.InvalidArgument("attribute names and values must be str")
+        size += len(k) + len(v)
+    if size > MAX_ATTRIBUTE_BYTES:
+        raise errors.InvalidArgument(f"attributes of {size} characters exceed {MAX_ATTRIBUTE_BYTES}")
+
+
+class Producer:
+    """Publishes to one topic (all partitions of a partitioned topic). Create with `Client.producer()`."""
+
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        name: str,
+        *,
+        max_batch_bytes: int,
+        max_buffered_messages: int,
+        max_buffered_bytes: int,
+    ) -> None:
+        self._client = client
+        self.topic = topic
+        self.name = name
+        self._max_batch_bytes = max_batch_bytes
+        self._max_buffered = max_buffered_messages
+        self._max_buffered_bytes = max_buffered_bytes
+        self._buffered = 0
+        self._buffered_bytes = 0
+        self._space = asyncio.Event()
+        self._pubs: list[PartitionPublisher] = []
+        self._router = Router(1)
+        self._closed = False
+
+    def _attach(self, publishers: list[PartitionPublisher]) -> None:
+        self._pubs = publishers
+        self._router = Router(len(publishers))
+
+    def _on_seal(self, index: int) -> None:
+        self._router.advance(index)
+
+    def _on_release(self, count: int, nbytes: int) -> None:
+        self._buffered -= count
+        self._buffered_bytes -= nbytes
+        self._space.set()
+
+    @property
+    def partitions(self) -> list[str]:
+        """The topics this producer publishes to: `[topic]`, or the `-part-N` topics in index order."""
+        return [p.topic for p in self._pubs]
+
+    @property
+    def buffered(self) -> int:
+        """Messages sent but not yet acknowledged."""
+        return self._buffered
+
+    # -- sending --------------------------------------------------------------------------------------------
+    def _full(self, count: int, nbytes: int) -> bool:
+        return self._buffered > 0 and (
+            self._buffered + count > self._max_buffered
+            or self._buffered_bytes + nbytes > self._max_buffered_bytes
+        )
+
+    async def _wait_room(self, count: int, nbytes: int) -> None:
+        while self._full(count, nbytes):
+            self._space.clear()
+            await self._space.wait()
+            self._check_open()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.FailedPrecondition(f"producer {self.name!r} on {self.topic} is closed")
+
+    def _prepare(
+        self, payload: Payload, attributes: dict[str, str] | None, key: str | None
+    ) -> tuple[PartitionPublisher, int]:
+        self._check_open()
+        if type(payload) not in _BYTES_TYPES:
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        extra = 0
+        if attributes or key is not None:
+            if attributes:
+                _check_attributes(attributes)
+            extra = attributes_size(attributes, key)
+        pub = self._pubs[self._router.current if key is None else self._router.for_key(key)]
+        size = len(payload) + pub.overhead + extra
+        if size > pub.max_bytes:
+            raise errors.InvalidArgument(
+                f"message of {len(payload)} bytes exceeds the batch limit of {pub.max_bytes} bytes"
+            )
+        return pub, size
+
+    async def send(
+        self, payload: Payload, attributes: dict[str, str] | None = None, key: str | None = None
+    ) -> int:
+        """Publish one message; returns its offset once the broker acknowledged it (durable if reliable).
+
+        The message waits up to `linger_ms` for others to share its batch. Raises the typed error when
+        its batch is rejected (InvalidArgument, NotFound, ...) or retries are exhausted (Unavailable...)."""
+        pub, size = self._prepare(payload, attributes, key)
+        if self._full(1, size):
+            await self._wait_room(1, size)
+            pub, size = self._prepare(payload, attributes, key)  # routing may have moved on meanwhile
+        self._buffered += 1
+        self._buffered_bytes += size
+        batch, index = pub.append(payload, size, _now_ms(), attributes or _NO_ATTRS, key, None)
+        first = await asyncio.shield(batch.done)
+        return first + index
+
+    def send_nowait(
+        self, payload: Payload, attributes: dict[str, str] | None = None, key: str | None = None
+    ) -> asyncio.Future[int]:
+        """Queue one message without waiting; the future resolves to its offset (or the typed error).
+
+        Raises ResourceExhausted at once when the producer's buffer is full (use `send()` to wait)."""
+        pub, size = self._prepare(payload, attributes, key)
+        if self._full(1, size):
+            raise errors.ResourceExhausted(
+                f"producer buffer full ({self._buffered} messages, "
+                f"{self._buffered_bytes} bytes unacknowledged)"
+            )
+        self._buffered += 1
+        self._buffered_bytes += size
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        pub.append(payload, size, _now_ms(), attributes or _NO_ATTRS, key, fut)
+        return fut
+
+    async def send_batch(
+        self,
+        payloads: Sequence[Payload],
+        attributes: dict[str, str] | None = None,
+        key: str | None = None,
+    ) -> list[int]:
+        """Publish many messages (sharing `attributes` and `key`); returns their offsets in order once every
+        one is acknowledged. They are sealed into batches at once (no linger). On partitioned topics
+        without a key, consecutive batches go to consecutive partitions, so offsets are per partition.
+
+        If a batch fails, the error is raised after every batch of the call has been answered; messages
+        of the other batches may be stored."""
+        self._check_open()
+        if not payloads:
+            return []
+        if not set(map(type, payloads)) <= _BYTES_TYPES:
+            raise TypeError("payloads must be bytes")
+        attrs = attributes or _NO_ATTRS
+        extra = 0
+        if attrs or key is not None:
+            if attrs:
+                _check_attributes(attrs)
+            extra = attributes_size(attrs, key)
+        limit = min(p.max_bytes - p.overhead for p in self._pubs) - extra
+        biggest = max(map(len, payloads))
+        if biggest > limit:
+            raise errors.InvalidArgument(f"a message of {biggest} bytes exceeds the batch limit")
+        ts = _now_ms()
+        segments: list[tuple[Batch, int, int]] = []  # (batch, index in batch, count)
+        touched: set[PartitionPublisher] = set()
+        i, n = 0, len(payloads)
+        while i < n:
+            pub = self._pubs[self._router.current if key is None else self._router.for_key(key)]
+            if self._full(1, 0):
+                for p in touched:
+                    p.seal()  # what is buffered must go out for room to appear
+                await self._wait_room(1, 0)
+                continue
+            room = self._max_buffered - self._buffered
+            batch, index, stop, nbytes = pub.append_many(payloads, i, ts, attrs, key, extra, max(1, room))
+            count = stop - i
+            self._buffered += count
+            self._buffered_bytes += nbytes
+            segments.append((batch, index, count))
+            touched.add(pub)
+            i = stop
+        for p in touched:
+            p.seal()
+        done = [b.done for b in dict.fromkeys(b for b, _, _ in segments)]
+        await asyncio.wait(done)  # never cancels the batches (other senders may share them)
+        offsets: list[int] = []
+        for batch, index, count in segments:
+            first = batch.done.result() + index  # raises the batch's error
+            offsets.extend(range(first, first + count))
+        return offsets
+
+    async def flush(self) -> None:
+        """Seal every open batch and wait until all messages sent so far are answered (acked or failed;
+        failures are reported to their own send() / futures, not here)."""
+        waits = []
+        for p in self._pubs:
+            p.seal()
+            if p.last is not None and not p.last.done.done():
+                waits.append(p.last.done)
+        if waits:
+            await asyncio.wait(waits)
+
+    async def close(self, timeout: float | None = 30.0) -> None:  # noqa: ASYNC109
+        """Flush (up to `timeout` seconds), then close the streams. Messages still unacknowledged fail with
+        Unavailable."""
+        if self._closed:
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await self.flush()
+        except TimeoutError:
+            pass
+        finally:
+            self._closed = True
+            self._space.set()
+            await asyncio.gather(*(p.close() for p in self._pubs), return_exceptions=True)
+            self._client._forget(self)
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,428 @@
+"""One Publish stream to one topic (or partition): batching, flow control, ordered acks and reconnect.
+
+Batching: messages are appended to an open batch, which is sealed when it reaches max_batch_messages or
+max_batch_bytes (the smaller of the producer's and the broker's limits), when `linger` expires after its
+first message, or on flush. Sealed batches are written in order with strictly increasing sequence numbers;
+at most max_inflight_batches are unacknowledged at once; the broker acks each batch, in order, once it is
+durable (reliable topics).
+
+Reconnect: when the stream fails with a retriable status (UNAVAILABLE, a dropped connection, a timeout),
+the publisher looks the topic up again, opens a new stream and re-sends every batch not yet acknowledged,
+in the original order. A batch whose ack was lost in the failure may therefore be stored twice
+(at-least-once). Retries are bounded (max_retries, exponential backoff with jitter); when they are
+exhausted every pending batch fails with the last error and the publisher waits for new messages before
+trying again. A non-retriable status (InvalidArgument, NotFound, FailedPrecondition, ...) fails only the
+batch that caused it (the broker stores nothing of it and acks everything before it); the remaining batches
+are re-sent on a new stream. If the stream cannot even be opened with a non-retriable status, every
+pending batch fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Callable, Sequence
+from itertools import accumulate
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from ister import errors
+from ister.client.errors import ConnectionLost, to_ister_error
+from ister.client.records import Payload, Segment, encode_records
+from ister.client.streams import raise_call_status, run_until_first_error
+from ister.wire.gen import ister_v1_pb2 as pb
+
+if TYPE_CHECKING:
+    from ister.client.client import Client
+
+log = logging.getLogger(__name__)
+
+RECORD_OVERHEAD = 40  # msgpack bytes of one record besides payload, producer name, attributes and key
+DEFAULT_INFLIGHT = 16  # when the broker names no limit
+ACK_TIMEOUT_SECONDS = 45.0  # the broker fails a publish whose fsync takes 30 s; this is the backstop
+
+
+def attributes_size(attributes: dict[str, str] | None, key: str | None) -> int:
+    n = 0
+    if attributes:
+        for k, v in attributes.items():
+            n += len(k.encode()) + len(v.encode()) + 10
+    if key is not None:
+        n += len(key.encode()) + 5
+    return n
+
+
+class Batch:
+    """Messages sealed together; `done` resolves to the first offset (or fails) when the broker answers."""
+
+    __slots__ = ("count", "done", "futs", "nbytes", "records", "records_pid", "segs", "seq")
+
+    def __init__(self, seq: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.seq = seq
+        self.segs: list[Segment] = []
+        self.count = 0
+        self.nbytes = 0
+        self.futs: list[tuple[int, asyncio.Future[int]]] | None = None
+        self.done: asyncio.Future[int] = loop.create_future()
+        self.records: bytes | None = None
+        self.records_pid = -1
+
+    def encode(self, producer_id: int, producer_name: str) -> bytes:
+        if self.records is None or self.records_pid != producer_id:
+            self.records = encode_records(self.segs, self.count, producer_id, producer_name)
+            self.records_pid = producer_id
+        return self.records
+
+    def resolve(self, first: int) -> None:
+        if self.futs:
+            for i, fut in self.futs:
+                if not fut.done():
+                    fut.set_result(first + i)
+        if not self.done.done():
+            self.done.set_result(first)
+        self.segs = []
+        self.records = None
+
+    def fail(self, err: BaseException) -> None:
+        if self.futs:
+            for _, fut in self.futs:
+                if not fut.done():
+                    fut.set_exception(err)
+        if not self.done.done():
+            self.done.set_exception(err)
+            self.done.exception()  # retrieved: nobody may be waiting for this batch
+        self.segs = []
+        self.records = None
+
+
+class PartitionPublisher:
+    """The publish stream of one topic. Created and driven by `Producer`; not thread-safe."""
+
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        name: str,
+        *,
+        reliable: bool,
+        linger: float,
+        max_batch_messages: int,
+        max_batch_bytes: int,
+        max_inflight: int | None,
+        on_seal: Callable[[], None],
+        on_release: Callable[[int, int], None],
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        self.name = name
+        self._reliable = reliable
+        self._linger = linger
+        self._user_count = max_batch_messages
+        self._user_bytes = max_batch_bytes
+        self._user_inflight = max_inflight
+        self.max_count = max_batch_messages
+        self.max_bytes = max_batch_bytes
+        self._max_inflight = max_inflight or DEFAULT_INFLIGHT
+        self._on_seal = on_seal
+        self._on_release = on_release
+        self.overhead = RECORD_OVERHEAD + len(name.encode())
+        self._loop = asyncio.get_running_loop()
+        self._pid = 0
+        self._seq = 0
+        self.open: Batch | None = None
+        self.last: Batch | None = None  # the newest batch created (for flush)
+        self._queue: deque[Batch] = deque()  # sealed, not yet written on the current stream
+        self._inflight: deque[Batch] = deque()  # written, not yet acknowledged
+        self._wake = asyncio.Event()  # sender: queue or inflight window changed
+        self._work = asyncio.Event()  # run loop idle after a failure: new work arrived
+        self._ack_deadline: asyncio.Timeout | None = None
+        self._acked_in_session = 0
+        self._probe = False
+        self._resend_upto = 0  # highest sequence written on a stream so far
+        self._phase = "lookup"
+        self._closing = False
+        self._ready: asyncio.Future[None] = self._loop.create_future()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the stream; raises the typed error when the first open fails for good."""
+        self._task = asyncio.create_task(self._run(), name=f"ister-publish:{self.topic}")
+        await asyncio.shield(self._ready)
+
+    async def close(self) -> None:
+        """Stop the stream task; anything still pending fails with Unavailable("producer closed")."""
+        self._closing = True
+        self._work.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._fail_all(errors.Unavailable(f"producer {self.name!r} on {self.topic} is closed"))
+
+    @property
+    def pending_batches(self) -> int:
+        return len(self._queue) + len(self._inflight) + (1 if self.open is not None else 0)
+
+    # -- appending (hot path) -------------------------------------------------------------------------------
+    def _new_batch(self) -> Batch:
+        self._seq += 1
+        b = Batch(self._seq, self._loop)
+        self.open = self.last = b
+        if self._linger > 0:
+            self._loop.call_later(self._linger, self._linger_expired, b)
+        else:
+            self._loop.call_soon(self._linger_expired, b)
+        return b
+
+    def _linger_expired(self, b: Batch) -> None:
+        if self.open is b:
+            self.seal()
+
+    def seal(self) -> None:
+        b = self.open
+        if b is None:
+            return
+        self.open = None
+        self._queue.append(b)
+        self._wake.set()
+        self._work.set()
+        self._on_seal()
+
+    def append(
+        self,
+        payload: Payload,
+        size: int,
+        ts: int,
+        attributes: dict[str, str],
+        key: str | None,
+        fut: asyncio.Future[int] | None,
+    ) -> tuple[Batch, int]:
+        b = self.open
+        if b is None:
+            b = self._new_batch()
+        elif b.nbytes + size > self.max_bytes:
+            self.seal()
+            b = self._new_batch()
+        index = b.count
+        segs = b.segs
+        last = segs[-1] if segs else None
+        if last is not None and last[1] == ts and last[2] is attributes and last[3] == key:
+            last[0].append(payload)
+        else:
+            segs.append([[payload], ts, attributes, key])
+        b.count = index + 1
+        b.nbytes += size
+        if fut is not None:
+            if b.futs is None:
+                b.futs = []
+            b.futs.append((index, fut))
+        if index + 1 >= self.max_count:
+            self.seal()
+        return b, index
+
+    def append_many(
+        self,
+        payloads: Sequence[Payload],
+        start: int,
+        ts: int,
+        attributes: dict[str, str],
+        key: str | None,
+        extra: int,
+        limit: int,
+    ) -> tuple[Batch, int, int, int]:
+        """Append payloads[start:stop] (at most `limit`, at least one) for the largest stop the open batch
+        takes; returns (batch, index of payloads[start] in it, stop, bytes added). Seals a full batch."""
+        b = self.open
+        if b is None:
+            b = self._new_batch()
+        room = min(self.max_count - b.count, limit)
+        chunk = payloads[start : start + room]  # a slice, not islice: islice would skip `start` items
+        sizes = list(accumulate(map(len, chunk)))
+        per = self.overhead + extra
+        budget = self.max_bytes - b.nbytes
+        fit = bisect_right(range(len(sizes)), budget, key=lambda j: sizes[j] + per * (j + 1))
+        if fit == 0:
+            if b.count:
+                self.seal()
+                return self.append_many(payloads, start, ts, attributes, key, extra, limit)
+            fit = 1  # one oversize message alone (the producer checked it against the limit)
+        stop = start + fit
+        index = b.count
+        b.segs.append([chunk if fit == len(chunk) else chunk[:fit], ts, attributes, key])
+        b.count += fit
+        added = sizes[fit - 1] + per * fit
+        b.nbytes += added
+        if b.count >= self.max_count or b.nbytes >= self.max_bytes:
+            self.seal()
+        return b, index, stop, added
+
+    # -- the stream -----------------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        attempts = 0
+        while not self._closing:
+            try:
+                await self._session()
+                return  # closing
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                err = to_ister_error(exc)
+            if self._closing:
+                return
+            if not err.retriable:
+                if self._phase == "stream" and self._inflight:
+                    bad = self._inflight.popleft()
+                    log.warning("%s: batch %d rejected: %s", self.topic, bad.seq, err)
+                    self._release(bad)
+                    bad.fail(err)
+                    attempts = 0
+                    continue  # re-open at once and re-send the batches after it
+                await self._give_up(err)
+                attempts = 0
+                continue
+            if self._acked_in_session or (self._phase == "stream" and not self._inflight and not self._queue):
+                attempts = 0  # the stream made progress (or had nothing to lose): a fresh failure
+            attempts += 1
+            policy = self.client.retry
+            if attempts > policy.max_retries:
+                await self._give_up(err)
+                attempts = 0
+                continue
+            delay = policy.delay(attempts)
+            log.info("%s: publish stream failed (%s); retry %d in %.2f s", self.topic, err, attempts, delay)
+            await asyncio.sleep(delay)
+
+    async def _give_up(self, err: errors.IsterError) -> None:
+        """Fail everything pending with `err`, then wait until there is new work (or the first open)."""
+        if not self._ready.done():
+            self._ready.set_exception(err)
+            self._ready.exception()
+            self._closing = True
+            return
+        log.warning("%s: publishing failed: %s", self.topic, err)
+        self._fail_all(err)
+        self._work.clear()
+        while not self._queue and not self._closing:
+            await self._work.wait()
+            self._work.clear()
+
+    def _fail_all(self, err: BaseException) -> None:
+        batches = [*self._inflight, *self._queue]
+        if self.open is not None:
+            batches.append(self.open)
+            self.open = None
+        self._inflight.clear()
+        self._queue.clear()
+        for b in batches:
+            self._release(b)
+            b.fail(err)
+
+    def _release(self, b: Batch) -> None:
+        self._on_release(b.count, b.nbytes)
+
+    async def _session(self) -> None:
+        self._phase = "lookup"
+        self._acked_in_session = 0
+        stub = await self.client.stub_for(self.topic)
+        self._phase = "open"
+        call: Any = stub.Publish(wait_for_ready=True)
+        try:
+            delivery = pb.RELIABLE if self._reliable else pb.NON_RELIABLE
+            opening = pb.PublishOpen(topic=self.topic, producer_name=self.name, delivery=delivery)
+            await call.write(pb.PublishRequest(open=opening))
+            try:
+                async with asyncio.timeout(self.client.connect_timeout):
+                    resp = await call.read()
+            except TimeoutError:
+                raise errors.Unavailable(
+                    f"{self.topic}: no answer to PublishOpen within {self.client.connect_timeout} s"
+                ) from None
+            if resp is grpc.aio.EOF or resp.WhichOneof("kind") != "opened":
+                await raise_call_status(call, "the broker did not answer PublishOpen")
+            self._opened(resp.opened)
+            self._phase = "stream"
+            # Everything unacknowledged goes out again on this stream, in order; the first batch alone
+            # until it is acked, so that if it is the one that broke the last stream its rejection comes
+            # back with no other write racing it (see ister.client.errors.MASKED_STATUS_DETAILS).
+            self._queue.extendleft(reversed(self._inflight))
+            self._inflight.clear()
+            self._probe = bool(self._queue) and self._queue[0].seq <= self._resend_upto
+            self._wake.set()
+            if not self._ready.done():
+                self._ready.set_result(None)
+            await run_until_first_error(
+                self._recv_loop(call), self._send_loop(call), name=f"ister-publish:{self.topic}"
+            )
+        finally:
+            call.cancel()
+
+    def _opened(self, opened: Any) -> None:
+        self._pid = int(opened.producer_id)
+        srv_count, srv_bytes = int(opened.max_batch_count), int(opened.max_batch_bytes)
+        self.max_count = min(self._user_count, srv_count) if srv_count else self._user_count
+        self.max_bytes = min(self._user_bytes, srv_bytes) if srv_bytes else self._user_bytes
+        srv_inflight = int(opened.max_inflight_batches)
+        if self._user_inflight and srv_inflight:
+            self._max_inflight = min(self._user_inflight, srv_inflight)
+        else:
+            self._max_inflight = self._user_inflight or srv_inflight or DEFAULT_INFLIGHT
+
+    async def _send_loop(self, call: Any) -> None:
+        queue, inflight, wake = self._queue, self._inflight, self._wake
+        Request, BatchMsg = pb.PublishRequest, pb.PublishBatch
+        while True:
+            while not queue or len(inflight) >= (1 if self._probe else self._max_inflight):
+                wake.clear()
+                await wake.wait()
+            b = queue.popleft()
+            try:
+                records = b.encode(self._pid, self.name)
+            except (TypeError, ValueError, OverflowError) as exc:  # a value msgpack cannot carry
+                self._release(b)
+                b.fail(errors.InvalidArgument(f"cannot encode the batch: {exc}"))
+                continue
+            inflight.append(b)
+            if b.seq > self._resend_upto:
+                self._resend_upto = b.seq
+            deadline = self._ack_deadline
+            if deadline is not None and deadline.when() is None:
+                deadline.reschedule(self._loop.time() + ACK_TIMEOUT_SECONDS)
+            try:
+                await call.write(Request(batch=BatchMsg(sequence=b.seq, records=records, count=b.count)))
+            except Exception:
+                await raise_call_status(call, "writing to the publish stream failed")
+
+    async def _recv_loop(self, call: Any) -> None:
+        inflight = self._inflight
+        eof = grpc.aio.EOF
+        loop = self._loop
+        while True:
+            async with asyncio.timeout(None) as deadline:
+                self._ack_deadline = deadline
+                if inflight:
+                    deadline.reschedule(loop.time() + ACK_TIMEOUT_SECONDS)
+                try:
+                    resp = await call.read()
+                finally:
+                    self._ack_deadline = None
+            if resp is eof:
+                if self._closing and not inflight and not self._queue:
+                    return
+                await raise_call_status(call, "the publish stream ended")
+            if resp.WhichOneof("kind") != "ack":
+                raise errors.Unavailable(f"{self.topic}: unexpected {resp.WhichOneof('kind')} on the stream")
+            ack = resp.ack
+            if not inflight or inflight[0].seq != ack.sequence:
+                expected = inflight[0].seq if inflight else None
+                raise ConnectionLost(f"{self.topic}: ack for batch {ack.sequence}, expected {expected}")
+            b = inflight.popleft()
+            self._acked_in_session += 1
+            self._probe = False
+            self._release(b)
+            b.resolve(int(ack.first_offset))
+            self._wake.set()

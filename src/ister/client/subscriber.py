@@ -1,0 +1,277 @@
+"""One Consume stream to one topic (or partition): decoding, coalesced acks, nacks and reconnect.
+
+Acks: offsets acknowledged by the application are collected and sent as OffsetRanges (gaps allowed) every
+`ack_interval` seconds, or at once when `ack_batch` are pending. Unsent acks are bounded: `ack()` waits when
+`max_pending_acks` are waiting (e.g. during a reconnect). An ack is fire-and-forget on the wire; one lost
+with a broken connection only means a redelivery (at-least-once).
+
+Reconnect: on a retriable failure the subscriber looks the topic up again and re-opens with the same
+consumer name; the broker gives the same consumer back and redelivers what was delivered but not acked
+(those messages arrive again with `redelivered=True`). Acks still pending are sent on the new stream.
+Retries are bounded (the client's max_retries and backoff); when they are exhausted, or the broker rejects
+the subscription (NotFound, FailedPrecondition, ...), the error is handed to the application through the
+consumer (its iterator / receive raises it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from ister import errors
+from ister.client.errors import to_ister_error
+from ister.client.messages import Message, decode_batch, offset_ranges
+from ister.client.streams import raise_call_status, run_until_first_error
+from ister.wire.gen import ister_v1_pb2 as pb
+
+if TYPE_CHECKING:
+    from ister.client.client import Client
+
+log = logging.getLogger(__name__)
+
+ACK_INTERVAL_SECONDS = 0.005
+ACK_BATCH = 1024
+MAX_PENDING_ACKS = 65536
+STABLE_SECONDS = 5.0  # a stream that lived this long before failing resets the retry count
+
+
+class Subscriber:
+    """The consume stream of one topic, feeding a shared queue. Created and driven by `Consumer`."""
+
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        subscription: str,
+        consumer_name: str,
+        sub_type: int,
+        key_filters: tuple[str, ...],
+        window: int,
+        queue: asyncio.Queue[list[Message] | BaseException | None],
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        self.subscription = subscription
+        self.consumer_name = consumer_name
+        self._sub_type = sub_type
+        self._key_filters = key_filters
+        self._window = window
+        self._queue = queue
+        self._loop = asyncio.get_running_loop()
+        self.consumer_id = 0
+        self.window = window
+        self._max_seen = -1
+        self._acks: list[int] = []
+        self._upto: int | None = None
+        self._nacks: list[tuple[list[int], int | None, str | None]] = []
+        self._ack_wake = asyncio.Event()
+        self._ack_room = asyncio.Event()
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._delivered_in_session = 0
+        self._opened_at: float | None = None
+        self.error: errors.IsterError | None = None
+        self._err_task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._ready: asyncio.Future[None] = self._loop.create_future()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"ister-consume:{self.topic}")
+        await asyncio.shield(self._ready)
+
+    async def close(self, drain: float = 2.0) -> None:
+        """Send the acks still pending (up to `drain` seconds), then end the stream."""
+        if self._task is None or self._task.done():
+            return
+        if self._acks or self._nacks or self._upto is not None:
+            self._ack_wake.set()
+            deadline = self._loop.time() + drain
+            while (self._acks or self._nacks or self._upto is not None) and self._loop.time() < deadline:
+                self._ack_room.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._ack_room.wait(), max(0.0, deadline - self._loop.time()))
+        self._closing = True
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    # -- acks -----------------------------------------------------------------------------------------------
+    def ack_nowait(self, offset: int) -> None:
+        acks = self._acks
+        acks.append(offset)
+        if len(acks) >= ACK_BATCH:
+            self._ack_wake.set()
+        elif self._ack_timer is None:
+            self._ack_timer = self._loop.call_later(ACK_INTERVAL_SECONDS, self._ack_due)
+
+    def ack_many(self, offsets: list[int]) -> None:
+        self._acks.extend(offsets)
+        if len(self._acks) >= ACK_BATCH:
+            self._ack_wake.set()
+        elif self._ack_timer is None:
+            self._ack_timer = self._loop.call_later(ACK_INTERVAL_SECONDS, self._ack_due)
+
+    def ack_upto_nowait(self, offset: int) -> None:
+        self._upto = offset if self._upto is None else max(self._upto, offset)
+        self._ack_wake.set()
+
+    async def ack(self, offset: int) -> None:
+        self.ack_nowait(offset)
+        await self.wait_ack_room()
+
+    async def wait_ack_room(self) -> None:
+        while len(self._acks) > MAX_PENDING_ACKS and not self._closing:
+            self._ack_wake.set()
+            self._ack_room.clear()
+            await self._ack_room.wait()
+
+    async def nack(self, offsets: list[int], delay_ms: int | None, reason: str | None) -> None:
+        if delay_ms is not None and delay_ms < 0:
+            raise errors.InvalidArgument("delay_ms must be >= 0")
+        self._nacks.append((offsets, delay_ms, reason))
+        self._ack_wake.set()
+        await self.wait_ack_room()
+
+    def _ack_due(self) -> None:
+        self._ack_timer = None
+        self._ack_wake.set()
+
+    # -- the stream -----------------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        attempts = 0
+        while not self._closing:
+            try:
+                await self._session()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                err = to_ister_error(exc)
+            if self._closing:
+                return
+            if not err.retriable:
+                self._fail(err)
+                return
+            if self._opened_at is not None and (
+                self._delivered_in_session or self._loop.time() - self._opened_at > STABLE_SECONDS
+            ):
+                attempts = 0  # the stream worked: this is a fresh failure
+            attempts += 1
+            policy = self.client.retry
+            if attempts > policy.max_retries:
+                self._fail(err)
+                return
+            delay = policy.delay(attempts)
+            log.info("%s: consume stream failed (%s); retry %d in %.2f s", self.topic, err, attempts, delay)
+            await asyncio.sleep(delay)
+
+    def _fail(self, err: errors.IsterError) -> None:
+        log.warning("%s/%s: consumer failed: %s", self.topic, self.subscription, err)
+        self.error = err
+        if not self._ready.done():
+            self._ready.set_exception(err)
+            self._ready.exception()
+        else:
+            try:
+                self._queue.put_nowait(err)
+            except asyncio.QueueFull:
+                self._err_task = self._loop.create_task(self._queue.put(err))
+        self._closing = True
+        self._ack_room.set()
+
+    async def _session(self) -> None:
+        self._delivered_in_session = 0
+        self._opened_at = None
+        stub = await self.client.stub_for(self.topic)
+        call: Any = stub.Consume(wait_for_ready=True)
+        try:
+            await call.write(
+                pb.ConsumeRequest(
+                    open=pb.ConsumeOpen(
+                        topic=self.topic,
+                        subscription=self.subscription,
+                        consumer_name=self.consumer_name,
+                        subscription_type=self._sub_type,  # type: ignore[arg-type]
+                        key_filters=list(self._key_filters),
+                        window=self._window,
+                    )
+                )
+            )
+            try:
+                async with asyncio.timeout(self.client.connect_timeout):
+                    resp = await call.read()
+            except TimeoutError:
+                raise errors.Unavailable(
+                    f"{self.topic}: no answer to ConsumeOpen within {self.client.connect_timeout} s"
+                ) from None
+            if resp is grpc.aio.EOF or resp.WhichOneof("kind") != "opened":
+                await raise_call_status(call, "the broker did not answer ConsumeOpen")
+            self.consumer_id = int(resp.opened.consumer_id)
+            self.window = int(resp.opened.window) or self._window
+            self._opened_at = self._loop.time()
+            if not self._ready.done():
+                self._ready.set_result(None)
+            self._ack_wake.set()  # acks left over from a previous stream
+            await run_until_first_error(
+                self._recv_loop(call), self._ack_loop(call), name=f"ister-consume:{self.topic}"
+            )
+            if not self._closing:
+                await raise_call_status(call, "the consume stream ended")
+        finally:
+            call.cancel()
+
+    async def _recv_loop(self, call: Any) -> None:
+        queue = self._queue
+        eof = grpc.aio.EOF
+        while True:
+            resp = await call.read()
+            if resp is eof:
+                return
+            if resp.WhichOneof("kind") != "batch":
+                continue
+            batch = resp.batch
+            messages, self._max_seen = decode_batch(batch.frames, batch.count, self, self._max_seen)
+            if messages:
+                self._delivered_in_session += len(messages)
+                await queue.put(messages)
+
+    async def _ack_loop(self, call: Any) -> None:
+        wake = self._ack_wake
+        while True:
+            await wake.wait()
+            wake.clear()
+            if self._acks or self._upto is not None:
+                acks, self._acks = self._acks, []
+                upto, self._upto = self._upto, None
+                ranges = [pb.OffsetRange(first=f, last=last) for f, last in offset_ranges(acks)]
+                try:
+                    if upto is None:
+                        await call.write(pb.ConsumeRequest(ack=pb.Ack(ranges=ranges)))
+                    else:
+                        await call.write(pb.ConsumeRequest(ack=pb.Ack(ranges=ranges, upto=upto)))
+                except BaseException as exc:
+                    self._acks[:0] = acks  # not sent: keep them for the next stream
+                    if upto is not None:
+                        self.ack_upto_nowait(upto)
+                    if isinstance(exc, Exception):
+                        await raise_call_status(call, "writing to the consume stream failed")
+                    raise
+            while self._nacks:
+                offsets, delay_ms, reason = self._nacks[0]
+                ranges = [pb.OffsetRange(first=f, last=last) for f, last in offset_ranges(list(offsets))]
+                nack = pb.Nack(ranges=ranges)
+                if delay_ms is not None:
+                    nack.delay_ms = delay_ms
+                if reason is not None:
+                    nack.reason = reason
+                try:
+                    await call.write(pb.ConsumeRequest(nack=nack))
+                except Exception:
+                    await raise_call_status(call, "writing to the consume stream failed")
+                self._nacks.pop(0)
+            self._ack_room.set()

@@ -1,0 +1,135 @@
+"""Pure pieces of the client: key routing, status mapping, MessageBatch decoding, ack ranges, retry policy."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from ister import errors
+from ister.client._conn import RetryPolicy, normalize_url
+from ister.client.errors import ConnectionLost, from_status, to_ister_error
+from ister.client.messages import decode_batch, offset_ranges
+from ister.client.routing import Router, fnv1a_64
+from ister.core.frames import encode_frame, encode_frames
+from ister.core.record import StoredMessage, encode_message
+
+
+# Reference values computed with the official danube-client 0.5.0 (`danube.message_router._fnv1a_hash`).
+# They are inlined because importing `danube` here would clash with the Danube protobuf modules other unit
+# tests load into the same process.
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("", 0xCBF29CE484222325),
+        ("a", 0xAF63DC4C8601EC8C),
+        ("order-42", 0x7D1DEB86A05662D4),
+        ("ключ", 0x296130DE6F5B7A81),
+        ("🔑 emoji", 0x2ECDAE29D5AFB23D),
+        ("x" * 300, 0xE78DDF9F1BA85555),
+    ],
+)
+def test_fnv1a_matches_danube_client(key: str, expected: int) -> None:
+    assert fnv1a_64(key) == expected
+
+
+def test_router_round_robin_advances_on_seal_of_current() -> None:
+    r = Router(3)
+    assert r.current == 0
+    r.advance(1)  # another partition's batch: no move
+    assert r.current == 0
+    r.advance(0)
+    r.advance(1)
+    assert r.current == 2
+    r.advance(2)
+    assert r.current == 0
+    assert Router(3).for_key("k") == fnv1a_64("k") % 3
+    assert Router(1).for_key("anything") == 0
+
+
+@pytest.mark.parametrize(
+    ("code", "cls", "retriable"),
+    [
+        (grpc.StatusCode.INVALID_ARGUMENT, errors.InvalidArgument, False),
+        (grpc.StatusCode.NOT_FOUND, errors.NotFound, False),
+        (grpc.StatusCode.FAILED_PRECONDITION, errors.FailedPrecondition, False),
+        (grpc.StatusCode.ALREADY_EXISTS, errors.AlreadyExists, False),
+        (grpc.StatusCode.PERMISSION_DENIED, errors.PermissionDenied, False),
+        (grpc.StatusCode.UNAVAILABLE, errors.Unavailable, True),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, errors.ResourceExhausted, True),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, errors.Timeout, True),
+        (grpc.StatusCode.OUT_OF_RANGE, errors.OffsetOutOfRange, False),
+        (grpc.StatusCode.INTERNAL, errors.StorageError, False),
+        (grpc.StatusCode.UNKNOWN, errors.Unavailable, True),
+        (grpc.StatusCode.CANCELLED, errors.Unavailable, True),
+    ],
+)
+def test_status_mapping(code: grpc.StatusCode, cls: type, retriable: bool) -> None:
+    err = from_status(code, "the server's message")
+    assert type(err) is cls
+    assert err.retriable is retriable
+    assert str(err) == "the server's message"
+
+
+def test_masked_status_is_a_lost_connection() -> None:
+    err = from_status(grpc.StatusCode.INTERNAL, "Internal error from Core")
+    assert isinstance(err, ConnectionLost) and err.retriable
+
+
+def test_other_exceptions() -> None:
+    assert isinstance(to_ister_error(TimeoutError()), errors.Timeout)
+    assert isinstance(to_ister_error(RuntimeError("x")), errors.Unavailable)
+    e = errors.NotFound("n")
+    assert to_ister_error(e) is e
+
+
+def _record(payload: bytes) -> bytes:
+    return encode_message(StoredMessage(payload, 1, 7, "p", {"a": "b"}, "k"))
+
+
+class _Sub:
+    topic = "/default/t"
+
+
+def test_decode_batch_contiguous_and_gaps() -> None:
+    sub = _Sub()
+    frames = encode_frames(5, [_record(b"x"), _record(b"y")]) + encode_frame(9, _record(b"z"))
+    frames += encode_frame(2, _record(b"old"))  # a redelivery of an earlier offset
+    msgs, max_seen = decode_batch(frames, 4, sub, -1)  # type: ignore[arg-type]
+    assert [(m.offset, m.payload, m.redelivered) for m in msgs] == [
+        (5, b"x", False),
+        (6, b"y", False),
+        (9, b"z", False),
+        (2, b"old", True),
+    ]
+    assert max_seen == 9
+    assert msgs[0].attributes == {"a": "b"} and msgs[0].key == "k" and msgs[0].topic == "/default/t"
+    again, _ = decode_batch(encode_frame(6, _record(b"y")), 1, sub, max_seen)  # type: ignore[arg-type]
+    assert again[0].redelivered
+
+
+def test_decode_batch_rejects_corruption() -> None:
+    sub = _Sub()
+    good = encode_frame(0, _record(b"abc"))
+    bad_crc = good[:-1] + bytes([good[-1] ^ 0xFF])
+    with pytest.raises(errors.CorruptionError):
+        decode_batch(bad_crc, 1, sub, -1)  # type: ignore[arg-type]
+    with pytest.raises(errors.CorruptionError):
+        decode_batch(good[:-2], 1, sub, -1)  # type: ignore[arg-type]
+    with pytest.raises(errors.CorruptionError):
+        decode_batch(good, 2, sub, -1)  # type: ignore[arg-type]
+    with pytest.raises(errors.CorruptionError):
+        decode_batch(encode_frame(0, b"\xc1garbage"), 1, sub, -1)  # type: ignore[arg-type]
+
+
+def test_offset_ranges() -> None:
+    assert offset_ranges([]) == []
+    assert offset_ranges([3, 1, 2, 2, 7, 9, 8, 11]) == [(1, 3), (7, 9), (11, 11)]
+    assert offset_ranges(list(range(1000))) == [(0, 999)]
+
+
+def test_retry_policy_and_urls() -> None:
+    p = RetryPolicy(5, 0.2, 1.0)
+    assert 0.1 <= p.delay(1) <= 0.2
+    assert 0.5 <= p.delay(10) <= 1.0
+    assert normalize_url("127.0.0.1:6650") == "http://127.0.0.1:6650"
+    assert normalize_url("http://h:1/") == "http://h:1"
