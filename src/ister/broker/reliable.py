@@ -53,7 +53,7 @@ class ReliableSubscription(Subscription):
         self._wal = wal
         self._reader = wal.reader(start_offset)
         self._state = ReliableSubscriptionState(
-            sub_type, start_offset=start_offset, window=window, policy=policy
+            sub_type, start_offset=start_offset, window=window, policy=policy, track_resolved=True
         )
         self._messages: dict[int, Record] = {}  # records of the offsets the state machine holds
         self._needs_key = sub_type == SubType.KEY_SHARED
@@ -273,12 +273,9 @@ class ReliableSubscription(Subscription):
 
     def _prune(self) -> None:
         """Forget payloads the state machine no longer holds (acked, dropped, dead-lettered)."""
-        cursor = self._state.cursor
-        if cursor is None or not self._messages:
-            return
-        held = self._state.held_offsets()
-        for offset in [o for o in self._messages if o not in held]:
-            del self._messages[offset]
+        pop = self._messages.pop
+        for offset in self._state.take_resolved():
+            pop(offset, None)
 
     async def _maybe_flush_cursor(self, force: bool = False) -> None:
         cursor = self._state.cursor
