@@ -43,7 +43,9 @@ async def drain_until(consumer: Consumer, wanted: set[bytes], within: float) -> 
     return got
 
 
-async def test_kill9_and_restart_loses_no_acknowledged_message(fresh_broker: BrokerProcess, topic: str) -> None:
+async def test_kill9_and_restart_loses_no_acknowledged_message(
+    fresh_broker: BrokerProcess, topic: str
+) -> None:
     async with Client(fresh_broker.url, connect_timeout=5, max_retries=30, backoff_max=1.0) as client:
         producer = await client.producer(topic, "survivor", max_batch_messages=500)
         consumer = await client.consumer(topic, "all", name="reader", window=5000)
@@ -90,7 +92,9 @@ async def test_kill9_and_restart_loses_no_acknowledged_message(fresh_broker: Bro
         assert offsets == list(range(offsets[0], offsets[-1] + 1))
 
 
-async def test_slow_consumer_back_pressure_bounds_broker_memory(fresh_broker: BrokerProcess, topic: str) -> None:
+async def test_slow_consumer_back_pressure_bounds_broker_memory(
+    fresh_broker: BrokerProcess, topic: str
+) -> None:
     assert fresh_broker.proc is not None
     pid = fresh_broker.proc.pid
     async with Client(fresh_broker.url) as client:

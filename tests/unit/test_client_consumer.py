@@ -192,3 +192,14 @@ async def test_retries_exhausted_reach_the_iterator(server: FakeServer) -> None:
         with pytest.raises(errors.Unavailable):
             async for _ in c:
                 pass
+
+
+async def test_many_ranges_are_split_across_frames(server: FakeServer, client: Client) -> None:
+    p = await client.producer("/default/t")
+    c = await client.consumer("/default/t", "sub", window=10_000)
+    await p.send_batch([b"r"] * 10_000)
+    got = await take(c, 10_000)
+    await c.ack_batch([m for m in got if m.offset % 2 == 0])  # 5,000 separate ranges
+    sub = server.servicer.subs[("/default/t", "sub")]
+    await wait_until(lambda: len(sub.acked) == 5_000, what="acks")
+    assert sub.ack_frames >= 2

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import grpc
+import msgspec
 import pytest
 
 from ister import errors
 from ister.client._conn import RetryPolicy, normalize_url
 from ister.client.errors import ConnectionLost, from_status, to_ister_error
 from ister.client.messages import decode_batch, offset_ranges
+from ister.client.records import encode_records
 from ister.client.routing import Router, fnv1a_64
 from ister.core.frames import encode_frame, encode_frames
 from ister.core.record import StoredMessage, encode_message
@@ -133,3 +135,26 @@ def test_retry_policy_and_urls() -> None:
     assert 0.5 <= p.delay(10) <= 1.0
     assert normalize_url("127.0.0.1:6650") == "http://127.0.0.1:6650"
     assert normalize_url("http://h:1/") == "http://h:1"
+
+
+@pytest.mark.parametrize("size", [0, 1, 255, 256, 65535, 65536, 70000])
+def test_encode_records_matches_stored_message_layout(size: int) -> None:
+    payload = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+    segments = [
+        [[payload, b"second"], 1700000000123, {}, None],
+        [[bytearray(b"ba"), memoryview(b"mv")], 1700000000124, {"a": "b", "ü": "ß"}, "key-1"],
+    ]
+    encoded = encode_records(segments, 4, 2**64 - 1, "prödücer")
+    decoded = msgspec.msgpack.decode(encoded, type=list[StoredMessage])
+    assert decoded == [
+        StoredMessage(payload, 1700000000123, 2**64 - 1, "prödücer", {}, None),
+        StoredMessage(b"second", 1700000000123, 2**64 - 1, "prödücer", {}, None),
+        StoredMessage(b"ba", 1700000000124, 2**64 - 1, "prödücer", {"a": "b", "ü": "ß"}, "key-1"),
+        StoredMessage(b"mv", 1700000000124, 2**64 - 1, "prödücer", {"a": "b", "ü": "ß"}, "key-1"),
+    ]
+
+
+def test_encode_records_array_headers() -> None:
+    for n in (0, 1, 15, 16, 65535, 65536):
+        decoded = msgspec.msgpack.decode(encode_records([[[b"x"] * n, 1, {}, None]], n, 3, "p"))
+        assert len(decoded) == n

@@ -205,15 +205,12 @@ class ReliableSubscription(Subscription):
             records = await self._reader.read(max_records=capacity, timeout=0)
             if not records:
                 return
-            messages = self._messages
+            self._messages.update(records)
             if self._needs_key:
-                for offset, payload in records:
-                    messages[offset] = payload
-                    self._state.offer(offset, decode_message(payload).key, now)
+                keys = [decode_message(payload).key for _, payload in records]
             else:  # only Key-Shared routes by key: skip decoding here (the batch API never decodes)
-                for offset, payload in records:
-                    messages[offset] = payload
-                    self._state.offer(offset, "", now)
+                keys = [""] * len(records)
+            self._state.offer_batch(records[0][0], keys, now)
 
     def _deliver(self, deliveries: list) -> None:  # type: ignore[type-arg]
         for d in deliveries:

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ister import errors
-from ister.client.publisher import Batch, PartitionPublisher, attributes_size
-from ister.client.records import Payload
+from ister.client.publisher import PartitionPublisher
+from ister.client.records import Batch, Payload, attributes_size
 from ister.client.routing import Router
 from ister.limits import MAX_ATTRIBUTE_BYTES, MAX_ATTRIBUTES
 
@@ -147,9 +147,10 @@ class Producer:
             pub, size = self._prepare(payload, attributes, key)  # routing may have moved on meanwhile
         self._buffered += 1
         self._buffered_bytes += size
-        batch, index = pub.append(payload, size, _now_ms(), attributes or _NO_ATTRS, key, None)
-        first = await asyncio.shield(batch.done)
-        return first + index
+        # Its own future: cancelling this send() cancels only it (the message stays in its batch).
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        pub.append(payload, size, _now_ms(), attributes or _NO_ATTRS, key, fut)
+        return await fut
 
     def send_nowait(
         self, payload: Payload, attributes: dict[str, str] | None = None, key: str | None = None

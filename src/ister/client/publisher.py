@@ -32,7 +32,7 @@ import grpc
 
 from ister import errors
 from ister.client.errors import ConnectionLost, to_ister_error
-from ister.client.records import Payload, Segment, encode_records
+from ister.client.records import RECORD_OVERHEAD, Batch, Payload
 from ister.client.streams import raise_call_status, run_until_first_error
 from ister.wire.gen import ister_v1_pb2 as pb
 
@@ -41,62 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RECORD_OVERHEAD = 40  # msgpack bytes of one record besides payload, producer name, attributes and key
 DEFAULT_INFLIGHT = 16  # when the broker names no limit
 ACK_TIMEOUT_SECONDS = 45.0  # the broker fails a publish whose fsync takes 30 s; this is the backstop
-
-
-def attributes_size(attributes: dict[str, str] | None, key: str | None) -> int:
-    n = 0
-    if attributes:
-        for k, v in attributes.items():
-            n += len(k.encode()) + len(v.encode()) + 10
-    if key is not None:
-        n += len(key.encode()) + 5
-    return n
-
-
-class Batch:
-    """Messages sealed together; `done` resolves to the first offset (or fails) when the broker answers."""
-
-    __slots__ = ("count", "done", "futs", "nbytes", "records", "records_pid", "segs", "seq")
-
-    def __init__(self, seq: int, loop: asyncio.AbstractEventLoop) -> None:
-        self.seq = seq
-        self.segs: list[Segment] = []
-        self.count = 0
-        self.nbytes = 0
-        self.futs: list[tuple[int, asyncio.Future[int]]] | None = None
-        self.done: asyncio.Future[int] = loop.create_future()
-        self.records: bytes | None = None
-        self.records_pid = -1
-
-    def encode(self, producer_id: int, producer_name: str) -> bytes:
-        if self.records is None or self.records_pid != producer_id:
-            self.records = encode_records(self.segs, self.count, producer_id, producer_name)
-            self.records_pid = producer_id
-        return self.records
-
-    def resolve(self, first: int) -> None:
-        if self.futs:
-            for i, fut in self.futs:
-                if not fut.done():
-                    fut.set_result(first + i)
-        if not self.done.done():
-            self.done.set_result(first)
-        self.segs = []
-        self.records = None
-
-    def fail(self, err: BaseException) -> None:
-        if self.futs:
-            for _, fut in self.futs:
-                if not fut.done():
-                    fut.set_exception(err)
-        if not self.done.done():
-            self.done.set_exception(err)
-            self.done.exception()  # retrieved: nobody may be waiting for this batch
-        self.segs = []
-        self.records = None
 
 
 class PartitionPublisher:

@@ -5,11 +5,13 @@ The layout (ister_v1.proto, `ister.core.record.StoredMessage`) is a msgpack arra
 schema_id, schema_version]. Messages sent together share everything but the payload, so a batch is kept
 as segments `(payloads, publish_time, attributes, key)`: each record is then `fixarray(8) + bin header`,
 the payload and a tail common to the segment, joined in C. The producer id is applied at encode time, so
-re-sending after a reconnect that changed it costs one re-encode and nothing else.
+re-sending after a reconnect that changed it costs one re-encode and nothing else. `Batch` is one such
+group of segments on its way to the broker, with the futures waiting for its acknowledgement.
 """
 
 from __future__ import annotations
 
+import asyncio
 from itertools import chain, repeat
 from typing import Any
 
@@ -38,6 +40,7 @@ class _Prefixes(dict[int, bytes]):
 
 
 _PREFIX = _Prefixes()
+RECORD_OVERHEAD = 40  # msgpack bytes of one record besides payload, producer name, attributes and key
 
 
 def array_header(n: int) -> bytes:
@@ -59,3 +62,56 @@ def encode_records(segments: list[Segment], count: int, producer_id: int, produc
             b"".join(chain.from_iterable(zip(map(prefix, map(len, payloads)), payloads, repeat(tail))))
         )
     return b"".join(parts)
+
+
+def attributes_size(attributes: dict[str, str] | None, key: str | None) -> int:
+    n = 0
+    if attributes:
+        for k, v in attributes.items():
+            n += len(k.encode()) + len(v.encode()) + 10
+    if key is not None:
+        n += len(key.encode()) + 5
+    return n
+
+
+class Batch:
+    """Messages sealed together; `done` resolves to the first offset (or fails) when the broker answers."""
+
+    __slots__ = ("count", "done", "futs", "nbytes", "records", "records_pid", "segs", "seq")
+
+    def __init__(self, seq: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.seq = seq
+        self.segs: list[Segment] = []
+        self.count = 0
+        self.nbytes = 0
+        self.futs: list[tuple[int, asyncio.Future[int]]] | None = None
+        self.done: asyncio.Future[int] = loop.create_future()
+        self.records: bytes | None = None
+        self.records_pid = -1
+
+    def encode(self, producer_id: int, producer_name: str) -> bytes:
+        if self.records is None or self.records_pid != producer_id:
+            self.records = encode_records(self.segs, self.count, producer_id, producer_name)
+            self.records_pid = producer_id
+        return self.records
+
+    def resolve(self, first: int) -> None:
+        if self.futs:
+            for i, fut in self.futs:
+                if not fut.done():
+                    fut.set_result(first + i)
+        if not self.done.done():
+            self.done.set_result(first)
+        self.segs = []
+        self.records = None
+
+    def fail(self, err: BaseException) -> None:
+        if self.futs:
+            for _, fut in self.futs:
+                if not fut.done():
+                    fut.set_exception(err)
+        if not self.done.done():
+            self.done.set_exception(err)
+            self.done.exception()  # retrieved: nobody may be waiting for this batch
+        self.segs = []
+        self.records = None

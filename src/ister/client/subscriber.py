@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 ACK_INTERVAL_SECONDS = 0.005
 ACK_BATCH = 1024
 MAX_PENDING_ACKS = 65536
+MAX_RANGES_PER_FRAME = 4096  # the broker accepts up to 10,000 ranges in one Ack/Nack frame
 STABLE_SECONDS = 5.0  # a stream that lived this long before failing resets the retry count
 
 
@@ -250,10 +251,11 @@ class Subscriber:
                 upto, self._upto = self._upto, None
                 ranges = [pb.OffsetRange(first=f, last=last) for f, last in offset_ranges(acks)]
                 try:
-                    if upto is None:
-                        await call.write(pb.ConsumeRequest(ack=pb.Ack(ranges=ranges)))
-                    else:
-                        await call.write(pb.ConsumeRequest(ack=pb.Ack(ranges=ranges, upto=upto)))
+                    for i in range(0, max(len(ranges), 1), MAX_RANGES_PER_FRAME):
+                        ack = pb.Ack(ranges=ranges[i : i + MAX_RANGES_PER_FRAME])
+                        if upto is not None and i + MAX_RANGES_PER_FRAME >= len(ranges):
+                            ack.upto = upto
+                        await call.write(pb.ConsumeRequest(ack=ack))
                 except BaseException as exc:
                     self._acks[:0] = acks  # not sent: keep them for the next stream
                     if upto is not None:
@@ -264,14 +266,15 @@ class Subscriber:
             while self._nacks:
                 offsets, delay_ms, reason = self._nacks[0]
                 ranges = [pb.OffsetRange(first=f, last=last) for f, last in offset_ranges(list(offsets))]
-                nack = pb.Nack(ranges=ranges)
-                if delay_ms is not None:
-                    nack.delay_ms = delay_ms
-                if reason is not None:
-                    nack.reason = reason
-                try:
-                    await call.write(pb.ConsumeRequest(nack=nack))
-                except Exception:
-                    await raise_call_status(call, "writing to the consume stream failed")
+                for i in range(0, len(ranges), MAX_RANGES_PER_FRAME):
+                    nack = pb.Nack(ranges=ranges[i : i + MAX_RANGES_PER_FRAME])
+                    if delay_ms is not None:
+                        nack.delay_ms = delay_ms
+                    if reason is not None:
+                        nack.reason = reason
+                    try:
+                        await call.write(pb.ConsumeRequest(nack=nack))
+                    except Exception:
+                        await raise_call_status(call, "writing to the consume stream failed")
                 self._nacks.pop(0)
             self._ack_room.set()

@@ -55,7 +55,15 @@ class KeyQueues:
 
     def release(self, offset: int) -> None:
         """`offset` (its key's head) is resolved: drop it and queue the key's successor for sending."""
-        self.release_all((offset,))
+        key = self.key_of.pop(offset)
+        parked = self.parked
+        if parked:
+            parked.discard(offset)
+        successor = self._next.pop(offset, None)
+        if successor is None:
+            del self._tail[key]
+        elif successor not in parked:
+            heapq.heappush(self.heads, successor)
 
     def release_all(self, offsets: Iterable[int]) -> None:
         """`release` for many offsets."""

@@ -241,6 +241,8 @@ class ReliableSubscriptionState:
         heads, key_of = self._kq.heads, self._kq.key_of
         owners, route = self._selector.key_owners, self._selector.for_key
         by_consumer: dict[int, list[int]] = {}
+        sent_to: list[int] = []
+        sent: list[int] = []
         previous = -1
         while heads:
             offset = heappop(heads)
@@ -248,7 +250,7 @@ class ReliableSubscriptionState:
                 continue  # a duplicate item
             previous = offset
             key = key_of.get(offset)
-            if key is None or offset in holder or offset in entries:
+            if key is None or offset in holder or (entries and offset in entries):
                 continue  # resolved, or already sent
             cid = owners[key] if key in owners else route(key)
             if cid is None:
@@ -258,7 +260,9 @@ class ReliableSubscriptionState:
             if mine is None:
                 mine = by_consumer[cid] = []
             mine.append(offset)
-            out.append(_delivery((cid, offset, 1, False)))
+            sent_to.append(cid)
+            sent.append(offset)
+        out.extend(map(_delivery, zip(sent_to, sent, repeat(1), repeat(False))))
         deadline = now_ms + self.policy.ack_timeout_ms
         for cid, offsets in by_consumer.items():
             self._flight.add_run(cid, deadline, offsets)
