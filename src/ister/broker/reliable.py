@@ -149,6 +149,10 @@ class ReliableSubscription(Subscription):
             self._poke()
         return n
 
+    @property
+    def window(self) -> int:
+        return self._state.window
+
     def set_window(self, window: int) -> None:
         self._state.set_window(window)
         self._poke()

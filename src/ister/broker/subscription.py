@@ -113,6 +113,11 @@ class Subscription(ABC):
     ) -> int:
         return 0
 
+    @property
+    def window(self) -> int:
+        """Messages in flight per subscription; 0 when the subscription has no window (non-reliable)."""
+        return 0
+
     def set_window(self, window: int) -> None:  # noqa: B027 - an optional hook: only reliable ones have a window
         """Messages in flight per subscription (reliable only)."""
 

@@ -67,3 +67,6 @@ def broker(
 
 def main() -> None:
     sys.exit(app())
+
+
+import ister.cli.clients  # noqa: E402,F401  (registers `ister produce` and `ister consume`)

@@ -183,7 +183,7 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
             sub.set_window(o.window)
         acker = asyncio.create_task(self._consume_reader(it, sub_acks(sub, consumer_id), stream))
         try:
-            yield pb.ConsumeResponse(opened=pb.ConsumeOpened(consumer_id=consumer_id, window=o.window))
+            yield pb.ConsumeResponse(opened=pb.ConsumeOpened(consumer_id=consumer_id, window=sub.window))
             while True:
                 frame, count = await _next_frame(stream)
                 if count == 0:

@@ -1,0 +1,219 @@
+"""`ister produce` and `ister consume`: danube-cli's flags, on Ister's batch-API client."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvloop
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ister.cli.main import app
+from ister.client import Client, Message
+from ister.errors import InvalidArgument, IsterError
+
+SUB_TYPES = {
+    "exclusive": "exclusive",
+    "shared": "shared",
+    "fail-over": "failover",
+    "key-shared": "key_shared",
+}
+PROGRESS_FROM = 1_000  # show a progress bar for runs at least this long (and never with --json)
+
+
+def parse_attributes(raw: str | None) -> dict[str, str]:
+    """`k1:v1,k2:v2` as danube-cli takes them."""
+    out: dict[str, str] = {}
+    if not raw:
+        return out
+    for item in raw.split(","):
+        key, sep, value = item.partition(":")
+        if not sep or not key:
+            raise InvalidArgument(f"attribute {item!r} is not KEY:VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _progress(total: int) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeRemainingColumn(),
+        console=None,
+        transient=False,
+        disable=not sys.stderr.isatty(),
+    )
+
+
+def _fail(exc: BaseException) -> typer.Exit:
+    typer.echo(f"error: {exc}", err=True)
+    return typer.Exit(1)
+
+
+@app.command()
+def produce(
+    service_addr: Annotated[
+        str, typer.Option("--service-addr", "-s", help="broker URL, e.g. http://127.0.0.1:6650")
+    ],
+    topic: Annotated[str, typer.Option("--topic", "-t")] = "/default/test_topic",
+    producer_name: Annotated[str, typer.Option("--producer-name", "-n")] = "test_producer",
+    message: Annotated[str | None, typer.Option("--message", "-m", help="UTF-8 payload")] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="binary payload file (wins over -m)")
+    ] = None,
+    attributes: Annotated[str | None, typer.Option("--attributes", "-a", help="k1:v1,k2:v2")] = None,
+    partitions: Annotated[int | None, typer.Option("--partitions", "-p", min=1)] = None,
+    count: Annotated[int, typer.Option("--count", "-c", min=1)] = 1,
+    reliable: Annotated[bool, typer.Option("--reliable", help="durable topic (WAL, at-least-once)")] = False,
+    rate: Annotated[
+        float, typer.Option("--rate", min=0.0, help="messages per second (0: as fast as possible)")
+    ] = 0.0,
+    key: Annotated[str | None, typer.Option("--key", "-k", help="routing key")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per message on stdout")] = False,
+) -> None:
+    """Publish COUNT messages (danube-cli's flags); every message is acknowledged before the command ends."""
+    try:
+        if file is not None:
+            payload = file.read_bytes()
+        elif message is not None:
+            payload = message.encode()
+        else:
+            raise InvalidArgument("give a payload with --message or --file")
+        attrs = parse_attributes(attributes)
+    except (OSError, IsterError) as exc:
+        raise _fail(exc) from None
+    try:
+        uvloop.run(
+            _produce(
+                service_addr,
+                topic,
+                producer_name,
+                payload,
+                attrs,
+                partitions,
+                count,
+                reliable,
+                rate,
+                key,
+                as_json,
+            )
+        )
+    except (IsterError, OSError) as exc:
+        raise _fail(exc) from None
+
+
+async def _produce(
+    url: str,
+    topic: str,
+    name: str,
+    payload: bytes,
+    attrs: dict[str, str],
+    partitions: int | None,
+    count: int,
+    reliable: bool,
+    rate: float,
+    key: str | None,
+    as_json: bool,
+) -> None:
+    async with Client(url) as client:
+        producer = await client.producer(topic, name, reliable=reliable, partitions=partitions)
+        pending: list[asyncio.Future[int]] = []
+        started = time.perf_counter()
+        show = not as_json and count >= PROGRESS_FROM
+        with _progress(count) as bar:
+            task = bar.add_task("produce", total=count, rate="", visible=show)
+            for i in range(count):
+                if rate:
+                    delay = started + i / rate - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                pending.append(producer.send_nowait(payload, attributes=attrs or None, key=key))
+                if len(pending) >= 4096 or i == count - 1:
+                    offsets = await asyncio.gather(*pending)
+                    pending.clear()
+                    if as_json:
+                        for offset in offsets:
+                            print(json.dumps({"offset": offset, "topic": topic}))
+                    done = i + 1
+                    elapsed = time.perf_counter() - started
+                    bar.update(task, completed=done, rate=f"{done / elapsed:,.0f} msg/s" if elapsed else "")
+        await producer.close()
+        if not as_json:
+            elapsed = time.perf_counter() - started
+            typer.echo(f"produced {count} message(s) to {topic} in {elapsed:.2f} s", err=True)
+
+
+def message_json(msg: Message) -> str:
+    payload = msg.payload
+    obj: dict[str, object] = {"offset": msg.offset, "topic": msg.topic}
+    try:
+        obj["payload"] = payload.decode()
+    except UnicodeDecodeError:
+        obj["payload"] = base64.b64encode(payload).decode()
+        obj["payload_encoding"] = "base64"
+    obj["attributes"] = msg.attributes
+    obj["publish_time"] = msg.publish_time
+    if msg.key is not None:
+        obj["key"] = msg.key
+    return json.dumps(obj)
+
+
+@app.command()
+def consume(
+    service_addr: Annotated[str, typer.Option("--service-addr", "-s")],
+    subscription: Annotated[str, typer.Option("--subscription", "-m")],
+    topic: Annotated[str, typer.Option("--topic", "-t")] = "/default/test_topic",
+    consumer_name: Annotated[str, typer.Option("--consumer", "-n")] = "consumer_pubsub",
+    sub_type: Annotated[
+        str, typer.Option("--sub-type", help="exclusive|shared|fail-over|key-shared")
+    ] = "shared",
+    count: Annotated[int | None, typer.Option("--count", min=1, help="exit after this many messages")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per message on stdout")] = False,
+) -> None:
+    """Receive and acknowledge messages until --count (or Ctrl-C)."""
+    if sub_type not in SUB_TYPES:
+        raise _fail(InvalidArgument(f"--sub-type must be one of {', '.join(SUB_TYPES)}"))
+    try:
+        uvloop.run(
+            _consume(service_addr, topic, subscription, consumer_name, SUB_TYPES[sub_type], count, as_json)
+        )
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+    except (IsterError, OSError) as exc:
+        raise _fail(exc) from None
+
+
+async def _consume(
+    url: str, topic: str, subscription: str, name: str, sub_type: str, count: int | None, as_json: bool
+) -> None:
+    async with Client(url) as client:
+        consumer = await client.consumer(topic, subscription, type=sub_type, name=name)
+        received = 0
+        started = time.perf_counter()
+        show = not as_json and count is not None and count >= PROGRESS_FROM
+        with _progress(count or 0) as bar:
+            task = bar.add_task("consume", total=count, rate="", visible=show)
+            async for msg in consumer:
+                if as_json:
+                    print(message_json(msg), flush=count is None)
+                elif not show:
+                    text = msg.payload.decode(errors="replace")
+                    typer.echo(
+                        f"offset={msg.offset} topic={msg.topic} bytes={len(msg.payload)} payload={text}"
+                    )
+                msg.ack_nowait()
+                received += 1
+                if show and received % 1000 == 0:
+                    elapsed = time.perf_counter() - started
+                    bar.update(task, completed=received, rate=f"{received / elapsed:,.0f} msg/s")
+                if count is not None and received >= count:
+                    break
+        await consumer.close()
