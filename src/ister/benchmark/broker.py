@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from ister.benchmark.stats import process_cpu_s
+
 ISTER = [sys.executable, "-m", "ister.cli"]
 
 
@@ -93,14 +95,7 @@ class BenchBroker:
 
     def cpu_seconds(self) -> float:
         """User + system CPU seconds of the broker process so far (0.0 when unknown)."""
-        if self.proc is None:
-            return 0.0
-        try:
-            with open(f"/proc/{self.proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
-            return 0.0
+        return process_cpu_s(self.proc.pid) if self.proc is not None else 0.0
 
     def log(self) -> str:
         try:

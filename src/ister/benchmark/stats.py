@@ -1,0 +1,62 @@
+"""Percentiles and the small records every case returns."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+PAYLOAD_BYTES = 100
+PAYLOAD = b"p" * PAYLOAD_BYTES
+STAMP_DIGITS = 20  # a CLOCK_MONOTONIC nanosecond stamp, zero-padded, at the start of a latency payload
+WARMUP_LATENCY_SAMPLES = 100  # dropped from every latency series
+
+
+def pct(values: list[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100), as ../shared/peers/common.py computes it; NaN when empty."""
+    s = sorted(values)
+    if not s:
+        return math.nan
+    k = max(0, min(len(s) - 1, round(p / 100.0 * len(s) + 0.5) - 1))
+    return s[k]
+
+
+def latency_us(samples_s: list[float]) -> dict[str, float]:
+    """p50 / p99 / p99.9 / max in microseconds of latencies given in seconds."""
+    us = sorted(x * 1e6 for x in samples_s)
+    return {
+        "p50": pct(us, 50),
+        "p99": pct(us, 99),
+        "p999": pct(us, 99.9),
+        "max": us[-1] if us else math.nan,
+        "samples": len(us),
+    }
+
+
+def stamped_payload() -> bytes:
+    return str(time.monotonic_ns()).zfill(STAMP_DIGITS).encode() + PAYLOAD[STAMP_DIGITS:]
+
+
+def stamp_age_s(payload: bytes, now_ns: int) -> float:
+    return (now_ns - int(payload[:STAMP_DIGITS])) / 1e9
+
+
+def rate(messages: int, seconds: float, payload_bytes: int = PAYLOAD_BYTES) -> dict[str, Any]:
+    per_s = messages / seconds if seconds > 0 else 0.0
+    return {
+        "messages": messages,
+        "seconds": seconds,
+        "msgs_per_s": per_s,
+        "mb_per_s": per_s * payload_bytes / 1e6,
+    }
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (0.0 when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
