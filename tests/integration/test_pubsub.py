@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from pathlib import Path
 
 import danube
 import pytest
@@ -290,3 +291,24 @@ async def test_key_shared_departed_consumer_keys_move(shared_broker: BrokerProce
         await p.send_with_key(f"{k}:1".encode(), {}, k)
     after = await take(q2, len(first["k1"]), within=20, ack=k2)
     assert sorted(m.payload.decode().split(":")[0] for m in after) == sorted(first["k1"])
+
+
+async def test_ack_timeout_redelivers(tmp_path: Path, topic: str) -> None:
+    broker = BrokerProcess(tmp_path / "data", env={"ISTER_DISPATCH__ACK_TIMEOUT_MS": "500"})
+    broker.start()
+    try:
+        c = await client(broker.url)
+        p = await producer(c, topic, "p1", reliable=True)
+        cons, q = await consumer(c, topic, "c1", "to", S.EXCLUSIVE)
+        await asyncio.sleep(0.2)
+        await p.send(b"slow")
+        first = (await take(q, 1))[0]
+        # Never acked: it comes back after the 500 ms ack timeout plus the retry delay.
+        again = (await take(q, 1, within=10))[0]
+        assert again.payload == b"slow"
+        assert again.msg_id.topic_offset == first.msg_id.topic_offset
+        await cons.ack(again)
+        await p.send(b"next")
+        assert (await take(q, 1, ack=cons))[0].payload == b"next"
+    finally:
+        broker.stop()
