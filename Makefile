@@ -39,7 +39,7 @@ test: lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 bench: install
-	$(BIN)/python bench/danube_bench.py
+	$(BIN)/ister bench
 
 proto: install
 	$(BIN)/python scripts/gen_proto.py

@@ -60,3 +60,22 @@ def process_cpu_s(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+def host_cpu_ticks() -> list[int]:
+    """The aggregate `cpu` line of /proc/stat (user nice system idle iowait irq softirq steal ...)."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return []
+
+
+def host_cpu_share(before: list[int], after: list[int]) -> dict[str, float]:
+    """Busy and steal shares (percent of all CPU time of the machine) between two host_cpu_ticks()."""
+    if len(before) < 8 or len(after) < 8:
+        return {}
+    d = [b - a for a, b in zip(before, after, strict=False)]
+    total = sum(d[:8]) or 1
+    idle = d[3] + d[4]
+    return {"busy_pct": 100.0 * (total - idle - d[7]) / total, "steal_pct": 100.0 * d[7] / total}

@@ -70,3 +70,4 @@ def main() -> None:
 
 
 import ister.cli.clients  # noqa: E402,F401  (registers `ister produce` and `ister consume`)
+from ister.cli import bench as _bench  # noqa: E402,F401  (registers `ister bench`)
