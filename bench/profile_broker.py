@@ -219,6 +219,8 @@ def main() -> None:
         threads[_label(names.get(tid))] += cpu - before.get(tid, 0.0)
     total, buckets = summarize(raw_path.read_text(), loop_tid)
     others = other_threads(raw_path.read_text(), loop_tid, names)
+    if args.raw is None:
+        raw_path.unlink(missing_ok=True)
     dsos: dict[str, float] = {}
     if perf is not None:
         perf.wait(60)

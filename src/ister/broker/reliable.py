@@ -217,6 +217,7 @@ class ReliableSubscription(Subscription):
             self._state.offer_batch(records[0][0], keys, now)
 
     def _deliver(self, deliveries: list) -> None:  # type: ignore[type-arg]
+        sent = nbytes = redelivered = 0  # metrics are updated once per call: each inc() takes a lock
         for d in deliveries:
             record = self._messages.get(d.offset)
             session = self.consumers.get(d.consumer_id)
@@ -229,10 +230,15 @@ class ReliableSubscription(Subscription):
                 # the state machine redeliver what it held.
                 self.detach(session)
                 continue
-            self._m_out.inc()
-            self._m_bytes.inc(len(record))
+            sent += 1
+            nbytes += len(record)
             if d.redelivery:
-                self._m_redelivered.inc()
+                redelivered += 1
+        if sent:
+            self._m_out.inc(sent)
+            self._m_bytes.inc(nbytes)
+        if redelivered:
+            self._m_redelivered.inc(redelivered)
 
     def _warn(self, msg: str, *args: object) -> None:
         """Warnings a client can trigger at will are logged at most once per interval per subscription."""
