@@ -34,11 +34,12 @@ import uvloop
 from ister.benchmark.broker import BenchBroker, free_port, stop_process, wait_port
 from ister.benchmark.stats import (
     PAYLOAD,
-    WARMUP_LATENCY_SAMPLES,
+    latency_result,
     latency_us,
     rate,
     stamp_age_s,
     stamped_payload,
+    stop_child,
 )
 
 IN_FLIGHT = 64
@@ -195,20 +196,8 @@ async def e2e_latency(url: str, topic: str, rate_per_s: int, seconds: float) -> 
         wall = time.perf_counter() - start
         lats: list[float] = await loop.run_in_executor(None, results.get, True, seconds + 90)
     finally:
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(5)
-    out = rate(n, wall)
-    out.update(
-        latency_us=latency_us(lats[WARMUP_LATENCY_SAMPLES:]),
-        latency_of="send -> receive in another process",
-        sent=n,
-        received=len(lats),
-        late_sends=late,
-        send_rtt_us=latency_us(rtts[WARMUP_LATENCY_SAMPLES:]),
-    )
-    return out
+        stop_child(proc)
+    return latency_result(n, wall, lats, rtts, late)
 
 
 def run_noop(n_seq: int, n_pipe: int) -> dict[str, Any]:

@@ -31,13 +31,14 @@ import uvloop
 
 from ister.benchmark.stats import (
     PAYLOAD,
-    WARMUP_LATENCY_SAMPLES,
     host_cpu_share,
     host_cpu_ticks,
+    latency_result,
     latency_us,
     rate,
     stamp_age_s,
     stamped_payload,
+    stop_child,
 )
 from ister.client import Client
 
@@ -211,21 +212,8 @@ async def e2e_latency(
             cpu = (broker_cpu() - cpu0) if broker_cpu else 0.0
             lats: list[float] = await _wait_child(proc, results, seconds + 90)
         finally:
-            proc.join(10)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(5)
-    out = rate(n, wall)
-    out.update(
-        latency_us=latency_us(lats[WARMUP_LATENCY_SAMPLES:]),
-        latency_of="send -> receive in another process",
-        sent=n,
-        received=len(lats),
-        late_sends=late,
-        send_rtt_us=latency_us(rtts[WARMUP_LATENCY_SAMPLES:]),
-        broker_cpu_us_per_msg=cpu / n * 1e6 if n else 0.0,
-    )
-    return out
+            stop_child(proc)
+    return latency_result(n, wall, lats, rtts, late, broker_cpu_us_per_msg=cpu / n * 1e6 if n else 0.0)
 
 
 def run_all(

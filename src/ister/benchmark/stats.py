@@ -79,3 +79,28 @@ def host_cpu_share(before: list[int], after: list[int]) -> dict[str, float]:
     total = sum(d[:8]) or 1
     idle = d[3] + d[4]
     return {"busy_pct": 100.0 * (total - idle - d[7]) / total, "steal_pct": 100.0 * d[7] / total}
+
+
+def stop_child(proc: Any) -> None:
+    """Join a benchmark child process, killing it if it does not end by itself."""
+    proc.join(10)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)
+
+
+def latency_result(
+    n: int, wall: float, lats: list[float], rtts: list[float], late: int, **extra: Any
+) -> dict[str, Any]:
+    """The e2e-latency case's result: rate, send->receive latency and send round trips (warm-up dropped)."""
+    out = rate(n, wall)
+    out.update(
+        latency_us=latency_us(lats[WARMUP_LATENCY_SAMPLES:]),
+        latency_of="send -> receive in another process",
+        sent=n,
+        received=len(lats),
+        late_sends=late,
+        send_rtt_us=latency_us(rtts[WARMUP_LATENCY_SAMPLES:]),
+        **extra,
+    )
+    return out

@@ -181,7 +181,7 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
         sub = ref.subscription
         if o.window:
             sub.set_window(o.window)
-        acker = asyncio.create_task(self._consume_reader(it, sub_acks(sub, consumer_id), stream))
+        acker = asyncio.create_task(self._consume_reader(it, SubAcks(sub, consumer_id), stream))
         try:
             yield pb.ConsumeResponse(opened=pb.ConsumeOpened(consumer_id=consumer_id, window=sub.window))
             while True:
@@ -243,10 +243,6 @@ class SubAcks:
         delay = nack.delay_ms if nack.HasField("delay_ms") else None
         for first, last in self._ranges(nack.ranges):
             await self.sub.nack_range(first, last, self.consumer_id, delay, reason)
-
-
-def sub_acks(sub: Any, consumer_id: int) -> SubAcks:
-    return SubAcks(sub, consumer_id)
 
 
 async def _first(it: AsyncIterator[Any], kind: str) -> Any:
