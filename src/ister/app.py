@@ -11,18 +11,28 @@ from pathlib import Path
 import uvloop
 
 from ister.broker.service import BrokerService
+from ister.cluster.node import ClusterNode
 from ister.config import BrokerConfig
-from ister.errors import ConfigError
 from ister.limits import SHUTDOWN_GRACE_SECONDS
 from ister.metadata.embedded import EmbeddedStore
+from ister.metadata.store import MetadataStore
 from ister.server.grpc_server import start_client_server, start_prometheus
 
 log = logging.getLogger("ister")
 
 
+async def open_store(config: BrokerConfig, data_dir: Path) -> MetadataStore:
+    if config.mode == "standalone":
+        return await EmbeddedStore.open(data_dir / "metadata")
+    from ister.metadata.etcd import EtcdStore
+
+    return await EtcdStore.connect(config.cluster.etcd_endpoints, namespace=config.cluster.etcd_namespace)
+
+
 async def serve(config: BrokerConfig, data_dir: Path) -> None:
-    store = await EmbeddedStore.open(data_dir / "metadata")
-    broker = BrokerService(config, store, data_dir)
+    store = await open_store(config, data_dir)
+    cluster = ClusterNode(config, store, data_dir) if config.mode == "cluster" else None
+    broker = BrokerService(config, store, data_dir, cluster)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -32,10 +42,18 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
     try:
         await broker.start()
         server = await start_client_server(broker, config.broker_addr)
+        if cluster is not None:
+            # After the server is up: the watcher may load topics and clients may be redirected here at once.
+            await cluster.start(broker)
         if config.prom_exporter:
             prom = start_prometheus(config.prom_exporter)
         log.info(
-            "ister broker ready: client %s, data %s, fsync %s", config.broker_url, data_dir, config.wal.fsync
+            "ister broker ready: %s mode, client %s, data %s, fsync %s%s",
+            config.mode,
+            config.broker_url,
+            data_dir,
+            config.wal.fsync,
+            f", broker id {cluster.broker_id}" if cluster is not None else "",
         )
         await stop.wait()
         log.info("shutting down")
@@ -47,6 +65,8 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
             await asyncio.wait_for(broker.close(), SHUTDOWN_GRACE_SECONDS)
         except TimeoutError:
             log.error("shutdown did not finish within %.0f s", SHUTDOWN_GRACE_SECONDS)
+        if cluster is not None:
+            await cluster.close()  # revokes the lease last: cursors were flushed while still the owner
         await store.close()
         if prom is not None:
             prom.shutdown()
@@ -58,8 +78,6 @@ def run(config: BrokerConfig) -> None:
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if config.mode != "standalone":
-        raise ConfigError("cluster mode is not available yet: run with --mode standalone")
     data_dir = Path(config.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     # The WAL writer thread must get the GIL back quickly after each fsync to complete the waiting appends;

@@ -59,6 +59,15 @@ class Policies(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
 
 
+class ClusterSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Cluster mode only. A dead broker's registration expires `lease_ttl_seconds` after its last renewal."""
+
+    etcd_endpoints: list[str] = msgspec.field(default_factory=lambda: ["127.0.0.1:2379"])
+    etcd_namespace: str = ""  # key prefix inside etcd, to share one etcd between clusters
+    lease_ttl_seconds: int = 5
+    offset_reservation: int = 100_000  # offsets an owner reserves per metadata write (see docs/metadata.md)
+
+
 class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     mode: Literal["standalone", "cluster"] = "standalone"
     cluster_name: str = "STANDALONE"
@@ -73,6 +82,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     wal: WalSettings = msgspec.field(default_factory=WalSettings)
     dispatch: DispatchSettings = msgspec.field(default_factory=DispatchSettings)
     policies: Policies = msgspec.field(default_factory=Policies)
+    cluster: ClusterSettings = msgspec.field(default_factory=ClusterSettings)
 
     @property
     def broker_url(self) -> str:
@@ -116,6 +126,17 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
             validate_segment(ns, "name")
         except InvalidArgument as exc:
             raise ConfigError(f"bootstrap_namespaces/cluster_name: {exc}") from None
+    c = cfg.cluster
+    if not c.etcd_endpoints:
+        raise ConfigError("cluster.etcd_endpoints must not be empty")
+    for endpoint in c.etcd_endpoints:
+        split_host_port(endpoint.split("://", 1)[-1], "cluster.etcd_endpoints")
+    if not 2 <= c.lease_ttl_seconds <= 60:
+        raise ConfigError("cluster.lease_ttl_seconds must be in 2..60")
+    if not 1_000 <= c.offset_reservation <= 100_000_000:
+        raise ConfigError("cluster.offset_reservation must be in 1000..100000000")
+    if c.etcd_namespace and (not c.etcd_namespace.startswith("/") or c.etcd_namespace.endswith("/")):
+        raise ConfigError("cluster.etcd_namespace must start with '/' and not end with '/' (e.g. /prod)")
     if d.max_redelivery_count > 1_000:
         raise ConfigError("dispatch.max_redelivery_count must be <= 1000")
     for name in ("ack_timeout_ms", "base_redelivery_delay_ms", "max_redelivery_delay_ms"):

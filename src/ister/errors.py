@@ -35,6 +35,10 @@ class Unavailable(IsterError):
     retriable = True
 
 
+class Fenced(Unavailable):
+    """This broker lost (or never had) ownership of the topic, or its lease may be gone: redo the lookup."""
+
+
 class ResourceExhausted(IsterError):
     """Back-pressure: a bounded queue, window or policy limit is full."""
 

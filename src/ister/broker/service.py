@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ister.broker import metrics
 from ister.broker.nonreliable import NonReliableSubscription
@@ -20,6 +21,7 @@ from ister.broker.sessions import ConsumerSession, ConsumerStream, ProducerSessi
 from ister.broker.subscription import Subscription
 from ister.broker.topic import NON_RELIABLE, RELIABLE, Topic
 from ister.config import BrokerConfig
+from ister.core.cluster.ownership import plan_load
 from ister.core.dispatch import DeadLetter, FailurePolicy, SubType
 from ister.core.dispatch.selector import MAX_KEY_FILTERS
 from ister.core.record import StoredMessage
@@ -30,8 +32,13 @@ from ister.metadata import keys
 from ister.metadata.store import MetadataStore
 from ister.storage.wal import Wal, WalConfig
 
+if TYPE_CHECKING:
+    from ister.cluster.guard import OwnershipGuard
+    from ister.cluster.node import ClusterNode
+
 log = logging.getLogger(__name__)
 
+ASSIGNMENT_WAIT_SECONDS = 3.0  # how long a call for an unassigned topic waits for the leader
 # Index of consumer ids so a consumer survives a broker restart (an Ister addition, see docs/metadata.md).
 CONSUMER_INDEX = "/ister/consumers/"
 DLQ_SUFFIX = "-DLQ"
@@ -47,8 +54,11 @@ class ConsumerRef:
 
 
 class BrokerService:
-    def __init__(self, config: BrokerConfig, store: MetadataStore, data_dir: Path) -> None:
+    def __init__(
+        self, config: BrokerConfig, store: MetadataStore, data_dir: Path, cluster: ClusterNode | None = None
+    ) -> None:
         self.config = config
+        self.cluster = cluster
         self.store = store
         self.data_dir = data_dir
         self.broker_url = config.broker_url
@@ -127,6 +137,8 @@ class BrokerService:
         await self.store.put(keys.topic_root(name.full), 0)
         await self.store.put(keys.topic_delivery(name.full), delivery)
         await self.store.put(keys.namespace_topic(name.full), None)
+        if self.cluster is not None:
+            await self.cluster.request_assignment(name.full)
         log.info("created topic %s (%s)", name, delivery)
 
     async def get_topic(
@@ -146,10 +158,117 @@ class BrokerService:
                 if create_as is None:
                     raise NotFound(f"topic {name} does not exist")
                 await self._create_topic(name, create_as, internal=internal)
-            topic = await self._load_topic(name)
-            self.topics[name.full] = topic
-            metrics.topics_loaded.set(len(self.topics))
-            return topic
+            if self.cluster is None or self.cluster.assigned_here(name.full):
+                return await self._load_and_register(name)
+        # Cluster mode, not (yet) assigned here: wait for the leader outside the lock, then try again.
+        await self._check_served_here(name)
+        async with self._load_lock:
+            topic = self.topics.get(name.full)
+            if topic is not None:
+                return topic
+            return await self._load_and_register(name)
+
+    async def _load_and_register(self, name: TopicName) -> Topic:
+        topic = await self._load_topic(name)
+        self.topics[name.full] = topic
+        metrics.topics_loaded.set(len(self.topics))
+        return topic
+
+    async def _check_served_here(self, name: TopicName) -> None:
+        """Cluster mode: only the broker the leader assigned a topic to loads it; others send clients away."""
+        cluster = self.cluster
+        assert cluster is not None
+        if cluster.assigned_here(name.full):
+            return
+        owner = cluster.owner_of(name.full)
+        if owner is None:
+            await cluster.request_assignment(name.full)
+            # Wait briefly for the leader, so the usual case needs no client retry.
+            owner = await cluster.wait_owner(name.full, ASSIGNMENT_WAIT_SECONDS)
+        if owner == cluster.broker_id:
+            return
+        where = f"served by broker {owner}" if owner is not None else "waiting for an owner"
+        raise Unavailable(f"topic {name} is {where}; redo the lookup")
+
+    async def load_assigned(self, topic: str) -> None:
+        """The cluster watcher saw an assignment to this broker: load the topic now."""
+        await self.get_topic(TopicName.parse(topic))
+
+    def loaded_topics(self) -> list[str]:
+        return list(self.topics)
+
+    async def unload(self, topic: str, reason: str) -> None:
+        """Drop a topic this broker no longer owns: its clients get CLOSE / UNAVAILABLE and look it up again.
+
+        Its cursors are not flushed here: ownership is already gone, the new owner's cursors are the truth.
+        """
+        loaded = self.topics.pop(topic, None)
+        if loaded is None:
+            return
+        metrics.topics_loaded.set(len(self.topics))
+        for pid in list(loaded.producers):
+            self.producers.pop(pid, None)
+        for cid, ref in list(self.consumers.items()):
+            if ref.session.topic == topic:
+                del self.consumers[cid]
+        try:
+            await loaded.close()
+        except Exception:
+            log.exception("closing unloaded topic %s failed", topic)
+        log.info("unloaded topic %s (%s)", topic, reason)
+
+    async def _open_wal(self, name: TopicName) -> tuple[Wal, OwnershipGuard | None]:
+        """The topic's WAL; in cluster mode also the ownership claim that decides where its offsets start."""
+        wal_dir = self.data_dir / "wal" / name.namespace / name.topic
+        if self.cluster is None:
+            return await Wal.open(wal_dir, self._wal_config), None
+        cluster = self.cluster
+        record, version = await cluster.read_owner(name.full)
+        epoch_file = self.data_dir / "owners" / name.namespace / f"{name.topic}.epoch"
+        local_epoch = read_epoch(epoch_file)
+        wal = await Wal.open(wal_dir, self._wal_config) if local_epoch is not None else None
+        sealed = await self.store.get(keys.storage_state(name.full))
+        sealed_next = None
+        if sealed is not None and isinstance(sealed.value, dict):
+            last = sealed.value.get("last_committed_offset")
+            if isinstance(last, int) and last >= 0:
+                sealed_next = last + 1
+        plan = plan_load(
+            record,
+            local_epoch,
+            wal.next_offset if wal is not None else None,
+            sealed_next,
+            self.config.cluster.offset_reservation,
+        )
+        try:
+            if wal is not None and not plan.keep_local:
+                await wal.close()
+                wal = None
+            if wal is None:
+                archive_stale_wal(wal_dir, local_epoch)
+                wal = await Wal.open(wal_dir, self._wal_config, start_offset=plan.start_offset)
+            elif plan.start_offset > wal.next_offset:
+                await wal.close()
+                wal = await Wal.open(wal_dir, self._wal_config, start_offset=plan.start_offset)
+            # Written before the claim: a crash in between leaves a WAL that is treated as stale (safe).
+            write_epoch(epoch_file, record.epoch)
+            guard = await cluster.commit_claim(name.full, version, plan.record)
+        except BaseException:
+            if wal is not None:
+                await wal.close()
+            raise
+        guard.bind(wal)
+        if sealed is not None:
+            await self.store.compare_and_delete(sealed.key, expected_version=sealed.version)
+        log.info(
+            "claimed %s at epoch %d: offsets from %d (%s), reserved below %d",
+            name,
+            record.epoch,
+            wal.next_offset,
+            "local WAL continued" if plan.keep_local else "new WAL",
+            plan.record.reserved_until,
+        )
+        return wal, guard
 
     async def _load_topic(self, name: TopicName) -> Topic:
         kv = await self.store.get(keys.topic_delivery(name.full))
@@ -157,9 +276,15 @@ class BrokerService:
         policy = await self._namespace_policy(name.namespace)
         max_size = int(policy.get("max_message_size", self.config.policies.max_message_size) or 0)
         wal = None
+        guard = None
         if delivery == RELIABLE:
-            wal = await Wal.open(self.data_dir / "wal" / name.namespace / name.topic, self._wal_config)
+            wal, guard = await self._open_wal(name)
+        elif self.cluster is not None:
+            record, version = await self.cluster.read_owner(name.full)
+            plan = plan_load(record, None, None, None, self.config.cluster.offset_reservation)
+            guard = await self.cluster.commit_claim(name.full, version, plan.record)
         topic = Topic(name, delivery=delivery, max_message_size=max_size, wal=wal)
+        topic.guard = guard
         for p in await self.store.list(keys.topic_producers_prefix(name.full)):
             rec = p.value if isinstance(p.value, dict) else {}
             try:
@@ -189,10 +314,25 @@ class BrokerService:
         # Unknown topics answer [name] so the following Subscribe reports a clear NOT_FOUND.
         return [n for _, n in sorted(found)] or [name.full]
 
-    async def lookup(self, name: TopicName) -> str:
+    async def lookup(self, name: TopicName) -> tuple[str, bool]:
+        """(URL of the broker serving the topic, whether that is this broker)."""
         if not await self.topic_exists(name):
             raise NotFound(f"topic {name} does not exist")
-        return self.broker_url
+        cluster = self.cluster
+        if cluster is None:
+            return self.broker_url, True
+        owner = cluster.owner_of(name.full)
+        if owner is None:
+            await cluster.request_assignment(name.full)
+            owner = await cluster.wait_owner(name.full, ASSIGNMENT_WAIT_SECONDS)
+        if owner is None:
+            raise Unavailable(f"topic {name} is waiting for an owner; retry the lookup")
+        if owner == cluster.broker_id:
+            return self.broker_url, True
+        url = cluster.url_of(owner)
+        if url is None:
+            raise Unavailable(f"the owner of {name} (broker {owner}) is gone; retry while it is reassigned")
+        return url, False
 
     # -- producers ----------------------------------------------------------------------------------------
     async def create_producer(
@@ -251,6 +391,9 @@ class BrokerService:
                 await self.get_topic(name)
                 session = self.producers.get(producer_id)
         if session is None:
+            if self.cluster is not None and topic_name:
+                # Its topic moved (or this broker restarted): the client must look it up again.
+                raise Unavailable(f"producer {producer_id} is not served by this broker; redo the lookup")
             raise NotFound(f"producer {producer_id} does not exist on this broker")
         if topic_name and topic_name != session.topic:
             raise InvalidArgument(f"producer {producer_id} publishes to {session.topic}, not {topic_name}")
@@ -425,7 +568,10 @@ class BrokerService:
         cursor_key = keys.subscription_cursor(t, name)
 
         async def write_cursor(value: int) -> None:
-            await self.store.put(cursor_key, value)
+            if topic.guard is not None:
+                await topic.guard.guarded_put(cursor_key, value)
+            else:
+                await self.store.put(cursor_key, value)
 
         async def publish_dead_letter(message: StoredMessage, dead: DeadLetter) -> None:
             await self._publish_dead_letter(topic, name, policy, message, dead)
@@ -597,3 +743,36 @@ class BrokerService:
             return False
         ref.session.touch()
         return True
+
+
+def read_epoch(path: Path) -> int | None:
+    """The ownership epoch this broker's local WAL of a topic was loaded under (None: no usable WAL)."""
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def write_epoch(path: Path, epoch: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{epoch}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+def archive_stale_wal(wal_dir: Path, epoch: int | None) -> None:
+    """Move aside a local WAL that another owner superseded: kept for inspection, never replayed."""
+    if not wal_dir.exists() or not any(wal_dir.iterdir()):
+        return
+    target = wal_dir.parent.parent.parent / "wal-stale" / wal_dir.parent.name / f"{wal_dir.name}.{epoch or 0}"
+    suffix = 0
+    while target.exists():
+        suffix += 1
+        target = target.with_name(f"{wal_dir.name}.{epoch or 0}.{suffix}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    wal_dir.rename(target)
+    log.warning("moved a superseded WAL of %s/%s to %s", wal_dir.parent.name, wal_dir.name, target)

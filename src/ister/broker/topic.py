@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -18,6 +19,9 @@ from ister.errors import InvalidArgument, Timeout, Unavailable
 from ister.ids import TopicName
 from ister.limits import PUBLISH_TIMEOUT_SECONDS
 from ister.storage.wal import Wal
+
+if TYPE_CHECKING:
+    from ister.cluster.guard import OwnershipGuard
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +40,7 @@ class Topic:
         self.producers: dict[int, ProducerSession] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.closing = False
+        self.guard: OwnershipGuard | None = None  # cluster mode: fences appends of a stale owner
         self.lock = asyncio.Lock()  # serialises subscription changes, which await metadata writes
         self._next_volatile_offset = 0  # non-reliable topics number messages in memory only
         self._m_in = metrics.messages_in.labels(name.full)
@@ -72,6 +77,9 @@ class Topic:
         """
         if self.closing:
             raise Unavailable(f"topic {self.name} is closing")
+        guard = self.guard
+        if guard is not None:
+            guard.check()
         self._m_in.inc(len(records))
         self._m_bytes.inc(payload_bytes)
         if self.wal is not None:
@@ -79,6 +87,8 @@ class Topic:
                 async with asyncio.timeout(PUBLISH_TIMEOUT_SECONDS):
                     # msgspec.Raw is a buffer over the client's record bytes: framed without a copy
                     offset = await self.wal.append(records)
+                if guard is not None:
+                    guard.appended()
             except TimeoutError:
                 raise Timeout(
                     f"{self.name}: the WAL did not make the message durable "

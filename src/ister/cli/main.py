@@ -32,6 +32,10 @@ def broker(
     admin_addr: Annotated[str | None, typer.Option("--admin-addr", help="admin gRPC HOST:PORT")] = None,
     prom_exporter: Annotated[str | None, typer.Option("--prom-exporter", help="Prometheus HOST:PORT")] = None,
     config_file: Annotated[Path | None, typer.Option("--config-file", help="YAML configuration")] = None,
+    etcd_endpoints: Annotated[
+        str | None, typer.Option("--etcd-endpoints", help="cluster mode: etcd HOST:PORT[,HOST:PORT...]")
+    ] = None,
+    cluster_name: Annotated[str | None, typer.Option("--cluster-name", help="cluster mode: name")] = None,
     fsync: Annotated[str | None, typer.Option(help="WAL durability: always or interval")] = None,
     log_level: Annotated[str | None, typer.Option("--log-level")] = None,
 ) -> None:
@@ -49,6 +53,10 @@ def broker(
                 "admin_addr": admin_addr,
                 "prom_exporter": prom_exporter,
                 "wal.fsync": fsync,
+                "cluster_name": cluster_name,
+                "cluster.etcd_endpoints": [e.strip() for e in etcd_endpoints.split(",") if e.strip()]
+                if etcd_endpoints
+                else None,
                 "log_level": log_level,
             },
         )

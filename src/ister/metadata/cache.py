@@ -87,6 +87,10 @@ class LocalCache:
             index += 1
         return found
 
+    def change_event(self) -> asyncio.Event:
+        """An event set at the next change of the cache (take it before reading, then wait on it)."""
+        return self._changed
+
     async def wait_for(self, predicate: Callable[[], bool], wait_seconds: float) -> bool:
         """Wait until `predicate()` holds (re-checked after each change); False on timeout."""
         loop = asyncio.get_running_loop()

@@ -29,6 +29,8 @@ SCHEMAS_PREFIX = "/schemas/"
 SCHEMA_INDEX_BY_ID_PREFIX = "/schemas/_index/by_id/"
 SCHEMA_NEXT_ID = "/schemas/_global/next_schema_id"
 STORAGE_TOPICS_PREFIX = "/danube-data/storage/topics/"
+# Ister additions (docs/metadata.md): ownership records with epochs and offset reservations.
+OWNERS_PREFIX = "/ister/owners/"
 
 BROKER_STATE = "state"
 OBJECTS_CUR = "cur"
@@ -113,6 +115,10 @@ def unassigned(topic: TopicLike) -> str:
 
 def unassigned_prefix() -> str:
     return UNASSIGNED_PREFIX
+
+
+def owner(topic: TopicLike) -> str:
+    return f"{OWNERS_PREFIX}{_topic(topic).path}"
 
 
 def load_report(broker_id: int) -> str:
@@ -306,6 +312,13 @@ def unassigned_topic_from_key(key: str) -> str | None:
     if not key.startswith(UNASSIGNED_PREFIX):
         return None
     parts = key[len(UNASSIGNED_PREFIX) :].split("/")
+    return _parse_topic(parts[0], parts[1]) if len(parts) == 2 else None
+
+
+def owner_topic_from_key(key: str) -> str | None:
+    if not key.startswith(OWNERS_PREFIX):
+        return None
+    parts = key[len(OWNERS_PREFIX) :].split("/")
     return _parse_topic(parts[0], parts[1]) if len(parts) == 2 else None
 
 

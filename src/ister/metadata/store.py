@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -28,6 +28,7 @@ MAX_KEY_BYTES = 4096
 MAX_VALUE_BYTES = 1024 * 1024  # etcd refuses requests above 1.5 MiB by default; stay below it
 MAX_LIST_RESULTS = 100_000
 DEFAULT_WATCH_QUEUE = 1024
+MAX_TXN_OPS = 64  # etcd's default --max-txn-ops is 128
 
 
 class KeyValue(msgspec.Struct, frozen=True):
@@ -41,6 +42,26 @@ class WatchEvent(msgspec.Struct, frozen=True):
     key: str
     value: Any | None  # the new value for a put, None for a delete
     revision: int
+
+
+class Compare(msgspec.Struct, frozen=True):
+    """A transaction guard: the key's version is `version`, or the key is absent when `version` is None."""
+
+    key: str
+    version: int | None
+
+
+class Put(msgspec.Struct, frozen=True):
+    key: str
+    value: Any
+    lease: int | None = None
+
+
+class Delete(msgspec.Struct, frozen=True):
+    key: str
+
+
+Op = Put | Delete
 
 
 class LeaseNotFound(MetadataError):
@@ -232,6 +253,14 @@ class MetadataStore(Protocol):
         ...
 
     async def compare_and_delete(self, key: str, *, expected_version: int) -> bool: ...
+
+    async def txn(self, compares: Sequence[Compare], ops: Sequence[Op]) -> bool:
+        """Apply every op atomically (one revision, watchers see each put/delete) if every compare holds.
+
+        Returns False and changes nothing when a compare fails. At most MAX_TXN_OPS ops, each key at most
+        once among the ops; a Put's lease must be live (`LeaseNotFound` otherwise, nothing applied).
+        """
+        ...
 
     def watch(self, prefix: str, *, max_queue: int = DEFAULT_WATCH_QUEUE) -> Watch: ...
 

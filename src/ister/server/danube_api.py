@@ -113,10 +113,11 @@ class DiscoveryServicer(pb_grpc.DiscoveryServicer):  # type: ignore[misc]
 
     @unary
     async def TopicLookup(self, request: pb.TopicLookupRequest, context: Ctx) -> pb.TopicLookupResponse:
-        url = await self.broker.lookup(TopicName.parse(request.topic))
+        url, local = await self.broker.lookup(TopicName.parse(request.topic))
+        kind = pb.TopicLookupResponse.Connect if local else pb.TopicLookupResponse.Redirect
         return pb.TopicLookupResponse(
             request_id=request.request_id,
-            response_type=pb.TopicLookupResponse.Connect,
+            response_type=kind,
             connect_url=url,
             broker_url=url,
             proxy=False,

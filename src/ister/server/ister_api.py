@@ -93,7 +93,10 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
     async def Lookup(self, request: pb.LookupRequest, context: Ctx) -> pb.LookupResponse:
         name = TopicName.parse(request.topic)
         partitions = await self.broker.partitions(name)
-        return pb.LookupResponse(partitions=partitions, broker_url=self.broker.broker_url)
+        url = self.broker.broker_url
+        if partitions == [name.full]:
+            url, _ = await self.broker.lookup(name)  # a plain topic: point at its owner
+        return pb.LookupResponse(partitions=partitions, broker_url=url)
 
     # -- publish ---------------------------------------------------------------------------------------------
     @bidi_stream

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ister.core.frames import HEADER_SIZE, encode_frames
-from ister.errors import OffsetOutOfRange, StorageError
+from ister.errors import Fenced, OffsetOutOfRange, StorageError
 
 from .cache import RecordCache
 from .config import WalConfig
@@ -43,6 +43,8 @@ class Wal:
         self._segments: list[Segment] = recovered.segments
         self._segments_lock = threading.Lock()
         self._first_offset = recovered.first_offset
+        # Cluster mode: appends that would reach this offset are refused (the owner's reservation end).
+        self.offset_limit: int | None = None
         self._next_offset = recovered.next_offset
         self._committed = recovered.next_offset
         self._synced = recovered.next_offset
@@ -177,6 +179,7 @@ class Wal:
         count = len(payloads)
         if count == 0:
             raise ValueError("append needs at least one payload")
+        self._check_limit(self._next_offset, count)
         if self._failed is not None or self._closing:
             self._check_writable()
         items = list(payloads)
@@ -196,6 +199,11 @@ class Wal:
                 raise
             if self._next_offset != first:
                 first = self._next_offset
+                try:
+                    self._check_limit(first, count)
+                except Fenced:
+                    self._release_space(size)
+                    raise
                 data = encode_frames(first, items)
         future: asyncio.Future[int] = self._loop.create_future()
         try:
@@ -208,6 +216,13 @@ class Wal:
         if not reserved:
             self._queued_bytes += size
         return await future
+
+    def _check_limit(self, first: int, count: int) -> None:
+        if self.offset_limit is not None and first + count > self.offset_limit:
+            raise Fenced(
+                f"WAL {self._directory.name}: offsets up to {first + count - 1} are outside this owner's "
+                f"reservation (ends before {self.offset_limit})"
+            )
 
     async def _wait_for_space(self, size: int) -> None:
         waiter: asyncio.Future[None] = self._loop.create_future()

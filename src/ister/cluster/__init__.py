@@ -1,0 +1,1 @@
+"""Cluster mode runtime: membership, leader election, assignment, ownership fencing (on etcd)."""

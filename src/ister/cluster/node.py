@@ -1,0 +1,331 @@
+"""`ClusterNode`: one broker's part in the cluster.
+
+* membership: registration under a lease, kept alive; the lease clock fences this broker's topics;
+* election: `/cluster/leader` created under the lease with a compare-and-set; whoever holds it leads;
+* the leader's assigner: dead brokers' topics become unassigned, unassigned topics get owners (Fair,
+  round-robin among near-equal brokers), each assignment bumping the topic's epoch in one transaction;
+* the watcher: topics assigned here are loaded; topics taken away (assignment gone, newer epoch) are
+  fenced at once and unloaded.
+
+Every decision reads the LocalCache (fed by watches); every write is a transaction guarded by what the
+decision was based on, so a stale cache or a deposed leader can only cause a failed write, never a
+second owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Protocol
+
+from ister.cluster.guard import OwnershipGuard
+from ister.cluster.membership import LeaseClock, Membership, load_broker_id
+from ister.config import BrokerConfig
+from ister.core.cluster.assignment import BrokerSelector, Marker
+from ister.core.cluster.ownership import OwnerRecord, assign
+from ister.core.cluster.planner import ClusterState, orphans, plan_assignments
+from ister.errors import IsterError, MetadataError, Unavailable
+from ister.metadata import keys
+from ister.metadata.cache import LocalCache
+from ister.metadata.store import Compare, Delete, KeyValue, MetadataStore, Op, Put
+
+log = logging.getLogger(__name__)
+
+SWEEP_SECONDS = 1.0  # re-check even without a change (lease clocks, retries after failed writes)
+LOAD_CONCURRENCY = 8
+ASSIGN_CONCURRENCY = 32
+
+
+class TopicHost(Protocol):
+    """What the node needs from the broker service."""
+
+    def loaded_topics(self) -> Iterable[str]: ...
+
+    async def load_assigned(self, topic: str) -> None: ...
+
+    async def unload(self, topic: str, reason: str) -> None: ...
+
+
+class ClusterNode:
+    def __init__(self, config: BrokerConfig, store: MetadataStore, data_dir: Path) -> None:
+        self.config = config
+        self.store = store
+        self.broker_id = load_broker_id(data_dir)
+        self.cache = LocalCache(store, [keys.CLUSTER_PREFIX, keys.OWNERS_PREFIX])
+        self.membership = Membership(config, store, self.broker_id, self._lease_lost)
+        self.selector = BrokerSelector()
+        self.guards: dict[str, OwnershipGuard] = {}
+        self.assignments_made = 0
+        self._host: TopicHost | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._loading: dict[str, asyncio.Task[None]] = {}
+        self._load_slots = asyncio.Semaphore(LOAD_CONCURRENCY)
+        self._leader_since: float | None = None
+
+    @property
+    def clock(self) -> LeaseClock:
+        return self.membership.clock
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    async def start(self, host: TopicHost) -> None:
+        self._host = host
+        await self.cache.start()
+        await self.store.put(keys.cluster_name(self.config.cluster_name), None)
+        await self.membership.register()
+        self.membership.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._run("leader", self._lead_once), name="cluster leader"),
+            loop.create_task(self._run("watcher", self._watch_once), name="cluster watcher"),
+        ]
+
+    async def close(self) -> None:
+        for task in [*self._tasks, *self._loading.values()]:
+            task.cancel()
+        for task in [*self._tasks, *self._loading.values()]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        await self.membership.close()
+        await self.cache.close()
+
+    async def _run(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            changed = self.cache.change_event()
+            try:
+                await step()
+            except (MetadataError, TimeoutError) as exc:
+                log.warning("cluster %s step failed: %s", what, exc)
+            except Exception:
+                log.exception("cluster %s step failed", what)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), SWEEP_SECONDS)
+
+    async def _lease_lost(self) -> None:
+        for topic in list(self.guards):
+            await self._release(topic, "lease lost")
+        self._leader_since = None
+        await self.membership.register()
+
+    # -- reads for the broker service ----------------------------------------------------------------------
+    def assigned_here(self, topic: str) -> bool:
+        return self.cache.get(keys.broker_topic(self.broker_id, topic)) is not None
+
+    def owner_of(self, topic: str) -> int | None:
+        """The broker the topic is assigned to (its owner record), None while unassigned."""
+        kv = self.cache.get(keys.owner(topic))
+        record = OwnerRecord.parse(kv.value) if kv is not None else None
+        if record is None:
+            return None
+        if self.cache.get(keys.broker_topic(record.broker_id, topic)) is None:
+            return None  # orphaned or moving: the assignment key is the authority
+        return record.broker_id
+
+    def url_of(self, broker_id: int) -> str | None:
+        kv = self.cache.get(keys.broker_register(broker_id))
+        if kv is None or not isinstance(kv.value, dict):
+            return None
+        url = kv.value.get("connect_url") or kv.value.get("broker_url")
+        return url if isinstance(url, str) else None
+
+    def leader(self) -> int | None:
+        kv = self.cache.get(keys.LEADER)
+        return kv.value if kv is not None and isinstance(kv.value, int) else None
+
+    def live_brokers(self) -> list[int]:
+        return keys.broker_ids(kv.key for kv in self.cache.list(keys.REGISTER_PREFIX))
+
+    async def request_assignment(self, topic: str) -> None:
+        """Queue a topic for the leader (`/cluster/unassigned/...`), unless it is assigned or queued."""
+        key = keys.unassigned(topic)
+        if self.owner_of(topic) is None and self.cache.get(key) is None:
+            await self.store.compare_and_set(key, None, expected_version=None)
+
+    async def wait_owner(self, topic: str, seconds: float) -> int | None:
+        await self.cache.wait_for(lambda: self.owner_of(topic) is not None, seconds)
+        return self.owner_of(topic)
+
+    # -- claiming a topic (called by the broker service while loading) -------------------------------------
+    async def read_owner(self, topic: str) -> tuple[OwnerRecord, int]:
+        """The current owner record, fresh from the store; Unavailable unless it names this broker."""
+        kv = await self.store.get(keys.owner(topic))
+        record = OwnerRecord.parse(kv.value) if kv is not None else None
+        if kv is None or record is None or record.broker_id != self.broker_id:
+            raise Unavailable(f"topic {topic} is not assigned to this broker; redo the lookup")
+        if await self.store.get(keys.broker_topic(self.broker_id, topic)) is None:
+            raise Unavailable(f"topic {topic} is being reassigned; redo the lookup")
+        return record, kv.version
+
+    async def commit_claim(self, topic: str, previous_version: int, record: OwnerRecord) -> OwnershipGuard:
+        """Write the loading owner's record (compare-and-set) and return the guard that fences the topic."""
+        self.clock_check(topic)
+        key = keys.owner(topic)
+        ok = await self.store.txn([Compare(key, previous_version)], [Put(key, record.to_json())])
+        if not ok:
+            raise Unavailable(f"topic {topic} was reassigned while loading; redo the lookup")
+        kv = await self.store.get(key)
+        if kv is None or OwnerRecord.parse(kv.value) != record:
+            raise Unavailable(f"topic {topic} was reassigned while loading; redo the lookup")
+        guard = OwnershipGuard(
+            topic, self.store, self.clock, record, kv.version, self.config.cluster.offset_reservation
+        )
+        old = self.guards.pop(topic, None)
+        if old is not None:
+            old.revoke("reloaded")
+        self.guards[topic] = guard
+        return guard
+
+    def clock_check(self, topic: str) -> None:
+        if not self.clock.valid():
+            raise Unavailable(f"topic {topic}: this broker cannot renew its lease right now")
+
+    def forget(self, topic: str) -> None:
+        guard = self.guards.pop(topic, None)
+        if guard is not None:
+            guard.revoke("unloaded")
+
+    # -- watcher: load what is assigned here, drop what was taken away --------------------------------------
+    async def _watch_once(self) -> None:
+        host = self._host
+        assert host is not None
+        prefix = keys.broker_topics_prefix(self.broker_id)
+        mine = {
+            t for kv in self.cache.list(prefix) if (t := keys.broker_topic_from_key(kv.key, self.broker_id))
+        }
+        for topic, guard in list(self.guards.items()):
+            kv = self.cache.get(keys.owner(topic))
+            record = OwnerRecord.parse(kv.value) if kv is not None else None
+            if topic not in mine:
+                await self._release(topic, "assignment removed")
+            elif record is not None and record.epoch > guard.epoch:
+                await self._release(topic, f"reassigned at epoch {record.epoch}")
+        if not self.clock.valid():
+            return  # do not claim anything while the lease may be gone
+        loaded = set(host.loaded_topics())
+        for topic in sorted(mine - loaded - set(self._loading)):
+            self._loading[topic] = asyncio.get_running_loop().create_task(self._load(topic))
+
+    async def _load(self, topic: str) -> None:
+        host = self._host
+        assert host is not None
+        try:
+            async with self._load_slots:
+                if self.assigned_here(topic):
+                    await host.load_assigned(topic)
+        except IsterError as exc:
+            log.warning("loading assigned topic %s failed: %s", topic, exc)
+        except Exception:
+            log.exception("loading assigned topic %s failed", topic)
+        finally:
+            self._loading.pop(topic, None)
+
+    async def _release(self, topic: str, reason: str) -> None:
+        guard = self.guards.pop(topic, None)
+        if guard is not None:
+            guard.revoke(reason)  # fence first: no append lands after this line
+        if self._host is not None:
+            await self._host.unload(topic, reason)
+
+    # -- leader ---------------------------------------------------------------------------------------------
+    async def _lead_once(self) -> None:
+        leader = self.cache.get(keys.LEADER)
+        if leader is None:
+            if self.membership.lease_id is not None and self.clock.valid():
+                won = await self.store.compare_and_set(
+                    keys.LEADER, self.broker_id, expected_version=None, lease=self.membership.lease_id
+                )
+                if won:
+                    log.info("broker %d is the cluster leader", self.broker_id)
+            return
+        if leader.value != self.broker_id or not self.clock.valid():
+            self._leader_since = None
+            return
+        if self._leader_since is None:
+            self._leader_since = time.monotonic()
+        await self._assign(leader)
+
+    def snapshot(self) -> tuple[ClusterState, dict[str, KeyValue], dict[str, KeyValue]]:
+        entries = self.cache.list(keys.CLUSTER_PREFIX)
+        live = set(keys.broker_ids(kv.key for kv in entries if kv.key.startswith(keys.REGISTER_PREFIX)))
+        assignment_kvs: dict[str, KeyValue] = {}
+        assignments: dict[str, int] = {}
+        modes: dict[int, str] = {}
+        unassigned_kvs: dict[str, KeyValue] = {}
+        for kv in entries:
+            if kv.key.startswith(keys.BROKERS_PREFIX):
+                rest = kv.key[len(keys.BROKERS_PREFIX) :].split("/")
+                if len(rest) == 2 and rest[1] == keys.BROKER_STATE and rest[0].isdigit():
+                    if isinstance(kv.value, dict) and isinstance(kv.value.get("mode"), str):
+                        modes[int(rest[0])] = kv.value["mode"]
+                    continue
+                found = keys.assignments([kv.key])
+                for topic, broker in found.items():
+                    assignments[topic] = broker
+                    assignment_kvs[topic] = kv
+            elif (waiting := keys.unassigned_topic_from_key(kv.key)) is not None:
+                unassigned_kvs[waiting] = kv
+        state = ClusterState(
+            live=live,
+            assignments=assignments,
+            unassigned={t: Marker.parse(kv.value) for t, kv in unassigned_kvs.items()},
+            modes=modes,
+        )
+        return state, assignment_kvs, unassigned_kvs
+
+    async def _assign(self, leader: KeyValue) -> None:
+        state, assignment_kvs, unassigned_kvs = self.snapshot()
+        guard = Compare(keys.LEADER, leader.version)
+        writes: list[tuple[str, list[Compare], list[Op]]] = []
+        # Brokers that restart together need a moment to re-register before their topics are taken away.
+        settled = time.monotonic() - (self._leader_since or 0.0) >= self.membership.ttl
+        if settled:
+            for orphan in orphans(state):
+                kv = assignment_kvs[orphan.topic]
+                compares = [guard, Compare(kv.key, kv.version)]
+                ops: list[Op] = [Delete(kv.key)]
+                marker = keys.unassigned(orphan.topic)
+                if marker not in {u.key for u in unassigned_kvs.values()}:
+                    compares.append(Compare(marker, None))
+                    ops.append(Put(marker, {"reason": "failover", "from_broker": orphan.dead_broker}))
+                writes.append((f"failover {orphan.topic} from {orphan.dead_broker}", compares, ops))
+        for step in plan_assignments(state, self.selector):
+            topic = step.topic
+            marker_kv = unassigned_kvs[topic]
+            owner_kv = self.cache.get(keys.owner(topic))
+            previous = OwnerRecord.parse(owner_kv.value) if owner_kv is not None else None
+            compares = [
+                guard,
+                Compare(marker_kv.key, marker_kv.version),
+                Compare(keys.owner(topic), owner_kv.version if owner_kv is not None else None),
+            ]
+            ops = [
+                Put(keys.broker_topic(step.broker, topic), None),
+                Put(keys.owner(topic), assign(previous, step.broker).to_json()),
+                Delete(marker_kv.key),
+            ]
+            old = assignment_kvs.get(topic)
+            if old is not None and old.key != keys.broker_topic(step.broker, topic):
+                compares.append(Compare(old.key, old.version))
+                ops.append(Delete(old.key))
+            writes.append((f"assign {topic} to {step.broker}", compares, ops))
+        if not writes:
+            return
+        slots = asyncio.Semaphore(ASSIGN_CONCURRENCY)
+
+        async def apply(what: str, compares: list[Compare], ops: list[Op]) -> None:
+            async with slots:
+                if await self.store.txn(compares, ops):
+                    if what.startswith("assign"):
+                        self.assignments_made += 1
+                    log.info("leader %d: %s", self.broker_id, what)
+                else:
+                    log.debug("leader %d: %s lost a race; will re-plan", self.broker_id, what)
+
+        results = await asyncio.gather(*(apply(*w) for w in writes), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                log.warning("leader %d: assignment write failed: %s", self.broker_id, result)

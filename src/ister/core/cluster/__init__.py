@@ -1,0 +1,1 @@
+"""Pure cluster logic: broker choice, failover and assignment planning, offset continuity. No I/O."""

@@ -1,0 +1,72 @@
+"""What the leader does with a cluster snapshot: orphaned assignments become unassigned, unassigned topics
+get owners. Pure, so the same code runs in the broker and in the seeded membership simulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ister.core.cluster.assignment import BrokerSelector, Marker, fair_rankings
+
+ACTIVE = "active"
+DRAINING = "draining"
+DRAINED = "drained"
+BROKER_MODES = (ACTIVE, DRAINING, DRAINED)
+
+
+@dataclass
+class ClusterState:
+    live: set[int]  # brokers whose registration lease is alive
+    assignments: dict[str, int]  # topic -> owner
+    unassigned: dict[str, Marker]  # topic -> why it waits
+    modes: Mapping[int, str] = field(default_factory=dict)  # missing = active, as Danube
+
+    def active(self) -> set[int]:
+        return {b for b in self.live if self.modes.get(b, ACTIVE) == ACTIVE}
+
+    def topic_counts(self) -> dict[int, int]:
+        counts = dict.fromkeys(self.live, 0)
+        for owner in self.assignments.values():
+            if owner in counts:
+                counts[owner] += 1
+        return counts
+
+
+@dataclass(frozen=True, slots=True)
+class Orphan:
+    topic: str
+    dead_broker: int
+
+
+@dataclass(frozen=True, slots=True)
+class Assign:
+    topic: str
+    broker: int
+    marker: Marker
+
+
+def orphans(state: ClusterState) -> list[Orphan]:
+    """Assignments that point at a broker whose registration is gone: they must be reassigned."""
+    return [Orphan(t, b) for t, b in sorted(state.assignments.items()) if b not in state.live]
+
+
+def plan_assignments(state: ClusterState, selector: BrokerSelector, limit: int | None = None) -> list[Assign]:
+    """Owners for the unassigned topics (in name order), counting each pick at once so a batch spreads.
+
+    A topic that still has a live owner is skipped: the other half of its move has not happened yet.
+    """
+    counts = state.topic_counts()
+    active = state.active()
+    plan: list[Assign] = []
+    for topic, marker in sorted(state.unassigned.items()):
+        if limit is not None and len(plan) >= limit:
+            break
+        if state.assignments.get(topic) in state.live:
+            continue
+        broker = selector.choose(fair_rankings(counts), active, marker)
+        if broker is None:
+            continue
+        counts[broker] = counts.get(broker, 0) + 1
+        plan.append(Assign(topic, broker, marker))
+    return plan
