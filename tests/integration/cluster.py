@@ -1,0 +1,111 @@
+"""A cluster of real `ister broker --mode cluster` processes on one etcd, and ways to look inside it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from danube.proto import DanubeApi_pb2 as dpb
+from danube.proto import DanubeApi_pb2_grpc as dpb_grpc
+
+from ister.core.cluster.ownership import OwnerRecord
+from ister.metadata import keys
+from ister.metadata.etcd import EtcdStore
+from tests.integration.harness import BrokerProcess
+
+WAIT = 20.0  # generous upper bound for cluster reactions (lease TTL is 2 s in these tests)
+LEASE_TTL = 2
+
+
+class Cluster:
+    def __init__(self, root: Path, etcd_endpoint: str, size: int, lease_ttl: int = LEASE_TTL) -> None:
+        self.namespace = "/c" + uuid.uuid4().hex[:12]
+        self.etcd_endpoint = etcd_endpoint
+        env = {
+            "ISTER_CLUSTER__ETCD_NAMESPACE": self.namespace,
+            "ISTER_CLUSTER__LEASE_TTL_SECONDS": str(lease_ttl),
+        }
+        self.brokers = [
+            BrokerProcess(
+                root / f"b{i}",
+                "--mode",
+                "cluster",
+                "--etcd-endpoints",
+                etcd_endpoint,
+                "--cluster-name",
+                "itest",
+                env=env,
+            )
+            for i in range(size)
+        ]
+        self.store: EtcdStore | None = None
+
+    async def start(self) -> None:
+        self.store = await EtcdStore.connect([self.etcd_endpoint], namespace=self.namespace)
+        for b in self.brokers:
+            b.start()
+        await self.until(self.all_registered, "all brokers registered")
+
+    async def all_registered(self) -> bool:
+        return len(await self.live()) == len(self.brokers)
+
+    async def stop(self) -> None:
+        for b in self.brokers:
+            b.stop()
+        if self.store is not None:
+            await self.store.close()
+
+    # -- metadata views ---------------------------------------------------------------------------------
+    async def live(self) -> list[int]:
+        assert self.store is not None
+        return keys.broker_ids(kv.key for kv in await self.store.list(keys.REGISTER_PREFIX))
+
+    def broker_id(self, broker: BrokerProcess) -> int:
+        return int((broker.data_dir / "broker_id").read_text())
+
+    async def leader(self) -> int | None:
+        assert self.store is not None
+        kv = await self.store.get(keys.LEADER)
+        return kv.value if kv is not None else None
+
+    async def assignments(self) -> dict[str, int]:
+        assert self.store is not None
+        return keys.assignments(kv.key for kv in await self.store.list(keys.BROKERS_PREFIX))
+
+    async def owner_record(self, topic: str) -> OwnerRecord | None:
+        assert self.store is not None
+        kv = await self.store.get(keys.owner(topic))
+        return OwnerRecord.parse(kv.value) if kv is not None else None
+
+    def process_of(self, broker_id: int) -> BrokerProcess:
+        for b in self.brokers:
+            if self.broker_id(b) == broker_id:
+                return b
+        raise LookupError(broker_id)
+
+    async def until(self, check: Callable[[], Awaitable[Any] | Any], what: str, within: float = WAIT) -> Any:
+        """Poll `check` (sync or async) until it returns something truthy; its value."""
+        deadline = time.monotonic() + within
+        while True:
+            result = check()
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {within} s waiting for: {what}")
+            await asyncio.sleep(0.05)
+
+
+async def lookup(url: str, topic: str) -> tuple[str, str]:
+    """('connect'|'redirect', broker_url) as the official protocol answers it."""
+    async with grpc.aio.insecure_channel(url.split("://", 1)[-1]) as channel:
+        stub = dpb_grpc.DiscoveryStub(channel)
+        resp = await stub.TopicLookup(dpb.TopicLookupRequest(request_id=1, topic=topic), timeout=10)
+    kind = "connect" if resp.response_type == dpb.TopicLookupResponse.Connect else "redirect"
+    return kind, resp.broker_url
