@@ -132,7 +132,7 @@ async def test_leader_kill_elects_a_new_leader_and_assignment_continues(cluster:
 
 
 async def topic_off_the_leader(cluster: Cluster, base: str) -> tuple[str, int, int]:
-    """Create 3 topics (round-robin gives each broker one); returns one off the leader, its owner, the leader."""
+    """Create 3 topics (one per broker by round-robin); return one off the leader, its owner, the leader."""
     c = await client(cluster.brokers[0].url)
     topics = [f"{base}{i}" for i in range(3)]
     for t in topics:
