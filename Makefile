@@ -7,7 +7,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run test lint typecheck unit integration sim bench proto clean
+.PHONY: install etcd run test lint typecheck unit integration sim bench proto clean
 
 $(UV):
 	$(PY) -m venv $(TOOLS)
@@ -19,6 +19,13 @@ $(BIN)/ister: $(UV) pyproject.toml uv.lock
 
 install: $(BIN)/ister
 
+# The etcd metadata backend's tests run a real etcd server (Debian package etcd-server).
+etcd:
+	@command -v etcd >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update && $$SUDO apt-get install -y etcd-server; \
+	}
+
 run: install
 	$(BIN)/ister broker
 
@@ -29,13 +36,13 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-unit: install
+unit: install etcd
 	$(BIN)/pytest -q tests/unit tests/sim
 
 integration: install
 	$(BIN)/pytest -q tests/integration
 
-test: lint typecheck
+test: lint typecheck etcd
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 bench: install

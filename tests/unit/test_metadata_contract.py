@@ -1,36 +1,47 @@
-"""The MetadataStore contract, run against every backend; then embedded-only durability and the LocalCache.
+"""The MetadataStore contract, run against every backend; then backend-only tests and the LocalCache.
 
 Contract tests use only the protocol (plus `Backend.reopen` where a backend is persistent), so a new backend
-is covered by adding one branch to the `backend` fixture.
+is covered by adding one branch to the `backend` fixture. The etcd backend runs on a real etcd (the session
+`etcd_server` fixture), each test in its own key namespace.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aetcd import rpc
 
 from ister.errors import InvalidArgument, MetadataError, WatchLagged
 from ister.metadata import store as store_module
 from ister.metadata.cache import LocalCache
 from ister.metadata.embedded import DB_FILE, EmbeddedStore
+from ister.metadata.etcd import EtcdStore
 from ister.metadata.store import (
+    MAX_TXN_OPS,
+    Compare,
+    Delete,
     KeyValue,
     LeaseNotFound,
     ListTooLarge,
     MetadataStore,
+    Put,
     Watch,
     WatchEvent,
 )
+from tests.etcd_server import EtcdServer, etcd_binary, free_port
 
 WAIT = 5.0  # upper bound for anything we wait on; tests normally finish far sooner
+ETCD_MIN_TTL = 2.0  # etcd raises shorter lease TTLs to ceil(1.5 x election timeout) = 2 s by default
 
 
 @dataclass
@@ -41,7 +52,11 @@ class Backend:
     reopen: Callable[[], Awaitable[MetadataStore]] | None = None  # persistent backends: close and open again
 
 
-@pytest.fixture(params=["embedded", "memory"])
+def unique_namespace() -> str:
+    return "/t-" + uuid.uuid4().hex
+
+
+@pytest.fixture(params=["embedded", "memory", "etcd"])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     if request.param == "embedded":
         b = Backend("embedded", await EmbeddedStore.open(tmp_path / "meta"), short_ttl=0.2)
@@ -52,11 +67,25 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             return b.store
 
         b.reopen = reopen
+    elif request.param == "etcd":
+        server: EtcdServer = request.getfixturevalue("etcd_server")
+        namespace = unique_namespace()
+        b = Backend("etcd", await EtcdStore.connect([server.endpoint], namespace=namespace), ETCD_MIN_TTL)
+
+        async def reopen_etcd() -> MetadataStore:
+            await b.store.close()
+            b.store = await EtcdStore.connect([server.endpoint], namespace=namespace)
+            return b.store
+
+        b.reopen = reopen_etcd
     else:
         b = Backend("memory", EmbeddedStore.in_memory(), short_ttl=0.2)
     try:
         yield b
     finally:
+        if b.name == "etcd":  # the session etcd outlives the test: drop the test's keys
+            with contextlib.suppress(MetadataError):
+                await b.store.delete_prefix("/")
         await b.store.close()
 
 
@@ -222,6 +251,133 @@ async def test_compare_and_delete(store: MetadataStore) -> None:
     assert await store.compare_and_delete("/cad", expected_version=rev) is True
     assert await store.get("/cad") is None
     assert await store.compare_and_delete("/cad", expected_version=rev) is False
+
+
+# --- transactions ---------------------------------------------------------------------------------
+
+
+async def test_txn_applies_all_ops_in_one_revision(store: MetadataStore) -> None:
+    old = await store.put("/tx/old", "old")
+    keep = await store.put("/tx/keep", "keep")
+    ops = [Put("/tx/a", {"a": 1}), Delete("/tx/old"), Put("/tx/b", [2]), Put("/tx/keep", "new")]
+    assert await store.txn([Compare("/tx/old", old), Compare("/tx/new", None)], ops) is True
+    listed = await store.list("/tx/")
+    assert [(kv.key, kv.value) for kv in listed] == [("/tx/a", {"a": 1}), ("/tx/b", [2]), ("/tx/keep", "new")]
+    revisions = {kv.version for kv in listed}
+    assert len(revisions) == 1 and revisions.pop() > keep  # one new revision for the whole txn
+    assert await store.txn([], [Put("/tx/c", 3)]) is True  # no compares: unconditional
+
+
+async def test_txn_compares_absent_and_version(store: MetadataStore) -> None:
+    assert await store.txn([Compare("/tc/k", None)], [Put("/tc/k", 1)]) is True
+    first = await store.get("/tc/k")
+    assert first is not None
+    assert await store.txn([Compare("/tc/k", None)], [Put("/tc/k", 2)]) is False  # present now
+    assert await store.txn([Compare("/tc/k", first.version + 1000)], [Put("/tc/k", 2)]) is False
+    assert await store.txn([Compare("/tc/k", first.version)], [Put("/tc/k", 2)]) is True
+    second = await store.get("/tc/k")
+    assert second is not None and second.value == 2 and second.version > first.version
+    assert await store.txn([Compare("/tc/k", first.version)], [Delete("/tc/k")]) is False  # stale
+    assert await store.txn([Compare("/tc/k", second.version)], [Delete("/tc/k")]) is True
+    assert await store.get("/tc/k") is None
+    assert await store.txn([Compare("/tc/k", second.version)], [Put("/tc/k", 3)]) is False  # gone
+    assert await store.txn([Compare("/tc/missing", 1)], []) is False
+
+
+async def test_txn_failed_compare_changes_nothing(store: MetadataStore) -> None:
+    a = await store.put("/tf/a", "a")
+    b = await store.put("/tf/b", "b")
+    async with store.watch("/tf/") as watch:
+        ops = [Put("/tf/a", "new"), Delete("/tf/b"), Put("/tf/c", "c")]
+        # The first compare holds, the second does not: nothing of the txn may happen.
+        assert await store.txn([Compare("/tf/a", a), Compare("/tf/b", a)], ops) is False
+        assert await store.txn([Compare("/tf/a", a), Compare("/tf/c", b)], ops) is False
+        marker = await store.put("/tf/marker", 1)
+        event = await next_event(watch)  # the txns made no events: the marker comes first
+    assert (event.key, event.revision) == ("/tf/marker", marker)
+    assert await store.list("/tf/") == [
+        KeyValue("/tf/a", "a", a),
+        KeyValue("/tf/b", "b", b),
+        KeyValue("/tf/marker", 1, marker),
+    ]
+
+
+async def test_txn_watchers_see_each_op(store: MetadataStore) -> None:
+    await store.put("/tw/gone", 0)
+    async with store.watch("/tw/") as watch:
+        ops = [
+            Put("/tw/x", 1),
+            Delete("/tw/gone"),
+            Delete("/tw/never"),
+            Put("/tw/y", {"y": 2}),
+            Put("/tz", 9),
+        ]
+        assert await store.txn([], ops) is True
+        got = await events(watch, 3)
+        marker = await store.put("/tw/marker", 1)
+        assert (await next_event(watch)).revision == marker  # no event for the absent key or outside
+    assert sorted((e.kind, e.key, e.value) for e in got) == [
+        ("delete", "/tw/gone", None),
+        ("put", "/tw/x", 1),
+        ("put", "/tw/y", {"y": 2}),
+    ]
+    assert len({e.revision for e in got}) == 1
+    x = await store.get("/tw/x")
+    assert x is not None and x.version == got[0].revision
+
+
+async def test_txn_with_lease(backend: Backend) -> None:
+    store = backend.store
+    lease = await store.grant_lease(60)
+    assert await store.txn([Compare("/tl/a", None)], [Put("/tl/a", 1, lease=lease), Put("/tl/b", 2)])
+    async with store.watch("/tl/") as watch:
+        await store.revoke_lease(lease)
+        event = await next_event(watch)
+    assert (event.kind, event.key) == ("delete", "/tl/a")
+    assert [kv.key for kv in await store.list("/tl/")] == ["/tl/b"]
+
+
+async def test_txn_dead_lease_refused(store: MetadataStore) -> None:
+    lease = await store.grant_lease(60)
+    await store.revoke_lease(lease)
+    for dead in (lease, 12345):
+        with pytest.raises(LeaseNotFound):
+            await store.txn([Compare("/td/a", None)], [Put("/td/a", 1), Put("/td/b", 2, lease=dead)])
+    assert await store.list("/td/") == []
+
+
+BAD_TXNS: list[tuple[str, list[Any], list[Any]]] = [
+    ("duplicate key", [], [Put("/tb/a", 1), Delete("/tb/a")]),
+    ("duplicate put", [], [Put("/tb/a", 1), Put("/tb/a", 2)]),
+    ("too many ops", [], [Put(f"/tb/{i}", i) for i in range(MAX_TXN_OPS + 1)]),
+    ("too many compares", [Compare(f"/tb/{i}", None) for i in range(MAX_TXN_OPS + 1)], [Put("/tb/a", 1)]),
+    ("bad op key", [], [Put("/tb/a", 1), Put("relative", 2)]),
+    ("bad delete key", [], [Put("/tb/a", 1), Delete("/nul\x00")]),
+    ("bad value", [], [Put("/tb/a", 1), Put("/tb/b", object())]),
+    ("oversize value", [], [Put("/tb/a", 1), Put("/tb/b", "x" * (store_module.MAX_VALUE_BYTES + 1))]),
+    ("bad lease", [], [Put("/tb/a", 1), Put("/tb/b", 2, lease="1")]),  # type: ignore[arg-type]
+    ("not an op", [], [Put("/tb/a", 1), ("/tb/b", 2)]),
+    ("bad compare key", [Compare("x", None)], [Put("/tb/a", 1)]),
+    ("zero version", [Compare("/tb/a", 0)], [Put("/tb/a", 1)]),
+    ("bool version", [Compare("/tb/a", True)], [Put("/tb/a", 1)]),  # type: ignore[arg-type]
+    ("not a compare", [("/tb/a", None)], [Put("/tb/a", 1)]),
+]
+
+
+@pytest.mark.parametrize(("why", "compares", "ops"), BAD_TXNS, ids=[t[0] for t in BAD_TXNS])
+async def test_txn_bad_input_changes_nothing(
+    store: MetadataStore, why: str, compares: list[Any], ops: list[Any]
+) -> None:
+    with pytest.raises(InvalidArgument):
+        await store.txn(compares, ops)
+    assert await store.list("/") == []
+
+
+async def test_txn_max_ops_allowed(store: MetadataStore) -> None:
+    ops = [Put(f"/tm/{i:03d}", i) for i in range(MAX_TXN_OPS)]
+    compares = [Compare(f"/tm/{i:03d}", None) for i in range(MAX_TXN_OPS)]
+    assert await store.txn(compares, ops) is True
+    assert len(await store.list("/tm/")) == MAX_TXN_OPS
 
 
 # --- watches --------------------------------------------------------------------------------------
@@ -555,6 +711,228 @@ async def test_embedded_failed_write_changes_nothing(tmp_path: Path) -> None:
         assert store.revision == rev
     finally:
         await store.close()
+
+
+# --- etcd-only: namespaces, endpoints, restarts, lease minimum -------------------------------------
+
+
+@pytest.fixture
+async def etcd_pair(etcd_server: EtcdServer) -> AsyncIterator[tuple[EtcdStore, EtcdStore]]:
+    """Two stores on the session etcd, in two namespaces."""
+    a = await EtcdStore.connect([etcd_server.endpoint], namespace=unique_namespace())
+    b = await EtcdStore.connect([f"http://{etcd_server.endpoint}"], namespace=unique_namespace())
+    try:
+        yield a, b
+    finally:
+        for store in (a, b):
+            await store.delete_prefix("/")
+            await store.close()
+
+
+async def test_etcd_namespaces_are_isolated(
+    etcd_server: EtcdServer, etcd_pair: tuple[EtcdStore, EtcdStore]
+) -> None:
+    a, b = etcd_pair
+    async with b.watch("/") as b_watch:
+        rev = await a.put("/k", "a")
+        await a.put("/dir/x", 1)
+        assert await b.get("/k") is None
+        assert await b.list("/") == []
+        assert await b.delete_prefix("/") == 0
+        assert await b.delete("/k") is False
+        assert await b.compare_and_set("/k", "b", expected_version=None) is True  # b's own /k
+        own = await next_event(b_watch)
+    assert (own.key, own.value) == ("/k", "b")
+    assert await a.get("/k") == KeyValue("/k", "a", rev)
+    # The default namespace "" stores keys exactly as given: a's keys sit under its namespace.
+    raw = await EtcdStore.connect([etcd_server.endpoint])
+    try:
+        assert raw.namespace == ""
+        assert await raw.get(a.namespace + "/k") == KeyValue(a.namespace + "/k", "a", rev)
+        assert [kv.key for kv in await raw.list(a.namespace + "/")] == [
+            a.namespace + "/dir/x",
+            a.namespace + "/k",
+        ]
+    finally:
+        await raw.close()
+
+
+async def test_etcd_connect_tries_endpoints_in_order(etcd_server: EtcdServer) -> None:
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+    store = await EtcdStore.connect([dead, etcd_server.endpoint], namespace=unique_namespace(), timeout=2)
+    try:
+        assert store.endpoint == etcd_server.endpoint
+        assert await store.put("/x", 1) > 0
+        await store.delete_prefix("/")
+    finally:
+        await store.close()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(MetadataError, match="cannot reach etcd"):
+        await EtcdStore.connect([dead], timeout=2)
+    assert loop.time() - started < 2 * 2 + 1
+
+
+@pytest.mark.parametrize("endpoints", [[], [""], ["https://127.0.0.1:2379"], ["127.0.0.1:notaport"]])
+async def test_etcd_connect_rejects_bad_endpoints(endpoints: list[str]) -> None:
+    with pytest.raises(InvalidArgument):
+        await EtcdStore.connect(endpoints)
+
+
+@pytest.mark.parametrize("namespace", ["prod", "/prod/", "/nul\x00", 7])
+async def test_etcd_connect_rejects_bad_namespaces(etcd_server: EtcdServer, namespace: Any) -> None:
+    with pytest.raises(InvalidArgument):
+        await EtcdStore.connect([etcd_server.endpoint], namespace=namespace)
+
+
+async def test_etcd_lease_minimum_and_expiry(etcd_server: EtcdServer) -> None:
+    store = await EtcdStore.connect([etcd_server.endpoint], namespace=unique_namespace())
+    try:
+        loop = asyncio.get_running_loop()
+        granted = loop.time()
+        lease = await store.grant_lease(0.2)  # etcd raises it to its 2 s minimum
+        await store.put("/le/k", 1, lease=lease)
+        async with store.watch("/le/") as watch:
+            event = await next_event(watch)
+        assert (event.kind, event.key) == ("delete", "/le/k")
+        assert loop.time() - granted >= ETCD_MIN_TTL - 0.6  # not 0.2 s: the minimum applied
+        with pytest.raises(LeaseNotFound):
+            await store.keep_alive(lease)
+        with pytest.raises(LeaseNotFound):
+            await store.put("/le/late", 1, lease=lease)
+        with pytest.raises(LeaseNotFound):
+            await store.keep_alive(2**64)  # not an id etcd can have granted
+        await store.revoke_lease(lease)  # no-op for a lease that is gone
+        assert await store.list("/le/") == []
+    finally:
+        await store.close()
+
+
+async def test_etcd_close_finishes_watches(etcd_server: EtcdServer) -> None:
+    store = await EtcdStore.connect([etcd_server.endpoint], namespace=unique_namespace())
+    watch = store.watch("/")
+    await store.close()
+    async with asyncio.timeout(WAIT):
+        assert [e async for e in watch] == []
+    with pytest.raises(MetadataError, match="closed"):
+        await store.get("/a")
+    with pytest.raises(MetadataError, match="closed"):
+        store.watch("/")
+    await store.close()  # idempotent
+
+
+async def until_answers(store: MetadataStore, seconds: float) -> None:
+    """Retry a real request until the store answers again (the server restarts meanwhile)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        try:
+            await store.get("/probe")
+            return
+        except MetadataError:
+            if loop.time() >= deadline:
+                raise
+            await asyncio.sleep(0.05)  # poll interval
+
+
+def private_etcd(directory: Path) -> EtcdServer:
+    """An etcd of the test's own (for restarts), not the session one."""
+    if etcd_binary() is None:
+        pytest.skip("etcd is not installed (apt-get install etcd-server)")
+    server = EtcdServer(directory)
+    server.start()
+    return server
+
+
+async def test_etcd_survives_restart(tmp_path: Path) -> None:
+    server = private_etcd(tmp_path / "etcd")
+    timeout = 2.0
+    store = await EtcdStore.connect([server.endpoint], timeout=timeout)
+    cache = LocalCache(store, ["/rs/"])
+    try:
+        before = await store.put("/rs/a", "a")
+        await cache.start()
+        watch = store.watch("/rs/")
+        await store.put("/rs/b", "b")
+        assert (await next_event(watch)).key == "/rs/b"
+        assert await cache.wait_for(lambda: cache.get("/rs/b") is not None, WAIT)
+
+        server.kill()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(MetadataError):
+            await store.put("/rs/down", 1)
+        with pytest.raises(MetadataError):
+            await store.list("/rs/")
+        assert loop.time() - started < 2 * timeout  # fails fast, within the deadline
+        with pytest.raises(MetadataError):
+            await next_event(watch)  # the watch fails so its consumer re-lists and watches again
+        assert watch.closed
+
+        # Same ports, same data; in a thread so the loop (and the cache's retries) run while etcd is down.
+        await asyncio.to_thread(server.start)
+        await until_answers(store, 10)
+        assert await store.get("/rs/a") == KeyValue("/rs/a", "a", before)  # the data survived
+        after = await store.put("/rs/c", "c")
+        assert after > before  # revisions keep increasing across the restart
+        async with store.watch("/rs/") as again:
+            await store.delete("/rs/a")
+            assert (await next_event(again)).key == "/rs/a"
+        # The cache re-followed on its own and converges on the new state.
+        assert await cache.wait_for(
+            lambda: [kv.key for kv in cache.list("/rs/")] == ["/rs/b", "/rs/c"], 3 * WAIT
+        )
+    finally:
+        await cache.close()
+        await store.close()
+        server.stop()
+
+
+async def test_etcd_watch_from_compacted_revision_lags(tmp_path: Path) -> None:
+    server = private_etcd(tmp_path / "etcd")  # compaction would disturb other tests on the session etcd
+    stale = await EtcdStore.connect([server.endpoint])
+    writer = await EtcdStore.connect([server.endpoint])
+    try:
+        for i in range(3):
+            last = await writer.put(f"/cp/{i}", i)
+        await writer._call("compact", lambda c: c.kv.Compact(rpc.CompactionRequest(revision=last), timeout=2))
+        # `stale` saw nothing since it connected: its watch starts below the compacted revision.
+        with pytest.raises(WatchLagged):
+            await next_event(stale.watch("/cp/"))
+        assert [kv.value for kv in await stale.list("/cp/")] == [0, 1, 2]  # re-list, then watch again
+        async with stale.watch("/cp/") as watch:
+            rev = await writer.put("/cp/3", 3)
+            assert (await next_event(watch)).revision == rev
+    finally:
+        await stale.close()
+        await writer.close()
+        server.stop()
+
+
+async def test_etcd_fails_over_to_the_next_endpoint(tmp_path: Path, etcd_server: EtcdServer) -> None:
+    first = private_etcd(tmp_path / "etcd")
+    namespace = unique_namespace()
+    store = await EtcdStore.connect([first.endpoint, etcd_server.endpoint], namespace=namespace, timeout=2)
+    try:
+        assert store.endpoint == first.endpoint
+        watch = store.watch("/fo/")
+        await store.put("/fo/a", 1)
+        assert (await next_event(watch)).key == "/fo/a"
+        first.kill()
+        with pytest.raises(MetadataError):
+            await store.put("/fo/b", 2)  # fails, and makes the store look for another endpoint
+        with pytest.raises(MetadataError):
+            await next_event(watch)
+        await until_answers(store, WAIT)
+        assert store.endpoint == etcd_server.endpoint
+        async with store.watch("/fo/") as again:  # new watches follow the new endpoint
+            await store.put("/fo/c", 3)
+            event = await next_event(again)
+        assert (event.key, event.value) == ("/fo/c", 3)
+        await store.delete_prefix("/")
+    finally:
+        await store.close()
+        first.stop()
 
 
 # --- LocalCache -----------------------------------------------------------------------------------

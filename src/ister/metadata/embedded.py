@@ -21,7 +21,7 @@ import logging
 import os
 import secrets
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,9 +30,14 @@ from ister.errors import InvalidArgument, MetadataError
 from ister.limits import METADATA_TIMEOUT_SECONDS
 from ister.metadata.store import (
     DEFAULT_WATCH_QUEUE,
+    MAX_TXN_OPS,
+    Compare,
+    Delete,
     KeyValue,
     LeaseNotFound,
     ListTooLarge,
+    Op,
+    Put,
     Watch,
     WatchEvent,
     check_key,
@@ -85,6 +90,57 @@ class _Lease:
 
 
 _Row = tuple[str, bytes, int, int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class TxnPlan:
+    """A validated transaction: compares, then ops in the caller's order (`raw` None for a delete)."""
+
+    compares: list[Compare]
+    ops: list[tuple[str, bytes | None, int | None]]  # (key, encoded value or None, lease)
+
+
+def check_txn(compares: Sequence[Compare], ops: Sequence[Op]) -> TxnPlan:
+    """Validate a transaction's input (shared by the backends); InvalidArgument before anything changes.
+
+    At most MAX_TXN_OPS compares and MAX_TXN_OPS ops, valid keys and versions, JSON-encodable values,
+    integer leases, and each key at most once among the ops. Lease liveness is the backend's to check.
+    """
+    if isinstance(compares, str | bytes) or isinstance(ops, str | bytes):
+        raise InvalidArgument("txn compares and ops must be sequences of Compare and Put/Delete")
+    try:
+        compare_list = builtins.list(compares)
+        op_list = builtins.list(ops)
+    except TypeError as exc:
+        raise InvalidArgument(f"txn compares and ops must be sequences: {exc}") from exc
+    for what, items in (("compares", compare_list), ("ops", op_list)):
+        if len(items) > MAX_TXN_OPS:
+            raise InvalidArgument(f"txn has {len(items)} {what}, limit {MAX_TXN_OPS}")
+    for compare in compare_list:
+        if not isinstance(compare, Compare):
+            raise InvalidArgument(f"invalid txn compare {compare!r}: expected a Compare")
+        check_key(compare.key)
+        if compare.version is not None:
+            _check_version(compare.version)
+    planned: builtins.list[tuple[str, bytes | None, int | None]] = []
+    seen: set[str] = set()
+    for op in op_list:
+        if isinstance(op, Put):
+            check_key(op.key)
+            raw: bytes | None = encode_value(op.value)
+            if op.lease is not None and (isinstance(op.lease, bool) or not isinstance(op.lease, int)):
+                raise InvalidArgument(f"invalid lease id {op.lease!r}")
+            lease = op.lease
+        elif isinstance(op, Delete):
+            check_key(op.key)
+            raw, lease = None, None
+        else:
+            raise InvalidArgument(f"invalid txn op {op!r}: expected a Put or a Delete")
+        if op.key in seen:
+            raise InvalidArgument(f"txn touches key {op.key!r} more than once")
+        seen.add(op.key)
+        planned.append((op.key, raw, lease))
+    return TxnPlan(compare_list, planned)
 
 
 class _Sqlite:
@@ -317,6 +373,22 @@ class EmbeddedStore:
         if entry is None or entry.revision != expected_version:
             return False
         self._commit([], [key])
+        return True
+
+    async def txn(self, compares: Sequence[Compare], ops: Sequence[Op]) -> bool:
+        self._check_open()
+        plan = check_txn(compares, ops)
+        for _key, raw, lease in plan.ops:
+            if raw is not None and lease is not None:
+                self._live_lease(lease)
+        for compare in plan.compares:
+            entry = self._entries.get(compare.key)
+            if (None if entry is None else entry.revision) != compare.version:
+                return False
+        puts = [(key, raw, lease) for key, raw, lease in plan.ops if raw is not None]
+        deletes = [key for key, raw, _lease in plan.ops if raw is None and key in self._entries]
+        if puts or deletes:
+            self._commit(puts, deletes)
         return True
 
     def _commit(self, puts: builtins.list[tuple[str, bytes, int | None]], deletes: builtins.list[str]) -> int:
