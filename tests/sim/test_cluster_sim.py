@@ -32,9 +32,11 @@ At the end the network heals, drained brokers are made active again, the clock r
 every loop runs until nothing changes: every topic then has exactly one owner, live and active, which has
 loaded it at the current epoch and can append; no marker is left and every registration is a live broker's.
 
-The green runs deviate from `ister.cluster` as coded in the four places listed in DEVIATIONS; for each, a
-scripted scenario at the end of the file passes with the deviation and is a strict xfail as coded (the random
-schedules find them too: `run(seed, frozenset({name}))`). A failure names the seed; rerun it with `run(seed)`.
+The four safeguards listed in DEVIATIONS were found missing in `ister.cluster` by this simulation and have
+since been added to it; the model keeps the option to leave each out, and for each a scripted scenario at the
+end of the file passes with it and is a strict xfail without it (so the simulation is known to catch its
+absence; the random schedules do too: `run(seed, frozenset({name}))`). A failure names the seed; rerun it
+with `run(seed)`.
 """
 
 from __future__ import annotations
@@ -82,9 +84,10 @@ SCHEDULE = {  # event -> weight
 EVENTS = list(SCHEDULE)
 WEIGHTS = list(SCHEDULE.values())
 
-# Where the green runs deviate from `ister.cluster` as coded; each is shown failing by an xfail test below.
-# As coded, the random schedules fail too, e.g. lookup_compare at seed 232, guard_retry at 79, claim_compare
-# at 1056, orphan_compare at 191 (`run(232, frozenset({"lookup_compare"}))`).
+# Safeguards `ister.cluster` has (added after this simulation found them missing); each is shown failing by
+# an xfail test below when left out. Without them, the random schedules fail too, e.g. lookup_compare at seed
+# 232, guard_retry at 79, claim_compare at 1056, orphan_compare at 191
+# (`run(232, frozenset({"lookup_compare"}))`).
 DEVIATIONS = {
     "lookup_compare": "a lookup's request for an owner also requires the owner record it saw to be unchanged",
     "guard_retry": "a reservation extension that failed (store unreachable) is retried until it lands",
@@ -840,7 +843,7 @@ def test_the_schedules_exercise_the_interesting_cases() -> None:
     assert all(v > 0 for v in totals.values()), totals
 
 
-# -- the deviations, scripted: each passes as the green runs model it and fails as coded ---------------------
+# -- the safeguards, scripted: each scenario passes with it and fails without it -----------------------------
 def leader_round(sim: Sim, b: Broker) -> None:
     """One pass of the leader loop on a fresh cache, every planned write applied."""
     sim.refresh(b)
@@ -857,7 +860,7 @@ def load(sim: Sim, b: Broker) -> None:
 
 def as_coded_param(deviation: str, reason: str) -> Any:
     xfail = pytest.mark.xfail(strict=True, raises=SimFailure, reason=reason)
-    return pytest.param(frozenset({deviation}), marks=xfail, id="as-coded")
+    return pytest.param(frozenset({deviation}), marks=xfail, id="without-safeguard")
 
 
 def symptom(expected: str) -> Any:

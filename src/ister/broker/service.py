@@ -223,7 +223,7 @@ class BrokerService:
         if self.cluster is None:
             return await Wal.open(wal_dir, self._wal_config), None
         cluster = self.cluster
-        record, version = await cluster.read_owner(name.full)
+        record, versions = await cluster.read_owner(name.full)
         epoch_file = self.data_dir / "owners" / name.namespace / f"{name.topic}.epoch"
         local_epoch = read_epoch(epoch_file)
         wal = await Wal.open(wal_dir, self._wal_config) if local_epoch is not None else None
@@ -252,7 +252,7 @@ class BrokerService:
                 wal = await Wal.open(wal_dir, self._wal_config, start_offset=plan.start_offset)
             # Written before the claim: a crash in between leaves a WAL that is treated as stale (safe).
             write_epoch(epoch_file, record.epoch)
-            guard = await cluster.commit_claim(name.full, version, plan.record)
+            guard = await cluster.commit_claim(name.full, versions, plan.record)
         except BaseException:
             if wal is not None:
                 await wal.close()
@@ -280,9 +280,9 @@ class BrokerService:
         if delivery == RELIABLE:
             wal, guard = await self._open_wal(name)
         elif self.cluster is not None:
-            record, version = await self.cluster.read_owner(name.full)
+            record, versions = await self.cluster.read_owner(name.full)
             plan = plan_load(record, None, None, None, self.config.cluster.offset_reservation)
-            guard = await self.cluster.commit_claim(name.full, version, plan.record)
+            guard = await self.cluster.commit_claim(name.full, versions, plan.record)
         topic = Topic(name, delivery=delivery, max_message_size=max_size, wal=wal)
         topic.guard = guard
         for p in await self.store.list(keys.topic_producers_prefix(name.full)):

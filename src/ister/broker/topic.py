@@ -79,7 +79,7 @@ class Topic:
             raise Unavailable(f"topic {self.name} is closing")
         guard = self.guard
         if guard is not None:
-            guard.check()
+            guard.check(len(records))
         self._m_in.inc(len(records))
         self._m_bytes.inc(payload_bytes)
         if self.wal is not None:

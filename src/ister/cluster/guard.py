@@ -48,12 +48,17 @@ class OwnershipGuard:
         if wal is not None:
             wal.offset_limit = self.record.reserved_until
 
-    def check(self) -> None:
-        """Raise Fenced unless this broker may append now."""
+    def check(self, count: int = 1) -> None:
+        """Raise Fenced unless this broker may append `count` records now.
+
+        Also (re)starts the reservation extension when it is due: a failed attempt is retried by the next
+        publish, and a batch larger than what is left gets a reservation that covers it.
+        """
         if self.revoked is not None:
             raise Fenced(f"topic {self.topic} is no longer served here ({self.revoked}); redo the lookup")
         if not self.clock.valid():
             raise Fenced(f"topic {self.topic}: this broker cannot renew its lease; redo the lookup")
+        self._maybe_extend(count)
 
     def revoke(self, reason: str) -> None:
         if self.revoked is None:
@@ -64,15 +69,16 @@ class OwnershipGuard:
 
     def appended(self) -> None:
         """Take the next offset reservation in the background once half of the current one is used."""
+        self._maybe_extend(0)
+
+    def _maybe_extend(self, pending: int) -> None:
         wal = self.wal
-        if (
-            wal is None
-            or self._extending is not None
-            or self.revoked is not None
-            or not needs_extension(self.record, wal.next_offset, self.reservation)
-        ):
+        if wal is None or self._extending is not None or self.revoked is not None:
             return
-        self._extending = asyncio.get_running_loop().create_task(self._extend(wal.next_offset))
+        upto = wal.next_offset + pending
+        if not needs_extension(self.record, upto, self.reservation):
+            return
+        self._extending = asyncio.get_running_loop().create_task(self._extend(upto))
 
     async def _extend(self, next_offset: int) -> None:
         try:
@@ -89,7 +95,9 @@ class OwnershipGuard:
             if self.wal is not None and self.revoked is None:
                 self.wal.offset_limit = new.reserved_until
         except MetadataError as exc:
-            log.warning("%s: extending the offset reservation failed (%s); will retry", self.topic, exc)
+            log.warning(
+                "%s: extending the offset reservation failed (%s); the next publish retries", self.topic, exc
+            )
         finally:
             self._extending = None
 

@@ -143,28 +143,47 @@ class ClusterNode:
         """Queue a topic for the leader (`/cluster/unassigned/...`), unless it is assigned or queued."""
         key = keys.unassigned(topic)
         if self.owner_of(topic) is None and self.cache.get(key) is None:
-            await self.store.compare_and_set(key, None, expected_version=None)
+            # Also compare the owner record as seen: a lagging cache must not queue an assigned topic.
+            seen = self.cache.get(keys.owner(topic))
+            owner_key = keys.owner(topic)
+            await self.store.txn(
+                [Compare(key, None), Compare(owner_key, seen.version if seen is not None else None)],
+                [Put(key, None)],
+            )
 
     async def wait_owner(self, topic: str, seconds: float) -> int | None:
         await self.cache.wait_for(lambda: self.owner_of(topic) is not None, seconds)
         return self.owner_of(topic)
 
     # -- claiming a topic (called by the broker service while loading) -------------------------------------
-    async def read_owner(self, topic: str) -> tuple[OwnerRecord, int]:
-        """The current owner record, fresh from the store; Unavailable unless it names this broker."""
+    async def read_owner(self, topic: str) -> tuple[OwnerRecord, tuple[int, int]]:
+        """The owner record fresh from the store, and the versions (record, assignment key) a claim compares.
+
+        Unavailable unless the record names this broker and its assignment key exists.
+        """
         kv = await self.store.get(keys.owner(topic))
         record = OwnerRecord.parse(kv.value) if kv is not None else None
         if kv is None or record is None or record.broker_id != self.broker_id:
             raise Unavailable(f"topic {topic} is not assigned to this broker; redo the lookup")
-        if await self.store.get(keys.broker_topic(self.broker_id, topic)) is None:
+        assignment = await self.store.get(keys.broker_topic(self.broker_id, topic))
+        if assignment is None:
             raise Unavailable(f"topic {topic} is being reassigned; redo the lookup")
-        return record, kv.version
+        return record, (kv.version, assignment.version)
 
-    async def commit_claim(self, topic: str, previous_version: int, record: OwnerRecord) -> OwnershipGuard:
-        """Write the loading owner's record (compare-and-set) and return the guard that fences the topic."""
+    async def commit_claim(
+        self, topic: str, versions: tuple[int, int], record: OwnerRecord
+    ) -> OwnershipGuard:
+        """Write the loading owner's record and return the guard that fences the topic.
+
+        Compares the record and the assignment key as read: a failover that deleted the assignment meanwhile
+        (it leaves the record alone) makes the claim fail instead of producing a second writer.
+        """
         self.clock_check(topic)
         key = keys.owner(topic)
-        ok = await self.store.txn([Compare(key, previous_version)], [Put(key, record.to_json())])
+        ok = await self.store.txn(
+            [Compare(key, versions[0]), Compare(keys.broker_topic(self.broker_id, topic), versions[1])],
+            [Put(key, record.to_json())],
+        )
         if not ok:
             raise Unavailable(f"topic {topic} was reassigned while loading; redo the lookup")
         kv = await self.store.get(key)
@@ -285,7 +304,9 @@ class ClusterNode:
         if settled:
             for orphan in orphans(state):
                 kv = assignment_kvs[orphan.topic]
-                compares = [guard, Compare(kv.key, kv.version)]
+                # The broker must still be unregistered: it may have come back and reloaded the topic.
+                dead = Compare(keys.broker_register(orphan.dead_broker), None)
+                compares = [guard, Compare(kv.key, kv.version), dead]
                 ops: list[Op] = [Delete(kv.key)]
                 marker = keys.unassigned(orphan.topic)
                 if marker not in {u.key for u in unassigned_kvs.values()}:
@@ -297,10 +318,14 @@ class ClusterNode:
             marker_kv = unassigned_kvs[topic]
             owner_kv = self.cache.get(keys.owner(topic))
             previous = OwnerRecord.parse(owner_kv.value) if owner_kv is not None else None
+            target = self.cache.get(keys.broker_register(step.broker))
+            if target is None:
+                continue
             compares = [
                 guard,
                 Compare(marker_kv.key, marker_kv.version),
                 Compare(keys.owner(topic), owner_kv.version if owner_kv is not None else None),
+                Compare(target.key, target.version),  # the new owner is still registered as seen
             ]
             ops = [
                 Put(keys.broker_topic(step.broker, topic), None),
