@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -113,19 +114,23 @@ async def connect(endpoint: str) -> EtcdStore | None:
 
 
 async def produce_once(url: str, topic: str, seconds: float = 60.0) -> float:
+    """Seconds until a message is accepted on `topic` through `url`, retrying with fresh clients."""
     start = time.monotonic()
     while True:
         client = Client(url, max_retries=0, connect_timeout=2.0)
         try:
-            producer = await client.producer(topic, reliable=True, linger_ms=0)
-            await producer.send(b"x" * 100)
+            async with asyncio.timeout(3.0):
+                producer = await client.producer(topic, reliable=True, linger_ms=0)
+                await producer.send(b"x" * 100)
             return time.monotonic() - start
         except Exception:
             if time.monotonic() - start > seconds:
                 raise
             await asyncio.sleep(0.01)
         finally:
-            await client.close()
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(1.0):
+                    await client.close()
 
 
 async def failover(brokers: list[Broker], store: EtcdStore, trials: int) -> dict[str, Any]:

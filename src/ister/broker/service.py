@@ -7,9 +7,11 @@ had, with its WAL recovered and its subscriptions resuming from their persisted 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,9 +67,11 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self.producers: dict[int, ProducerSession] = {}
         self.consumers: dict[int, ConsumerRef] = {}
-        # One lock for all topic loads and creations: they are rare, and a per-name map would grow with
-        # every name anyone asks about.
-        self._load_lock = asyncio.Lock()
+        # A lock per topic being loaded (entries live only while someone holds or waits for them, so the
+        # map does not grow with every name anyone asks about), and one for creations, which are rare and
+        # check names across topics (a partition against its base name).
+        self._load_locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        self._create_lock = asyncio.Lock()
         self._started_at = time.monotonic()
         self._closing = False
         self._reaper: asyncio.Task[None] | None = None
@@ -150,23 +154,37 @@ class BrokerService:
         topic = self.topics.get(name.full)
         if topic is not None:
             return topic
-        async with self._load_lock:
+        async with self._topic_lock(name.full):
             topic = self.topics.get(name.full)
             if topic is not None:
                 return topic
             if await self.store.get(keys.namespace_topic(name.full)) is None:
                 if create_as is None:
                     raise NotFound(f"topic {name} does not exist")
-                await self._create_topic(name, create_as, internal=internal)
+                async with self._create_lock:
+                    if await self.store.get(keys.namespace_topic(name.full)) is None:
+                        await self._create_topic(name, create_as, internal=internal)
             if self.cluster is None or self.cluster.assigned_here(name.full):
                 return await self._load_and_register(name)
         # Cluster mode, not (yet) assigned here: wait for the leader outside the lock, then try again.
         await self._check_served_here(name)
-        async with self._load_lock:
+        async with self._topic_lock(name.full):
             topic = self.topics.get(name.full)
             if topic is not None:
                 return topic
             return await self._load_and_register(name)
+
+    @contextlib.asynccontextmanager
+    async def _topic_lock(self, name: str) -> AsyncIterator[None]:
+        lock, users = self._load_locks.setdefault(name, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del self._load_locks[name]
 
     async def _load_and_register(self, name: TopicName) -> Topic:
         topic = await self._load_topic(name)
