@@ -65,6 +65,9 @@ class ClusterNode:
         self._loading: dict[str, asyncio.Task[None]] = {}
         self._load_slots = asyncio.Semaphore(LOAD_CONCURRENCY)
         self._leader_since: float | None = None
+        # Markers (key -> version) this leader already consumed, until its cache shows them gone: a pass
+        # that runs before the cache caught up must not plan them again (the write would only fail).
+        self._consumed: dict[str, int] = {}
 
     @property
     def clock(self) -> LeaseClock:
@@ -302,6 +305,7 @@ class ClusterNode:
         # Brokers that restart together need a moment to re-register before their topics are taken away.
         settled = time.monotonic() - (self._leader_since or 0.0) >= self.membership.ttl
         if settled:
+            queued = {u.key for u in unassigned_kvs.values()}
             for orphan in orphans(state):
                 kv = assignment_kvs[orphan.topic]
                 # The broker must still be unregistered: it may have come back and reloaded the topic.
@@ -309,10 +313,17 @@ class ClusterNode:
                 compares = [guard, Compare(kv.key, kv.version), dead]
                 ops: list[Op] = [Delete(kv.key)]
                 marker = keys.unassigned(orphan.topic)
-                if marker not in {u.key for u in unassigned_kvs.values()}:
+                if marker not in queued:
                     compares.append(Compare(marker, None))
                     ops.append(Put(marker, {"reason": "failover", "from_broker": orphan.dead_broker}))
                 writes.append((f"failover {orphan.topic} from {orphan.dead_broker}", compares, ops))
+        self._consumed = {
+            k: v
+            for k, v in self._consumed.items()
+            if (seen := self.cache.get(k)) is not None and seen.version == v
+        }
+        for t in [t for t, kv in unassigned_kvs.items() if self._consumed.get(kv.key) == kv.version]:
+            del state.unassigned[t]
         for step in plan_assignments(state, self.selector):
             topic = step.topic
             marker_kv = unassigned_kvs[topic]
@@ -346,6 +357,9 @@ class ClusterNode:
                 if await self.store.txn(compares, ops):
                     if what.startswith("assign"):
                         self.assignments_made += 1
+                        marker = compares[1]
+                        if marker.version is not None:
+                            self._consumed[marker.key] = marker.version
                     log.info("leader %d: %s", self.broker_id, what)
                 else:
                     log.debug("leader %d: %s lost a race; will re-plan", self.broker_id, what)
