@@ -609,11 +609,12 @@ def test_load_superseded_local_wal_starts_at_the_reservation_end() -> None:
         assert plan.record == OwnerRecord(broker_id=2, epoch=5, loaded_epoch=5, reserved_until=150)
 
 
-def test_load_a_larger_sealed_offset_wins() -> None:
+def test_load_after_a_seal_continues_densely() -> None:
     record = OwnerRecord(broker_id=2, epoch=5, loaded_epoch=4, reserved_until=100)
+    # The sealing owner (the last loader) wrote exactly up to the seal: no gap up to the reservation end.
     assert plan_load(record, None, None, sealed_next=150, reservation=10).start_offset == 150
-    assert plan_load(record, None, None, sealed_next=30, reservation=10).start_offset == 100
-    assert plan_load(record, None, None, sealed_next=0, reservation=10).start_offset == 100
+    assert plan_load(record, None, None, sealed_next=30, reservation=10).start_offset == 30
+    assert plan_load(record, None, None, sealed_next=0, reservation=10).start_offset == 0
     kept = plan_load(record, 4, 37, sealed_next=60, reservation=10)
     assert (kept.keep_local, kept.start_offset, kept.record.reserved_until) == (True, 60, 100)
     kept = plan_load(record, 4, 37, sealed_next=20, reservation=10)
@@ -636,10 +637,14 @@ def test_plan_load_property(
     if keep:
         assert local_next is not None
         assert plan.start_offset >= local_next
+    elif sealed is not None:
+        # A trusted seal (the caller checks its epoch): the sealing owner stopped right there.
+        assert plan.start_offset == sealed
     else:
         # A WAL of another lineage is never continued: nothing below the reservation end is reused.
         assert plan.start_offset >= record.reserved_until
-    assert plan.start_offset >= (sealed or 0)
+    if keep or sealed is None:
+        assert plan.start_offset >= (sealed or 0)
     assert plan.start_offset in (record.reserved_until, local_next, sealed)
     new = plan.record
     assert (new.broker_id, new.epoch, new.loaded_epoch) == (record.broker_id, record.epoch, record.epoch)

@@ -220,37 +220,85 @@ class BrokerService:
 
         Its cursors are not flushed here: ownership is already gone, the new owner's cursors are the truth.
         """
-        loaded = self.topics.pop(topic, None)
+        loaded = self._forget_topic(topic)
         if loaded is None:
             return
-        metrics.topics_loaded.set(len(self.topics))
-        for pid in list(loaded.producers):
-            self.producers.pop(pid, None)
-        for cid, ref in list(self.consumers.items()):
-            if ref.session.topic == topic:
-                del self.consumers[cid]
         try:
             await loaded.close()
         except Exception:
             log.exception("closing unloaded topic %s failed", topic)
         log.info("unloaded topic %s (%s)", topic, reason)
 
+    def _forget_topic(self, topic: str) -> Topic | None:
+        loaded = self.topics.pop(topic, None)
+        if loaded is None:
+            return None
+        metrics.topics_loaded.set(len(self.topics))
+        for pid in list(loaded.producers):
+            self.producers.pop(pid, None)
+        for cid, ref in list(self.consumers.items()):
+            if ref.session.topic == topic:
+                del self.consumers[cid]
+        return loaded
+
+    async def request_unload(self, name: TopicName) -> None:
+        """Admin unload: standalone seals the topic here (it reloads from the sealed state on next use);
+        cluster mode hands it to another broker through the unload marker (seed 000 steps 1-5)."""
+        if not await self.topic_exists(name):
+            raise NotFound(f"topic {name} does not exist")
+        if self.cluster is None:
+            await self.seal(name.full, "admin unload")
+        else:
+            await self.cluster.request_unload(name.full)
+
+    async def seal(self, topic: str, reason: str) -> None:
+        """Graceful release: refuse appends, flush cursors, close (fsync) the WAL, write the sealed state
+        {sealed, last_committed_offset, broker_id, timestamp, epoch}, then forget the topic here."""
+        loaded = self.topics.get(topic)
+        if loaded is None:
+            return
+        loaded.closing = True  # producers get UNAVAILABLE from here on and look the topic up again
+        guard = loaded.guard
+        try:
+            await loaded.close()  # cursors flushed while this broker still owns the topic
+            wal = loaded.wal
+            if wal is not None and wal.committed_offset > 0:
+                state = {
+                    "sealed": True,
+                    "last_committed_offset": wal.committed_offset - 1,
+                    "broker_id": self.cluster.broker_id if self.cluster is not None else 0,
+                    "timestamp": int(time.time()),
+                    "epoch": guard.epoch if guard is not None else 0,
+                }
+                if guard is not None:
+                    await guard.guarded_put(keys.storage_state(topic), state)
+                else:
+                    await self.store.put(keys.storage_state(topic), state)
+                log.info("sealed %s at offset %d (%s)", topic, wal.committed_offset - 1, reason)
+        finally:
+            self._forget_topic(topic)
+            if guard is not None:
+                guard.revoke(f"sealed ({reason})")
+
     async def _open_wal(self, name: TopicName) -> tuple[Wal, OwnershipGuard | None]:
         """The topic's WAL; in cluster mode also the ownership claim that decides where its offsets start."""
         wal_dir = self.data_dir / "wal" / name.namespace / name.topic
+        sealed = await self.store.get(keys.storage_state(name.full))
+        sealed_next = sealed_offset(sealed.value) if sealed is not None else None
         if self.cluster is None:
-            return await Wal.open(wal_dir, self._wal_config), None
+            standalone = await Wal.open(wal_dir, self._wal_config, start_offset=sealed_next or 0)
+            if sealed is not None:
+                await self.store.compare_and_delete(sealed.key, expected_version=sealed.version)
+            return standalone, None
         cluster = self.cluster
         record, versions = await cluster.read_owner(name.full)
         epoch_file = self.data_dir / "owners" / name.namespace / f"{name.topic}.epoch"
         local_epoch = read_epoch(epoch_file)
         wal = await Wal.open(wal_dir, self._wal_config) if local_epoch is not None else None
-        sealed = await self.store.get(keys.storage_state(name.full))
-        sealed_next = None
-        if sealed is not None and isinstance(sealed.value, dict):
-            last = sealed.value.get("last_committed_offset")
-            if isinstance(last, int) and last >= 0:
-                sealed_next = last + 1
+        if sealed is not None and (
+            not isinstance(sealed.value, dict) or sealed.value.get("epoch") != record.loaded_epoch
+        ):
+            sealed_next = None  # not written by the last owner: it cannot vouch for where offsets stopped
         plan = plan_load(
             record,
             local_epoch,
@@ -794,3 +842,11 @@ def archive_stale_wal(wal_dir: Path, epoch: int | None) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     wal_dir.rename(target)
     log.warning("moved a superseded WAL of %s/%s to %s", wal_dir.parent.name, wal_dir.name, target)
+
+
+def sealed_offset(value: Any) -> int | None:
+    """last_committed_offset + 1 of a sealed-state value, None when it is not a valid sealed state."""
+    if not isinstance(value, dict) or value.get("sealed") is not True:
+        return None
+    last = value.get("last_committed_offset")
+    return last + 1 if isinstance(last, int) and not isinstance(last, bool) and last >= 0 else None

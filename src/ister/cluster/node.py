@@ -28,7 +28,7 @@ from ister.config import BrokerConfig
 from ister.core.cluster.assignment import BrokerSelector, Marker
 from ister.core.cluster.ownership import OwnerRecord, assign
 from ister.core.cluster.planner import ClusterState, orphans, plan_assignments
-from ister.errors import IsterError, MetadataError, Unavailable
+from ister.errors import FailedPrecondition, IsterError, MetadataError, Unavailable
 from ister.metadata import keys
 from ister.metadata.cache import LocalCache
 from ister.metadata.store import Compare, Delete, KeyValue, MetadataStore, Op, Put
@@ -48,6 +48,8 @@ class TopicHost(Protocol):
     async def load_assigned(self, topic: str) -> None: ...
 
     async def unload(self, topic: str, reason: str) -> None: ...
+
+    async def seal(self, topic: str, reason: str) -> None: ...
 
 
 class ClusterNode:
@@ -154,6 +156,32 @@ class ClusterNode:
                 [Put(key, None)],
             )
 
+    async def request_unload(self, topic: str) -> None:
+        """Move a topic away from its owner: the owner seals it, then the leader assigns it elsewhere.
+
+        One transaction deletes the assignment and writes `{"reason":"unload","from_broker":owner,
+        "ready":false}`; the owner's watcher seals and flips `ready` to true (seed 000, DESIGN §5).
+        """
+        owner = self.owner_of(topic)
+        if owner is None:
+            raise Unavailable(f"topic {topic} has no owner right now (being assigned); retry")
+        if len([b for b in self.live_brokers() if b != owner]) < 1:
+            raise FailedPrecondition(f"cannot unload {topic}: no other live broker to take it")
+        assignment = self.cache.get(keys.broker_topic(owner, topic))
+        if assignment is None:
+            raise Unavailable(f"topic {topic} is moving; retry")
+        marker = keys.unassigned(topic)
+        ok = await self.store.txn(
+            [Compare(assignment.key, assignment.version), Compare(marker, None)],
+            [
+                Delete(assignment.key),
+                Put(marker, Marker(reason="unload", from_broker=owner, ready=False).to_json()),
+            ],
+        )
+        if not ok:
+            raise Unavailable(f"topic {topic} is moving; retry")
+        log.info("unload of %s from broker %d requested", topic, owner)
+
     async def wait_owner(self, topic: str, seconds: float) -> int | None:
         await self.cache.wait_for(lambda: self.owner_of(topic) is not None, seconds)
         return self.owner_of(topic)
@@ -222,9 +250,15 @@ class ClusterNode:
             kv = self.cache.get(keys.owner(topic))
             record = OwnerRecord.parse(kv.value) if kv is not None else None
             if topic not in mine:
+                if self._unload_marker(topic) is not None:
+                    continue  # handed off below
                 await self._release(topic, "assignment removed")
             elif record is not None and record.epoch > guard.epoch:
                 await self._release(topic, f"reassigned at epoch {record.epoch}")
+        for kv in self.cache.list(keys.UNASSIGNED_PREFIX):
+            waiting = keys.unassigned_topic_from_key(kv.key)
+            if waiting is not None and waiting not in mine and self._unload_marker(waiting) is not None:
+                await self._hand_off(waiting, kv)
         if not self.clock.valid():
             return  # do not claim anything while the lease may be gone
         loaded = set(host.loaded_topics())
@@ -244,6 +278,30 @@ class ClusterNode:
             log.exception("loading assigned topic %s failed", topic)
         finally:
             self._loading.pop(topic, None)
+
+    def _unload_marker(self, topic: str) -> Marker | None:
+        """The pending unload marker that asks this broker to seal the topic, if any."""
+        kv = self.cache.get(keys.unassigned(topic))
+        if kv is None:
+            return None
+        marker = Marker.parse(kv.value)
+        if marker.reason == "unload" and marker.from_broker == self.broker_id and not marker.ready:
+            return marker
+        return None
+
+    async def _hand_off(self, topic: str, marker_kv: KeyValue) -> None:
+        """Seal the topic (if loaded here), then tell the leader it may assign it elsewhere (`ready`)."""
+        host = self._host
+        assert host is not None
+        try:
+            await host.seal(topic, "unload")
+        except Exception as exc:  # the next owner then starts at the reservation end: a gap, never a reuse
+            log.warning("sealing %s for its move failed (%s); releasing it unsealed", topic, exc)
+            await self._release(topic, "unsealed move")
+        self.guards.pop(topic, None)
+        ready = Marker(reason="unload", from_broker=self.broker_id, ready=True).to_json()
+        if await self.store.txn([Compare(marker_kv.key, marker_kv.version)], [Put(marker_kv.key, ready)]):
+            log.info("handed off %s", topic)
 
     async def _release(self, topic: str, reason: str) -> None:
         guard = self.guards.pop(topic, None)

@@ -64,16 +64,19 @@ def plan_load(
     """How the owner named in `record` starts the topic.
 
     `local_epoch`/`local_next`: the epoch this broker's local WAL was loaded under and its next offset (None
-    when there is no local WAL). `sealed_next`: last_committed_offset + 1 of a sealed hand-off, if any.
+    when there is no local WAL). `sealed_next`: last_committed_offset + 1 of a sealed hand-off written by the
+    last loader (the caller checks the sealed state's epoch against `record.loaded_epoch`), if any: that owner
+    stopped appending before it sealed, so the next owner continues densely from there.
     """
     keep = local_epoch is not None and local_next is not None and local_epoch == record.loaded_epoch
-    floor = max(record.reserved_until, sealed_next or 0)
     if keep:
         assert local_next is not None
         # The local WAL is the newest copy; anything reserved beyond its end was never written.
         start = max(local_next, sealed_next or 0)
+    elif sealed_next is not None:
+        start = sealed_next
     else:
-        start = floor
+        start = record.reserved_until
     return LoadPlan(
         keep_local=keep,
         start_offset=start,
