@@ -78,4 +78,5 @@ def main() -> None:
 
 
 import ister.cli.clients  # noqa: E402,F401  (registers `ister produce` and `ister consume`)
+from ister.cli import admin as _admin  # noqa: E402,F401  (registers `ister admin`)
 from ister.cli import bench as _bench  # noqa: E402,F401  (registers `ister bench`)

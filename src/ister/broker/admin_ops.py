@@ -1,0 +1,581 @@
+"""What the admin API does, on top of `BrokerService` and the metadata store (docs/admin.md).
+
+Every method validates its input (`InvalidArgument`), reports a missing topic, namespace, subscription or
+broker with `NotFound`, refuses to create what exists with `AlreadyExists`, and refuses a request that
+conflicts with the current state with `FailedPrecondition`. Owners are found by exact topic name (the
+assignment keys of `/cluster/brokers/`), listings are sorted and hold each name once.
+
+Standalone, this broker is the only one: its id is 0 and it serves every topic (loaded on first use).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
+
+from ister.broker.service import CONSUMER_INDEX, BrokerService
+from ister.broker.topic import NON_RELIABLE, RELIABLE
+from ister.cluster.membership import http_url
+from ister.core.dispatch import FailurePolicy
+from ister.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from ister.ids import PARTITION_MARKER, TopicName, validate_client_name, validate_segment
+from ister.limits import MAX_NAME_LEN, MAX_WINDOW, MIN_WINDOW
+from ister.metadata import keys
+from ister.metadata.store import Compare, KeyValue, Put
+
+log = logging.getLogger(__name__)
+
+STANDALONE_BROKER_ID = 0
+MAX_PARTITIONS = 1_000
+LIST_PAGE = 1_000
+READ_CONCURRENCY = 32
+LEADER_ROLE = "Cluster_Leader"
+FOLLOWER_ROLE = "Cluster_Follower"
+NO_ROLE = "None"
+NO_LEADER = "not_found"
+DLQ_SUFFIX_LEN = len("-DLQ")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    broker_id: int | None  # None: waiting for an owner (cluster mode)
+    delivery: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    broker_id: int | None
+    delivery: str
+    subscriptions: list[str]
+    partitions: list[str] = field(default_factory=list)  # a partitioned topic's `-part-N` topics
+    schema_subject: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    broker_id: int
+    broker_url: str
+    admin_addr: str
+    metrics_addr: str
+    role: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionPolicy:
+    failure_policy: FailurePolicy | None
+    subscription_type: int
+
+
+class _Unloader(Protocol):
+    def __call__(self, name: TopicName, /) -> Awaitable[None]: ...
+
+
+def parse_broker_id(raw: str) -> int:
+    text = raw.strip()
+    if not text.isascii() or not text.isdigit() or (len(text) > 1 and text[0] == "0"):
+        raise InvalidArgument(f"invalid broker id {raw!r}: expected a decimal unsigned 64-bit integer")
+    value = int(text)
+    if value > keys.U64_MAX:
+        raise InvalidArgument(f"invalid broker id {raw!r}: larger than an unsigned 64-bit integer")
+    return value
+
+
+def _delivery(value: Any) -> str:
+    return value if value in (RELIABLE, NON_RELIABLE) else NON_RELIABLE
+
+
+class AdminOps:
+    def __init__(self, broker: BrokerService) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.cluster = broker.cluster
+        self._lock = asyncio.Lock()  # admin creations and deletions, one at a time
+
+    # -- helpers ------------------------------------------------------------------------------------------
+    @property
+    def broker_id(self) -> int:
+        return self.cluster.broker_id if self.cluster is not None else STANDALONE_BROKER_ID
+
+    async def _list_all(self, prefix: str) -> list[KeyValue]:
+        """Every key under the prefix, page by page (no `ListTooLarge`)."""
+        out: list[KeyValue] = []
+        after: str | None = None
+        while True:
+            page = await self.store.list(prefix, limit=LIST_PAGE, start_after=after)
+            out.extend(page)
+            if len(page) < LIST_PAGE:
+                return out
+            after = page[-1].key
+
+    async def _require_namespace(self, ns: str) -> dict[str, Any]:
+        validate_segment(ns, "namespace")
+        kv = await self.store.get(keys.namespace_policy(ns))
+        if kv is None:
+            raise NotFound(f"namespace {ns!r} does not exist")
+        return kv.value if isinstance(kv.value, dict) else {}
+
+    async def _exists(self, name: TopicName) -> bool:
+        return await self.store.get(keys.namespace_topic(name)) is not None
+
+    async def _partitions_of(self, name: TopicName) -> list[TopicName]:
+        """The `-part-N` topics of a partitioned base name, by index (exact names: `/ns/foo` never matches
+        `/ns/foobar`)."""
+        prefix = keys.namespace_topic(name) + PARTITION_MARKER
+        found: list[tuple[int, TopicName]] = []
+        for kv in await self._list_all(prefix):
+            index = kv.key[len(prefix) :]
+            if index.isascii() and index.isdigit() and (index == "0" or index[0] != "0"):
+                found.append((int(index), name.partition_topic(int(index))))
+        return [t for _, t in sorted(found, key=lambda item: item[0])]
+
+    async def _resolve(self, raw: str) -> tuple[TopicName, list[TopicName]]:
+        """(name, the topics it stands for): itself if it exists, else its partitions; NotFound if neither."""
+        name = TopicName.parse(raw)
+        if await self._exists(name):
+            return name, [name]
+        parts = await self._partitions_of(name) if name.partition is None else []
+        if not parts:
+            await self._require_namespace(name.namespace)
+            raise NotFound(f"topic {name} does not exist")
+        return name, parts
+
+    async def _require_topic(self, raw: str) -> TopicName:
+        """An existing plain or partition topic (not a partitioned base name)."""
+        name, targets = await self._resolve(raw)
+        if targets != [name]:
+            raise InvalidArgument(
+                f"{name} is a partitioned topic; name one of its partitions ({targets[0]}, ...)"
+            )
+        return name
+
+    async def _assignments(self) -> dict[str, int]:
+        """topic -> owner broker, from the assignment keys (exact names; state keys skipped)."""
+        if self.cluster is None:
+            return {}
+        return keys.assignments(kv.key for kv in await self._list_all(keys.BROKERS_PREFIX))
+
+    async def _owner(self, name: TopicName) -> int | None:
+        if self.cluster is None:
+            return STANDALONE_BROKER_ID
+        kv = await self.store.get(keys.owner(name))
+        if kv is not None and isinstance(kv.value, dict):
+            candidate = kv.value.get("broker_id")
+            if (
+                isinstance(candidate, int)
+                and 0 <= candidate <= keys.U64_MAX
+                and await self.store.get(keys.broker_topic(candidate, name)) is not None
+            ):
+                return candidate
+        # No (matching) owner record: fall back to the assignment keys themselves.
+        return (await self._assignments()).get(name.full)
+
+    async def _delivery_of(self, name: TopicName) -> str:
+        loaded = self.broker.topics.get(name.full)
+        if loaded is not None:
+            return loaded.delivery
+        kv = await self.store.get(keys.topic_delivery(name))
+        return _delivery(kv.value if kv is not None else None)
+
+    async def _deliveries(self, names: list[TopicName]) -> list[str]:
+        slots = asyncio.Semaphore(READ_CONCURRENCY)
+
+        async def one(name: TopicName) -> str:
+            async with slots:
+                return await self._delivery_of(name)
+
+        return list(await asyncio.gather(*(one(n) for n in names)))
+
+    async def _topic_infos(self, names: Iterable[str]) -> list[TopicInfo]:
+        topics = [TopicName.parse(n) for n in sorted(set(names))]
+        owners = await self._assignments()
+        deliveries = await self._deliveries(topics)
+        return [
+            TopicInfo(
+                t.full,
+                owners.get(t.full) if self.cluster is not None else STANDALONE_BROKER_ID,
+                delivery,
+            )
+            for t, delivery in zip(topics, deliveries, strict=True)
+        ]
+
+    async def _namespace_topics(self, ns: str) -> list[str]:
+        return keys.topics_in_namespace(
+            (kv.key for kv in await self._list_all(keys.namespace_topics_prefix(ns))), ns
+        )
+
+    # -- topics -------------------------------------------------------------------------------------------
+    async def list_namespace_topics(self, ns: str) -> list[TopicInfo]:
+        await self._require_namespace(ns)
+        return await self._topic_infos(await self._namespace_topics(ns))
+
+    async def list_broker_topics(self, broker_id: str | int) -> list[TopicInfo]:
+        bid = parse_broker_id(broker_id) if isinstance(broker_id, str) else broker_id
+        if self.cluster is None:
+            if bid != STANDALONE_BROKER_ID:
+                raise NotFound(f"broker {bid} does not exist (standalone: the only broker is 0)")
+            names: list[str] = []
+            for ns in await self.list_namespaces():
+                names.extend(await self._namespace_topics(ns))
+            return await self._topic_infos(names)
+        listing = await self._list_all(keys.broker_topics_prefix(bid))
+        topics = keys.broker_topics((kv.key for kv in listing), bid)
+        if not topics and await self.store.get(keys.broker_register(bid)) is None:
+            raise NotFound(f"broker {bid} is not registered and owns no topics")
+        infos = await self._topic_infos(topics)
+        return [TopicInfo(i.name, bid, i.delivery) for i in infos]
+
+    async def create_topic(
+        self, raw: str, *, reliable: bool, partitions: int | None = None, schema_subject: str | None = None
+    ) -> list[str]:
+        """Create a topic, or a partitioned topic (`{base}-part-0..N-1`); returns the topics created.
+
+        Cluster mode: the topics are queued for the leader to assign (asynchronous, as Danube). Standalone:
+        they are loaded at once.
+        """
+        name = TopicName.parse(raw)
+        if schema_subject:
+            raise FailedPrecondition(
+                "Ister has no schema registry: create the topic without a schema subject"
+            )
+        if name.partition is not None:
+            raise InvalidArgument(
+                f"{name} is a partition name; create the partitioned topic {name.namespace}/"
+                f"{name.partition[0]} with partitions instead"
+            )
+        if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidArgument(f"partitions must be in 1..{MAX_PARTITIONS}, got {partitions}")
+        targets = [name] if partitions is None else [name.partition_topic(i) for i in range(partitions)]
+        for t in targets:
+            if len(t.topic) + DLQ_SUFFIX_LEN > MAX_NAME_LEN:
+                # Leave room for the dead-letter topic `<topic>-DLQ`, as the broker's own creation does.
+                raise InvalidArgument(
+                    f"topic name {t.topic!r} is too long: at most {MAX_NAME_LEN - DLQ_SUFFIX_LEN} characters"
+                )
+        delivery = RELIABLE if reliable else NON_RELIABLE
+        async with self._lock:
+            await self._require_namespace(name.namespace)
+            if await self._exists(name):
+                raise AlreadyExists(f"topic {name} already exists")
+            if await self._partitions_of(name):
+                raise AlreadyExists(f"topic {name} already exists as a partitioned topic")
+            for t in targets:
+                if await self._exists(t):
+                    raise AlreadyExists(f"topic {t} already exists")
+            created: list[str] = []
+            for t in targets:
+                ok = await self.store.txn(
+                    [Compare(keys.namespace_topic(t), None)],
+                    [
+                        Put(keys.topic_root(t), 0),
+                        Put(keys.topic_delivery(t), delivery),
+                        Put(keys.namespace_topic(t), None),
+                    ],
+                )
+                if not ok:  # created by a producer meanwhile
+                    raise AlreadyExists(f"topic {t} already exists")
+                created.append(t.full)
+                if self.cluster is not None:
+                    await self.cluster.request_assignment(t.full)
+                log.info("admin: created topic %s (%s)", t, delivery)
+        if self.cluster is None:
+            for t in targets:
+                await self.broker.get_topic(t)
+        return created
+
+    async def delete_topic(self, raw: str) -> list[str]:
+        """Delete a topic (a partitioned base name: all its partitions) with its subscriptions and cursors;
+        returns the topics deleted."""
+        name = TopicName.parse(raw)
+        if name.partition is not None:
+            raise InvalidArgument(
+                f"{name} is a partition of a partitioned topic; delete {name.namespace}/"
+                f"{name.partition[0]} instead"
+            )
+        async with self._lock:
+            _, targets = await self._resolve(raw)
+            for t in targets:
+                await self._delete_one(t)
+        return [t.full for t in targets]
+
+    async def _delete_one(self, name: TopicName) -> None:
+        # Gone for lookups and new producers first, then away from its owner, then every trace of it.
+        await self.store.delete(keys.namespace_topic(name))
+        if self.cluster is not None:
+            # Deleting the assignment makes the owner fence the topic at once and unload it.
+            for key in [kv.key for kv in await self._list_all(keys.BROKERS_PREFIX)]:
+                if keys.assignments([key]).get(name.full) is not None:
+                    await self.store.delete(key)
+            await self.store.delete(keys.unassigned(name))
+        if name.full in self.broker.topics:
+            await self.broker.unload(name.full, "deleted")
+        if self.cluster is None:
+            # A standalone topic of the same name created later must not find this one's messages.
+            wal_dir = self.broker.data_dir / "wal" / name.namespace / name.topic
+            await asyncio.to_thread(shutil.rmtree, wal_dir, True)
+        await self.store.delete_prefix(keys.topic_prefix(name))
+        await self.store.delete(keys.topic_root(name))
+        await self.store.delete(keys.owner(name))
+        await self.store.delete_prefix(keys.storage_topic_prefix(name))
+        for kv in await self._list_all(CONSUMER_INDEX):
+            if isinstance(kv.value, dict) and kv.value.get("topic") == name.full:
+                await self.store.delete(kv.key)
+        log.info("admin: deleted topic %s", name)
+
+    async def unload_topic(self, raw: str) -> list[str]:
+        """Hand a topic (a partitioned base name: each partition) to `BrokerService.request_unload`."""
+        _, targets = await self._resolve(raw)
+        unload = getattr(self.broker, "request_unload", None)
+        if unload is None:
+            raise FailedPrecondition("unload not available in this broker version")
+        for t in targets:
+            await cast(_Unloader, unload)(t)
+        return [t.full for t in targets]
+
+    async def _subscriptions_of(self, name: TopicName) -> set[str]:
+        listing = await self._list_all(keys.subscriptions_prefix(name))
+        names = set(keys.subscription_names((kv.key for kv in listing), name))
+        loaded = self.broker.topics.get(name.full)
+        if loaded is not None:
+            names.update(loaded.subscriptions)
+        return names
+
+    async def list_subscriptions(self, raw: str) -> list[str]:
+        """Subscription names, sorted, each once (a partitioned topic: the union over its partitions)."""
+        _, targets = await self._resolve(raw)
+        found: set[str] = set()
+        for t in targets:
+            found |= await self._subscriptions_of(t)
+        return sorted(found)
+
+    async def describe_topic(self, raw: str) -> TopicDescription:
+        name, targets = await self._resolve(raw)
+        subscriptions = await self.list_subscriptions(raw)
+        if targets == [name]:
+            kv = await self.store.get(keys.topic_schema_subject(name))
+            subject = kv.value if kv is not None and isinstance(kv.value, str) else None
+            return TopicDescription(
+                name.full,
+                await self._owner(name),
+                await self._delivery_of(name),
+                subscriptions,
+                schema_subject=subject,
+            )
+        deliveries = set(await self._deliveries(targets))
+        owners = {await self._owner(t) for t in targets}
+        return TopicDescription(
+            name.full,
+            owners.pop() if len(owners) == 1 else None,
+            deliveries.pop() if len(deliveries) == 1 else "Mixed",
+            subscriptions,
+            partitions=[t.full for t in targets],
+        )
+
+    # -- subscriptions ------------------------------------------------------------------------------------
+    async def _require_subscription(self, name: TopicName, sub: str) -> KeyValue | None:
+        validate_client_name(sub, "subscription name")
+        record = await self.store.get(keys.subscription(name, sub))
+        loaded = self.broker.topics.get(name.full)
+        if record is None and (loaded is None or sub not in loaded.subscriptions):
+            raise NotFound(f"subscription {sub!r} does not exist on {name}")
+        return record
+
+    async def unsubscribe(self, raw: str, sub: str) -> None:
+        """Remove a subscription with its cursor and policies; refused while a consumer is connected."""
+        name = await self._require_topic(raw)
+        await self._require_subscription(name, sub)
+        if self.cluster is not None and name.full not in self.broker.topics:
+            owner = await self._owner(name)
+            if owner is not None and owner != self.broker_id:
+                where = await self._admin_addr_of(owner)
+                raise FailedPrecondition(
+                    f"{name} is served by broker {owner}; send the request to its admin API ({where})"
+                )
+        loaded = self.broker.topics.get(name.full)
+        if loaded is not None:
+            async with loaded.lock:
+                open_sub = loaded.subscriptions.get(sub)
+                if open_sub is not None:
+                    active = [c.name for c in open_sub.consumers.values() if c.attached]
+                    if active:
+                        who = ", ".join(sorted(active))
+                        raise FailedPrecondition(
+                            f"subscription {sub!r} on {name} has active consumers: {who}"
+                        )
+                    for session in list(open_sub.consumers.values()):
+                        open_sub.remove_consumer(session)
+                        self.broker.consumers.pop(session.id, None)
+                        await self.store.delete(CONSUMER_INDEX + str(session.id))
+                    del loaded.subscriptions[sub]
+                    await open_sub.close()
+                await self._delete_subscription_keys(name, sub)
+        else:
+            await self._delete_subscription_keys(name, sub)
+        log.info("admin: removed subscription %s of %s", sub, name)
+
+    async def _delete_subscription_keys(self, name: TopicName, sub: str) -> None:
+        await self.store.delete_prefix(keys.subscription_prefix(name, sub))
+        await self.store.delete(keys.subscription(name, sub))
+        for kv in await self._list_all(CONSUMER_INDEX):
+            value = kv.value
+            if (
+                isinstance(value, dict)
+                and value.get("topic") == name.full
+                and value.get("subscription") == sub
+            ):
+                await self.store.delete(kv.key)
+
+    async def _require_reliable(self, name: TopicName, what: str) -> None:
+        if await self._delivery_of(name) != RELIABLE:
+            raise FailedPrecondition(f"{what} applies to Reliable topics only; {name} is NonReliable")
+
+    async def set_failure_policy(self, raw: str, sub: str, policy: FailurePolicy) -> None:
+        """Store a subscription's failure policy (read when the subscription opens; see docs/admin.md)."""
+        name = await self._require_topic(raw)
+        validate_client_name(sub, "subscription name")
+        await self._require_reliable(name, "a failure policy")
+        if policy.poison_policy == "DeadLetter" and not (policy.dead_letter_topic or "").strip():
+            raise InvalidArgument("poison policy DeadLetter needs a dead_letter_topic")
+        if policy.dead_letter_topic is not None:
+            TopicName.parse(policy.dead_letter_topic)
+        if policy.base_redelivery_delay_ms > policy.max_redelivery_delay_ms:
+            raise InvalidArgument("base_redelivery_delay_ms must be <= max_redelivery_delay_ms")
+        await self.store.put(keys.subscription_failure_policy(name, sub), policy.to_json())
+
+    async def get_failure_policy(self, raw: str, sub: str) -> SubscriptionPolicy:
+        name = await self._require_topic(raw)
+        validate_client_name(sub, "subscription name")
+        kv = await self.store.get(keys.subscription_failure_policy(name, sub))
+        record = await self.store.get(keys.subscription(name, sub))
+        if kv is None and record is None:
+            await self._require_subscription(name, sub)
+        policy = None
+        if kv is not None and isinstance(kv.value, dict):
+            try:
+                policy = FailurePolicy.from_json(kv.value)
+            except InvalidArgument as exc:
+                log.warning("stored failure policy of %s/%s is invalid: %s", name, sub, exc)
+        sub_type = 0
+        if record is not None and isinstance(record.value, dict):
+            value = record.value.get("subscription_type")
+            if isinstance(value, int) and not isinstance(value, bool):
+                sub_type = value
+        return SubscriptionPolicy(policy, sub_type)
+
+    async def set_dispatch_window(self, raw: str, sub: str, max_unacked: int) -> None:
+        """Store a subscription's window; also applied at once when the subscription is open here."""
+        name = await self._require_topic(raw)
+        validate_client_name(sub, "subscription name")
+        if not MIN_WINDOW <= max_unacked <= MAX_WINDOW:
+            raise InvalidArgument(
+                f"max_unacked_messages must be in {MIN_WINDOW}..{MAX_WINDOW}, got {max_unacked}"
+            )
+        await self._require_reliable(name, "a dispatch config")
+        await self.store.put(
+            keys.subscription_dispatch_config(name, sub), {"max_unacked_messages": max_unacked}
+        )
+        loaded = self.broker.topics.get(name.full)
+        open_sub = loaded.subscriptions.get(sub) if loaded is not None else None
+        if open_sub is not None:
+            open_sub.set_window(max_unacked)
+
+    async def get_dispatch_window(self, raw: str, sub: str) -> int | None:
+        name = await self._require_topic(raw)
+        validate_client_name(sub, "subscription name")
+        kv = await self.store.get(keys.subscription_dispatch_config(name, sub))
+        if kv is None:
+            await self._require_subscription(name, sub)
+            return None
+        value = kv.value.get("max_unacked_messages") if isinstance(kv.value, dict) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    # -- namespaces ---------------------------------------------------------------------------------------
+    async def list_namespaces(self) -> list[str]:
+        return keys.namespace_names(kv.key for kv in await self._list_all(keys.NAMESPACES_PREFIX))
+
+    async def namespace_topics(self, ns: str) -> list[str]:
+        await self._require_namespace(ns)
+        return await self._namespace_topics(ns)
+
+    async def namespace_policies(self, ns: str) -> dict[str, Any]:
+        return await self._require_namespace(ns)
+
+    async def create_namespace(self, ns: str) -> None:
+        validate_segment(ns, "namespace")
+        policies = self.broker.config.policies
+        policy = {name: getattr(policies, name) for name in policies.__struct_fields__}
+        if not await self.store.compare_and_set(keys.namespace_policy(ns), policy, expected_version=None):
+            raise AlreadyExists(f"namespace {ns!r} already exists")
+        log.info("admin: created namespace %s", ns)
+
+    async def delete_namespace(self, ns: str) -> None:
+        async with self._lock:
+            await self._require_namespace(ns)
+            topics = await self._namespace_topics(ns)
+            if topics:
+                shown = ", ".join(topics[:5]) + (", ..." if len(topics) > 5 else "")
+                raise FailedPrecondition(
+                    f"namespace {ns!r} still has {len(topics)} topic(s) ({shown}); delete them first"
+                )
+            await self.store.delete_prefix(keys.namespace_prefix(ns))
+        log.info("admin: deleted namespace %s", ns)
+
+    # -- brokers ------------------------------------------------------------------------------------------
+    async def _admin_addr_of(self, broker_id: int) -> str:
+        kv = await self.store.get(keys.broker_register(broker_id))
+        addr = kv.value.get("admin_addr") if kv is not None and isinstance(kv.value, dict) else None
+        return addr if isinstance(addr, str) else "unknown admin address"
+
+    async def leader(self) -> int | None:
+        if self.cluster is None:
+            return STANDALONE_BROKER_ID
+        kv = await self.store.get(keys.LEADER)
+        value = kv.value if kv is not None else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    async def list_brokers(self) -> list[BrokerInfo]:
+        config = self.broker.config
+        if self.cluster is None:
+            return [
+                BrokerInfo(
+                    STANDALONE_BROKER_ID,
+                    self.broker.broker_url,
+                    http_url(config.admin_addr),
+                    config.prom_exporter or "",
+                    LEADER_ROLE,
+                    "active",
+                )
+            ]
+        leader = await self.leader()
+        out: list[BrokerInfo] = []
+        for kv in await self._list_all(keys.REGISTER_PREFIX):
+            ids = keys.broker_ids([kv.key])
+            if not ids:
+                continue
+            bid = ids[0]
+            reg = kv.value if isinstance(kv.value, dict) else {}
+            state = await self.store.get(keys.broker_state(bid))
+            mode = state.value.get("mode") if state is not None and isinstance(state.value, dict) else None
+            role = NO_ROLE if leader is None else LEADER_ROLE if bid == leader else FOLLOWER_ROLE
+            out.append(
+                BrokerInfo(
+                    bid,
+                    str(reg.get("broker_url") or reg.get("broker_addr") or ""),
+                    str(reg.get("admin_addr") or ""),
+                    str(reg.get("prom_exporter") or ""),
+                    role,
+                    mode if isinstance(mode, str) else "active",
+                )
+            )
+        return sorted(out, key=lambda b: b.broker_id)
+
+
+def policies_json(policies: dict[str, Any]) -> str:
+    return json.dumps(policies, sort_keys=True)

@@ -1,0 +1,607 @@
+"""`ister admin ...`: topics, namespaces and brokers through the admin gRPC API (package `danube_admin`).
+
+Command names follow danube-admin (reference §6.2). Every command takes `--admin-addr HOST:PORT` (env
+`ISTER_ADMIN_ADDR`, default 127.0.0.1:50051) and `--output table|json`. Failures print `error: <message>` and
+exit 1; usage errors exit 2. Documented in docs/admin.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import grpc
+import typer
+
+from ister.cli.main import app
+from ister.config import split_host_port
+from ister.errors import ConfigError
+from ister.wire.gen import DanubeAdmin_pb2 as pb
+from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
+
+DEFAULT_ADMIN_ADDR = "127.0.0.1:50051"
+ADMIN_ADDR_ENV = "ISTER_ADMIN_ADDR"
+CALL_TIMEOUT_SECONDS = 30.0
+
+T = TypeVar("T")
+
+admin_app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="Administer brokers through the admin gRPC API."
+)
+topics_app = typer.Typer(no_args_is_help=True, help="Topics: list, describe, create, delete, unload, ...")
+namespaces_app = typer.Typer(no_args_is_help=True, help="Namespaces: list, create, delete, policies.")
+brokers_app = typer.Typer(no_args_is_help=True, help="Brokers: list, leader.")
+admin_app.add_typer(topics_app, name="topics")
+admin_app.add_typer(namespaces_app, name="namespaces")
+admin_app.add_typer(brokers_app, name="brokers")
+app.add_typer(admin_app, name="admin")
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+
+
+AdminAddr = Annotated[
+    str,
+    typer.Option(
+        "--admin-addr", envvar=ADMIN_ADDR_ENV, help="the broker's admin API, HOST:PORT (or http://HOST:PORT)"
+    ),
+]
+OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table or json")]
+TopicArg = Annotated[str, typer.Argument(help="topic name, /namespace/topic")]
+SubscriptionOpt = Annotated[str, typer.Option("--subscription", "-s", help="subscription name")]
+
+
+# -- plumbing -------------------------------------------------------------------------------------------
+
+
+class AdminCallError(Exception):
+    """A failed admin call, with the message the CLI prints."""
+
+
+@dataclass
+class Stubs:
+    topics: Any
+    namespaces: Any
+    brokers: Any
+
+
+def target_of(addr: str) -> str:
+    """`HOST:PORT` from `HOST:PORT` or `http://HOST:PORT`; a usage error otherwise."""
+    raw = addr.strip()
+    for scheme in ("http://", "grpc://"):
+        if raw.startswith(scheme):
+            raw = raw[len(scheme) :]
+    raw = raw.rstrip("/")
+    if "://" in raw:
+        raise typer.BadParameter(f"{addr!r}: only plaintext http:// is supported", param_hint="--admin-addr")
+    try:
+        host, port = split_host_port(raw, "--admin-addr")
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--admin-addr") from None
+    return f"{host}:{port}"
+
+
+def describe_rpc_error(exc: grpc.RpcError, addr: str) -> str:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    if code == grpc.StatusCode.UNAVAILABLE and (
+        "connect" in (details or "").lower() or "refused" in (details or "").lower()
+    ):
+        return (
+            f"cannot reach the admin API at {addr}: connection refused or unreachable "
+            f"(is the broker running with --admin-addr {addr}? set --admin-addr or {ADMIN_ADDR_ENV})"
+        )
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return f"the admin API at {addr} did not answer within {CALL_TIMEOUT_SECONDS:.0f} s"
+    name = code.name if code is not None else "UNKNOWN"
+    return f"{details} ({name})"
+
+
+@contextmanager
+def connect(addr: str) -> Iterator[Stubs]:
+    target = target_of(addr)
+    channel = grpc.insecure_channel(target)
+    try:
+        yield Stubs(
+            pb_grpc.TopicAdminStub(channel),
+            pb_grpc.NamespaceAdminStub(channel),
+            pb_grpc.BrokerAdminStub(channel),
+        )
+    except grpc.RpcError as exc:
+        raise AdminCallError(describe_rpc_error(exc, target)) from None
+    finally:
+        channel.close()
+
+
+def call(addr: str, fn: Callable[[Stubs], T]) -> T:
+    """Run `fn` against the admin API; print `error: ...` and exit 1 when it fails."""
+    try:
+        with connect(addr) as stubs:
+            return fn(stubs)
+    except AdminCallError as exc:
+        fail(str(exc))
+
+
+def fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def topic_name(raw: str) -> str:
+    """`/ns/topic`; `ns/topic` is accepted too (the broker validates the rest)."""
+    raw = raw.strip()
+    return raw if raw.startswith("/") else f"/{raw}"
+
+
+def emit_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, sort_keys=False))
+
+
+def emit_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    if not rows:
+        typer.echo("(none)")
+        return
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    typer.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for row in rows:
+        typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def emit_fields(fields: Sequence[tuple[str, str]]) -> None:
+    width = max(len(k) for k, _ in fields)
+    for key, value in fields:
+        typer.echo(f"{(key + ':').ljust(width + 1)} {value}")
+
+
+def emit_done(output: Output, message: str, **extra: Any) -> None:
+    if output == Output.json:
+        emit_json({"success": True, **extra})
+    else:
+        typer.echo(message)
+
+
+def _timeout() -> dict[str, float]:
+    return {"timeout": CALL_TIMEOUT_SECONDS}
+
+
+def _topic_rows(response: Any) -> list[dict[str, str]]:
+    return [{"name": t.name, "broker_id": t.broker_id, "delivery": t.delivery} for t in response.topics]
+
+
+# -- topics ---------------------------------------------------------------------------------------------
+
+
+@topics_app.command("list")
+def topics_list(
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="topics of this namespace")
+    ] = None,
+    broker: Annotated[
+        str | None, typer.Option("--broker", "-b", help="topics owned by this broker id")
+    ] = None,
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """List the topics of a namespace (--namespace) or of a broker (--broker)."""
+    if (namespace is None) == (broker is None):
+        raise typer.BadParameter("give exactly one of them", param_hint="--namespace / --broker")
+    if namespace is not None:
+        request = pb.NamespaceRequest(name=namespace)
+        response = call(admin_addr, lambda s: s.topics.ListNamespaceTopics(request, **_timeout()))
+    else:
+        request = pb.BrokerRequest(broker_id=broker)
+        response = call(admin_addr, lambda s: s.topics.ListBrokerTopics(request, **_timeout()))
+    rows = _topic_rows(response)
+    if output == Output.json:
+        emit_json(rows)
+    else:
+        emit_table(
+            ["TOPIC", "BROKER", "DELIVERY"], [[r["name"], r["broker_id"] or "-", r["delivery"]] for r in rows]
+        )
+
+
+@topics_app.command("describe")
+def topics_describe(
+    topic: TopicArg, admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table
+) -> None:
+    """Owner, delivery and subscriptions of a topic (and the partitions of a partitioned topic)."""
+    name = topic_name(topic)
+
+    def run(s: Stubs) -> tuple[Any, list[dict[str, str]]]:
+        described = s.topics.DescribeTopic(pb.DescribeTopicRequest(name=name), **_timeout())
+        namespace = name.split("/")[1] if name.count("/") == 2 else ""
+        listing = s.topics.ListNamespaceTopics(pb.NamespaceRequest(name=namespace), **_timeout())
+        pattern = re.compile(re.escape(name) + r"-part-(0|[1-9][0-9]*)$")
+        parts = [r for r in _topic_rows(listing) if pattern.match(r["name"])]
+        if any(r["name"] == name for r in _topic_rows(listing)):
+            parts = []  # a plain topic; names that merely start like it are not its partitions
+        parts.sort(key=lambda r: int(r["name"].rsplit("-part-", 1)[1]))
+        return described, parts
+
+    described, parts = call(admin_addr, run)
+    info: dict[str, Any] = {
+        "name": described.name,
+        "broker_id": described.broker_id,
+        "delivery": described.delivery,
+        "subscriptions": list(described.subscriptions),
+    }
+    if described.HasField("schema_subject"):
+        info["schema_subject"] = described.schema_subject
+    if parts:
+        info["partitions"] = parts
+    if output == Output.json:
+        emit_json(info)
+        return
+    fields = [
+        ("Topic", described.name),
+        ("Broker", described.broker_id or ("-" if not parts else "(per partition)")),
+        ("Delivery", described.delivery),
+        ("Subscriptions", ", ".join(described.subscriptions) or "(none)"),
+    ]
+    if described.HasField("schema_subject"):
+        fields.append(("Schema subject", described.schema_subject))
+    if parts:
+        fields.append(("Partitions", str(len(parts))))
+    emit_fields(fields)
+    if parts:
+        typer.echo("")
+        emit_table(
+            ["PARTITION", "BROKER", "DELIVERY"],
+            [[p["name"], p["broker_id"] or "-", p["delivery"]] for p in parts],
+        )
+
+
+@topics_app.command("create")
+def topics_create(
+    topic: TopicArg,
+    partitions: Annotated[
+        int | None, typer.Option("--partitions", "-p", min=1, help="create a partitioned topic")
+    ] = None,
+    reliable: Annotated[
+        bool, typer.Option("--reliable/--non-reliable", help="Reliable (WAL, at-least-once) or NonReliable")
+    ] = False,
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Create a topic, or a partitioned topic with --partitions."""
+    name = topic_name(topic)
+    strategy = pb.Reliable if reliable else pb.NonReliable
+    delivery = "Reliable" if reliable else "NonReliable"
+    if partitions is None:
+        request: Any = pb.NewTopicRequest(name=name, dispatch_strategy=strategy)
+        call(admin_addr, lambda s: s.topics.CreateTopic(request, **_timeout()))
+        emit_done(output, f"created topic {name} ({delivery})", topic=name, delivery=delivery)
+    else:
+        request = pb.PartitionedTopicRequest(
+            base_name=name, partitions=partitions, dispatch_strategy=strategy
+        )
+        call(admin_addr, lambda s: s.topics.CreatePartitionedTopic(request, **_timeout()))
+        emit_done(
+            output,
+            f"created partitioned topic {name} with {partitions} partitions ({delivery})",
+            topic=name,
+            partitions=partitions,
+            delivery=delivery,
+        )
+
+
+@topics_app.command("delete")
+def topics_delete(
+    topic: TopicArg, admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table
+) -> None:
+    """Delete a topic (a partitioned topic: every partition) with its subscriptions and messages."""
+    name = topic_name(topic)
+    call(admin_addr, lambda s: s.topics.DeleteTopic(pb.TopicRequest(name=name), **_timeout()))
+    emit_done(output, f"deleted topic {name}", topic=name)
+
+
+@topics_app.command("unload")
+def topics_unload(
+    topic: TopicArg, admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table
+) -> None:
+    """Unload a topic from its broker (sealed; cluster mode: handed to another broker)."""
+    name = topic_name(topic)
+    call(admin_addr, lambda s: s.topics.UnloadTopic(pb.TopicRequest(name=name), **_timeout()))
+    emit_done(output, f"unloaded topic {name}", topic=name)
+
+
+@topics_app.command("subscriptions")
+def topics_subscriptions(
+    topic: TopicArg, admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table
+) -> None:
+    """The subscriptions of a topic."""
+    name = topic_name(topic)
+    response = call(
+        admin_addr, lambda s: s.topics.ListSubscriptions(pb.TopicRequest(name=name), **_timeout())
+    )
+    subs = list(response.subscriptions)
+    if output == Output.json:
+        emit_json(subs)
+    else:
+        emit_table(["SUBSCRIPTION"], [[s] for s in subs])
+
+
+@topics_app.command("unsubscribe")
+def topics_unsubscribe(
+    topic: TopicArg,
+    subscription: SubscriptionOpt,
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Remove a subscription (refused while a consumer is connected to it)."""
+    name = topic_name(topic)
+    request = pb.SubscriptionRequest(topic=name, subscription=subscription)
+    call(admin_addr, lambda s: s.topics.Unsubscribe(request, **_timeout()))
+    emit_done(output, f"removed subscription {subscription} of {name}", topic=name, subscription=subscription)
+
+
+class Backoff(StrEnum):
+    fixed = "fixed"
+    exponential = "exponential"
+
+
+class Poison(StrEnum):
+    dead_letter = "dead_letter"
+    block = "block"
+    drop = "drop"
+
+
+_BACKOFF = {Backoff.fixed: pb.Fixed, Backoff.exponential: pb.Exponential}
+_POISON = {Poison.dead_letter: pb.DeadLetter, Poison.block: pb.Block, Poison.drop: pb.Drop}
+_BACKOFF_NAMES = {pb.Fixed: "Fixed", pb.Exponential: "Exponential"}
+_POISON_NAMES = {pb.DeadLetter: "DeadLetter", pb.Block: "Block", pb.Drop: "Drop"}
+
+
+@topics_app.command("set-failure-policy")
+def topics_set_failure_policy(
+    topic: TopicArg,
+    subscription: SubscriptionOpt,
+    max_redelivery_count: Annotated[int, typer.Option("--max-redelivery-count", min=0)],
+    ack_timeout_ms: Annotated[int, typer.Option("--ack-timeout-ms", min=1)],
+    base_redelivery_delay_ms: Annotated[int, typer.Option("--base-redelivery-delay-ms", min=0)],
+    max_redelivery_delay_ms: Annotated[int, typer.Option("--max-redelivery-delay-ms", min=0)],
+    poison_policy: Annotated[Poison, typer.Option("--poison-policy")],
+    backoff_strategy: Annotated[Backoff, typer.Option("--backoff-strategy")] = Backoff.fixed,
+    dead_letter_topic: Annotated[str | None, typer.Option("--dead-letter-topic")] = None,
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Store a Reliable subscription's failure policy (used when the subscription next opens)."""
+    name = topic_name(topic)
+    policy = pb.SubscriptionFailurePolicy(
+        max_redelivery_count=max_redelivery_count,
+        ack_timeout_ms=ack_timeout_ms,
+        base_redelivery_delay_ms=base_redelivery_delay_ms,
+        max_redelivery_delay_ms=max_redelivery_delay_ms,
+        backoff_strategy=_BACKOFF[backoff_strategy],
+        poison_policy=_POISON[poison_policy],
+    )
+    if dead_letter_topic is not None:
+        policy.dead_letter_topic = topic_name(dead_letter_topic)
+    request = pb.SetSubscriptionFailurePolicyRequest(
+        topic=name, subscription=subscription, failure_policy=policy
+    )
+    call(admin_addr, lambda s: s.topics.SetSubscriptionFailurePolicy(request, **_timeout()))
+    emit_done(
+        output,
+        f"stored the failure policy of {subscription} on {name}",
+        topic=name,
+        subscription=subscription,
+    )
+
+
+@topics_app.command("get-failure-policy")
+def topics_get_failure_policy(
+    topic: TopicArg,
+    subscription: SubscriptionOpt,
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """A subscription's stored failure policy and type."""
+    name = topic_name(topic)
+    request = pb.GetSubscriptionFailurePolicyRequest(topic=name, subscription=subscription)
+    response = call(admin_addr, lambda s: s.topics.GetSubscriptionFailurePolicy(request, **_timeout()))
+    policy: dict[str, Any] | None = None
+    if response.HasField("failure_policy"):
+        p = response.failure_policy
+        policy = {
+            "max_redelivery_count": p.max_redelivery_count,
+            "ack_timeout_ms": p.ack_timeout_ms,
+            "base_redelivery_delay_ms": p.base_redelivery_delay_ms,
+            "max_redelivery_delay_ms": p.max_redelivery_delay_ms,
+            "backoff_strategy": _BACKOFF_NAMES.get(p.backoff_strategy, str(p.backoff_strategy)),
+            "dead_letter_topic": p.dead_letter_topic if p.HasField("dead_letter_topic") else None,
+            "poison_policy": _POISON_NAMES.get(p.poison_policy, str(p.poison_policy)),
+        }
+    if output == Output.json:
+        emit_json({"subscription_type": response.subscription_type, "failure_policy": policy})
+        return
+    fields = [("Subscription type", str(response.subscription_type))]
+    if policy is None:
+        fields.append(("Failure policy", "(not set: the broker's defaults apply)"))
+    else:
+        fields.extend((k, "-" if v is None else str(v)) for k, v in policy.items())
+    emit_fields(fields)
+
+
+@topics_app.command("set-dispatch-config")
+def topics_set_dispatch_config(
+    topic: TopicArg,
+    subscription: SubscriptionOpt,
+    max_unacked_messages: Annotated[int, typer.Option("--max-unacked-messages", min=0)],
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Set a Reliable subscription's window (1..10000 unacknowledged messages)."""
+    name = topic_name(topic)
+    request = pb.SetSubscriptionDispatchConfigRequest(
+        topic=name,
+        subscription=subscription,
+        dispatch_config=pb.SubscriptionDispatchConfig(max_unacked_messages=max_unacked_messages),
+    )
+    call(admin_addr, lambda s: s.topics.SetSubscriptionDispatchConfig(request, **_timeout()))
+    emit_done(
+        output,
+        f"set max_unacked_messages={max_unacked_messages} for {subscription} on {name}",
+        topic=name,
+        subscription=subscription,
+        max_unacked_messages=max_unacked_messages,
+    )
+
+
+@topics_app.command("get-dispatch-config")
+def topics_get_dispatch_config(
+    topic: TopicArg,
+    subscription: SubscriptionOpt,
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """A subscription's stored window, if one was set."""
+    name = topic_name(topic)
+    request = pb.GetSubscriptionDispatchConfigRequest(topic=name, subscription=subscription)
+    response = call(admin_addr, lambda s: s.topics.GetSubscriptionDispatchConfig(request, **_timeout()))
+    window = response.dispatch_config.max_unacked_messages if response.HasField("dispatch_config") else None
+    if output == Output.json:
+        emit_json({"max_unacked_messages": window})
+    else:
+        emit_fields(
+            [
+                (
+                    "max_unacked_messages",
+                    "(not set: the broker's default applies)" if window is None else str(window),
+                )
+            ]
+        )
+
+
+# -- namespaces -----------------------------------------------------------------------------------------
+
+
+@namespaces_app.command("list")
+def namespaces_list(admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table) -> None:
+    """Every namespace."""
+    response = call(admin_addr, lambda s: s.brokers.ListNamespaces(pb.Empty(), **_timeout()))
+    names = list(response.namespaces)
+    if output == Output.json:
+        emit_json(names)
+    else:
+        emit_table(["NAMESPACE"], [[n] for n in names])
+
+
+@namespaces_app.command("topics")
+def namespaces_topics(
+    namespace: Annotated[str, typer.Argument(help="namespace")],
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """The topics of a namespace (names only)."""
+    response = call(
+        admin_addr,
+        lambda s: s.namespaces.GetNamespaceTopics(pb.NamespaceRequest(name=namespace), **_timeout()),
+    )
+    names = [topic_name(t) for t in response.topics]
+    if output == Output.json:
+        emit_json(names)
+    else:
+        emit_table(["TOPIC"], [[n] for n in names])
+
+
+@namespaces_app.command("create")
+def namespaces_create(
+    namespace: Annotated[str, typer.Argument(help="namespace")],
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Create a namespace (with the broker's default policies)."""
+    call(
+        admin_addr, lambda s: s.namespaces.CreateNamespace(pb.NamespaceRequest(name=namespace), **_timeout())
+    )
+    emit_done(output, f"created namespace {namespace}", namespace=namespace)
+
+
+@namespaces_app.command("delete")
+def namespaces_delete(
+    namespace: Annotated[str, typer.Argument(help="namespace")],
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Delete an empty namespace."""
+    call(
+        admin_addr, lambda s: s.namespaces.DeleteNamespace(pb.NamespaceRequest(name=namespace), **_timeout())
+    )
+    emit_done(output, f"deleted namespace {namespace}", namespace=namespace)
+
+
+@namespaces_app.command("policies")
+def namespaces_policies(
+    namespace: Annotated[str, typer.Argument(help="namespace")],
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """A namespace's policies (0 = unlimited)."""
+    response = call(
+        admin_addr,
+        lambda s: s.namespaces.GetNamespacePolicies(pb.NamespaceRequest(name=namespace), **_timeout()),
+    )
+    try:
+        policies = json.loads(response.policies)
+    except ValueError:
+        fail(f"the broker sent policies that are not JSON: {response.policies[:200]!r}")
+    if output == Output.json or not isinstance(policies, dict) or not policies:
+        emit_json(policies)
+    else:
+        emit_fields([(str(k), str(v)) for k, v in policies.items()])
+
+
+# -- brokers --------------------------------------------------------------------------------------------
+
+
+@brokers_app.command("list")
+def brokers_list(admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table) -> None:
+    """Every registered broker, with its role and state."""
+    response = call(admin_addr, lambda s: s.brokers.ListBrokers(pb.Empty(), **_timeout()))
+    rows = [
+        {
+            "broker_id": b.broker_id,
+            "broker_addr": b.broker_addr,
+            "admin_addr": b.admin_addr,
+            "metrics_addr": b.metrics_addr,
+            "broker_role": b.broker_role,
+            "broker_status": b.broker_status,
+        }
+        for b in response.brokers
+    ]
+    if output == Output.json:
+        emit_json(rows)
+    else:
+        emit_table(
+            ["ID", "ADDRESS", "ADMIN", "METRICS", "ROLE", "STATUS"],
+            [
+                [
+                    r["broker_id"],
+                    r["broker_addr"],
+                    r["admin_addr"] or "-",
+                    r["metrics_addr"] or "-",
+                    r["broker_role"],
+                    r["broker_status"],
+                ]
+                for r in rows
+            ],
+        )
+
+
+@brokers_app.command("leader")
+def brokers_leader(admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table) -> None:
+    """The id of the cluster leader (`not_found` while there is none)."""
+    response = call(admin_addr, lambda s: s.brokers.GetLeaderBroker(pb.Empty(), **_timeout()))
+    if output == Output.json:
+        emit_json({"leader": response.leader})
+    else:
+        typer.echo(response.leader)

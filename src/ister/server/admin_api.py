@@ -1,0 +1,313 @@
+"""Servicers of the Danube admin contract (package `danube_admin`) and the admin gRPC server (port 50051).
+
+The RPCs call `AdminOps`; errors map to gRPC statuses through the same decorator as the client API. RPCs
+Ister does not implement (Raft membership, security, broker drain and rebalancing) answer UNIMPLEMENTED with
+a message saying so. Behaviour and status codes: docs/admin.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from ister.broker.admin_ops import NO_LEADER, AdminOps, SubscriptionPolicy, TopicInfo, policies_json
+from ister.broker.service import BrokerService
+from ister.config import split_host_port
+from ister.core.dispatch import FailurePolicy
+from ister.core.dispatch.policy import BackoffStrategy, PoisonPolicy
+from ister.errors import InvalidArgument
+from ister.server.errors import unary
+from ister.wire.gen import DanubeAdmin_pb2 as pb
+from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
+
+Ctx = Any  # grpc.aio.ServicerContext (untyped library)
+
+ADMIN_SERVER_OPTIONS = [
+    ("grpc.so_reuseport", 0),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+]
+
+_BACKOFF_TO_WIRE: dict[BackoffStrategy, Any] = {"Fixed": pb.Fixed, "Exponential": pb.Exponential}
+_BACKOFF_FROM_WIRE = {v: k for k, v in _BACKOFF_TO_WIRE.items()}
+_POISON_TO_WIRE: dict[PoisonPolicy, Any] = {"DeadLetter": pb.DeadLetter, "Block": pb.Block, "Drop": pb.Drop}
+_POISON_FROM_WIRE = {v: k for k, v in _POISON_TO_WIRE.items()}
+
+
+def _unimplemented(service: str, method: str, why: str) -> Callable[[Any, Any, Ctx], Awaitable[Any]]:
+    async def handler(self: Any, request: Any, context: Ctx) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{service}.{method} is not implemented: {why}")
+
+    handler.__name__ = method
+    return handler
+
+
+def _topic_infos(infos: list[TopicInfo]) -> pb.TopicInfoListResponse:
+    return pb.TopicInfoListResponse(
+        topics=[
+            pb.TopicInfo(
+                name=i.name, broker_id="" if i.broker_id is None else str(i.broker_id), delivery=i.delivery
+            )
+            for i in infos
+        ]
+    )
+
+
+def failure_policy_from_wire(p: pb.SubscriptionFailurePolicy) -> FailurePolicy:
+    backoff = _BACKOFF_FROM_WIRE.get(p.backoff_strategy)
+    poison = _POISON_FROM_WIRE.get(p.poison_policy)
+    if backoff is None:
+        raise InvalidArgument(f"unknown backoff_strategy {p.backoff_strategy}")
+    if poison is None:
+        raise InvalidArgument(f"unknown poison_policy {p.poison_policy}")
+    return FailurePolicy(
+        max_redelivery_count=p.max_redelivery_count,
+        ack_timeout_ms=p.ack_timeout_ms,
+        base_redelivery_delay_ms=p.base_redelivery_delay_ms,
+        max_redelivery_delay_ms=p.max_redelivery_delay_ms,
+        backoff=backoff,
+        poison_policy=poison,
+        dead_letter_topic=p.dead_letter_topic if p.HasField("dead_letter_topic") else None,
+    )
+
+
+def failure_policy_to_wire(policy: FailurePolicy) -> pb.SubscriptionFailurePolicy:
+    out = pb.SubscriptionFailurePolicy(
+        max_redelivery_count=policy.max_redelivery_count,
+        ack_timeout_ms=policy.ack_timeout_ms,
+        base_redelivery_delay_ms=policy.base_redelivery_delay_ms,
+        max_redelivery_delay_ms=policy.max_redelivery_delay_ms,
+        backoff_strategy=_BACKOFF_TO_WIRE[policy.backoff],
+        poison_policy=_POISON_TO_WIRE[policy.poison_policy],
+    )
+    if policy.dead_letter_topic is not None:
+        out.dead_letter_topic = policy.dead_letter_topic
+    return out
+
+
+class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
+    def __init__(self, ops: AdminOps) -> None:
+        self.ops = ops
+
+    @unary
+    async def ListNamespaceTopics(
+        self, request: pb.NamespaceRequest, context: Ctx
+    ) -> pb.TopicInfoListResponse:
+        return _topic_infos(await self.ops.list_namespace_topics(request.name))
+
+    @unary
+    async def ListBrokerTopics(self, request: pb.BrokerRequest, context: Ctx) -> pb.TopicInfoListResponse:
+        return _topic_infos(await self.ops.list_broker_topics(request.broker_id))
+
+    @unary
+    async def CreateTopic(self, request: pb.NewTopicRequest, context: Ctx) -> pb.TopicResponse:
+        await self.ops.create_topic(
+            request.name,
+            reliable=request.dispatch_strategy == pb.Reliable,
+            schema_subject=request.schema_subject if request.HasField("schema_subject") else None,
+        )
+        return pb.TopicResponse(success=True)
+
+    @unary
+    async def CreatePartitionedTopic(
+        self, request: pb.PartitionedTopicRequest, context: Ctx
+    ) -> pb.TopicResponse:
+        await self.ops.create_topic(
+            request.base_name,
+            reliable=request.dispatch_strategy == pb.Reliable,
+            partitions=request.partitions,
+            schema_subject=request.schema_subject if request.HasField("schema_subject") else None,
+        )
+        return pb.TopicResponse(success=True)
+
+    @unary
+    async def DeleteTopic(self, request: pb.TopicRequest, context: Ctx) -> pb.TopicResponse:
+        await self.ops.delete_topic(request.name)
+        return pb.TopicResponse(success=True)
+
+    @unary
+    async def UnloadTopic(self, request: pb.TopicRequest, context: Ctx) -> pb.TopicResponse:
+        await self.ops.unload_topic(request.name)
+        return pb.TopicResponse(success=True)
+
+    @unary
+    async def ListSubscriptions(self, request: pb.TopicRequest, context: Ctx) -> pb.SubscriptionListResponse:
+        return pb.SubscriptionListResponse(subscriptions=await self.ops.list_subscriptions(request.name))
+
+    @unary
+    async def Unsubscribe(self, request: pb.SubscriptionRequest, context: Ctx) -> pb.SubscriptionResponse:
+        await self.ops.unsubscribe(request.topic, request.subscription)
+        return pb.SubscriptionResponse(success=True)
+
+    @unary
+    async def DescribeTopic(self, request: pb.DescribeTopicRequest, context: Ctx) -> pb.DescribeTopicResponse:
+        d = await self.ops.describe_topic(request.name)
+        out = pb.DescribeTopicResponse(
+            name=d.name,
+            subscriptions=d.subscriptions,
+            broker_id="" if d.broker_id is None else str(d.broker_id),
+            delivery=d.delivery,
+        )
+        if d.schema_subject is not None:
+            out.schema_subject = d.schema_subject
+        return out
+
+    @unary
+    async def SetSubscriptionFailurePolicy(
+        self, request: pb.SetSubscriptionFailurePolicyRequest, context: Ctx
+    ) -> pb.SubscriptionResponse:
+        if not request.HasField("failure_policy"):
+            raise InvalidArgument("failure_policy is required")
+        policy = failure_policy_from_wire(request.failure_policy)
+        await self.ops.set_failure_policy(request.topic, request.subscription, policy)
+        return pb.SubscriptionResponse(success=True)
+
+    @unary
+    async def GetSubscriptionFailurePolicy(
+        self, request: pb.GetSubscriptionFailurePolicyRequest, context: Ctx
+    ) -> pb.GetSubscriptionFailurePolicyResponse:
+        got: SubscriptionPolicy = await self.ops.get_failure_policy(request.topic, request.subscription)
+        out = pb.GetSubscriptionFailurePolicyResponse(subscription_type=got.subscription_type)
+        if got.failure_policy is not None:
+            out.failure_policy.CopyFrom(failure_policy_to_wire(got.failure_policy))
+        return out
+
+    @unary
+    async def SetSubscriptionDispatchConfig(
+        self, request: pb.SetSubscriptionDispatchConfigRequest, context: Ctx
+    ) -> pb.SubscriptionResponse:
+        if not request.HasField("dispatch_config"):
+            raise InvalidArgument("dispatch_config is required")
+        await self.ops.set_dispatch_window(
+            request.topic, request.subscription, request.dispatch_config.max_unacked_messages
+        )
+        return pb.SubscriptionResponse(success=True)
+
+    @unary
+    async def GetSubscriptionDispatchConfig(
+        self, request: pb.GetSubscriptionDispatchConfigRequest, context: Ctx
+    ) -> pb.GetSubscriptionDispatchConfigResponse:
+        window = await self.ops.get_dispatch_window(request.topic, request.subscription)
+        out = pb.GetSubscriptionDispatchConfigResponse()
+        if window is not None:
+            out.dispatch_config.max_unacked_messages = window
+        return out
+
+
+class NamespaceAdminServicer(pb_grpc.NamespaceAdminServicer):  # type: ignore[misc]
+    def __init__(self, ops: AdminOps) -> None:
+        self.ops = ops
+
+    @unary
+    async def GetNamespaceTopics(self, request: pb.NamespaceRequest, context: Ctx) -> pb.TopicListResponse:
+        # Danube's form: `ns/topic`, without the leading slash.
+        topics = await self.ops.namespace_topics(request.name)
+        return pb.TopicListResponse(topics=[t.lstrip("/") for t in topics])
+
+    @unary
+    async def GetNamespacePolicies(self, request: pb.NamespaceRequest, context: Ctx) -> pb.PolicyResponse:
+        return pb.PolicyResponse(policies=policies_json(await self.ops.namespace_policies(request.name)))
+
+    @unary
+    async def CreateNamespace(self, request: pb.NamespaceRequest, context: Ctx) -> pb.NamespaceResponse:
+        await self.ops.create_namespace(request.name)
+        return pb.NamespaceResponse(success=True)
+
+    @unary
+    async def DeleteNamespace(self, request: pb.NamespaceRequest, context: Ctx) -> pb.NamespaceResponse:
+        await self.ops.delete_namespace(request.name)
+        return pb.NamespaceResponse(success=True)
+
+
+_DRAIN = "broker drain and activation are not supported by Ister"
+_BALANCE = "Ister assigns topics when they are created or orphaned and does not rebalance"
+
+
+class BrokerAdminServicer(pb_grpc.BrokerAdminServicer):  # type: ignore[misc]
+    def __init__(self, ops: AdminOps) -> None:
+        self.ops = ops
+
+    @unary
+    async def ListBrokers(self, request: pb.Empty, context: Ctx) -> pb.BrokerListResponse:
+        return pb.BrokerListResponse(
+            brokers=[
+                pb.BrokerInfo(
+                    broker_id=str(b.broker_id),
+                    broker_addr=b.broker_url,
+                    broker_role=b.role,
+                    admin_addr=b.admin_addr,
+                    metrics_addr=b.metrics_addr,
+                    broker_status=b.status,
+                )
+                for b in await self.ops.list_brokers()
+            ]
+        )
+
+    @unary
+    async def GetLeaderBroker(self, request: pb.Empty, context: Ctx) -> pb.BrokerResponse:
+        leader = await self.ops.leader()
+        return pb.BrokerResponse(leader=NO_LEADER if leader is None else str(leader))
+
+    @unary
+    async def ListNamespaces(self, request: pb.Empty, context: Ctx) -> pb.NamespaceListResponse:
+        return pb.NamespaceListResponse(namespaces=await self.ops.list_namespaces())
+
+    UnloadBroker = _unimplemented("BrokerAdmin", "UnloadBroker", _DRAIN)
+    ActivateBroker = _unimplemented("BrokerAdmin", "ActivateBroker", _DRAIN)
+    GetClusterBalance = _unimplemented("BrokerAdmin", "GetClusterBalance", _BALANCE)
+    TriggerRebalance = _unimplemented("BrokerAdmin", "TriggerRebalance", _BALANCE)
+
+
+_RAFT = "Ister keeps cluster metadata in etcd (no Raft membership to manage)"
+
+
+class ClusterAdminServicer(pb_grpc.ClusterAdminServicer):  # type: ignore[misc]
+    ClusterStatus = _unimplemented("ClusterAdmin", "ClusterStatus", _RAFT)
+    AddNode = _unimplemented("ClusterAdmin", "AddNode", _RAFT)
+    PromoteNode = _unimplemented("ClusterAdmin", "PromoteNode", _RAFT)
+    RemoveNode = _unimplemented("ClusterAdmin", "RemoveNode", _RAFT)
+
+
+_SECURITY = "Ister has no authentication or authorization"
+
+
+class SecurityAdminServicer(pb_grpc.SecurityAdminServicer):  # type: ignore[misc]
+    CreateRole = _unimplemented("SecurityAdmin", "CreateRole", _SECURITY)
+    GetRole = _unimplemented("SecurityAdmin", "GetRole", _SECURITY)
+    ListRoles = _unimplemented("SecurityAdmin", "ListRoles", _SECURITY)
+    DeleteRole = _unimplemented("SecurityAdmin", "DeleteRole", _SECURITY)
+    CreateBinding = _unimplemented("SecurityAdmin", "CreateBinding", _SECURITY)
+    GetBinding = _unimplemented("SecurityAdmin", "GetBinding", _SECURITY)
+    ListBindings = _unimplemented("SecurityAdmin", "ListBindings", _SECURITY)
+    ListAllBindings = _unimplemented("SecurityAdmin", "ListAllBindings", _SECURITY)
+    DeleteBinding = _unimplemented("SecurityAdmin", "DeleteBinding", _SECURITY)
+
+
+def add_admin_services(server: Any, broker: BrokerService) -> AdminOps:
+    ops = AdminOps(broker)
+    pb_grpc.add_TopicAdminServicer_to_server(TopicAdminServicer(ops), server)
+    pb_grpc.add_NamespaceAdminServicer_to_server(NamespaceAdminServicer(ops), server)
+    pb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminServicer(ops), server)
+    pb_grpc.add_ClusterAdminServicer_to_server(ClusterAdminServicer(), server)
+    pb_grpc.add_SecurityAdminServicer_to_server(SecurityAdminServicer(), server)
+    return ops
+
+
+async def start_admin_server(broker: BrokerService, addr: str) -> Any:
+    """Serve the admin API on `addr` (HOST:PORT); OSError when the address cannot be bound.
+
+    The caller stops it (`await server.stop(grace)`) before closing the broker.
+    """
+    host, port = split_host_port(addr, "admin_addr")
+    server = grpc.aio.server(options=ADMIN_SERVER_OPTIONS)
+    add_admin_services(server, broker)
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:  # grpc raises RuntimeError when the address is taken
+        bound = 0
+    if bound == 0:
+        raise OSError(f"cannot listen on admin_addr {addr} (address in use or not local)")
+    await server.start()
+    return server
