@@ -16,6 +16,7 @@ from danube.proto import DanubeApi_pb2_grpc as dpb_grpc
 from ister.core.cluster.ownership import OwnerRecord
 from ister.metadata import keys
 from ister.metadata.etcd import EtcdStore
+from ister.metadata.store import Compare, Delete, Put
 from tests.integration.harness import BrokerProcess
 
 WAIT = 20.0  # generous upper bound for cluster reactions (lease TTL is 2 s in these tests)
@@ -81,6 +82,26 @@ class Cluster:
         assert self.store is not None
         kv = await self.store.get(keys.owner(topic))
         return OwnerRecord.parse(kv.value) if kv is not None else None
+
+    async def unload(self, topic: str) -> None:
+        """What the admin UnloadTopic does in cluster mode: ask the owner to seal and hand the topic off."""
+        assert self.store is not None
+        owner = (await self.assignments())[topic]
+        assignment = await self.store.get(keys.broker_topic(owner, topic))
+        assert assignment is not None
+        ok = await self.store.txn(
+            [Compare(assignment.key, assignment.version), Compare(keys.unassigned(topic), None)],
+            [
+                Delete(assignment.key),
+                Put(keys.unassigned(topic), {"reason": "unload", "from_broker": owner, "ready": False}),
+            ],
+        )
+        assert ok
+
+    async def sealed_state(self, topic: str) -> Any:
+        assert self.store is not None
+        kv = await self.store.get(keys.storage_state(topic))
+        return kv.value if kv is not None else None
 
     def process_of(self, broker_id: int) -> BrokerProcess:
         for b in self.brokers:

@@ -279,3 +279,50 @@ async def test_brokers_recover_from_an_etcd_restart(tmp_path: Path) -> None:
     finally:
         await cluster.stop()
         etcd.stop()
+
+
+async def test_moving_a_reliable_topic_twice_keeps_offsets_dense_and_clients_working(
+    cluster: Cluster,
+) -> None:
+    """Seed 000 steps 1-5 between brokers: seal, sealed state, next owner at last + 1, cursors continue."""
+    topic = "/default/moved_twice"
+    c = await client(cluster.brokers[0].url)
+    p = await producer(c, topic, "p", reliable=True)
+    owners = [(await cluster.until(lambda: assigned(cluster, [topic]), "assigned"))[topic]]
+    cons, queue = await consumer(c, topic, "c", "s")
+    acked: list[bytes] = []
+    received: dict[bytes, int] = {}
+
+    async def produce(count: int) -> None:
+        for i in range(count):
+            payload = f"m{len(acked) + i}-{time.monotonic_ns()}".encode()
+            await p.send(payload, {})
+            acked.append(payload)
+
+    async def drain(expected: int) -> None:
+        while len(received) < expected:
+            msg = await asyncio.wait_for(queue.get(), WAIT)
+            received.setdefault(msg.payload, msg.msg_id.topic_offset)
+            await cons.ack(msg)
+
+    await produce(30)
+    await drain(30)
+    for move in range(2):
+        before = await cluster.owner_record(topic)
+        await cluster.unload(topic)
+
+        async def moved(before: object = before) -> int | None:
+            found = (await cluster.assignments()).get(topic)
+            return found if found is not None and found != owners[-1] else None
+
+        owners.append(await cluster.until(moved, f"move {move + 1} done"))
+        await produce(30)
+        await drain(len(acked))
+        after = await cluster.owner_record(topic)
+        assert before is not None and after is not None and after.epoch == before.epoch + 1
+    assert len(set(owners)) >= 2 and owners[1] != owners[0] and owners[2] != owners[1]
+    # Every acknowledged message was consumed, and the topic's offsets are 0..N-1 with no gap.
+    assert set(acked) <= set(received)
+    assert sorted(received.values()) == list(range(len(received)))
+    assert await cluster.sealed_state(topic) is None  # consumed by the loading owner
+    await cons.close()

@@ -234,12 +234,16 @@ class BrokerService:
         if loaded is None:
             return None
         metrics.topics_loaded.set(len(self.topics))
+        self._forget_clients(loaded)
+        return loaded
+
+    def _forget_clients(self, loaded: Topic) -> None:
+        """Its clients are no longer served here: their calls get UNAVAILABLE, health checks CLOSE."""
         for pid in list(loaded.producers):
             self.producers.pop(pid, None)
         for cid, ref in list(self.consumers.items()):
-            if ref.session.topic == topic:
+            if ref.session.topic == loaded.name.full:
                 del self.consumers[cid]
-        return loaded
 
     async def request_unload(self, name: TopicName) -> None:
         """Admin unload: standalone seals the topic here (it reloads from the sealed state on next use);
@@ -258,6 +262,9 @@ class BrokerService:
         if loaded is None:
             return
         loaded.closing = True  # producers get UNAVAILABLE from here on and look the topic up again
+        # Forget its clients before the streams end: a consumer that reconnects at once must not attach to a
+        # subscription that is closing (its stream would never deliver nor end).
+        self._forget_clients(loaded)
         guard = loaded.guard
         try:
             await loaded.close()  # cursors flushed while this broker still owns the topic
@@ -761,6 +768,9 @@ class BrokerService:
 
     async def open_stream(self, consumer_id: int) -> tuple[ConsumerRef, ConsumerStream]:
         ref = await self.consumer(consumer_id)
+        loaded = self.topics.get(ref.session.topic)
+        if loaded is None or loaded.closing:
+            raise Unavailable(f"topic {ref.session.topic} is moving; subscribe again")
         size = RELIABLE_CONSUMER_BUFFER if ref.subscription.reliable else NON_RELIABLE_CONSUMER_BUFFER
         stream = ConsumerStream(size)
         ref.subscription.attach(ref.session, stream)
