@@ -14,9 +14,9 @@ import asyncio
 import json
 import logging
 import shutil
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any
 
 from ister.broker.service import CONSUMER_INDEX, BrokerService
 from ister.broker.topic import NON_RELIABLE, RELIABLE
@@ -72,10 +72,6 @@ class BrokerInfo:
 class SubscriptionPolicy:
     failure_policy: FailurePolicy | None
     subscription_type: int
-
-
-class _Unloader(Protocol):
-    def __call__(self, name: TopicName, /) -> Awaitable[None]: ...
 
 
 def parse_broker_id(raw: str) -> int:
@@ -330,13 +326,12 @@ class AdminOps:
         log.info("admin: deleted topic %s", name)
 
     async def unload_topic(self, raw: str) -> list[str]:
-        """Hand a topic (a partitioned base name: each partition) to `BrokerService.request_unload`."""
+        """Unload a topic (a partitioned base name: each partition) through `BrokerService.request_unload`:
+        standalone seals it here (it reloads from the sealed state on next use), cluster mode hands it to
+        another broker."""
         _, targets = await self._resolve(raw)
-        unload = getattr(self.broker, "request_unload", None)
-        if unload is None:
-            raise FailedPrecondition("unload not available in this broker version")
         for t in targets:
-            await cast(_Unloader, unload)(t)
+            await self.broker.request_unload(t)
         return [t.full for t in targets]
 
     async def _subscriptions_of(self, name: TopicName) -> set[str]:
