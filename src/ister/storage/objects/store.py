@@ -1,0 +1,443 @@
+"""A small async wrapper over an obstore store: URL-based construction, timeouts, the Ister error tree.
+
+Only this package imports obstore. Every call is bounded twice: obstore's own HTTP client has a connect
+timeout, a request timeout and a bounded retry budget, and every operation here also runs under an
+asyncio deadline (which covers stores without an HTTP client and streaming uploads).
+
+Errors:
+  * `NotFound`                 the object does not exist;
+  * `InvalidArgument`          bad URL, option or key;
+  * `ObjectStoreUnavailable`   transient (`retriable = True`): network, timeout, 5xx, local I/O error;
+  * `StorageError`             permanent (`retriable = False`): permission denied, unauthenticated, conflict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+from urllib.parse import unquote, urlsplit
+
+import obstore
+from obstore import exceptions as obs_exc
+from obstore.store import LocalStore, MemoryStore, from_url
+
+from ister.errors import InvalidArgument, NotFound, StorageError
+from ister.limits import MiB
+
+if TYPE_CHECKING:
+    from obstore.store import ClientConfig, RetryConfig
+    from obstore.store import ObjectStore as ObstoreStore
+
+DEFAULT_MULTIPART_THRESHOLD = 8 * MiB
+DEFAULT_PART_SIZE = 8 * MiB  # S3 parts must be >= 5 MiB (except the last)
+MIN_PART_SIZE = 5 * MiB
+DEFAULT_OP_TIMEOUT = 60.0  # seconds for one operation on a small object
+UPLOAD_SECONDS_PER_MIB = 1.0  # added to the deadline of puts and whole-object gets, per MiB
+MULTIPART_CONCURRENCY = 4  # parts in flight (bounds memory: about this many x part size)
+MAX_LIST_RESULTS = 100_000
+MAX_KEY_BYTES = 1024  # S3's limit
+
+# Client (HTTP) options: routed to obstore's client_options instead of the store config.
+_CLIENT_OPTIONS = frozenset(
+    {
+        "allow_http",
+        "allow_invalid_certificates",
+        "connect_timeout",
+        "timeout",
+        "read_timeout",
+        "pool_idle_timeout",
+        "pool_max_idle_per_host",
+        "proxy_url",
+        "proxy_excludes",
+        "http1_only",
+        "http2_only",
+        "user_agent",
+    }
+)
+_BOOL_CLIENT_OPTIONS = frozenset({"allow_http", "allow_invalid_certificates", "http1_only", "http2_only"})
+# Retry options (ours): max_retries (int), retry_timeout (seconds).
+_RETRY_OPTIONS = frozenset({"max_retries", "retry_timeout"})
+# Names used by Danube's and other brokers' configs, mapped to obstore's.
+_ALIASES = {"access_key": "access_key_id", "secret_key": "secret_access_key", "session_token": "token"}
+_DEFAULT_CLIENT: dict[str, str] = {"connect_timeout": "5s", "timeout": "30s"}
+_DEFAULT_MAX_RETRIES = 3
+_DEFAULT_RETRY_TIMEOUT = 20.0
+_CLOUD_SCHEMES = frozenset({"s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl"})
+_BAD_KEY = re.compile(r"(^|/)\.{1,2}(/|$)|//|[\x00-\x1f]")
+
+
+class ObjectStoreUnavailable(StorageError):
+    """A transient object-store failure (network, timeout, server error): the same call may succeed later."""
+
+    retriable = True
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    size: int
+    etag: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PutInfo:
+    size: int
+    etag: str | None
+
+
+def _is_panic(exc: BaseException) -> bool:
+    return type(exc).__name__ == "PanicException"
+
+
+def translate_error(exc: BaseException, what: str) -> StorageError | InvalidArgument | NotFound:
+    """Map an obstore (or OS, or timeout) exception to the Ister error tree."""
+    text = str(exc).split("\n", 1)[0][:500]
+    if isinstance(exc, FileNotFoundError | obs_exc.NotFoundError):
+        return NotFound(f"{what}: object not found")
+    if isinstance(exc, TimeoutError):
+        return ObjectStoreUnavailable(f"{what}: timed out")
+    if isinstance(exc, obs_exc.PermissionDeniedError | obs_exc.UnauthenticatedError | PermissionError):
+        return StorageError(f"{what}: access denied: {text}")
+    if isinstance(exc, obs_exc.InvalidPathError | obs_exc.UnknownConfigurationKeyError):
+        return InvalidArgument(f"{what}: {text}")
+    if isinstance(exc, obs_exc.AlreadyExistsError | obs_exc.PreconditionError | obs_exc.NotSupportedError):
+        return StorageError(f"{what}: {text}")
+    if isinstance(exc, obs_exc.BaseError | OSError) or _is_panic(exc):
+        # GenericError carries network failures, exhausted retries and 5xx answers; OSError is local I/O.
+        return ObjectStoreUnavailable(f"{what}: {text}")
+    return ObjectStoreUnavailable(f"{what}: {type(exc).__name__}: {text}")
+
+
+def _raise(exc: BaseException, what: str) -> NoReturn:
+    raise translate_error(exc, what) from exc
+
+
+def check_key(key: str) -> str:
+    """An object key: relative ('a/b/c'), no empty, '.' or '..' segments, no control characters."""
+    if not isinstance(key, str) or not key or key.startswith("/") or key.endswith("/"):
+        raise InvalidArgument(f"invalid object key {key!r}: must be a relative path like 'a/b/c'")
+    if _BAD_KEY.search(key) or len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        raise InvalidArgument(f"invalid object key {key!r}")
+    return key
+
+
+def _check_prefix(prefix: str) -> str:
+    if prefix == "":
+        return prefix
+    check_key(prefix.rstrip("/"))
+    return prefix
+
+
+class ObjectStore:
+    """Async object access with timeouts. Build one with `open_store(url, options)`."""
+
+    def __init__(
+        self,
+        store: ObstoreStore,
+        url: str,
+        *,
+        op_timeout: float = DEFAULT_OP_TIMEOUT,
+        multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
+        part_size: int = DEFAULT_PART_SIZE,
+    ) -> None:
+        if op_timeout <= 0:
+            raise InvalidArgument("object store op_timeout must be > 0")
+        if part_size < MIN_PART_SIZE:
+            raise InvalidArgument(f"object store part_size must be >= {MIN_PART_SIZE}")
+        if multipart_threshold < part_size:
+            raise InvalidArgument("object store multipart_threshold must be >= part_size")
+        self._store = store
+        self.url = url
+        self.op_timeout = op_timeout
+        self.multipart_threshold = multipart_threshold
+        self.part_size = part_size
+
+    def __repr__(self) -> str:
+        return f"ObjectStore({self.url!r})"
+
+    def _deadline(self, nbytes: int = 0) -> float:
+        return self.op_timeout + UPLOAD_SECONDS_PER_MIB * nbytes / MiB
+
+    async def put(self, key: str, data: bytes | bytearray | memoryview) -> PutInfo:
+        """Write a whole object atomically (a multipart upload above `multipart_threshold`)."""
+        check_key(key)
+        size = len(data)
+        what = f"put {key!r} ({size} bytes) to {self.url}"
+        try:
+            async with asyncio.timeout(self._deadline(size)):
+                result = await obstore.put_async(
+                    self._store,
+                    key,
+                    data,
+                    use_multipart=size > self.multipart_threshold,
+                    chunk_size=self.part_size,
+                    max_concurrency=MULTIPART_CONCURRENCY,
+                )
+        except Exception as exc:
+            _raise(exc, what)
+        return PutInfo(size, result.get("e_tag"))
+
+    async def put_stream(self, key: str, chunks: AsyncIterable[bytes], size_hint: int) -> PutInfo:
+        """Write an object from chunks with a multipart upload; nothing is visible unless it completes.
+
+        An exception raised by `chunks` aborts the upload and is re-raised as is (if it is an IsterError).
+        `size_hint` (total bytes, roughly) only sizes the deadline.
+        """
+        check_key(key)
+        what = f"put {key!r} (multipart, about {size_hint} bytes) to {self.url}"
+        counted = 0
+
+        async def counting() -> AsyncIterable[bytes]:
+            nonlocal counted
+            async for chunk in chunks:
+                counted += len(chunk)
+                yield chunk
+
+        try:
+            async with asyncio.timeout(self._deadline(size_hint)):
+                result = await obstore.put_async(
+                    self._store,
+                    key,
+                    counting(),
+                    use_multipart=True,
+                    chunk_size=self.part_size,
+                    max_concurrency=MULTIPART_CONCURRENCY,
+                )
+        except (StorageError, InvalidArgument, NotFound):
+            raise
+        except Exception as exc:
+            _raise(exc, what)
+        return PutInfo(counted, result.get("e_tag"))
+
+    async def get(self, key: str) -> bytes:
+        """The whole object."""
+        check_key(key)
+        what = f"get {key!r} from {self.url}"
+        try:
+            async with asyncio.timeout(self.op_timeout):
+                result = await obstore.get_async(self._store, key)
+            async with asyncio.timeout(self._deadline(int(result.meta["size"]))):
+                return bytes(await result.bytes_async())
+        except Exception as exc:
+            _raise(exc, what)
+
+    async def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the object (fewer if the object ends before `end`)."""
+        check_key(key)
+        if not 0 <= start < end:
+            raise InvalidArgument(f"invalid byte range [{start}, {end})")
+        what = f"get {key!r} bytes [{start}, {end}) from {self.url}"
+        try:
+            async with asyncio.timeout(self._deadline(end - start)):
+                return bytes(await obstore.get_range_async(self._store, key, start=start, end=end))
+        except Exception as exc:
+            _raise(exc, what)
+
+    async def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        """The last `length` bytes (the whole object if it is shorter) and the object's size: one GET."""
+        check_key(key)
+        if length < 1:
+            raise InvalidArgument("tail length must be >= 1")
+        what = f"get the last {length} bytes of {key!r} from {self.url}"
+        try:
+            async with asyncio.timeout(self._deadline(length)):
+                result = await obstore.get_async(self._store, key, options={"range": {"suffix": length}})
+                data = bytes(await result.bytes_async())
+                size = int(result.meta["size"])
+        except Exception as exc:
+            _raise(exc, what)
+        if len(data) > size or len(data) != min(length, size):
+            raise ObjectStoreUnavailable(f"{what}: got {len(data)} bytes of a {size}-byte object")
+        return data, size
+
+    async def head(self, key: str) -> ObjectInfo:
+        check_key(key)
+        what = f"head {key!r} in {self.url}"
+        try:
+            async with asyncio.timeout(self.op_timeout):
+                meta = await obstore.head_async(self._store, key)
+        except Exception as exc:
+            _raise(exc, what)
+        return ObjectInfo(str(meta["path"]), int(meta["size"]), meta.get("e_tag"))
+
+    async def list(self, prefix: str = "", *, limit: int = MAX_LIST_RESULTS) -> list[ObjectInfo]:
+        """Objects under `prefix` (whole path segments: 'a/b' matches 'a/b/c', not 'a/bc'), sorted by key.
+
+        Raises StorageError if more than `limit` objects match.
+        """
+        _check_prefix(prefix)
+        what = f"list {prefix!r} in {self.url}"
+        found: list[ObjectInfo] = []
+        try:
+            async with asyncio.timeout(self.op_timeout):
+                stream = obstore.list(self._store, prefix.rstrip("/") or None, chunk_size=1000)
+                async for batch in stream:
+                    for meta in batch:
+                        found.append(ObjectInfo(str(meta["path"]), int(meta["size"]), meta.get("e_tag")))
+                    if len(found) > limit:
+                        raise StorageError(f"{what}: more than {limit} objects")
+        except StorageError:
+            raise
+        except Exception as exc:
+            _raise(exc, what)
+        found.sort(key=lambda info: info.key)
+        return found
+
+    async def delete(self, key: str) -> None:
+        """Delete an object; deleting a missing object is not an error."""
+        check_key(key)
+        what = f"delete {key!r} from {self.url}"
+        try:
+            async with asyncio.timeout(self.op_timeout):
+                await obstore.delete_async(self._store, key)
+        except FileNotFoundError:
+            return
+        except Exception as exc:
+            _raise(exc, what)
+
+
+def _duration(value: str, what: str) -> str:
+    """A duration option: plain seconds ('2.5') or obstore's human form ('2s', '500ms')."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        if not re.fullmatch(r"\s*\d+(\.\d+)?\s*[a-zA-Z]+(\s+\d+(\.\d+)?\s*[a-zA-Z]+)*\s*", value):
+            raise InvalidArgument(f"object store option {what}={value!r}: expected a duration") from None
+        return value
+    if not 0 < seconds <= 86_400:
+        raise InvalidArgument(f"object store option {what}={value!r}: expected 0 < seconds <= 86400")
+    return f"{round(seconds * 1000)}ms"
+
+
+def _bool(value: str, what: str) -> str:
+    low = str(value).strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return "true"
+    if low in ("0", "false", "no", "off"):
+        return "false"
+    raise InvalidArgument(f"object store option {what}={value!r}: expected true or false")
+
+
+def _split_options(
+    options: Mapping[str, str],
+) -> tuple[dict[str, str], ClientConfig, RetryConfig]:
+    config: dict[str, str] = {}
+    client: dict[str, str] = dict(_DEFAULT_CLIENT)
+    max_retries = _DEFAULT_MAX_RETRIES
+    retry_timeout = _DEFAULT_RETRY_TIMEOUT
+    for raw_key, raw_value in options.items():
+        if not isinstance(raw_key, str) or not isinstance(raw_value, str | int | float | bool):
+            raise InvalidArgument(f"object store option {raw_key!r}: keys and values must be strings")
+        key = _ALIASES.get(raw_key.lower(), raw_key.lower())
+        value = str(raw_value)
+        if key in _BOOL_CLIENT_OPTIONS:
+            client[key] = _bool(value, key)
+        elif key in ("connect_timeout", "timeout", "read_timeout", "pool_idle_timeout"):
+            client[key] = _duration(value, key)
+        elif key in _CLIENT_OPTIONS:
+            client[key] = value
+        elif key == "max_retries":
+            if not value.isdigit() or int(value) > 100:
+                raise InvalidArgument(f"object store option max_retries={value!r}: expected 0..100")
+            max_retries = int(value)
+        elif key == "retry_timeout":
+            try:
+                retry_timeout = float(value)
+            except ValueError:
+                raise InvalidArgument(f"object store option retry_timeout={value!r}: seconds") from None
+            if not 0 < retry_timeout <= 3600:
+                raise InvalidArgument(f"object store option retry_timeout={value!r}: 0 < seconds <= 3600")
+        else:
+            config[key] = value
+    endpoint = config.get("endpoint", "")
+    if endpoint.startswith("http://") and "allow_http" not in client:
+        client["allow_http"] = "true"  # an explicit http:// endpoint (MinIO, SeaweedFS) means plain HTTP
+    retry: RetryConfig = {"max_retries": max_retries, "retry_timeout": timedelta(seconds=retry_timeout)}
+    return config, client, retry  # type: ignore[return-value]  # str values are accepted by obstore
+
+
+def open_store(
+    url: str,
+    options: Mapping[str, str] | None = None,
+    *,
+    op_timeout: float = DEFAULT_OP_TIMEOUT,
+    multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
+    part_size: int = DEFAULT_PART_SIZE,
+) -> ObjectStore:
+    """An `ObjectStore` for a URL:
+
+    * `memory://` (a fresh in-memory store: tests),
+    * `file:///absolute/dir` (a local or mounted filesystem; the directory is created),
+    * `s3://bucket[/prefix]`, `gs://bucket[/prefix]`, `az://container[/prefix]` (and obstore's other
+      cloud URL forms), configured by `options` (obstore's config keys such as `endpoint`, `region`,
+      `access_key_id`, `secret_access_key`; HTTP client keys such as `allow_http`, `timeout`,
+      `connect_timeout`; ours: `max_retries`, `retry_timeout`) and by the standard environment variables
+      (`AWS_*`, `GOOGLE_*`, `AZURE_*`), which obstore reads; options win over the environment.
+
+    Raises InvalidArgument for a bad URL or option.
+    """
+    options = dict(options or {})
+    if not isinstance(url, str) or not url:
+        raise InvalidArgument(f"invalid object store URL {url!r}")
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    kwargs: dict[str, Any] = {
+        "op_timeout": op_timeout,
+        "multipart_threshold": multipart_threshold,
+        "part_size": part_size,
+    }
+    if scheme == "memory":
+        if options:
+            raise InvalidArgument("a memory:// object store takes no options")
+        return ObjectStore(MemoryStore(), url, **kwargs)
+    if scheme == "file":
+        if options:
+            raise InvalidArgument("a file:// object store takes no options")
+        if parts.netloc not in ("", "localhost"):
+            raise InvalidArgument(f"invalid file URL {url!r}: expected file:///absolute/path")
+        path = Path(unquote(parts.path))
+        if not path.is_absolute() or ".." in path.parts:
+            raise InvalidArgument(f"invalid file URL {url!r}: expected file:///absolute/path")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            local = LocalStore(path, mkdir=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create object store directory {path}: {exc}") from exc
+        except Exception as exc:
+            raise InvalidArgument(f"invalid file URL {url!r}: {exc}") from exc
+        return ObjectStore(local, url, **kwargs)
+    if scheme not in _CLOUD_SCHEMES or not parts.netloc:
+        raise InvalidArgument(
+            f"unsupported object store URL {url!r}: expected memory://, file:///dir, s3://bucket/prefix, "
+            "gs://bucket/prefix or az://container/prefix"
+        )
+    if parts.query or parts.fragment:
+        raise InvalidArgument(f"invalid object store URL {url!r}: no query or fragment allowed")
+    config, client, retry = _split_options(options)
+    try:
+        store = from_url(url, config=config, client_options=client, retry_config=retry)  # type: ignore[call-overload]
+    except Exception as exc:
+        raise InvalidArgument(f"invalid object store {url!r}: {str(exc).splitlines()[0][:300]}") from exc
+    except BaseException as exc:  # obstore panics (a Rust panic, a BaseException) on some bad option values
+        if _is_panic(exc):
+            raise InvalidArgument(f"invalid object store options for {url!r}: {exc}") from None
+        raise
+    return ObjectStore(store, url, **kwargs)
+
+
+__all__ = [
+    "DEFAULT_MULTIPART_THRESHOLD",
+    "DEFAULT_PART_SIZE",
+    "ObjectInfo",
+    "ObjectStore",
+    "ObjectStoreUnavailable",
+    "PutInfo",
+    "check_key",
+    "open_store",
+    "translate_error",
+]

@@ -1,0 +1,226 @@
+"""TieredReader: durable objects for offsets below the WAL, then the WAL, then live appends.
+
+Same interface as `WalReader` (`read`, `available`, `close`, `next_offset`, `closed`), so the broker can
+use it wherever it used `wal.reader(start)`. One `next_offset` drives every source, so no offset is
+returned twice and none is skipped, except for a hole in the durable tier below the WAL (offsets that no
+object holds and the WAL no longer has, e.g. the un-exported tail of a broker that failed without a seal):
+such a hole is skipped with a warning, listed in `skipped`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from ister.errors import CorruptionError, OffsetOutOfRange, StorageError
+from ister.limits import MiB
+from ister.metadata.keys import TopicLike
+from ister.metadata.store import MetadataStore
+from ister.storage.wal import Wal, WalReader
+
+from . import catalog
+from .catalog import DEFAULT_METADATA_TIMEOUT, ObjectDescriptor
+from .segment import READ_CHUNK, read_segment
+from .store import ObjectStore
+
+log = logging.getLogger(__name__)
+
+Record = tuple[int, bytes]
+
+
+class TieredReader:
+    """Reads `topic` from `start`: objects (by descriptor, one object at a time, ranged GETs of
+    `chunk_bytes`), then `wal.reader(...)` from the WAL's first offset on, which continues live.
+
+    `read(timeout=...)` applies its timeout only to waiting for new records (the WAL/live phase); reads
+    from objects always fetch and are bounded by the object store's own timeouts.
+    """
+
+    def __init__(
+        self,
+        topic: TopicLike,
+        wal: Wal,
+        object_store: ObjectStore,
+        metadata_store: MetadataStore,
+        start: int,
+        *,
+        chunk_bytes: int = READ_CHUNK,
+        metadata_timeout: float = DEFAULT_METADATA_TIMEOUT,
+    ) -> None:
+        if start < 0:
+            raise ValueError("start must be >= 0")
+        if start > wal.next_offset:
+            raise OffsetOutOfRange(f"offset {start} is beyond the WAL's next offset {wal.next_offset}")
+        self.topic = topic
+        self._wal = wal
+        self._objects = object_store
+        self._metadata = metadata_store
+        self._chunk_bytes = chunk_bytes
+        self._metadata_timeout = metadata_timeout
+        self._next = start  # used while no WAL reader is active
+        self._wal_reader: WalReader | None = wal.reader(start) if start >= wal.first_offset else None
+        self._wal_missing: int | None = None  # the offset at which the WAL last said "not here"
+        self._descriptors: list[ObjectDescriptor] | None = None
+        self._batches: AsyncIterator[list[Record]] | None = None
+        self._object_end = -1
+        self._pending: list[Record] = []
+        self._pending_at = 0
+        self._reading = False
+        self._closed = False
+        self.skipped: list[tuple[int, int]] = []  # holes skipped: (first, last) offsets
+
+    @property
+    def next_offset(self) -> int:
+        return self._wal_reader.next_offset if self._wal_reader is not None else self._next
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def in_objects(self) -> bool:
+        """True while reading from the durable tier."""
+        return self._wal_reader is None
+
+    def available(self) -> int:
+        return max(0, self._wal.committed_offset - self.next_offset)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._wal_reader is not None:
+            self._wal_reader.close()
+        self._batches = None
+        self._pending = []
+        self._pending_at = 0
+
+    async def read(
+        self,
+        max_records: int = 512,
+        max_bytes: int = 4 * MiB,
+        timeout: float | None = None,  # noqa: ASYNC109 (same signature as WalReader.read)
+    ) -> list[Record]:
+        """>= 1 consecutive records from next_offset, or [] when `timeout` passes with nothing new (live).
+
+        Raises StorageError once the WAL is closed and everything was returned, or if this reader was
+        closed; CorruptionError for a damaged object; ObjectStoreUnavailable (retriable) when the object
+        store fails (the next call retries from the same offset).
+        """
+        if max_records < 1 or max_bytes < 1:
+            raise ValueError("max_records and max_bytes must be >= 1")
+        if self._reading:
+            raise RuntimeError("TieredReader.read called concurrently on the same reader")
+        self._reading = True
+        try:
+            return await self._read(max_records, max_bytes, timeout)
+        finally:
+            self._reading = False
+
+    async def _read(
+        self,
+        max_records: int,
+        max_bytes: int,
+        timeout: float | None,  # noqa: ASYNC109 (passed to WalReader.read)
+    ) -> list[Record]:
+        while True:
+            if self._closed:
+                raise StorageError("reader closed")
+            reader = self._wal_reader
+            if reader is not None:
+                try:
+                    return await reader.read(max_records, max_bytes, timeout)
+                except OffsetOutOfRange:
+                    # The WAL no longer holds next_offset (retention removed its file): use the objects.
+                    self._next = reader.next_offset
+                    self._wal_missing = self._next
+                    reader.close()
+                    self._wal_reader = None
+                    continue
+            records = await self._read_objects(max_records, max_bytes)
+            if records:
+                return records
+
+    def _take(self, max_records: int, max_bytes: int) -> list[Record]:
+        pending, at = self._pending, self._pending_at
+        end = min(len(pending), at + max_records)
+        out = [pending[at]]
+        nbytes = len(pending[at][1])
+        for i in range(at + 1, end):
+            nbytes += len(pending[i][1])
+            if nbytes > max_bytes:
+                break
+            out.append(pending[i])
+        self._pending_at = at + len(out)
+        if self._pending_at >= len(pending):
+            self._pending, self._pending_at = [], 0
+        self._next = out[-1][0] + 1
+        return out
+
+    async def _read_objects(self, max_records: int, max_bytes: int) -> list[Record]:
+        """Records from the current object, or [] after switching source (the caller loops)."""
+        if self._pending:
+            return self._take(max_records, max_bytes)
+        if self._batches is not None:
+            try:
+                batch = await anext(self._batches)
+            except StopAsyncIteration:
+                self._batches = None
+                if self._next != self._object_end + 1:
+                    raise CorruptionError(
+                        f"object of {self.topic} ended at offset {self._next - 1}, "
+                        f"expected {self._object_end}"
+                    ) from None
+                return []
+            except BaseException:
+                self._batches = None  # the next read starts again from self._next
+                raise
+            if batch[0][0] != self._next:
+                self._batches = None
+                raise CorruptionError(
+                    f"object of {self.topic} continues at offset {batch[0][0]}, expected {self._next}"
+                )
+            self._pending, self._pending_at = batch, 0
+            return self._take(max_records, max_bytes)
+        await self._choose_source()
+        return []
+
+    async def _choose_source(self) -> None:
+        offset = self._next
+        first = self._wal.first_offset
+        if offset >= first and self._wal_missing != offset:
+            self._wal_reader = self._wal.reader(offset)
+            return
+        desc = await self._find(offset)
+        if desc is not None and desc.start_offset <= offset:
+            end = min(desc.end_offset, first - 1) if offset < first else desc.end_offset
+            self._batches = read_segment(self._objects, desc.key, offset, end, chunk_bytes=self._chunk_bytes)
+            self._object_end = end
+            return
+        targets = [t for t in (desc.start_offset if desc else None, first) if t is not None and t > offset]
+        if not targets:
+            raise OffsetOutOfRange(f"offset {offset} of {self.topic} is neither in the WAL nor in an object")
+        target = min(targets)
+        log.warning(
+            "%s: offsets %d..%d are in neither the durable tier nor the WAL (a known gap after a failover "
+            "without seal); skipping to %d",
+            self.topic,
+            offset,
+            target - 1,
+            target,
+        )
+        self.skipped.append((offset, target - 1))
+        self._next = target
+        self._wal_missing = None
+
+    async def _find(self, offset: int) -> ObjectDescriptor | None:
+        """The descriptor holding `offset` or the next one after it; re-lists the catalog on a miss."""
+        if self._descriptors is not None:
+            desc = catalog.covering(self._descriptors, offset)
+            if desc is not None:
+                return desc
+        self._descriptors = await catalog.list_descriptors(
+            self._metadata, self.topic, timeout=self._metadata_timeout
+        )
+        return catalog.next_descriptor(self._descriptors, offset)
+
+
+__all__ = ["TieredReader"]
