@@ -16,6 +16,7 @@ from ister.config import BrokerConfig
 from ister.limits import SHUTDOWN_GRACE_SECONDS
 from ister.metadata.embedded import EmbeddedStore
 from ister.metadata.store import MetadataStore
+from ister.server.admin_api import start_admin_server
 from ister.server.grpc_server import start_client_server, start_prometheus
 
 log = logging.getLogger("ister")
@@ -38,10 +39,12 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     server = None
+    admin = None
     prom = None
     try:
         await broker.start()
         server = await start_client_server(broker, config.broker_addr)
+        admin = await start_admin_server(broker, config.admin_addr)
         if cluster is not None:
             # After the server is up: the watcher may load topics and clients may be redirected here at once.
             await cluster.start(broker)
@@ -59,6 +62,8 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
         log.info("shutting down")
     finally:
         broker.end_streams()
+        if admin is not None:
+            await admin.stop(grace=0.5)
         if server is not None:
             await server.stop(grace=1.0)
         try:

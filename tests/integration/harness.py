@@ -35,6 +35,7 @@ class BrokerProcess:
         self.data_dir = data_dir
         self.port = free_port()
         self.prom_port = free_port()
+        self.admin_port = free_port()
         self.extra = list(extra)
         self.env = env or {}
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
@@ -43,6 +44,10 @@ class BrokerProcess:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def admin_addr(self) -> str:
+        return f"127.0.0.1:{self.admin_port}"
 
     @property
     def metrics_url(self) -> str:
@@ -60,7 +65,7 @@ class BrokerProcess:
                 "--broker-addr",
                 f"127.0.0.1:{self.port}",
                 "--admin-addr",
-                f"127.0.0.1:{free_port()}",
+                f"127.0.0.1:{self.admin_port}",
                 "--prom-exporter",
                 f"127.0.0.1:{self.prom_port}",
                 *self.extra,
