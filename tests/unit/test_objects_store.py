@@ -1,0 +1,160 @@
+"""ister.storage.objects.store: URLs, options, operations and errors on memory:// and file:// stores."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from ister.errors import InvalidArgument, NotFound, StorageError
+from ister.limits import MiB
+from ister.storage.objects.store import ObjectStore, ObjectStoreUnavailable, open_store
+
+
+@pytest.fixture(params=["memory", "file"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
+    if request.param == "memory":
+        return open_store("memory://", part_size=5 * MiB, multipart_threshold=6 * MiB)
+    return open_store(f"file://{tmp_path}/objects/root", part_size=5 * MiB, multipart_threshold=6 * MiB)
+
+
+async def test_put_get_head_range_tail_list_delete(store: ObjectStore) -> None:
+    data = bytes(range(256)) * 4
+    info = await store.put("a/b/one", data)
+    assert info.size == len(data)
+    assert await store.get("a/b/one") == data
+    assert await store.get_range("a/b/one", 10, 20) == data[10:20]
+    assert await store.get_range("a/b/one", 1000, 5000) == data[1000:]  # clipped at the end
+    assert await store.get_tail("a/b/one", 7) == (data[-7:], len(data))
+    assert await store.get_tail("a/b/one", 10_000) == (data, len(data))  # whole object
+    head = await store.head("a/b/one")
+    assert (head.key, head.size) == ("a/b/one", len(data))
+    await store.put("a/b/two", b"2")
+    await store.put("a/bc/three", b"3")
+    assert [o.key for o in await store.list("a/b")] == ["a/b/one", "a/b/two"]
+    assert [o.key for o in await store.list("")] == ["a/b/one", "a/b/two", "a/bc/three"]
+    with pytest.raises(StorageError, match="more than 1 objects"):
+        await store.list("a", limit=1)
+    await store.delete("a/b/one")
+    await store.delete("a/b/one")  # missing: fine
+    with pytest.raises(NotFound):
+        await store.get("a/b/one")
+    with pytest.raises(NotFound):
+        await store.head("a/b/one")
+    with pytest.raises(NotFound):
+        await store.get_range("a/b/one", 0, 1)
+
+
+async def test_large_put_uses_multipart_and_streams(store: ObjectStore) -> None:
+    big = os.urandom(7 * MiB + 123)  # above the 6 MiB threshold: multipart, 5 MiB parts
+    info = await store.put("big", big)
+    assert info.size == len(big)
+    assert await store.get("big") == big
+    assert await store.get_range("big", 6 * MiB, 6 * MiB + 10) == big[6 * MiB : 6 * MiB + 10]
+
+    async def chunks():  # type: ignore[no-untyped-def]
+        for i in range(0, len(big), 3 * MiB):
+            yield big[i : i + 3 * MiB]
+
+    info = await store.put_stream("streamed", chunks(), len(big))
+    assert info.size == len(big)
+    assert await store.get("streamed") == big
+
+
+async def test_failing_stream_leaves_no_object(store: ObjectStore) -> None:
+    async def chunks():  # type: ignore[no-untyped-def]
+        yield b"x" * (6 * MiB)
+        raise StorageError("source broke")
+
+    with pytest.raises(StorageError, match="source broke"):
+        await store.put_stream("half", chunks(), 12 * MiB)
+    with pytest.raises(NotFound):
+        await store.head("half")
+
+
+@pytest.mark.parametrize("key", ["", "/abs", "a//b", "a/../b", "a/./b", "dir/", "a\x00b"])
+async def test_bad_keys_are_invalid_argument(key: str) -> None:
+    store = open_store("memory://")
+    with pytest.raises(InvalidArgument):
+        await store.put(key, b"x")
+
+
+@pytest.mark.parametrize(
+    ("url", "options"),
+    [
+        ("", None),
+        ("ftp://host/x", None),
+        ("s3://", None),
+        ("file://relative/dir", None),
+        ("file:///a/../b", None),
+        ("memory://", {"endpoint": "x"}),
+        ("s3://bucket/p?x=1", None),
+        ("s3://bucket", {"no_such_option": "1"}),
+        ("s3://bucket", {"allow_http": "maybe"}),
+        ("s3://bucket", {"timeout": "soon"}),
+        ("s3://bucket", {"max_retries": "-1"}),
+    ],
+)
+def test_bad_urls_and_options_are_invalid_argument(url: str, options: dict[str, str] | None) -> None:
+    with pytest.raises(InvalidArgument):
+        open_store(url, options)
+
+
+def test_cloud_urls_are_built_from_url_and_options() -> None:
+    s3 = open_store(
+        "s3://bucket/some/prefix",
+        {
+            "endpoint": "http://127.0.0.1:9",
+            "region": "us-east-1",
+            "access_key": "a",  # Danube's name for access_key_id
+            "secret_access_key": "b",
+            "timeout": "2.5",
+            "connect_timeout": "1s",
+            "max_retries": "0",
+        },
+    )
+    assert s3.url == "s3://bucket/some/prefix"
+    open_store("gs://bucket/prefix", {"skip_signature": "true"})
+    open_store("az://container/prefix", {"account_name": "acct", "account_key": "a2V5"})
+
+
+def test_file_store_creates_its_directory(tmp_path: Path) -> None:
+    target = tmp_path / "x" / "y"
+    open_store(f"file://{target}")
+    assert target.is_dir()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_unreachable_endpoint_is_retriable() -> None:
+    store = open_store(
+        "s3://bucket",
+        {
+            "endpoint": f"http://127.0.0.1:{_closed_port()}",
+            "access_key_id": "a",
+            "secret_access_key": "b",
+            "region": "us-east-1",
+            "max_retries": "0",
+            "connect_timeout": "1s",
+        },
+    )
+    with pytest.raises(ObjectStoreUnavailable) as info:
+        await store.put("k", b"x")
+    assert info.value.retriable
+    with pytest.raises(ObjectStoreUnavailable):
+        await store.get_range("k", 0, 1)
+
+
+def test_aws_environment_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "a")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "b")
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    store = open_store("s3://bucket/prefix")
+    assert "bucket" in repr(store)
