@@ -15,6 +15,7 @@ from ister.storage.objects.catalog import (
     next_descriptor,
     read_cur,
     record,
+    thin_index,
 )
 from ister.storage.objects.segment import object_key, object_name
 
@@ -34,8 +35,8 @@ async def test_record_writes_descriptor_then_cur_with_the_documented_layout() ->
     kv = await store.get("/danube-data/storage/topics/default/orders/objects/00000000000000000000")
     assert kv is not None
     assert kv.value == {
-        "object_id": "data-00000000000000000000-00000000000000000099.dnb1",
-        "key": "p/data-00000000000000000000-00000000000000000099.dnb1",
+        "object_id": "data-0-99.dnb1",
+        "key": "p/data-0-99.dnb1",
         "start_offset": 0,
         "end_offset": 99,
         "size": 100,
@@ -118,3 +119,10 @@ def test_descriptor_validation() -> None:
     d = desc(3, 7)
     assert ObjectDescriptor.from_json(d.to_json()) == d
     assert ObjectDescriptor.from_json({**d.to_json(), "start_offset": True}) is None
+    indexed = ObjectDescriptor.from_json({**d.to_json(), "offset_index": [[3, 0], [5, 40]]})
+    assert indexed is not None and indexed.offset_index == ((3, 0), (5, 40))
+    assert indexed.to_json()["offset_index"] == [[3, 0], [5, 40]]
+    junk = ObjectDescriptor.from_json({**d.to_json(), "offset_index": [[3, "x"]]})
+    assert junk is not None and junk.offset_index == ()
+    assert "offset_index" not in d.to_json()  # omitted when there is none, as in Danube
+    assert thin_index([(i, i) for i in range(10)], 4) == ((0, 0), (3, 3), (6, 6), (9, 9))

@@ -120,11 +120,12 @@ async def test_export_closed_files_records_descriptors_and_cur(tmp_path: Path) -
         for d in descs:
             head = await objects.head(d.key)
             assert (head.size, head.etag) == (d.size, d.etag)
-            assert d.key == object_key("storage/topics/default/orders/objects", d.start_offset, d.end_offset)
+            assert d.key == f"default/orders/data-{d.start_offset}-{d.end_offset}.dnb1"
+            assert d.offset_index[0] == (d.start_offset, 0)
         # idempotent: nothing new, nothing rewritten
         assert await exporter.export_closed() == []
         assert await list_descriptors(meta, TOPIC) == descs
-        assert len(await objects.list("storage")) == len(descs)
+        assert len(await objects.list("default/orders")) == len(descs)
         with pytest.raises(FailedPrecondition):
             await exporter.export_tail()  # the WAL is still open
     finally:

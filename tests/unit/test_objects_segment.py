@@ -63,13 +63,12 @@ async def collect(
 
 
 def test_names_and_keys() -> None:
-    assert object_name(5, 9) == "data-00000000000000000005-00000000000000000009.dnb1"
-    assert object_key("storage/topics/ns/t/objects/", 0, 1) == (
-        "storage/topics/ns/t/objects/data-00000000000000000000-00000000000000000001.dnb1"
-    )
+    assert object_name(5, 29) == "data-5-29.dnb1"
+    assert object_key("ns/t/", 0, 1) == "ns/t/data-0-1.dnb1"
     assert object_key("", 3, 3) == object_name(3, 3)
     assert parse_object_name("x/y/" + object_name(7, 70)) == (7, 70)
     assert parse_object_name("data-5-4.dnb1") is None
+    assert parse_object_name("data-05-7.dnb1") is None
     assert parse_object_name("data-1-2.wal") is None
     with pytest.raises(InvalidArgument):
         object_name(9, 5)

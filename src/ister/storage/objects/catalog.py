@@ -26,6 +26,7 @@ from .segment import object_name
 DEFAULT_METADATA_TIMEOUT = 10.0
 LIST_PAGE = 1000
 CUR_ATTEMPTS = 8
+MAX_DESCRIPTOR_INDEX = 1024  # entries of a descriptor's offset_index (the object has the full index)
 _U64_MAX = 2**64 - 1
 
 T = TypeVar("T")
@@ -41,6 +42,8 @@ class ObjectDescriptor:
     etag: str | None
     created_at: int  # unix seconds
     completed: bool = True
+    # (offset, byte position) pairs, a copy (thinned) of the object's own sparse index; advisory
+    offset_index: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 <= self.start_offset <= self.end_offset <= _U64_MAX:
@@ -62,7 +65,7 @@ class ObjectDescriptor:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        value: dict[str, Any] = {
             "object_id": self.object_id,
             "key": self.key,
             "start_offset": self.start_offset,
@@ -72,6 +75,9 @@ class ObjectDescriptor:
             "created_at": self.created_at,
             "completed": self.completed,
         }
+        if self.offset_index:
+            value["offset_index"] = [[o, p] for o, p in self.offset_index]
+        return value
 
     @classmethod
     def from_json(cls, value: Any) -> ObjectDescriptor | None:
@@ -89,9 +95,36 @@ class ObjectDescriptor:
                 return None
             if value.get("completed") is not True:
                 return None
-            return cls(object_id, key, ints[0], ints[1], ints[2], etag, ints[3], True)
+            index = _parse_index(value.get("offset_index"))
+            return cls(object_id, key, ints[0], ints[1], ints[2], etag, ints[3], True, index)
         except (KeyError, InvalidArgument):
             return None
+
+
+def _parse_index(raw: Any) -> tuple[tuple[int, int], ...]:
+    """A descriptor's offset_index, or () when absent or malformed (it is only a hint)."""
+    if not isinstance(raw, list):
+        return ()
+    out: list[tuple[int, int]] = []
+    for entry in raw:
+        if (
+            not isinstance(entry, list)
+            or len(entry) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in entry)
+        ):
+            return ()
+        out.append((entry[0], entry[1]))
+    return tuple(out)
+
+
+def thin_index(
+    index: Sequence[tuple[int, int]], limit: int = MAX_DESCRIPTOR_INDEX
+) -> tuple[tuple[int, int], ...]:
+    """At most `limit` entries of a sparse index, evenly spread, always keeping the first."""
+    if len(index) <= limit:
+        return tuple(index)
+    step = -(-len(index) // limit)
+    return tuple(index[::step])
 
 
 async def _bounded(awaitable: Awaitable[T], timeout: float, what: str) -> T:  # noqa: ASYNC109
@@ -244,4 +277,5 @@ __all__ = [
     "parse_cur",
     "read_cur",
     "record",
+    "thin_index",
 ]

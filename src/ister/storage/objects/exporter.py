@@ -326,6 +326,7 @@ class SegmentExporter:
             size,
             info.etag,
             int(self._clock()),
+            offset_index=catalog.thin_index(builder.index),
         )
         await catalog.record(
             self.metadata, self.topic, desc, existing=descriptors, timeout=self.metadata_timeout

@@ -43,14 +43,14 @@ INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 16
 TAIL_READ = 64 * 1024  # first GET: the last 64 KiB (footer + up to ~4,000 index entries)
 READ_CHUNK = 4 * MiB
 SUFFIX = ".dnb1"
-_NAME = re.compile(r"^data-(\d{1,20})-(\d{1,20})\.dnb1$")
+_NAME = re.compile(r"^data-(0|[1-9]\d{0,19})-(0|[1-9]\d{0,19})\.dnb1$")
 
 
 def object_name(start: int, end: int) -> str:
-    """`data-<start>-<end>.dnb1` with both offsets (inclusive) zero-padded to 20 digits (sorts by name)."""
+    """`data-<start>-<end>.dnb1`: the first and last offset (inclusive) in decimal, as in seed 003."""
     if not 0 <= start <= end <= MAX_OFFSET:
         raise InvalidArgument(f"invalid object range {start}..{end}")
-    return f"data-{start:020d}-{end:020d}{SUFFIX}"
+    return f"data-{start}-{end}{SUFFIX}"
 
 
 def parse_object_name(name: str) -> tuple[int, int] | None:
@@ -70,8 +70,9 @@ def object_key(prefix_for_topic: str, start: int, end: int) -> str:
 
 
 def topic_object_prefix(namespace: str, topic: str) -> str:
-    """The default key prefix of a topic's objects: `storage/topics/<namespace>/<topic>/objects`."""
-    return f"storage/topics/{namespace}/{topic}/objects"
+    """The default key prefix of a topic's objects, `<namespace>/<topic>` (seed 000), relative to the
+    store URL (so `s3://bucket/ister` puts them under `ister/<namespace>/<topic>/` in the bucket)."""
+    return f"{namespace}/{topic}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +173,11 @@ class SegmentBuilder:
     @property
     def count(self) -> int:
         return self.next_offset - self.first_offset
+
+    @property
+    def index(self) -> list[tuple[int, int]]:
+        """The sparse index so far: (offset, byte position in the object) pairs."""
+        return list(self._index.entries)
 
     def feed(self, data: bytes | bytearray | memoryview) -> bytes:
         """Validate more body bytes; returns the prefix made of complete frames (may be empty)."""
