@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,7 @@ async def test_large_put_uses_multipart_and_streams(store: ObjectStore) -> None:
     assert await store.get("big") == big
     assert await store.get_range("big", 6 * MiB, 6 * MiB + 10) == big[6 * MiB : 6 * MiB + 10]
 
-    async def chunks():  # type: ignore[no-untyped-def]
+    async def chunks() -> AsyncIterator[bytes]:
         for i in range(0, len(big), 3 * MiB):
             yield big[i : i + 3 * MiB]
 
@@ -64,7 +65,7 @@ async def test_large_put_uses_multipart_and_streams(store: ObjectStore) -> None:
 
 
 async def test_failing_stream_leaves_no_object(store: ObjectStore) -> None:
-    async def chunks():  # type: ignore[no-untyped-def]
+    async def chunks() -> AsyncIterator[bytes]:
         yield b"x" * (6 * MiB)
         raise StorageError("source broke")
 
