@@ -7,7 +7,8 @@ asyncio deadline (which covers stores without an HTTP client and streaming uploa
 Errors:
   * `NotFound`                 the object does not exist;
   * `InvalidArgument`          bad URL, option or key;
-  * `ObjectStoreUnavailable`   transient (`retriable = True`): network, timeout, 5xx, local I/O error;
+  * `ObjectStoreUnavailable`   transient (`retriable = True`; a StorageError and an Unavailable): network,
+                               timeout, 5xx, local I/O error;
   * `StorageError`             permanent (`retriable = False`): permission denied, unauthenticated, conflict.
 """
 
@@ -26,7 +27,7 @@ import obstore
 from obstore import exceptions as obs_exc
 from obstore.store import LocalStore, MemoryStore, from_url
 
-from ister.errors import InvalidArgument, NotFound, StorageError
+from ister.errors import InvalidArgument, NotFound, StorageError, Unavailable
 from ister.limits import MiB
 
 if TYPE_CHECKING:
@@ -71,8 +72,11 @@ _CLOUD_SCHEMES = frozenset({"s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "
 _BAD_KEY = re.compile(r"(^|/)\.{1,2}(/|$)|//|[\x00-\x1f]")
 
 
-class ObjectStoreUnavailable(StorageError):
-    """A transient object-store failure (network, timeout, server error): the same call may succeed later."""
+class ObjectStoreUnavailable(StorageError, Unavailable):
+    """A transient object-store failure (network, timeout, server error): the same call may succeed later.
+
+    A StorageError (storage callers catch it as such) and an Unavailable (so the wire answers UNAVAILABLE,
+    which clients retry, as for every retriable error)."""
 
     retriable = True
 
