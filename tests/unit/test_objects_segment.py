@@ -17,6 +17,7 @@ from ister.storage.objects.segment import (
     MAGIC,
     SegmentBuilder,
     build_segment,
+    list_segments,
     object_key,
     object_name,
     parse_object_name,
@@ -221,3 +222,19 @@ async def test_property_any_range_reads_back_exactly(
     lo = data.draw(st.integers(first - 2, last + 2))
     hi = data.draw(st.integers(lo - 1, last + 2))
     assert await collect(store, key, lo, hi, chunk=chunk) == [r for r in recs if lo <= r[0] <= hi]
+
+
+async def test_list_segments_finds_a_topics_objects_without_metadata() -> None:
+    store = open_store("memory://")
+    for start, end in [(30, 59), (0, 29), (60, 60)]:
+        await store.put(
+            object_key("default/orders", start, end), build_segment(records(start, end - start + 1))
+        )
+    await store.put("default/orders/notes.txt", b"x")
+    await store.put("default/orders/old/" + object_name(0, 5), b"x")
+    await store.put(object_key("default/orders2", 0, 1), b"x")
+    assert await list_segments(store, "default/orders/") == [
+        (0, 29, "default/orders/data-0-29.dnb1"),
+        (30, 59, "default/orders/data-30-59.dnb1"),
+        (60, 60, "default/orders/data-60-60.dnb1"),
+    ]

@@ -5,7 +5,7 @@ the objects -> WAL -> live reader (`tiered`). See docs/formats.md, "Durable obje
 from .catalog import ObjectDescriptor, covering, list_descriptors, record
 from .exporter import SegmentExporter
 from .retention import LocalRetention, deletable
-from .segment import build_segment, object_key, read_segment, topic_object_prefix
+from .segment import build_segment, list_segments, object_key, read_segment, topic_object_prefix
 from .store import ObjectStore, ObjectStoreUnavailable, open_store
 from .tiered import TieredReader
 
@@ -20,6 +20,7 @@ __all__ = [
     "covering",
     "deletable",
     "list_descriptors",
+    "list_segments",
     "object_key",
     "open_store",
     "read_segment",

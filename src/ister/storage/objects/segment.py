@@ -75,6 +75,20 @@ def topic_object_prefix(namespace: str, topic: str) -> str:
     return f"{namespace}/{topic}"
 
 
+async def list_segments(store: ObjectStore, prefix_for_topic: str) -> list[tuple[int, int, str]]:
+    """(start, end, key) of the .dnb1 objects directly under a topic's prefix, by start offset. Needs no
+    metadata (the Spark connector can find a topic's objects this way); other files are ignored."""
+    prefix = prefix_for_topic.strip("/")
+    found = []
+    for info in await store.list(prefix):
+        rest = info.key[len(prefix) + 1 :] if prefix else info.key
+        parsed = parse_object_name(rest) if "/" not in rest else None
+        if parsed is not None:
+            found.append((parsed[0], parsed[1], info.key))
+    found.sort()
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class Footer:
     first_offset: int
@@ -367,6 +381,7 @@ __all__ = [
     "build_segment",
     "decode_footer",
     "encode_tail",
+    "list_segments",
     "object_key",
     "object_name",
     "parse_object_name",
