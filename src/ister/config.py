@@ -59,6 +59,24 @@ class Policies(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
 
 
+class DurableSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The durable tier (object storage) that closed WAL segments are exported to."""
+
+    # `file:///dir`, `s3://bucket/prefix`, `gs://…`, `az://…`, `memory://`; "none" disables the tier.
+    # Unset: standalone uses `file://<data_dir>/objects`; cluster mode has no tier unless set (history
+    # of a moved topic is then not readable on its new broker).
+    url: str | None = None
+    options: dict[str, str] = msgspec.field(default_factory=dict)  # obstore options (endpoint, region, …)
+    export_interval_seconds: float = 10.0
+    segment_max_age_seconds: float = 60.0  # the active WAL segment rotates (becomes exportable) after this
+    local_retention_bytes: int = 256 * MiB  # newest WAL bytes kept locally even when exported
+    local_retention_seconds: float = 600.0  # WAL files younger than this are kept locally too
+
+
+class StorageSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    durable: DurableSettings = msgspec.field(default_factory=DurableSettings)
+
+
 class ClusterSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Cluster mode only. A dead broker's registration expires `lease_ttl_seconds` after its last renewal."""
 
@@ -83,6 +101,16 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     dispatch: DispatchSettings = msgspec.field(default_factory=DispatchSettings)
     policies: Policies = msgspec.field(default_factory=Policies)
     cluster: ClusterSettings = msgspec.field(default_factory=ClusterSettings)
+    storage: StorageSettings = msgspec.field(default_factory=StorageSettings)
+
+    def durable_url(self, data_dir: Path) -> str | None:
+        """The object store URL in effect (None: no durable tier)."""
+        url = self.storage.durable.url
+        if url == "none":
+            return None
+        if url is None:
+            return (data_dir / "objects").resolve().as_uri() if self.mode == "standalone" else None
+        return url
 
     @property
     def broker_url(self) -> str:
@@ -126,6 +154,13 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
             validate_segment(ns, "name")
         except InvalidArgument as exc:
             raise ConfigError(f"bootstrap_namespaces/cluster_name: {exc}") from None
+    dur = cfg.storage.durable
+    if dur.export_interval_seconds <= 0 or dur.segment_max_age_seconds < 0:
+        raise ConfigError("storage.durable: export_interval_seconds > 0, segment_max_age_seconds >= 0")
+    if dur.local_retention_bytes < 0 or dur.local_retention_seconds < 0:
+        raise ConfigError("storage.durable: local retention limits must be >= 0")
+    if dur.url is not None and dur.url != "none" and "://" not in dur.url:
+        raise ConfigError(f"storage.durable.url: expected a URL like s3://bucket/prefix, got {dur.url!r}")
     c = cfg.cluster
     if not c.etcd_endpoints:
         raise ConfigError("cluster.etcd_endpoints must not be empty")

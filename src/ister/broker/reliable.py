@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ister.broker import metrics
 from ister.broker.sessions import ConsumerSession, Outbound, Record
@@ -48,10 +49,12 @@ class ReliableSubscription(Subscription):
         policy: FailurePolicy,
         write_cursor: CursorWriter,
         publish_dead_letter: DeadLetterPublisher,
+        reader: Any = None,
     ) -> None:
         super().__init__(topic, name, sub_type)
         self._wal = wal
-        self._reader = wal.reader(start_offset)
+        # A TieredReader (objects -> WAL -> live) when the topic has a durable tier, else the WAL's own.
+        self._reader = reader if reader is not None else wal.reader(start_offset)
         self._state = ReliableSubscriptionState(
             sub_type, start_offset=start_offset, window=window, policy=policy, track_resolved=True
         )

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from ister.ids import PARTITION_MARKER, TopicName, new_id, validate_client_name,
 from ister.limits import MAX_NAME_LEN, NON_RELIABLE_CONSUMER_BUFFER, RELIABLE_CONSUMER_BUFFER
 from ister.metadata import keys
 from ister.metadata.store import MetadataStore
+from ister.storage.objects import LocalRetention, ObjectStore, SegmentExporter, TieredReader, open_store
 from ister.storage.wal import Wal, WalConfig
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+SEAL_EXPORT_SECONDS = 30.0  # bound on exporting the WAL tail while sealing
 ASSIGNMENT_WAIT_SECONDS = 3.0  # how long a call for an unassigned topic waits for the leader
 # Index of consumer ids so a consumer survives a broker restart (an Ister addition, see docs/metadata.md).
 CONSUMER_INDEX = "/ister/consumers/"
@@ -76,11 +79,19 @@ class BrokerService:
         self._closing = False
         self._reaper: asyncio.Task[None] | None = None
         w = config.wal
+        durable = config.storage.durable
+        url = config.durable_url(data_dir)
+        # The durable tier: closed WAL segments go to objects; readers below the WAL read them back.
+        self.objects: ObjectStore | None = open_store(url, durable.options) if url is not None else None
         self._wal_config = WalConfig(
             fsync=w.fsync,
             fsync_interval_ms=w.fsync_interval_ms,
             segment_max_bytes=w.segment_max_bytes,
+            segment_max_age_s=durable.segment_max_age_seconds if self.objects is not None else 0.0,
             cache_max_bytes=w.cache_max_bytes,
+        )
+        self._retention = LocalRetention(
+            keep_bytes=durable.local_retention_bytes, keep_seconds=durable.local_retention_seconds
         )
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -269,6 +280,12 @@ class BrokerService:
         try:
             await loaded.close()  # cursors flushed while this broker still owns the topic
             wal = loaded.wal
+            if loaded.exporter is not None:
+                try:
+                    async with asyncio.timeout(SEAL_EXPORT_SECONDS):
+                        await loaded.exporter.export_tail()
+                except Exception as exc:  # offsets stay continuous; the tail is readable only here for now
+                    log.warning("%s: exporting the tail at seal failed: %s", topic, exc)
             if wal is not None and wal.committed_offset > 0:
                 state = {
                     "sealed": True,
@@ -358,6 +375,11 @@ class BrokerService:
             guard = await self.cluster.commit_claim(name.full, versions, plan.record)
         topic = Topic(name, delivery=delivery, max_message_size=max_size, wal=wal)
         topic.guard = guard
+        if wal is not None and self.objects is not None:
+            topic.exporter = SegmentExporter(name, wal, self.objects, self.store)
+            topic.tasks.append(
+                asyncio.get_running_loop().create_task(self._export_loop(topic), name=f"export {name}")
+            )
         for p in await self.store.list(keys.topic_producers_prefix(name.full)):
             rec = p.value if isinstance(p.value, dict) else {}
             try:
@@ -374,6 +396,29 @@ class BrokerService:
             self.producers[session.id] = session
         log.info("loaded topic %s (%s)", name, delivery)
         return topic
+
+    async def _export_loop(self, topic: Topic) -> None:
+        """Export closed WAL segments, then drop local files that are in objects and past retention.
+
+        A store outage only delays this (capped exponential backoff); produce never waits for it.
+        """
+        exporter, wal = topic.exporter, topic.wal
+        assert exporter is not None and wal is not None
+        interval = self.config.storage.durable.export_interval_seconds
+        failures = 0
+        while True:
+            try:
+                await exporter.export_closed()
+                dropped = await wal.drop_segments(await exporter.deletable(self._retention))
+                if dropped:
+                    log.info("%s: %d WAL files are in the durable tier; deleted locally", topic.name, dropped)
+                failures = 0
+                delay = interval
+            except Exception as exc:
+                failures += 1
+                delay = min(60.0, interval * 2 ** min(failures, 6)) * random.uniform(0.75, 1.0)
+                log.warning("%s: export failed (%s); retry in %.1f s", topic.name, exc, delay)
+            await asyncio.sleep(delay)
 
     async def partitions(self, name: TopicName) -> list[str]:
         if await self.topic_exists(name):
@@ -627,7 +672,8 @@ class BrokerService:
                 "%s/%s: cursor start %d is past the WAL head %d", t, name, start, topic.wal.committed_offset
             )
             start = topic.wal.committed_offset
-        start = max(start, topic.wal.first_offset)
+        if self.objects is None:
+            start = max(start, topic.wal.first_offset)  # older records exist nowhere else
         await self.store.put(record_key, self._sub_record(name, sub_type, consumer_name, filters, start))
         policy = await self._failure_policy(topic, name)
         window = self.config.dispatch.max_unacked_messages
@@ -649,10 +695,14 @@ class BrokerService:
         async def publish_dead_letter(message: StoredMessage, dead: DeadLetter) -> None:
             await self._publish_dead_letter(topic, name, policy, message, dead)
 
+        reader = None
+        if self.objects is not None:
+            reader = TieredReader(topic.name, topic.wal, self.objects, self.store, start)
         sub = ReliableSubscription(
             t,
             name,
             sub_type,
+            reader=reader,
             wal=topic.wal,
             start_offset=start,
             window=window,

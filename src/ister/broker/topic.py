@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ from ister.storage.wal import Wal
 
 if TYPE_CHECKING:
     from ister.cluster.guard import OwnershipGuard
+    from ister.storage.objects import SegmentExporter
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,8 @@ class Topic:
         self.subscriptions: dict[str, Subscription] = {}
         self.closing = False
         self.guard: OwnershipGuard | None = None  # cluster mode: fences appends of a stale owner
+        self.exporter: SegmentExporter | None = None  # durable tier: exports closed WAL segments
+        self.tasks: list[asyncio.Task[None]] = []  # background work that ends with the topic
         self.lock = asyncio.Lock()  # serialises subscription changes, which await metadata writes
         self._next_volatile_offset = 0  # non-reliable topics number messages in memory only
         self._m_in = metrics.messages_in.labels(name.full)
@@ -112,6 +116,12 @@ class Topic:
     async def close(self) -> None:
         """Stop accepting publishes, persist cursors, end streams, close the WAL."""
         self.closing = True
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self.tasks.clear()
         for sub in list(self.subscriptions.values()):
             try:
                 await sub.close()

@@ -36,6 +36,10 @@ def broker(
         str | None, typer.Option("--etcd-endpoints", help="cluster mode: etcd HOST:PORT[,HOST:PORT...]")
     ] = None,
     cluster_name: Annotated[str | None, typer.Option("--cluster-name", help="cluster mode: name")] = None,
+    durable_url: Annotated[
+        str | None,
+        typer.Option("--durable-url", help="durable tier: file:///dir, s3://bucket/prefix, … or none"),
+    ] = None,
     fsync: Annotated[str | None, typer.Option(help="WAL durability: always or interval")] = None,
     log_level: Annotated[str | None, typer.Option("--log-level")] = None,
 ) -> None:
@@ -53,6 +57,7 @@ def broker(
                 "admin_addr": admin_addr,
                 "prom_exporter": prom_exporter,
                 "wal.fsync": fsync,
+                "storage.durable.url": durable_url,
                 "cluster_name": cluster_name,
                 "cluster.etcd_endpoints": [e.strip() for e in etcd_endpoints.split(",") if e.strip()]
                 if etcd_endpoints

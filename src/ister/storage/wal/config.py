@@ -19,6 +19,9 @@ class WalConfig:
     fsync_interval_ms: int = 50
     # rotate (between frame groups) once the active segment reached this size
     segment_max_bytes: int = 64 * MiB
+    # also rotate once the active segment is this old (and not empty), so the durable tier gets closed
+    # segments to export on quiet topics too; 0 = size only
+    segment_max_age_s: float = 0.0
     # bounded in-memory cache of recent committed records (payload bytes + 16 per record)
     cache_max_bytes: int = 32 * MiB
     # cap on one write()+fsync group (a single larger append is still written as one group)
@@ -44,6 +47,8 @@ class WalConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"wal.{name} must be >= 1")
+        if self.segment_max_age_s < 0:
+            raise ConfigError("wal.segment_max_age_s must be >= 0")
         if self.cache_max_bytes < 0:
             raise ConfigError("wal.cache_max_bytes must be >= 0")
         if self.close_timeout_s <= 0:

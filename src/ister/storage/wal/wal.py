@@ -17,7 +17,7 @@ from ister.errors import Fenced, OffsetOutOfRange, StorageError
 from .cache import RecordCache
 from .config import WalConfig
 from .reader import WalReader
-from .segment import Recovered, Segment, recover
+from .segment import Recovered, Segment, fsync_dir, recover
 from .writer import Entry, WalWriter
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,27 @@ class Wal:
     def segments(self) -> list[tuple[int, Path, int]]:
         """(first_offset, path, size in bytes) of every segment file, oldest first; the last is active."""
         return [(s.first_offset, s.path, s.size) for s in self._segments_snapshot()]
+
+    async def drop_segments(self, paths: Sequence[Path]) -> int:
+        """Delete closed segment files from the oldest end (the durable tier holds their records).
+
+        Only a leading run of closed segments is dropped (never the active one, never a gap in the middle);
+        the WAL's first offset moves to the first remaining segment. Readers below it get OffsetOutOfRange
+        (the tiered reader then reads from objects). Returns how many files were deleted.
+        """
+        wanted = {Path(p) for p in paths}
+        with self._segments_lock:
+            drop = []
+            for seg in self._segments[:-1]:
+                if seg.path not in wanted:
+                    break
+                drop.append(seg)
+            if not drop:
+                return 0
+            del self._segments[: len(drop)]
+            self._first_offset = self._segments[0].first_offset
+        await asyncio.to_thread(_unlink_all, [s.path for s in drop], self._directory)
+        return len(drop)
 
     def stats(self) -> dict[str, Any]:
         segments = self._segments_snapshot()
@@ -354,3 +375,9 @@ class Wal:
                 )
             self._closed = True
             self._wake_readers()
+
+
+def _unlink_all(paths: list[Path], directory: Path) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+    fsync_dir(directory)

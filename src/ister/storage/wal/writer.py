@@ -86,6 +86,7 @@ class WalWriter:
         self._stopping = False
         self._failed: StorageError | None = None
         self._active = segments[-1]
+        self._active_since = time.monotonic()
         self._fd = os.open(self._active.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         self._written_end = self._active.end_offset
         self._synced_end = self._written_end
@@ -193,7 +194,11 @@ class WalWriter:
         if nbytes:
             first = next(e for e in group if e.count)
             seg = self._active
-            if seg.size >= self._config.segment_max_bytes and seg.size > 0:
+            max_age = self._config.segment_max_age_s
+            if seg.size > 0 and (
+                seg.size >= self._config.segment_max_bytes
+                or (max_age and time.monotonic() - self._active_since >= max_age)
+            ):
                 seg = self._rotate(first.first_offset)
             buf = group[0].data if len(group) == 1 else b"".join([e.data for e in group if e.count])
             self._write_all(buf)
@@ -252,6 +257,7 @@ class WalWriter:
         with self._segments_lock:
             self._segments.append(seg)
         self._active = seg
+        self._active_since = time.monotonic()
         return seg
 
     def _fail(self, exc: BaseException, group: list[Entry]) -> None:
