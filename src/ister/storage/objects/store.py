@@ -18,7 +18,6 @@ import asyncio
 import re
 from collections.abc import AsyncIterable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import unquote, urlsplit
@@ -30,8 +29,9 @@ from obstore.store import LocalStore, MemoryStore, from_url
 from ister.errors import InvalidArgument, NotFound, StorageError, Unavailable
 from ister.limits import MiB
 
+from .options import split_options
+
 if TYPE_CHECKING:
-    from obstore.store import ClientConfig, RetryConfig
     from obstore.store import ObjectStore as ObstoreStore
 
 DEFAULT_MULTIPART_THRESHOLD = 8 * MiB
@@ -43,31 +43,6 @@ MULTIPART_CONCURRENCY = 4  # parts in flight (bounds memory: about this many x p
 MAX_LIST_RESULTS = 100_000
 MAX_KEY_BYTES = 1024  # S3's limit
 
-# Client (HTTP) options: routed to obstore's client_options instead of the store config.
-_CLIENT_OPTIONS = frozenset(
-    {
-        "allow_http",
-        "allow_invalid_certificates",
-        "connect_timeout",
-        "timeout",
-        "read_timeout",
-        "pool_idle_timeout",
-        "pool_max_idle_per_host",
-        "proxy_url",
-        "proxy_excludes",
-        "http1_only",
-        "http2_only",
-        "user_agent",
-    }
-)
-_BOOL_CLIENT_OPTIONS = frozenset({"allow_http", "allow_invalid_certificates", "http1_only", "http2_only"})
-# Retry options (ours): max_retries (int), retry_timeout (seconds).
-_RETRY_OPTIONS = frozenset({"max_retries", "retry_timeout"})
-# Names used by Danube's and other brokers' configs, mapped to obstore's.
-_ALIASES = {"access_key": "access_key_id", "secret_key": "secret_access_key", "session_token": "token"}
-_DEFAULT_CLIENT: dict[str, str] = {"connect_timeout": "5s", "timeout": "30s"}
-_DEFAULT_MAX_RETRIES = 3
-_DEFAULT_RETRY_TIMEOUT = 20.0
 _CLOUD_SCHEMES = frozenset({"s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl"})
 _BAD_KEY = re.compile(r"(^|/)\.{1,2}(/|$)|//|[\x00-\x1f]")
 
@@ -305,66 +280,6 @@ class ObjectStore:
             _raise(exc, what)
 
 
-def _duration(value: str, what: str) -> str:
-    """A duration option: plain seconds ('2.5') or obstore's human form ('2s', '500ms')."""
-    try:
-        seconds = float(value)
-    except ValueError:
-        if not re.fullmatch(r"\s*\d+(\.\d+)?\s*[a-zA-Z]+(\s+\d+(\.\d+)?\s*[a-zA-Z]+)*\s*", value):
-            raise InvalidArgument(f"object store option {what}={value!r}: expected a duration") from None
-        return value
-    if not 0 < seconds <= 86_400:
-        raise InvalidArgument(f"object store option {what}={value!r}: expected 0 < seconds <= 86400")
-    return f"{round(seconds * 1000)}ms"
-
-
-def _bool(value: str, what: str) -> str:
-    low = str(value).strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return "true"
-    if low in ("0", "false", "no", "off"):
-        return "false"
-    raise InvalidArgument(f"object store option {what}={value!r}: expected true or false")
-
-
-def _split_options(
-    options: Mapping[str, str],
-) -> tuple[dict[str, str], ClientConfig, RetryConfig]:
-    config: dict[str, str] = {}
-    client: dict[str, str] = dict(_DEFAULT_CLIENT)
-    max_retries = _DEFAULT_MAX_RETRIES
-    retry_timeout = _DEFAULT_RETRY_TIMEOUT
-    for raw_key, raw_value in options.items():
-        if not isinstance(raw_key, str) or not isinstance(raw_value, str | int | float | bool):
-            raise InvalidArgument(f"object store option {raw_key!r}: keys and values must be strings")
-        key = _ALIASES.get(raw_key.lower(), raw_key.lower())
-        value = str(raw_value)
-        if key in _BOOL_CLIENT_OPTIONS:
-            client[key] = _bool(value, key)
-        elif key in ("connect_timeout", "timeout", "read_timeout", "pool_idle_timeout"):
-            client[key] = _duration(value, key)
-        elif key in _CLIENT_OPTIONS:
-            client[key] = value
-        elif key == "max_retries":
-            if not value.isdigit() or int(value) > 100:
-                raise InvalidArgument(f"object store option max_retries={value!r}: expected 0..100")
-            max_retries = int(value)
-        elif key == "retry_timeout":
-            try:
-                retry_timeout = float(value)
-            except ValueError:
-                raise InvalidArgument(f"object store option retry_timeout={value!r}: seconds") from None
-            if not 0 < retry_timeout <= 3600:
-                raise InvalidArgument(f"object store option retry_timeout={value!r}: 0 < seconds <= 3600")
-        else:
-            config[key] = value
-    endpoint = config.get("endpoint", "")
-    if endpoint.startswith("http://") and "allow_http" not in client:
-        client["allow_http"] = "true"  # an explicit http:// endpoint (MinIO, SeaweedFS) means plain HTTP
-    retry: RetryConfig = {"max_retries": max_retries, "retry_timeout": timedelta(seconds=retry_timeout)}
-    return config, client, retry  # type: ignore[return-value]  # str values are accepted by obstore
-
-
 def open_store(
     url: str,
     options: Mapping[str, str] | None = None,
@@ -422,7 +337,7 @@ def open_store(
         )
     if parts.query or parts.fragment:
         raise InvalidArgument(f"invalid object store URL {url!r}: no query or fragment allowed")
-    config, client, retry = _split_options(options)
+    config, client, retry = split_options(options)
     try:
         store = from_url(url, config=config, client_options=client, retry_config=retry)  # type: ignore[call-overload]
     except Exception as exc:
