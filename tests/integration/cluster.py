@@ -24,7 +24,9 @@ LEASE_TTL = 2
 
 
 class Cluster:
-    def __init__(self, root: Path, etcd_endpoint: str, size: int, lease_ttl: int = LEASE_TTL) -> None:
+    def __init__(
+        self, root: Path, etcd_endpoint: str, size: int, lease_ttl: int = LEASE_TTL, *extra: str
+    ) -> None:
         self.namespace = "/c" + uuid.uuid4().hex[:12]
         self.etcd_endpoint = etcd_endpoint
         env = {
@@ -40,6 +42,7 @@ class Cluster:
                 etcd_endpoint,
                 "--cluster-name",
                 "itest",
+                *extra,
                 env=env,
             )
             for i in range(size)

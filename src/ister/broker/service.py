@@ -406,8 +406,11 @@ class BrokerService:
         assert exporter is not None and wal is not None
         interval = self.config.storage.durable.export_interval_seconds
         failures = 0
+        max_age = self.config.storage.durable.segment_max_age_seconds
         while True:
             try:
+                if max_age and await asyncio.to_thread(_idle_active_segment, wal.segments(), max_age):
+                    await wal.rotate()
                 await exporter.export_closed()
                 dropped = await wal.drop_segments(await exporter.deletable(self._retention))
                 if dropped:
@@ -910,3 +913,13 @@ def sealed_offset(value: Any) -> int | None:
         return None
     last = value.get("last_committed_offset")
     return last + 1 if isinstance(last, int) and not isinstance(last, bool) and last >= 0 else None
+
+
+def _idle_active_segment(segments: list[tuple[int, Path, int]], max_age: float) -> bool:
+    """True when the active (last) segment holds records and was not written for `max_age` seconds."""
+    if not segments or segments[-1][2] == 0:
+        return False
+    try:
+        return time.time() - segments[-1][1].stat().st_mtime >= max_age
+    except FileNotFoundError:
+        return False

@@ -289,6 +289,15 @@ class Wal:
         self._writer.submit(Entry(self._next_offset, 0, b"", [], 0, future))
         await future
 
+    async def rotate(self) -> None:
+        """Close the active segment (if it holds anything) and start a new one: a quiet topic's last
+        records then sit in a closed segment the durable tier can export."""
+        self._check_writable()
+        future: asyncio.Future[int] = self._loop.create_future()
+        self._writer.rotate_requested = True
+        self._writer.submit(Entry(self._next_offset, 0, b"", [], 0, future))
+        await future
+
     # ---- completions from the writer thread (run on the loop) ------------------------------------
 
     def _on_commit(self, group: list[Entry], committed: int, synced: int, nbytes: int) -> None:

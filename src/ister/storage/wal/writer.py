@@ -87,6 +87,7 @@ class WalWriter:
         self._failed: StorageError | None = None
         self._active = segments[-1]
         self._active_since = time.monotonic()
+        self.rotate_requested = False  # set by the loop (Wal.rotate), honoured before the next group
         self._fd = os.open(self._active.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         self._written_end = self._active.end_offset
         self._synced_end = self._written_end
@@ -191,6 +192,10 @@ class WalWriter:
             return group, nbytes, sync_requested, self._stopping
 
     def _write_group(self, group: list[Entry], nbytes: int, sync_requested: bool) -> None:
+        if self.rotate_requested:
+            self.rotate_requested = False
+            if self._active.size > 0:
+                self._rotate(self._written_end)  # close the active segment so it can be exported
         if nbytes:
             first = next(e for e in group if e.count)
             seg = self._active
