@@ -182,12 +182,16 @@ async def test_delete_topic_removes_every_trace(admin: Admin, tmp_path: Path) ->
         await b.send(session, _msg(b"old-%d" % i))
     await b.store.put(keys.subscription_cursor("/default/gone", "sub"), 1)
     assert (tmp_path / "wal" / "default" / "gone").exists()
+    assert b.objects is not None  # standalone default: file://<data_dir>/objects
+    await b.objects.put("default/gone/data-0-2.dnb1", b"x")  # as if exported
+    await b.objects.put("default/gone2/data-0-0.dnb1", b"y")  # a neighbour's
     assert (await admin.topics.DeleteTopic(pb.TopicRequest(name="/default/gone"))).success
     assert "/default/gone" not in b.topics
     assert pid not in b.producers and cid not in b.consumers
     assert await topic_keys(admin, "/default/gone") == []
     assert await b.store.get(CONSUMER_INDEX + str(cid)) is None
     assert not (tmp_path / "wal" / "default" / "gone").exists()
+    assert [o.key for o in await b.objects.list("default/")] == ["default/gone2/data-0-0.dnb1"]
     assert await status_of(admin.topics.DescribeTopic(pb.DescribeTopicRequest(name="/default/gone"))) == (
         Code.NOT_FOUND
     )

@@ -22,11 +22,12 @@ from ister.broker.service import CONSUMER_INDEX, BrokerService
 from ister.broker.topic import NON_RELIABLE, RELIABLE
 from ister.cluster.membership import http_url
 from ister.core.dispatch import FailurePolicy
-from ister.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from ister.errors import AlreadyExists, FailedPrecondition, InvalidArgument, IsterError, NotFound
 from ister.ids import PARTITION_MARKER, TopicName, validate_client_name, validate_segment
 from ister.limits import MAX_NAME_LEN, MAX_WINDOW, MIN_WINDOW
 from ister.metadata import keys
 from ister.metadata.store import Compare, KeyValue, Put
+from ister.storage.objects import list_segments, topic_object_prefix
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +324,21 @@ class AdminOps:
         for kv in await self._list_all(CONSUMER_INDEX):
             if isinstance(kv.value, dict) and kv.value.get("topic") == name.full:
                 await self.store.delete(kv.key)
+        await self._delete_objects(name)
         log.info("admin: deleted topic %s", name)
+
+    async def _delete_objects(self, name: TopicName) -> None:
+        """Best effort: the topic's objects in the durable tier (its metadata is gone already)."""
+        objects = self.broker.objects
+        if objects is None:
+            return
+        try:
+            for _start, _end, key in await list_segments(
+                objects, topic_object_prefix(name.namespace, name.topic)
+            ):
+                await objects.delete(key)
+        except (IsterError, OSError) as exc:
+            log.warning("deleted topic %s: could not remove its durable objects: %s", name, exc)
 
     async def unload_topic(self, raw: str) -> list[str]:
         """Unload a topic (a partitioned base name: each partition) through `BrokerService.request_unload`:
