@@ -71,7 +71,11 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
         except TimeoutError:
             log.error("shutdown did not finish within %.0f s", SHUTDOWN_GRACE_SECONDS)
         if cluster is not None:
-            await cluster.close()  # revokes the lease last: cursors were flushed while still the owner
+            # Revokes the lease last: cursors were flushed while still the owner.
+            try:
+                await asyncio.wait_for(cluster.close(), SHUTDOWN_GRACE_SECONDS)
+            except TimeoutError:
+                log.error("leaving the cluster did not finish within %.0f s", SHUTDOWN_GRACE_SECONDS)
         await store.close()
         if prom is not None:
             prom.shutdown()

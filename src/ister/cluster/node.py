@@ -107,8 +107,10 @@ class ClusterNode:
                 log.warning("cluster %s step failed: %s", what, exc)
             except Exception:
                 log.exception("cluster %s step failed", what)
+            # Not asyncio.wait_for: on 3.11 it can swallow a cancellation that races the event being set.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), SWEEP_SECONDS)
+                async with asyncio.timeout(SWEEP_SECONDS):
+                    await changed.wait()
 
     async def _lease_lost(self) -> None:
         for topic in list(self.guards):

@@ -100,7 +100,8 @@ class LocalCache:
             if remaining <= 0:
                 return False
             try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
+                async with asyncio.timeout(remaining):  # not wait_for: it can swallow a cancellation
+                    await self._changed.wait()
             except TimeoutError:
                 return predicate()
         return True
