@@ -73,6 +73,15 @@ class DurableSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     local_retention_seconds: float = 600.0  # WAL files younger than this are kept locally too
 
 
+class LoadManagerSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Seed 002's `load_manager:` block (cluster mode). `rebalancing` is validated by
+    `ister.core.cluster.rebalance` when the load manager starts."""
+
+    assignment_strategy: Literal["fair", "balanced", "weighted_load"] = "fair"
+    load_report_interval_seconds: float = 30.0
+    rebalancing: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
 class StorageSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     durable: DurableSettings = msgspec.field(default_factory=DurableSettings)
 
@@ -102,6 +111,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     policies: Policies = msgspec.field(default_factory=Policies)
     cluster: ClusterSettings = msgspec.field(default_factory=ClusterSettings)
     storage: StorageSettings = msgspec.field(default_factory=StorageSettings)
+    load_manager: LoadManagerSettings = msgspec.field(default_factory=LoadManagerSettings)
 
     def durable_url(self, data_dir: Path) -> str | None:
         """The object store URL in effect (None: no durable tier)."""
@@ -161,6 +171,8 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
         raise ConfigError("storage.durable: local retention limits must be >= 0")
     if dur.url is not None and dur.url != "none" and "://" not in dur.url:
         raise ConfigError(f"storage.durable.url: expected a URL like s3://bucket/prefix, got {dur.url!r}")
+    if not 0.1 <= cfg.load_manager.load_report_interval_seconds <= 3600:
+        raise ConfigError("load_manager.load_report_interval_seconds must be in 0.1..3600")
     c = cfg.cluster
     if not c.etcd_endpoints:
         raise ConfigError("cluster.etcd_endpoints must not be empty")

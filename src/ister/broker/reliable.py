@@ -303,6 +303,10 @@ class ReliableSubscription(Subscription):
         self._acks_since_flush = 0
         self._last_flush = time.monotonic()
 
+    def lag(self) -> int:
+        """Messages published but not yet acknowledged on this subscription (its backlog)."""
+        return int(self._state.lag(self._wal.committed_offset))
+
     def _update_lag(self) -> None:
         head = self._wal.committed_offset
         self._m_lag.set(self._state.lag(head))

@@ -226,6 +226,14 @@ class BrokerService:
     def loaded_topics(self) -> list[str]:
         return list(self.topics)
 
+    def load_snapshot(self) -> list[tuple[str, Topic, int]]:
+        """(name, topic, backlog) of every loaded topic, for the cluster load report."""
+        out = []
+        for name, topic in self.topics.items():
+            backlog = sum(sub.lag() for sub in topic.reliable_subscriptions())
+            out.append((name, topic, backlog))
+        return out
+
     async def unload(self, topic: str, reason: str) -> None:
         """Drop a topic this broker no longer owns: its clients get CLOSE / UNAVAILABLE and look it up again.
 

@@ -45,6 +45,8 @@ class Topic:
         self.guard: OwnershipGuard | None = None  # cluster mode: fences appends of a stale owner
         self.exporter: SegmentExporter | None = None  # durable tier: exports closed WAL segments
         self.tasks: list[asyncio.Task[None]] = []  # background work that ends with the topic
+        self.messages_in = 0
+        self.bytes_in = 0
         self.lock = asyncio.Lock()  # serialises subscription changes, which await metadata writes
         self._next_volatile_offset = 0  # non-reliable topics number messages in memory only
         self._m_in = metrics.messages_in.labels(name.full)
@@ -86,6 +88,8 @@ class Topic:
             guard.check(len(records))
         self._m_in.inc(len(records))
         self._m_bytes.inc(payload_bytes)
+        self.messages_in += len(records)  # cumulative, for load reports (rates are deltas of these)
+        self.bytes_in += payload_bytes
         if self.wal is not None:
             try:
                 async with asyncio.timeout(PUBLISH_TIMEOUT_SECONDS):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ister.cluster.guard import OwnershipGuard
+from ister.cluster.load_report import LoadReporter, TopicStats
 from ister.cluster.membership import LeaseClock, Membership, load_broker_id
 from ister.config import BrokerConfig
 from ister.core.cluster.assignment import BrokerSelector, Marker
@@ -45,6 +46,8 @@ class TopicHost(Protocol):
 
     def loaded_topics(self) -> Iterable[str]: ...
 
+    def load_snapshot(self) -> Iterable[tuple[str, TopicStats, int]]: ...
+
     async def load_assigned(self, topic: str) -> None: ...
 
     async def unload(self, topic: str, reason: str) -> None: ...
@@ -60,6 +63,7 @@ class ClusterNode:
         self.cache = LocalCache(store, [keys.CLUSTER_PREFIX, keys.OWNERS_PREFIX])
         self.membership = Membership(config, store, self.broker_id, self._lease_lost)
         self.selector = BrokerSelector()
+        self.reporter = LoadReporter(self.broker_id)
         self.guards: dict[str, OwnershipGuard] = {}
         self.assignments_made = 0
         self._host: TopicHost | None = None
@@ -86,6 +90,7 @@ class ClusterNode:
         self._tasks = [
             loop.create_task(self._run("leader", self._lead_once), name="cluster leader"),
             loop.create_task(self._run("watcher", self._watch_once), name="cluster watcher"),
+            loop.create_task(self._report_loop(), name="cluster load reports"),
         ]
 
     async def close(self) -> None:
@@ -111,6 +116,21 @@ class ClusterNode:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(SWEEP_SECONDS):
                     await changed.wait()
+
+    async def _report_loop(self) -> None:
+        """Write this broker's load report every `load_report_interval_seconds` (the first at once)."""
+        interval = self.config.load_manager.load_report_interval_seconds
+        while True:
+            host = self._host
+            try:
+                if host is not None:
+                    report = self.reporter.report(host.load_snapshot())
+                    await self.store.put(keys.load_report(self.broker_id), report)
+            except (MetadataError, TimeoutError) as exc:
+                log.warning("writing the load report failed: %s", exc)
+            except Exception:
+                log.exception("building the load report failed")
+            await asyncio.sleep(interval)
 
     async def _lease_lost(self) -> None:
         for topic in list(self.guards):
