@@ -32,6 +32,7 @@ class Cluster:
         env = {
             "ISTER_CLUSTER__ETCD_NAMESPACE": self.namespace,
             "ISTER_CLUSTER__LEASE_TTL_SECONDS": str(lease_ttl),
+            "ISTER_LOAD_MANAGER__LOAD_REPORT_INTERVAL_SECONDS": "1",
         }
         self.brokers = [
             BrokerProcess(
@@ -100,6 +101,11 @@ class Cluster:
             ],
         )
         assert ok
+
+    async def load_report(self, broker_id: int) -> Any:
+        assert self.store is not None
+        kv = await self.store.get(keys.load_report(broker_id))
+        return kv.value if kv is not None else None
 
     async def sealed_state(self, topic: str) -> Any:
         assert self.store is not None

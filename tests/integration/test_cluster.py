@@ -326,3 +326,29 @@ async def test_moving_a_reliable_topic_twice_keeps_offsets_dense_and_clients_wor
     assert sorted(received.values()) == list(range(len(received)))
     assert await cluster.sealed_state(topic) is None  # consumed by the loading owner
     await cons.close()
+
+
+async def test_every_broker_reports_its_load(cluster: Cluster) -> None:
+    topic = "/default/reported"
+    c = await client(cluster.brokers[0].url)
+    p = await producer(c, topic, "p", reliable=True)
+    owner = (await cluster.until(lambda: assigned(cluster, [topic]), "assigned"))[topic]
+    cons, _ = await consumer(c, topic, "c", "s")
+
+    async def busy_report() -> dict[str, object] | None:
+        await p.send(b"x" * 100, {})
+        report = await cluster.load_report(owner)
+        if not report:
+            return None
+        entry = next((t for t in report["topics"] if t["topic_name"] == topic), None)
+        return entry if entry and entry["message_rate"] > 0 else None
+
+    entry = await cluster.until(busy_report, "a load report with the topic's message rate")
+    assert entry["producer_count"] == 1 and entry["subscription_count"] == 1
+    assert entry["byte_rate"] >= (entry["message_rate"] - 1) * 100  # 100-byte payloads; rates rounded
+    for b in cluster.brokers:
+        report = await cluster.load_report(cluster.broker_id(b))
+        assert report["broker_id"] == cluster.broker_id(b)
+        usage = {r["resource"] for r in report["resources_usage"]}
+        assert {"CPU", "Memory"} <= usage
+    await cons.close()
