@@ -64,7 +64,7 @@ class TopicLoad(msgspec.Struct, frozen=True, kw_only=True):
             topic_name=topic_name,
             message_rate=max(0, round(message_rate)),
             byte_rate=max(0, round(byte_rate)),
-            byte_rate_mbps=max(0.0, byte_rate) / BYTES_PER_MB,
+            byte_rate_mbps=max(0.0, float(byte_rate)) / BYTES_PER_MB,
             producer_count=producer_count,
             consumer_count=consumer_count,
             subscription_count=subscription_count,
@@ -98,12 +98,12 @@ class LoadReport(msgspec.Struct, frozen=True, kw_only=True):
     ) -> LoadReport:
         """A report with its totals computed from the topics. CPU and memory are percentages (clamped)."""
         resources = [
-            ResourceUsage(resource=CPU, usage=min(max(cpu, 0.0), 100.0)),
-            ResourceUsage(resource=MEMORY, usage=min(max(memory, 0.0), 100.0)),
+            ResourceUsage(resource=CPU, usage=_pct(cpu)),
+            ResourceUsage(resource=MEMORY, usage=_pct(memory)),
         ]
         for name, value in ((DISK_IO, disk_io), (NETWORK_IO, network_io)):
             if value is not None:
-                resources.append(ResourceUsage(resource=name, usage=max(value, 0.0)))
+                resources.append(ResourceUsage(resource=name, usage=max(float(value), 0.0)))
         return cls(broker_id=broker_id, resources_usage=resources, timestamp=max(0, int(timestamp)))._retotal(
             list(topics)
         )
@@ -292,7 +292,7 @@ def rank_balanced(reports: Mapping[int, LoadReport]) -> Rankings:
 
 
 def _pct(value: float) -> float:
-    return min(max(value, 0.0), 100.0)
+    return min(max(float(value), 0.0), 100.0)
 
 
 def weighted_load_metrics(reports: Mapping[int, LoadReport]) -> dict[int, tuple[float, float, float, float]]:
