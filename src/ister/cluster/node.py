@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
+from ister.cluster import metrics as cluster_metrics
 from ister.cluster.guard import OwnershipGuard
 from ister.cluster.load_report import LoadReporter, TopicStats
 from ister.cluster.membership import LeaseClock, Membership, load_broker_id
@@ -125,6 +126,12 @@ class ClusterNode:
             try:
                 if host is not None:
                     report = self.reporter.report(host.load_snapshot())
+                    bid = str(self.broker_id)
+                    usage = {r["resource"]: r["usage"] for r in report["resources_usage"]}
+                    cluster_metrics.topics_owned.labels(bid).set(len(report["topics"]))
+                    cluster_metrics.cpu_usage.labels(bid).set(usage.get("CPU", 0.0))
+                    cluster_metrics.memory_usage.labels(bid).set(usage.get("Memory", 0.0))
+                    cluster_metrics.throughput_mbps.labels(bid).set(report["total_throughput_mbps"])
                     await self.store.put(keys.load_report(self.broker_id), report)
             except (MetadataError, TimeoutError) as exc:
                 log.warning("writing the load report failed: %s", exc)
@@ -435,6 +442,11 @@ class ClusterNode:
         async def apply(what: str, compares: list[Compare], ops: list[Op]) -> None:
             async with slots:
                 if await self.store.txn(compares, ops):
+                    for op in ops:
+                        if isinstance(op, Put) and (b := _assigned_broker(op.key)) is not None:
+                            cluster_metrics.topic_assignments.labels(str(b), "assign").inc()
+                        elif isinstance(op, Delete) and (b := _assigned_broker(op.key)) is not None:
+                            cluster_metrics.topic_assignments.labels(str(b), "unassign").inc()
                     if what.startswith("assign"):
                         self.assignments_made += 1
                         marker = compares[1]
@@ -448,3 +460,11 @@ class ClusterNode:
         for result in results:
             if isinstance(result, BaseException):
                 log.warning("leader %d: assignment write failed: %s", self.broker_id, result)
+
+
+def _assigned_broker(key: str) -> int | None:
+    """The broker of an assignment key `/cluster/brokers/{id}/{ns}/{topic}` (None for other keys)."""
+    if not key.startswith(keys.BROKERS_PREFIX):
+        return None
+    parts = key[len(keys.BROKERS_PREFIX) :].split("/")
+    return int(parts[0]) if len(parts) == 3 and parts[0].isdigit() else None

@@ -1,0 +1,31 @@
+"""Cluster metrics with seed 002's names. Balance gauges are set by the leader only."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+balance_cv = Gauge("danube_cluster_balance_cv", "Coefficient of variation of the active brokers' loads")
+balance_mean = Gauge("danube_cluster_balance_mean_load", "Mean load score of the active brokers")
+balance_max = Gauge("danube_cluster_balance_max_load", "Highest load score among the active brokers")
+balance_min = Gauge("danube_cluster_balance_min_load", "Lowest load score among the active brokers")
+balance_std = Gauge("danube_cluster_balance_std_dev", "Population standard deviation of the load scores")
+active_brokers = Gauge("danube_cluster_active_brokers", "Registered brokers in state active")
+
+rebalancing_checks = Counter("danube_rebalancing_checks_total", "Rebalancing cycles run by the leader")
+rebalancing_moves = Counter("danube_rebalancing_moves_total", "Topic moves started by rebalancing")
+rebalancing_failures = Counter("danube_rebalancing_failures_total", "Rebalancing moves that failed to start")
+rebalancing_cycle = Histogram(
+    "danube_rebalancing_cycle_duration_seconds", "Duration of one rebalancing cycle on the leader"
+)
+
+topic_assignments = Counter(
+    "danube_topic_assignments_total", "Topic assignment changes made by the leader", ("broker_id", "action")
+)
+topics_owned = Gauge("danube_broker_topics_owned", "Topics this broker serves", ("broker_id",))
+cpu_usage = Gauge("danube_broker_cpu_usage", "CPU usage of this broker's host, percent", ("broker_id",))
+memory_usage = Gauge(
+    "danube_broker_memory_usage", "Memory usage of this broker's host, percent", ("broker_id",)
+)
+throughput_mbps = Gauge(
+    "danube_broker_throughput_mbps", "Bytes published to this broker, MB/s", ("broker_id",)
+)
