@@ -430,13 +430,24 @@ async def test_unimplemented_rpcs_say_so(admin: Admin) -> None:
     for call in (
         admin.cluster.ClusterStatus(pb.Empty()),
         admin.security.ListRoles(pb.Empty()),
-        admin.brokers.UnloadBroker(pb.UnloadBrokerRequest(broker_id="1")),
-        admin.brokers.TriggerRebalance(pb.RebalanceRequest()),
     ):
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await call
         assert info.value.code() == Code.UNIMPLEMENTED
         assert "not implemented" in (info.value.details() or "")
+
+
+async def test_drain_and_rebalance_need_cluster_mode(admin: Admin) -> None:
+    for call in (
+        admin.brokers.UnloadBroker(pb.UnloadBrokerRequest(broker_id="1")),
+        admin.brokers.ActivateBroker(pb.ActivateBrokerRequest(broker_id="1")),
+        admin.brokers.GetClusterBalance(pb.ClusterBalanceRequest()),
+        admin.brokers.TriggerRebalance(pb.RebalanceRequest()),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call
+        assert info.value.code() == Code.FAILED_PRECONDITION
+        assert "cluster mode" in (info.value.details() or "")
 
 
 async def test_start_admin_server_and_bind_errors(tmp_path: Path) -> None:

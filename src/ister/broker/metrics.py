@@ -31,7 +31,8 @@ dropped = Counter(
 )
 messages_in = Counter("danube_topic_messages_in_total", "Messages published", ("topic",))
 bytes_in = Counter("danube_topic_bytes_in_total", "Payload bytes published", ("topic",))
-topics_loaded = Gauge("danube_broker_topics_owned", "Topics loaded on this broker")
+# broker_id: the cluster broker id ("0" in standalone mode)
+topics_loaded = Gauge("danube_broker_topics_owned", "Topics loaded on this broker", ("broker_id",))
 
 
 def forget_subscription(topic: str, subscription: str) -> None:

@@ -70,6 +70,7 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self.producers: dict[int, ProducerSession] = {}
         self.consumers: dict[int, ConsumerRef] = {}
+        self._m_topics = metrics.topics_loaded.labels(str(cluster.broker_id if cluster is not None else 0))
         # A lock per topic being loaded (entries live only while someone holds or waits for them, so the
         # map does not grow with every name anyone asks about), and one for creations, which are rare and
         # check names across topics (a partition against its base name).
@@ -117,7 +118,7 @@ class BrokerService:
             except Exception:
                 log.exception("closing topic %s failed", topic.name)
         self.topics.clear()
-        metrics.topics_loaded.set(0)
+        self._m_topics.set(0)
 
     # -- topics --------------------------------------------------------------------------------------------
     async def topic_exists(self, name: TopicName) -> bool:
@@ -200,7 +201,7 @@ class BrokerService:
     async def _load_and_register(self, name: TopicName) -> Topic:
         topic = await self._load_topic(name)
         self.topics[name.full] = topic
-        metrics.topics_loaded.set(len(self.topics))
+        self._m_topics.set(len(self.topics))
         return topic
 
     async def _check_served_here(self, name: TopicName) -> None:
@@ -252,7 +253,7 @@ class BrokerService:
         loaded = self.topics.pop(topic, None)
         if loaded is None:
             return None
-        metrics.topics_loaded.set(len(self.topics))
+        self._m_topics.set(len(self.topics))
         self._forget_clients(loaded)
         return loaded
 

@@ -35,7 +35,9 @@ admin_app = typer.Typer(
 )
 topics_app = typer.Typer(no_args_is_help=True, help="Topics: list, describe, create, delete, unload, ...")
 namespaces_app = typer.Typer(no_args_is_help=True, help="Namespaces: list, create, delete, policies.")
-brokers_app = typer.Typer(no_args_is_help=True, help="Brokers: list, leader.")
+brokers_app = typer.Typer(
+    no_args_is_help=True, help="Brokers: list, leader, drain, activate, balance, rebalance."
+)
 admin_app.add_typer(topics_app, name="topics")
 admin_app.add_typer(namespaces_app, name="namespaces")
 admin_app.add_typer(brokers_app, name="brokers")
@@ -605,3 +607,105 @@ def brokers_leader(admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt
         emit_json({"leader": response.leader})
     else:
         typer.echo(response.leader)
+
+
+@brokers_app.command("drain")
+def brokers_drain(
+    broker_id: Annotated[str, typer.Argument(help="the broker to drain")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="only count its topics")] = False,
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Move every topic off a broker (one at a time, through the unload path); it then gets none."""
+    request = pb.UnloadBrokerRequest(broker_id=broker_id, dry_run=dry_run)
+    response = call(admin_addr, lambda s: s.brokers.UnloadBroker(request, **_timeout()))
+    result = {"started": response.started, "total": response.total, "pending": response.pending}
+    if output == Output.json:
+        emit_json(result)
+    else:
+        verb = "would move" if dry_run else "draining:"
+        typer.echo(f"broker {broker_id} {verb} {response.total} topic(s)")
+
+
+@brokers_app.command("activate")
+def brokers_activate(
+    broker_id: Annotated[str, typer.Argument(help="the broker to make active again")],
+    reason: Annotated[str, typer.Option(help="recorded in its state key")] = "admin_activate",
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+) -> None:
+    """Let a drained (or draining) broker receive topics again."""
+    request = pb.ActivateBrokerRequest(broker_id=broker_id, reason=reason)
+    call(admin_addr, lambda s: s.brokers.ActivateBroker(request, **_timeout()))
+    typer.echo(f"broker {broker_id} is active")
+
+
+@brokers_app.command("balance")
+def brokers_balance(admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table) -> None:
+    """The cluster's balance: CV, mean, min, max and every broker's load."""
+    r = call(admin_addr, lambda s: s.brokers.GetClusterBalance(pb.ClusterBalanceRequest(), **_timeout()))
+    brokers = [
+        {
+            "broker_id": b.broker_id,
+            "load": b.load,
+            "topic_count": b.topic_count,
+            "overloaded": b.is_overloaded,
+            "underloaded": b.is_underloaded,
+        }
+        for b in r.brokers
+    ]
+    summary = {
+        "strategy": r.assignment_strategy,
+        "cv": r.coefficient_of_variation,
+        "mean": r.mean_load,
+        "min": r.min_load,
+        "max": r.max_load,
+        "std_dev": r.std_deviation,
+        "active_brokers": r.broker_count,
+    }
+    if output == Output.json:
+        emit_json({**summary, "brokers": brokers})
+        return
+    typer.echo(
+        f"strategy {r.assignment_strategy}: CV {r.coefficient_of_variation * 100:.1f} %, mean "
+        f"{r.mean_load:.2f}, min {r.min_load:.2f}, max {r.max_load:.2f}, std {r.std_deviation:.2f}"
+    )
+    emit_table(
+        ["BROKER", "LOAD", "TOPICS", "STATE"],
+        [
+            [
+                b["broker_id"],
+                f"{b['load']:.2f}",
+                b["topic_count"],
+                "overloaded" if b["overloaded"] else "underloaded" if b["underloaded"] else "-",
+            ]
+            for b in brokers
+        ],
+    )
+
+
+@brokers_app.command("rebalance")
+def brokers_rebalance(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run/--execute", help="print the plan (default), or start a move")
+    ] = True,
+    max_moves: Annotated[int | None, typer.Option("--max-moves", min=1)] = None,
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """The rebalancing plan (--dry-run), or start its first move now (--execute; pacing applies)."""
+    request = pb.RebalanceRequest(dry_run=dry_run)
+    if max_moves is not None:
+        request.max_moves = max_moves
+    r = call(admin_addr, lambda s: s.brokers.TriggerRebalance(request, **_timeout()))
+    moves = [
+        {"topic": m.topic_name, "from": m.from_broker, "to": m.to_broker, "estimated_load": m.estimated_load}
+        for m in r.proposed_moves
+    ]
+    if output == Output.json:
+        emit_json({"moves_executed": r.moves_executed, "moves": moves, "detail": r.error_message})
+        return
+    typer.echo(r.error_message)
+    emit_table(
+        ["TOPIC", "FROM", "TO", "EST. LOAD"],
+        [[m["topic"], m["from"], m["to"], f"{m['estimated_load']:.2f}"] for m in moves],
+    )

@@ -21,7 +21,7 @@ rebalancing_cycle = Histogram(
 topic_assignments = Counter(
     "danube_topic_assignments_total", "Topic assignment changes made by the leader", ("broker_id", "action")
 )
-topics_owned = Gauge("danube_broker_topics_owned", "Topics this broker serves", ("broker_id",))
+# danube_broker_topics_owned{broker_id} is ister.broker.metrics.topics_loaded (set in standalone mode too)
 cpu_usage = Gauge("danube_broker_cpu_usage", "CPU usage of this broker's host, percent", ("broker_id",))
 memory_usage = Gauge(
     "danube_broker_memory_usage", "Memory usage of this broker's host, percent", ("broker_id",)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ister.cluster import metrics as cluster_metrics
+from ister.cluster.balancer import Balancer
 from ister.cluster.guard import OwnershipGuard
 from ister.cluster.load_report import LoadReporter, TopicStats
 from ister.cluster.membership import LeaseClock, Membership, load_broker_id
@@ -65,6 +66,7 @@ class ClusterNode:
         self.membership = Membership(config, store, self.broker_id, self._lease_lost)
         self.selector = BrokerSelector()
         self.reporter = LoadReporter(self.broker_id)
+        self.balancer = Balancer(self)
         self.guards: dict[str, OwnershipGuard] = {}
         self.assignments_made = 0
         self._host: TopicHost | None = None
@@ -128,7 +130,6 @@ class ClusterNode:
                     report = self.reporter.report(host.load_snapshot())
                     bid = str(self.broker_id)
                     usage = {r["resource"]: r["usage"] for r in report["resources_usage"]}
-                    cluster_metrics.topics_owned.labels(bid).set(len(report["topics"]))
                     cluster_metrics.cpu_usage.labels(bid).set(usage.get("CPU", 0.0))
                     cluster_metrics.memory_usage.labels(bid).set(usage.get("Memory", 0.0))
                     cluster_metrics.throughput_mbps.labels(bid).set(report["total_throughput_mbps"])
@@ -328,7 +329,10 @@ class ClusterNode:
             log.warning("sealing %s for its move failed (%s); releasing it unsealed", topic, exc)
             await self._release(topic, "unsealed move")
         self.guards.pop(topic, None)
-        ready = Marker(reason="unload", from_broker=self.broker_id, ready=True).to_json()
+        pending = Marker.parse(marker_kv.value)
+        ready = Marker(
+            reason="unload", from_broker=self.broker_id, to_broker=pending.to_broker, ready=True
+        ).to_json()
         if await self.store.txn([Compare(marker_kv.key, marker_kv.version)], [Put(marker_kv.key, ready)]):
             log.info("handed off %s", topic)
 
@@ -356,6 +360,7 @@ class ClusterNode:
         if self._leader_since is None:
             self._leader_since = time.monotonic()
         await self._assign(leader)
+        await self.balancer.step(leader)
 
     def snapshot(self) -> tuple[ClusterState, dict[str, KeyValue], dict[str, KeyValue]]:
         entries = self.cache.list(keys.CLUSTER_PREFIX)

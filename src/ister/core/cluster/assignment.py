@@ -78,7 +78,13 @@ class BrokerSelector:
         if marker.reason == "unload":
             if not marker.ready:
                 return None
-            # A moved topic goes anywhere but back where it came from, if another broker exists.
+            # A rebalancing move names its target; otherwise anywhere but back where it came from.
+            if (
+                marker.to_broker is not None
+                and marker.to_broker in active
+                and marker.to_broker != marker.from_broker
+            ):
+                return marker.to_broker
             return next((b for b in ranked_active if b != marker.from_broker), None)
         if marker.reason == "rebalance":
             if marker.to_broker is not None and marker.to_broker in active:
