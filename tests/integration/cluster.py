@@ -49,15 +49,24 @@ class Cluster:
             for i in range(size)
         ]
         self.store: EtcdStore | None = None
+        self.started = 0
 
-    async def start(self) -> None:
+    async def start(self, count: int | None = None) -> None:
+        """Start the first `count` brokers (all by default); `start_more` starts the others later."""
         self.store = await EtcdStore.connect([self.etcd_endpoint], namespace=self.namespace)
-        for b in self.brokers:
+        self.started = count if count is not None else len(self.brokers)
+        for b in self.brokers[: self.started]:
             b.start()
         await self.until(self.all_registered, "all brokers registered")
 
+    async def start_more(self) -> None:
+        for b in self.brokers[self.started :]:
+            b.start()
+        self.started = len(self.brokers)
+        await self.until(self.all_registered, "all brokers registered")
+
     async def all_registered(self) -> bool:
-        return len(await self.live()) == len(self.brokers)
+        return len(await self.live()) == self.started
 
     async def stop(self) -> None:
         for b in self.brokers:
