@@ -423,6 +423,8 @@ def test_config_validation_errors(block: dict[str, Any], message: str) -> None:
 def test_config_validates_on_construction() -> None:
     with pytest.raises(ConfigError, match="cooldown_seconds"):
         RebalanceConfig(cooldown_seconds=-5)
+    with pytest.raises(ConfigError, match="aggressiveness must be one of"):
+        RebalanceConfig(aggressiveness=["balanced"])  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="must be a mapping"):
         RebalanceConfig.from_mapping(["enabled"])  # type: ignore[arg-type]
     assert RebalanceConfig(blacklist_topics=["/a/b"]).blacklist_topics == ("/a/b",)  # type: ignore[arg-type]

@@ -319,7 +319,7 @@ def weighted_load_score(metrics: Sequence[float]) -> float:
     """Seed WeightedLoad for one broker: if its bottleneck (largest normalised metric) is above 70 % it
     weighs 50 % and the others share the rest evenly; otherwise every metric weighs the same (25 % each)."""
     bottleneck = max(metrics)
-    if bottleneck > BOTTLENECK:
+    if bottleneck > BOTTLENECK and len(metrics) > 1:
         return 0.5 * bottleneck + 0.5 * (sum(metrics) - bottleneck) / (len(metrics) - 1)
     return sum(metrics) / len(metrics)
 

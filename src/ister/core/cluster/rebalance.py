@@ -116,7 +116,7 @@ class RebalanceConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
             raise ConfigError(f"{_PREFIX}.enabled must be true or false, got {self.enabled!r}")
-        if self.aggressiveness not in LEVELS:
+        if not isinstance(self.aggressiveness, str) or self.aggressiveness not in LEVELS:
             raise ConfigError(
                 f"{_PREFIX}.aggressiveness must be one of {', '.join(LEVELS)}, got {self.aggressiveness!r}"
             )
