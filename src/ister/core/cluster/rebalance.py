@@ -1,8 +1,9 @@
 """Automated rebalancing (seed 002): the `load_manager.rebalancing` settings and the planner that picks at
 most one topic move per check. Pure and deterministic: load reports, topic ages, the move history and the
 current time are passed in; the caller persists the history and executes a move through the unload path
-(`Move.marker()` is the `/cluster/unassigned/...` value, which `BrokerSelector.choose` honours), never by
-deleting the topic.
+(an unload marker naming `to_broker`, so the owner seals before the target loads; `Move.marker()` gives the
+plain `rebalance` marker, which `BrokerSelector.choose` also honours), never by deleting the topic. The
+caller passes as `owners` only topics that are not already moving.
 
 Rules, in order (seed, with Danube's faults fixed):
 
