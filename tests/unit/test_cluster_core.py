@@ -789,3 +789,15 @@ async def test_guard_retries_a_failed_extension_once_the_store_is_back() -> None
             await publish(guard, wal, 1)
         await let_tasks_run()
     assert wal.next_offset > 1000
+
+
+def test_plan_assignments_with_strategy_scores_prefers_the_lightest_then_spreads() -> None:
+    state = ClusterState(
+        live={1, 2, 3},
+        assignments={},
+        unassigned={f"/default/s{i}": Marker() for i in range(6)},
+    )
+    # Broker 3 is far heavier (e.g. Balanced: CPU-bound); 1 and 2 are equal.
+    plan = plan_assignments(state, BrokerSelector(), scores={1: 10.0, 2: 10.0, 3: 40.0}, step=1.0)
+    picks = Counter(a.broker for a in plan)
+    assert picks[3] == 0 and picks[1] == picks[2] == 3

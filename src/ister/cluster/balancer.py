@@ -152,7 +152,7 @@ class Balancer:
 
     async def prune_history(self, leader: KeyValue, now: float) -> None:
         for kv, move in self.history():
-            if now - move.timestamp > max(HISTORY_KEEP_SECONDS, self.config.cooldown_seconds):
+            if now - move.timestamp > max(HISTORY_KEEP_SECONDS, self.config.recent_move_window):
                 await self.node.store.txn([Compare(keys.LEADER, leader.version)], [Delete(kv.key)])
 
     # -- drain -------------------------------------------------------------------------------------------

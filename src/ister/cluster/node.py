@@ -29,6 +29,7 @@ from ister.cluster.load_report import LoadReporter, TopicStats
 from ister.cluster.membership import LeaseClock, Membership, load_broker_id
 from ister.config import BrokerConfig
 from ister.core.cluster.assignment import BrokerSelector, Marker
+from ister.core.cluster.load import rank
 from ister.core.cluster.ownership import OwnerRecord, assign
 from ister.core.cluster.planner import ClusterState, orphans, plan_assignments
 from ister.errors import FailedPrecondition, IsterError, MetadataError, Unavailable
@@ -390,6 +391,20 @@ class ClusterNode:
         )
         return state, assignment_kvs, unassigned_kvs
 
+    def _strategy_scores(self, state: ClusterState) -> dict[int, float] | None:
+        """Balanced / WeightedLoad: the brokers' scores from their latest load reports, plus one unit per
+        topic assigned since a report was written (so a burst spreads before fresh reports arrive).
+        None for Fair, which counts assignments directly."""
+        if self.balancer.strategy == "fair":
+            return None
+        reports = self.balancer.reports()
+        scores = {b: float(v) for b, v in rank(self.balancer.strategy, reports)}
+        for topic, broker in state.assignments.items():
+            report = reports.get(broker)
+            if broker in scores and (report is None or report.topic(topic) is None):
+                scores[broker] += 1.0
+        return scores
+
     async def _assign(self, leader: KeyValue) -> None:
         state, assignment_kvs, unassigned_kvs = self.snapshot()
         guard = Compare(keys.LEADER, leader.version)
@@ -416,7 +431,7 @@ class ClusterNode:
         }
         for t in [t for t, kv in unassigned_kvs.items() if self._consumed.get(kv.key) == kv.version]:
             del state.unassigned[t]
-        for step in plan_assignments(state, self.selector):
+        for step in plan_assignments(state, self.selector, scores=self._strategy_scores(state)):
             topic = step.topic
             marker_kv = unassigned_kvs[topic]
             owner_kv = self.cache.get(keys.owner(topic))

@@ -4,6 +4,7 @@ get owners. Pure, so the same code runs in the broker and in the seeded membersh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -51,12 +52,24 @@ def orphans(state: ClusterState) -> list[Orphan]:
     return [Orphan(t, b) for t, b in sorted(state.assignments.items()) if b not in state.live]
 
 
-def plan_assignments(state: ClusterState, selector: BrokerSelector, limit: int | None = None) -> list[Assign]:
+def plan_assignments(
+    state: ClusterState,
+    selector: BrokerSelector,
+    limit: int | None = None,
+    scores: Mapping[int, float] | None = None,
+    step: float = 1.0,
+) -> list[Assign]:
     """Owners for the unassigned topics (in name order), counting each pick at once so a batch spreads.
 
+    `scores`: the configured strategy's score per live broker (lower is better); None means Fair (topic
+    counts). Each pick adds `step` (the score of one topic without load yet) to the chosen broker.
     A topic that still has a live owner is skipped: the other half of its move has not happened yet.
     """
-    counts = state.topic_counts()
+    current: dict[int, float] = (
+        {b: float(c) for b, c in state.topic_counts().items()}
+        if scores is None
+        else {b: float(scores.get(b, 0.0)) for b in state.live}
+    )
     active = state.active()
     plan: list[Assign] = []
     for topic, marker in sorted(state.unassigned.items()):
@@ -64,9 +77,10 @@ def plan_assignments(state: ClusterState, selector: BrokerSelector, limit: int |
             break
         if state.assignments.get(topic) in state.live:
             continue
-        broker = selector.choose(fair_rankings(counts), active, marker)
+        rankings = fair_rankings({b: math.floor(v) for b, v in current.items()})
+        broker = selector.choose(rankings, active, marker)
         if broker is None:
             continue
-        counts[broker] = counts.get(broker, 0) + 1
+        current[broker] = current.get(broker, 0.0) + step
         plan.append(Assign(topic, broker, marker))
     return plan
