@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 SWEEP_SECONDS = 1.0  # re-check even without a change (lease clocks, retries after failed writes)
 LOAD_CONCURRENCY = 8
+RECENT_ASSIGNMENT_SECONDS = 30.0  # a leader's own assignments count until its cache shows them
 ASSIGN_CONCURRENCY = 32
 
 
@@ -78,6 +79,7 @@ class ClusterNode:
         # Markers (key -> version) this leader already consumed, until its cache shows them gone: a pass
         # that runs before the cache caught up must not plan them again (the write would only fail).
         self._consumed: dict[str, int] = {}
+        self._recent: dict[str, tuple[int, float]] = {}  # topic -> (broker, when) assigned, not yet cached
 
     @property
     def clock(self) -> LeaseClock:
@@ -424,6 +426,14 @@ class ClusterNode:
                     compares.append(Compare(marker, None))
                     ops.append(Put(marker, {"reason": "failover", "from_broker": orphan.dead_broker}))
                 writes.append((f"failover {orphan.topic} from {orphan.dead_broker}", compares, ops))
+        # Assignments this leader made that its cache does not show yet count for the next choices too;
+        # otherwise a lagging cache makes the same "lightest" broker win pass after pass.
+        now = time.monotonic()
+        for topic, (broker, at) in list(self._recent.items()):
+            if topic in state.assignments or now - at > RECENT_ASSIGNMENT_SECONDS:
+                del self._recent[topic]
+            else:
+                state.assignments[topic] = broker
         self._consumed = {
             k: v
             for k, v in self._consumed.items()
@@ -472,6 +482,11 @@ class ClusterNode:
                         marker = compares[1]
                         if marker.version is not None:
                             self._consumed[marker.key] = marker.version
+                        put = ops[0]
+                        if isinstance(put, Put) and (b := _assigned_broker(put.key)) is not None:
+                            topic = keys.unassigned_topic_from_key(marker.key)
+                            if topic is not None:
+                                self._recent[topic] = (b, time.monotonic())
                     log.info("leader %d: %s", self.broker_id, what)
                 else:
                     log.debug("leader %d: %s lost a race; will re-plan", self.broker_id, what)
