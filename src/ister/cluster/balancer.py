@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HISTORY_KEEP_SECONDS = 2 * 3600  # older history entries no longer affect any limit
+HISTORY_KEEP_SECONDS = 2 * 3600
+STEP_SECONDS = 1.0  # older history entries no longer affect any limit
 
 
 class Balancer:
@@ -38,6 +39,7 @@ class Balancer:
         self.planner = RebalancePlanner(self.config, self.strategy)
         self.first_seen: dict[str, float] = {}  # topic -> when this leader first saw it assigned
         self.last_check = 0.0
+        self.last_step = 0.0
 
     # -- views ------------------------------------------------------------------------------------------
     def reports(self) -> dict[int, LoadReport]:
@@ -100,7 +102,14 @@ class Balancer:
 
     # -- one leader step ---------------------------------------------------------------------------------
     async def step(self, leader: KeyValue) -> None:
-        """Called by the node's leader loop: balance gauges, drains, and a rebalancing check when due."""
+        """Called by the node's leader loop: balance gauges, drains, and a rebalancing check when due.
+
+        At most once per STEP_SECONDS: the leader loop runs on every metadata change, and a burst of
+        assignments must not pay for three cluster snapshots per change.
+        """
+        if time.monotonic() - self.last_step < STEP_SECONDS:
+            return
+        self.last_step = time.monotonic()
         self.publish_balance()
         await self.drain_step(leader)
         now = time.time()

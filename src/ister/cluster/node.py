@@ -379,9 +379,9 @@ class ClusterNode:
                     if isinstance(kv.value, dict) and isinstance(kv.value.get("mode"), str):
                         modes[int(rest[0])] = kv.value["mode"]
                     continue
-                found = keys.assignments([kv.key])
-                for topic, broker in found.items():
-                    assignments[topic] = broker
+                if len(rest) == 3 and rest[0].isdigit() and rest[1] and rest[2]:
+                    topic = f"/{rest[1]}/{rest[2]}"
+                    assignments[topic] = int(rest[0])
                     assignment_kvs[topic] = kv
             elif (waiting := keys.unassigned_topic_from_key(kv.key)) is not None:
                 unassigned_kvs[waiting] = kv
