@@ -289,6 +289,9 @@ class ClusterNode:
             elif record is not None and record.epoch > guard.epoch:
                 await self._release(topic, f"reassigned at epoch {record.epoch}")
         for kv in self.cache.list(keys.UNASSIGNED_PREFIX):
+            value = kv.value  # cheap test first: most markers are new topics (null)
+            if not (isinstance(value, dict) and value.get("from_broker") == self.broker_id):
+                continue
             waiting = keys.unassigned_topic_from_key(kv.key)
             if waiting is not None and waiting not in mine and self._unload_marker(waiting) is not None:
                 await self._hand_off(waiting, kv)
