@@ -79,6 +79,10 @@ class ClusterNode:
         # Markers (key -> version) this leader already consumed, until its cache shows them gone: a pass
         # that runs before the cache caught up must not plan them again (the write would only fail).
         self._consumed: dict[str, int] = {}
+        self._mine: set[str] = set()  # topics assigned to this broker, as of `_mine_version`
+        self._mine_version = -1
+        self._markers_version = -1
+        self._markers_scanned = 0.0
         self._recent: dict[str, tuple[int, float]] = {}  # topic -> (broker, when) assigned, not yet cached
 
     @property
@@ -276,25 +280,44 @@ class ClusterNode:
         host = self._host
         assert host is not None
         prefix = keys.broker_topics_prefix(self.broker_id)
-        mine = {
-            t for kv in self.cache.list(prefix) if (t := keys.broker_topic_from_key(kv.key, self.broker_id))
-        }
+        version = self.cache.changes(prefix)
+        if version != self._mine_version:  # re-list only when an assignment of this broker changed
+            self._mine = {
+                t
+                for kv in self.cache.list(prefix)
+                if (t := keys.broker_topic_from_key(kv.key, self.broker_id))
+            }
+            self._mine_version = version
+        mine = self._mine
         for topic, guard in list(self.guards.items()):
             kv = self.cache.get(keys.owner(topic))
             record = OwnerRecord.parse(kv.value) if kv is not None else None
             if topic not in mine:
-                if self._unload_marker(topic) is not None:
-                    continue  # handed off below
-                await self._release(topic, "assignment removed")
+                marker_kv = self.cache.get(keys.unassigned(topic))
+                if marker_kv is not None and self._unload_marker(topic) is not None:
+                    await self._hand_off(topic, marker_kv)  # a move: seal, then let the leader reassign
+                else:
+                    await self._release(topic, "assignment removed")
             elif record is not None and record.epoch > guard.epoch:
                 await self._release(topic, f"reassigned at epoch {record.epoch}")
-        for kv in self.cache.list(keys.UNASSIGNED_PREFIX):
+        # Markers for topics not loaded here (rare): scanned at most once a second, not on every change.
+        now = time.monotonic()
+        markers = self.cache.changes(keys.UNASSIGNED_PREFIX)
+        scan = markers != self._markers_version and now - self._markers_scanned >= 1.0
+        for kv in self.cache.list(keys.UNASSIGNED_PREFIX) if scan else ():
             value = kv.value  # cheap test first: most markers are new topics (null)
             if not (isinstance(value, dict) and value.get("from_broker") == self.broker_id):
                 continue
             waiting = keys.unassigned_topic_from_key(kv.key)
-            if waiting is not None and waiting not in mine and self._unload_marker(waiting) is not None:
-                await self._hand_off(waiting, kv)
+            if (
+                waiting is not None
+                and waiting not in mine
+                and waiting not in self.guards
+                and self._unload_marker(waiting) is not None
+            ):
+                await self._hand_off(waiting, kv)  # not loaded here: nothing to seal, just say ready
+        if scan:
+            self._markers_version, self._markers_scanned = markers, now
         if not self.clock.valid():
             return  # do not claim anything while the lease may be gone
         loaded = set(host.loaded_topics())
