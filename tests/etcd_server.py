@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -14,8 +13,9 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
+from tests.server_process import ServerProcess
+
 START_SECONDS = 20.0  # etcd answers in about 1 s here; this bound only stops a broken start hanging the run
-STOP_SECONDS = 10.0
 PORT_ATTEMPTS = 3  # a freshly picked port can be taken by someone else before etcd binds it
 
 
@@ -32,7 +32,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class EtcdServer:
+class EtcdServer(ServerProcess):
     """`start()` launches etcd and waits until it serves requests; `restart()` keeps ports and data."""
 
     def __init__(self, data_dir: Path, name: str = "ister-test") -> None:
@@ -125,40 +125,3 @@ class EtcdServer:
                 last = str(exc)
             time.sleep(0.05)  # poll interval, not a wait for readiness
         raise RuntimeError(f"etcd not healthy within {START_SECONDS} s: {last} ({self._tail()})")
-
-    def _tail(self) -> str:
-        try:
-            return "log tail: " + " | ".join(self.log_path.read_text(errors="replace").splitlines()[-5:])
-        except OSError:
-            return f"log {self.log_path}"
-
-    def stop(self) -> None:
-        """SIGTERM and wait (SIGKILL if it does not exit in time)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(STOP_SECONDS)
-        self._reap()
-
-    def kill(self) -> None:
-        """SIGKILL and wait: a crash."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(STOP_SECONDS)
-        self._reap()
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def _reap(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(STOP_SECONDS)
-        self.proc = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None

@@ -12,7 +12,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,8 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from tests.server_process import ServerProcess
+
 START_SECONDS = 30.0  # mini answers S3 in about 1-2 s here; this only stops a broken start hanging the run
-STOP_SECONDS = 10.0  # mini exits in about 3.5 s after SIGTERM; then SIGKILL
 PORT_ATTEMPTS = 3
 GRPC_OFFSET = 10_000  # SeaweedFS's convention: gRPC port = HTTP port + 10000
 ACCESS_KEY = "ister-test-access"
@@ -66,7 +66,7 @@ def pick_ports(count: int) -> list[int]:
     return chosen
 
 
-class SeaweedServer:
+class SeaweedServer(ServerProcess):
     """`start()` launches `weed mini` and waits until a real signed S3 request succeeds."""
 
     def __init__(self, directory: Path, bucket: str = "ister-test") -> None:
@@ -209,47 +209,12 @@ class SeaweedServer:
         except (OSError, urllib.error.URLError):
             return False
 
+    def _cleanup(self) -> None:
+        self._remove_grpc_sockets()
+
     def _remove_grpc_sockets(self) -> None:
         for path in _grpc_socket_paths(self.ports):
             path.unlink(missing_ok=True)
-
-    def _tail(self) -> str:
-        try:
-            return "log tail: " + " | ".join(self.log_path.read_text(errors="replace").splitlines()[-5:])
-        except OSError:
-            return f"log {self.log_path}"
-
-    def stop(self) -> None:
-        """SIGTERM and wait (SIGKILL if it does not exit in time)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(STOP_SECONDS)
-        self._reap()
-
-    def kill(self) -> None:
-        """SIGKILL and wait: a crash."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(STOP_SECONDS)
-        self._reap()
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def _reap(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(STOP_SECONDS)
-        self.proc = None
-        self._remove_grpc_sockets()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
 
 def _grpc_socket_paths(ports: dict[str, int]) -> list[Path]:
