@@ -986,6 +986,47 @@ async def test_cache_sees_lease_expiry(backend: Backend) -> None:
         await cache.close()
 
 
+async def test_cache_feed_reports_changed_keys(store: MetadataStore) -> None:
+    await store.put("/cf/a/1", 1)
+    cache = LocalCache(store, ["/cf/"])
+    feed = cache.feed("/cf/a/")
+    other = cache.feed("/cf/b/")
+    await cache.start()
+    try:
+        assert feed.drain() == (True, {"/cf/a/1"})  # first drain: rebuild from the listing
+        assert feed.drain() == (False, set())
+        await store.put("/cf/a/2", 2)
+        await store.put("/cf/a/2", 3)
+        await store.put("/cf/b/9", 9)
+        await store.delete("/cf/a/1")
+        assert await cache.wait_for(lambda: cache.get("/cf/a/1") is None, WAIT)
+        assert feed.drain() == (False, {"/cf/a/1", "/cf/a/2"})  # deletions included, each key once
+        assert other.drain() == (True, {"/cf/b/9"})
+        with pytest.raises(InvalidArgument):
+            cache.feed("/elsewhere/")
+    finally:
+        await cache.close()
+
+
+async def test_cache_feed_resets_after_a_lagged_watch() -> None:
+    # The embedded store queues events without yielding, so 50 puts overflow a queue of 2 for certain
+    # (over etcd, whether the watch lags depends on timing).
+    store = EmbeddedStore.in_memory()
+    cache = LocalCache(store, ["/cfl/"], max_queue=2)
+    feed = cache.feed("/cfl/")
+    await cache.start()
+    try:
+        feed.drain()
+        for i in range(50):
+            await store.put(f"/cfl/{i:02d}", i)
+        assert await cache.wait_for(lambda: len(cache.list("/cfl/")) == 50, WAIT)
+        reset, _ = feed.drain()
+        assert reset  # the watch lagged and the prefix was listed again: consumers must rebuild
+    finally:
+        await cache.close()
+        await store.close()
+
+
 def test_cache_rejects_overlapping_prefixes() -> None:
     store = EmbeddedStore.in_memory()
     with pytest.raises(InvalidArgument):

@@ -227,6 +227,9 @@ class BrokerService:
     def loaded_topics(self) -> list[str]:
         return list(self.topics)
 
+    def is_loaded(self, topic: str) -> bool:
+        return topic in self.topics
+
     def load_snapshot(self) -> list[tuple[str, Topic, int]]:
         """(name, topic, backlog) of every loaded topic, for the cluster load report."""
         out = []

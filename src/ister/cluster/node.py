@@ -19,6 +19,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -27,6 +28,7 @@ from ister.cluster.balancer import Balancer
 from ister.cluster.guard import OwnershipGuard
 from ister.cluster.load_report import LoadReporter, TopicStats
 from ister.cluster.membership import LeaseClock, Membership, load_broker_id
+from ister.cluster.view import ClusterView
 from ister.config import BrokerConfig
 from ister.core.cluster.assignment import BrokerSelector, Marker
 from ister.core.cluster.load import rank
@@ -35,7 +37,7 @@ from ister.core.cluster.planner import ClusterState, orphans, plan_assignments
 from ister.errors import FailedPrecondition, IsterError, MetadataError, Unavailable
 from ister.metadata import keys
 from ister.metadata.cache import LocalCache
-from ister.metadata.store import Compare, Delete, KeyValue, MetadataStore, Op, Put
+from ister.metadata.store import MAX_TXN_OPS, Compare, Delete, KeyValue, MetadataStore, Op, Put
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,7 @@ ASSIGN_CONCURRENCY = 32
 class TopicHost(Protocol):
     """What the node needs from the broker service."""
 
-    def loaded_topics(self) -> Iterable[str]: ...
+    def is_loaded(self, topic: str) -> bool: ...
 
     def load_snapshot(self) -> Iterable[tuple[str, TopicStats, int]]: ...
 
@@ -65,6 +67,7 @@ class ClusterNode:
         self.store = store
         self.broker_id = load_broker_id(data_dir)
         self.cache = LocalCache(store, [keys.CLUSTER_PREFIX, keys.OWNERS_PREFIX])
+        self.view = ClusterView(self.cache)
         self.membership = Membership(config, store, self.broker_id, self._lease_lost)
         self.selector = BrokerSelector()
         self.reporter = LoadReporter(self.broker_id)
@@ -79,8 +82,10 @@ class ClusterNode:
         # Markers (key -> version) this leader already consumed, until its cache shows them gone: a pass
         # that runs before the cache caught up must not plan them again (the write would only fail).
         self._consumed: dict[str, int] = {}
-        self._mine: set[str] = set()  # topics assigned to this broker, as of `_mine_version`
-        self._mine_version = -1
+        self._mine: set[str] = set()  # topics assigned to this broker
+        self._mine_feed = self.cache.feed(keys.broker_topics_prefix(self.broker_id))
+        self._owners_feed = self.cache.feed(keys.OWNERS_PREFIX)
+        self._swept = 0.0
         self._markers_version = -1
         self._markers_scanned = 0.0
         self._recent: dict[str, tuple[int, float]] = {}  # topic -> (broker, when) assigned, not yet cached
@@ -277,19 +282,43 @@ class ClusterNode:
 
     # -- watcher: load what is assigned here, drop what was taken away --------------------------------------
     async def _watch_once(self) -> None:
+        """Per change, look only at what changed: this broker's assignments and the owner records of its
+        topics. Everything is re-checked once per SWEEP_SECONDS too (retries after failed hand-offs)."""
         host = self._host
         assert host is not None
-        prefix = keys.broker_topics_prefix(self.broker_id)
-        version = self.cache.changes(prefix)
-        if version != self._mine_version:  # re-list only when an assignment of this broker changed
+        reset, changed = self._mine_feed.drain()
+        added: set[str] = set()
+        suspects: set[str] = set()  # loaded topics whose assignment or owner record changed
+        if reset:
+            prefix = keys.broker_topics_prefix(self.broker_id)
             self._mine = {
                 t
                 for kv in self.cache.list(prefix)
                 if (t := keys.broker_topic_from_key(kv.key, self.broker_id))
             }
-            self._mine_version = version
+        for key in changed:
+            topic = keys.broker_topic_from_key(key, self.broker_id)
+            if topic is None:
+                continue
+            if self.cache.get(key) is None:
+                self._mine.discard(topic)
+                suspects.add(topic)
+            else:
+                self._mine.add(topic)
+                added.add(topic)
+        owners_reset, owners_changed = self._owners_feed.drain()
+        for key in owners_changed:
+            if (topic := keys.owner_topic_from_key(key)) is not None and topic in self.guards:
+                suspects.add(topic)
+        now = time.monotonic()
+        sweep = reset or owners_reset or now - self._swept >= SWEEP_SECONDS
+        if sweep:
+            self._swept = now
         mine = self._mine
-        for topic, guard in list(self.guards.items()):
+        for topic in list(self.guards) if sweep else sorted(suspects & self.guards.keys()):
+            guard = self.guards.get(topic)
+            if guard is None:
+                continue
             kv = self.cache.get(keys.owner(topic))
             record = OwnerRecord.parse(kv.value) if kv is not None else None
             if topic not in mine:
@@ -301,7 +330,6 @@ class ClusterNode:
             elif record is not None and record.epoch > guard.epoch:
                 await self._release(topic, f"reassigned at epoch {record.epoch}")
         # Markers for topics not loaded here (rare): scanned at most once a second, not on every change.
-        now = time.monotonic()
         markers = self.cache.changes(keys.UNASSIGNED_PREFIX)
         scan = markers != self._markers_version and now - self._markers_scanned >= 1.0
         for kv in self.cache.list(keys.UNASSIGNED_PREFIX) if scan else ():
@@ -320,9 +348,9 @@ class ClusterNode:
             self._markers_version, self._markers_scanned = markers, now
         if not self.clock.valid():
             return  # do not claim anything while the lease may be gone
-        loaded = set(host.loaded_topics())
-        for topic in sorted(mine - loaded - set(self._loading)):
-            self._loading[topic] = asyncio.get_running_loop().create_task(self._load(topic))
+        for topic in sorted(mine if sweep else added & mine):
+            if topic not in self._loading and not host.is_loaded(topic):
+                self._loading[topic] = asyncio.get_running_loop().create_task(self._load(topic))
 
     async def _load(self, topic: str) -> None:
         host = self._host
@@ -392,32 +420,9 @@ class ClusterNode:
         await self.balancer.step(leader)
 
     def snapshot(self) -> tuple[ClusterState, dict[str, KeyValue], dict[str, KeyValue]]:
-        entries = self.cache.list(keys.CLUSTER_PREFIX)
-        live = set(keys.broker_ids(kv.key for kv in entries if kv.key.startswith(keys.REGISTER_PREFIX)))
-        assignment_kvs: dict[str, KeyValue] = {}
-        assignments: dict[str, int] = {}
-        modes: dict[int, str] = {}
-        unassigned_kvs: dict[str, KeyValue] = {}
-        for kv in entries:
-            if kv.key.startswith(keys.BROKERS_PREFIX):
-                rest = kv.key[len(keys.BROKERS_PREFIX) :].split("/")
-                if len(rest) == 2 and rest[1] == keys.BROKER_STATE and rest[0].isdigit():
-                    if isinstance(kv.value, dict) and isinstance(kv.value.get("mode"), str):
-                        modes[int(rest[0])] = kv.value["mode"]
-                    continue
-                if len(rest) == 3 and rest[0].isdigit() and rest[1] and rest[2]:
-                    topic = f"/{rest[1]}/{rest[2]}"
-                    assignments[topic] = int(rest[0])
-                    assignment_kvs[topic] = kv
-            elif (waiting := keys.unassigned_topic_from_key(kv.key)) is not None:
-                unassigned_kvs[waiting] = kv
-        state = ClusterState(
-            live=live,
-            assignments=assignments,
-            unassigned={t: Marker.parse(kv.value) for t, kv in unassigned_kvs.items()},
-            modes=modes,
-        )
-        return state, assignment_kvs, unassigned_kvs
+        """The cluster as the cache shows it: state (a copy to plan on), assignment and marker entries."""
+        state = self.view.state()
+        return state, dict(self.view.assignment_kvs), dict(self.view.unassigned_kvs)
 
     def _strategy_scores(self, state: ClusterState) -> dict[int, float] | None:
         """Balanced / WeightedLoad: the brokers' scores from their latest load reports, plus one unit per
@@ -436,22 +441,21 @@ class ClusterNode:
     async def _assign(self, leader: KeyValue) -> None:
         state, assignment_kvs, unassigned_kvs = self.snapshot()
         guard = Compare(keys.LEADER, leader.version)
-        writes: list[tuple[str, list[Compare], list[Op]]] = []
+        writes: list[_Write] = []
         # Brokers that restart together need a moment to re-register before their topics are taken away.
         settled = time.monotonic() - (self._leader_since or 0.0) >= self.membership.ttl
-        if settled:
-            queued = {u.key for u in unassigned_kvs.values()}
+        if settled and self.view.has_orphans():
             for orphan in orphans(state):
                 kv = assignment_kvs[orphan.topic]
                 # The broker must still be unregistered: it may have come back and reloaded the topic.
                 dead = Compare(keys.broker_register(orphan.dead_broker), None)
-                compares = [guard, Compare(kv.key, kv.version), dead]
+                compares = [Compare(kv.key, kv.version), dead]
                 ops: list[Op] = [Delete(kv.key)]
                 marker = keys.unassigned(orphan.topic)
-                if marker not in queued:
+                if orphan.topic not in unassigned_kvs:
                     compares.append(Compare(marker, None))
                     ops.append(Put(marker, {"reason": "failover", "from_broker": orphan.dead_broker}))
-                writes.append((f"failover {orphan.topic} from {orphan.dead_broker}", compares, ops))
+                writes.append(_Write(f"failover {orphan.topic} from {orphan.dead_broker}", compares, ops))
         # Assignments this leader made that its cache does not show yet count for the next choices too;
         # otherwise a lagging cache makes the same "lightest" broker win pass after pass.
         now = time.monotonic()
@@ -476,7 +480,6 @@ class ClusterNode:
             if target is None:
                 continue
             compares = [
-                guard,
                 Compare(marker_kv.key, marker_kv.version),
                 Compare(keys.owner(topic), owner_kv.version if owner_kv is not None else None),
                 Compare(target.key, target.version),  # the new owner is still registered as seen
@@ -490,37 +493,78 @@ class ClusterNode:
             if old is not None and old.key != keys.broker_topic(step.broker, topic):
                 compares.append(Compare(old.key, old.version))
                 ops.append(Delete(old.key))
-            writes.append((f"assign {topic} to {step.broker}", compares, ops))
-        if not writes:
-            return
+            write = _Write(f"assign {topic} to {step.broker}", compares, ops)
+            write.assigned = (topic, step.broker, marker_kv)
+            writes.append(write)
+        if writes:
+            await self._apply_writes(guard, writes)
+
+    async def _apply_writes(self, guard: Compare, writes: list[_Write]) -> None:
+        """Apply the pass's writes, several per transaction (each guarded by the leader key); a batch that
+        fails is retried write by write, so one lost race does not hold back the others."""
         slots = asyncio.Semaphore(ASSIGN_CONCURRENCY)
 
-        async def apply(what: str, compares: list[Compare], ops: list[Op]) -> None:
-            async with slots:
-                if await self.store.txn(compares, ops):
-                    for op in ops:
-                        if isinstance(op, Put) and (b := _assigned_broker(op.key)) is not None:
-                            cluster_metrics.topic_assignments.labels(str(b), "assign").inc()
-                        elif isinstance(op, Delete) and (b := _assigned_broker(op.key)) is not None:
-                            cluster_metrics.topic_assignments.labels(str(b), "unassign").inc()
-                    if what.startswith("assign"):
-                        self.assignments_made += 1
-                        marker = compares[1]
-                        if marker.version is not None:
-                            self._consumed[marker.key] = marker.version
-                        put = ops[0]
-                        if isinstance(put, Put) and (b := _assigned_broker(put.key)) is not None:
-                            topic = keys.unassigned_topic_from_key(marker.key)
-                            if topic is not None:
-                                self._recent[topic] = (b, time.monotonic())
-                    log.info("leader %d: %s", self.broker_id, what)
-                else:
-                    log.debug("leader %d: %s lost a race; will re-plan", self.broker_id, what)
+        async def commit(batch: list[_Write]) -> None:
+            compares = [guard, *(c for w in batch for c in w.compares)]
+            ops = [op for w in batch for op in w.ops]
+            try:
+                async with slots:
+                    ok = await self.store.txn(compares, ops)
+            except IsterError:
+                if len(batch) == 1:
+                    raise
+                ok = False  # retried one by one below, where the failing write shows itself
+            if ok:
+                for w in batch:
+                    self._applied(w)
+            elif len(batch) > 1:
+                await asyncio.gather(*(commit([w]) for w in batch))
+            else:
+                log.debug("leader %d: %s lost a race; will re-plan", self.broker_id, batch[0].what)
 
-        results = await asyncio.gather(*(apply(*w) for w in writes), return_exceptions=True)
+        # A batch stays within the transaction limits and never touches one key twice (etcd refuses that).
+        batches: list[list[_Write]] = [[]]
+        n_compares, n_ops, touched = 1, 0, set[str]()
+        for w in writes:
+            written = {op.key for op in w.ops}
+            if batches[-1] and (
+                n_compares + len(w.compares) > MAX_TXN_OPS
+                or n_ops + len(w.ops) > MAX_TXN_OPS
+                or not touched.isdisjoint(written)
+            ):
+                batches.append([])
+                n_compares, n_ops, touched = 1, 0, set()
+            batches[-1].append(w)
+            n_compares += len(w.compares)
+            n_ops += len(w.ops)
+            touched |= written
+        results = await asyncio.gather(*(commit(b) for b in batches), return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 log.warning("leader %d: assignment write failed: %s", self.broker_id, result)
+
+    def _applied(self, write: _Write) -> None:
+        for op in write.ops:
+            if isinstance(op, Put) and (b := _assigned_broker(op.key)) is not None:
+                cluster_metrics.topic_assignments.labels(str(b), "assign").inc()
+            elif isinstance(op, Delete) and (b := _assigned_broker(op.key)) is not None:
+                cluster_metrics.topic_assignments.labels(str(b), "unassign").inc()
+        if write.assigned is not None:
+            topic, broker, marker_kv = write.assigned
+            self.assignments_made += 1
+            self._consumed[marker_kv.key] = marker_kv.version
+            self._recent[topic] = (broker, time.monotonic())
+        log.info("leader %d: %s", self.broker_id, write.what)
+
+
+@dataclass(slots=True)
+class _Write:
+    """One decision of the leader's pass: its compares and ops (without the leader guard)."""
+
+    what: str
+    compares: list[Compare]
+    ops: list[Op]
+    assigned: tuple[str, int, KeyValue] | None = None  # (topic, broker, marker) for an assignment
 
 
 def _assigned_broker(key: str) -> int | None:

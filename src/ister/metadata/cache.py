@@ -25,6 +25,22 @@ RETRY_MIN_SECONDS = 0.1
 RETRY_MAX_SECONDS = 5.0
 
 
+class ChangeFeed:
+    """The keys under one prefix that changed since the last `drain()`, so a consumer can update its own
+    derived state per change instead of re-scanning the prefix. `reset` is True at first and after a
+    re-list (a lagged or failed watch): the consumer should then rebuild from `LocalCache.list`."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.keys: set[str] = set()
+        self.reset = True
+
+    def drain(self) -> tuple[bool, set[str]]:
+        reset, changed = self.reset, self.keys
+        self.reset, self.keys = False, set()
+        return reset, changed
+
+
 class LocalCache:
     def __init__(
         self, store: MetadataStore, prefixes: Iterable[str], *, max_queue: int = DEFAULT_WATCH_QUEUE
@@ -43,6 +59,7 @@ class LocalCache:
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._counters: dict[str, int] = {}  # prefix -> number of changes under it (see `changes`)
+        self._feeds: list[ChangeFeed] = []
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -93,6 +110,15 @@ class LocalCache:
         way to skip work when nothing relevant moved."""
         return self._counters.setdefault(prefix, 0)
 
+    def feed(self, prefix: str) -> ChangeFeed:
+        """A new feed of the keys changed under `prefix` (which must lie within a cached prefix)."""
+        check_key(prefix, "prefix")
+        if not any(prefix.startswith(p) for p in self._prefixes):
+            raise InvalidArgument(f"prefix {prefix!r} is not cached")
+        feed = ChangeFeed(prefix)
+        self._feeds.append(feed)
+        return feed
+
     def change_event(self) -> asyncio.Event:
         """An event set at the next change of the cache (take it before reading, then wait on it)."""
         return self._changed
@@ -139,6 +165,9 @@ class LocalCache:
                     watch.close()
 
     def _replace(self, prefix: str, snapshot: builtins.list[KeyValue]) -> None:
+        for feed in self._feeds:
+            if feed.prefix.startswith(prefix) or prefix.startswith(feed.prefix):
+                feed.reset = True
         fresh = {kv.key: kv for kv in snapshot}
         for key in [kv.key for kv in self.list(prefix) if kv.key not in fresh]:
             self._remove(key)
@@ -160,6 +189,9 @@ class LocalCache:
         for prefix in self._counters:
             if key.startswith(prefix):
                 self._counters[prefix] += 1
+        for feed in self._feeds:
+            if key.startswith(feed.prefix):
+                feed.keys.add(key)
 
     def _set(self, kv: KeyValue) -> None:
         self._count(kv.key)
