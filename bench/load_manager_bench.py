@@ -228,6 +228,8 @@ async def main() -> None:
         root = Path(tempfile.mkdtemp(prefix=f"ister-lm-bench-{phase}-"))
         try:
             result[phase] = await run_phase(root, count, phase, n, cfg, args.wait_loaded)
+            if not args.json:
+                print(phase, result[phase], flush=True)
         finally:
             shutil.rmtree(root, ignore_errors=True)
     if args.json:

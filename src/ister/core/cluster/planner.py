@@ -65,6 +65,8 @@ def plan_assignments(
     counts). Each pick adds `step` (the score of one topic without load yet) to the chosen broker.
     A topic that still has a live owner is skipped: the other half of its move has not happened yet.
     """
+    if not state.unassigned:
+        return []  # the common case on a busy leader: no O(topics) count for nothing
     current: dict[int, float] = (
         {b: float(c) for b, c in state.topic_counts().items()}
         if scores is None
