@@ -17,12 +17,16 @@ TOPICS = [f"/default/t{i}" for i in range(12)]
 BROKERS = [1, 2, 3, 4]
 
 
-def from_listing(entries: list[KeyValue]) -> tuple[set[int], dict[str, int], dict[str, Marker], dict[int, str]]:
+def from_listing(
+    entries: list[KeyValue],
+) -> tuple[set[int], dict[str, int], dict[str, Marker], dict[int, str]]:
     """The reference: everything derived from one full listing, the way the leader used to do it."""
     live = set(keys.broker_ids(kv.key for kv in entries if kv.key.startswith(keys.REGISTER_PREFIX)))
     assignments = keys.assignments(kv.key for kv in entries)
     markers = {
-        t: Marker.parse(kv.value) for kv in entries if (t := keys.unassigned_topic_from_key(kv.key)) is not None
+        t: Marker.parse(kv.value)
+        for kv in entries
+        if (t := keys.unassigned_topic_from_key(kv.key)) is not None
     }
     modes = {}
     for kv in entries:
@@ -50,7 +54,9 @@ async def random_change(store: EmbeddedStore, rng: random.Random) -> None:
     elif roll < 0.7:
         await store.delete(keys.broker_topic(broker, topic))
     elif roll < 0.85:
-        await store.put(keys.unassigned(topic), rng.choice([None, {"reason": "failover", "from_broker": broker}]))
+        await store.put(
+            keys.unassigned(topic), rng.choice([None, {"reason": "failover", "from_broker": broker}])
+        )
     else:
         await store.delete(keys.unassigned(topic))
 
@@ -80,7 +86,9 @@ async def test_view_matches_a_full_listing(seed: int) -> None:
             for topic, owner in state.assignments.items():
                 assert cache.get(keys.broker_topic(owner, topic)) is not None
             owned = {b: n for b, n in view.owned.items() if n}
-            assert owned == {b: list(state.assignments.values()).count(b) for b in set(state.assignments.values())}
+            assert owned == {
+                b: list(state.assignments.values()).count(b) for b in set(state.assignments.values())
+            }
             assert view.has_orphans() == any(b not in live for b in state.assignments.values())
     finally:
         await cache.close()

@@ -12,7 +12,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,8 +33,16 @@ from ister.ids import PARTITION_MARKER, TopicName, new_id, validate_client_name,
 from ister.limits import MAX_NAME_LEN, NON_RELIABLE_CONSUMER_BUFFER, RELIABLE_CONSUMER_BUFFER
 from ister.metadata import keys
 from ister.metadata.store import MetadataStore
-from ister.storage.objects import LocalRetention, ObjectStore, SegmentExporter, TieredReader, open_store
-from ister.storage.wal import Wal, WalConfig
+from ister.storage.objects import (
+    LocalRetention,
+    ObjectStore,
+    SegmentExporter,
+    TieredReader,
+    open_store,
+    topic_object_prefix,
+)
+from ister.storage.objects.catalog import first_descriptor
+from ister.storage.wal import Wal, WalConfig, WalReader
 
 if TYPE_CHECKING:
     from ister.cluster.guard import OwnershipGuard
@@ -50,6 +58,18 @@ DLQ_SUFFIX = "-DLQ"
 # Consumers with no stream and no health check for this long are forgotten (there is no unsubscribe RPC).
 CONSUMER_IDLE_SECONDS = 300.0
 CONSUMER_REAP_INTERVAL_SECONDS = 30.0
+MAX_READ_OFFSET = 2**63  # Read's `end` bound (offsets are u64 on the wire; Spark's are signed 64-bit)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOffsets:
+    """What a reliable topic stores: offsets earliest .. next-1 (some may be missing after a failover
+    without seal), and where its durable objects are (durable_url None: this broker has no durable tier)."""
+
+    earliest: int
+    next: int
+    durable_url: str | None
+    object_prefix: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,6 +486,85 @@ class BrokerService:
         if url is None:
             raise Unavailable(f"the owner of {name} (broker {owner}) is gone; retry while it is reassigned")
         return url, False
+
+    # -- offset reads (batch API Offsets / Read: no subscription, no cursor) ---------------------------------
+    async def _reliable_topic(self, topic_name: str) -> Topic:
+        """The loaded reliable topic (this broker must own it: UNAVAILABLE otherwise, as for every call)."""
+        name = TopicName.parse(topic_name)
+        topic = await self.get_topic(name)
+        if topic.wal is None:
+            raise FailedPrecondition(f"topic {name} is not reliable; only reliable topics have offsets")
+        return topic
+
+    async def _earliest(self, topic: Topic) -> int:
+        """The lowest stored offset: the first durable object's, else the WAL's first offset."""
+        wal = topic.wal
+        assert wal is not None
+        earliest = wal.first_offset
+        if self.objects is not None:
+            desc = await first_descriptor(self.store, topic.name)
+            if desc is not None:
+                earliest = min(earliest, desc.start_offset)
+        return min(earliest, wal.committed_offset)
+
+    async def stored_offsets(self, topic_name: str) -> StoredOffsets:
+        topic = await self._reliable_topic(topic_name)
+        wal = topic.wal
+        assert wal is not None
+        head = wal.committed_offset
+        earliest = await self._earliest(topic)
+        if self.objects is None:
+            return StoredOffsets(earliest, head, None, "")
+        exporter = topic.exporter
+        prefix = (
+            exporter.key_prefix
+            if exporter is not None
+            else topic_object_prefix(topic.name.namespace, topic.name.topic)
+        )
+        return StoredOffsets(earliest, head, self.objects.url, prefix)
+
+    async def read_range(
+        self, topic_name: str, start: int, end: int, max_records: int, max_bytes: int
+    ) -> AsyncGenerator[list[tuple[int, bytes]], None]:
+        """Batches of stored (offset, record) with start <= offset < min(end, head now), in offset order.
+
+        Reads objects, then the WAL, like a subscription's reader, but never waits for new records. Offsets
+        that are not stored (below the earliest, a gap after a failover without seal) are absent. Raises
+        Unavailable when the topic leaves this broker during the read (the caller resumes elsewhere).
+        """
+        if start > end:
+            raise InvalidArgument(f"bad offset range: start {start} is after end {end}")
+        if end > MAX_READ_OFFSET:
+            raise InvalidArgument(f"end {end} is above 2^63")
+        if max_records < 1 or max_bytes < 1:
+            raise InvalidArgument("max_records and max_bytes must be >= 1")
+        topic = await self._reliable_topic(topic_name)
+        wal = topic.wal
+        assert wal is not None
+        stop = min(end, wal.committed_offset)
+        if start < wal.first_offset:
+            start = max(start, await self._earliest(topic))
+        if start >= stop:
+            return
+        reader: TieredReader | WalReader
+        if self.objects is not None:
+            reader = TieredReader(topic.name, wal, self.objects, self.store, start)
+        else:
+            reader = wal.reader(start)
+        try:
+            while reader.next_offset < stop:
+                if self.topics.get(topic.name.full) is not topic:
+                    raise Unavailable(f"topic {topic.name} moved during the read; redo the lookup")
+                want = min(max_records, stop - reader.next_offset)
+                # timeout=0: what is committed is returned at once; nothing is ever waited for.
+                records = await reader.read(want, max_bytes, timeout=0)
+                if not records or records[0][0] >= stop:
+                    return
+                if records[-1][0] >= stop:  # only after skipping a gap past `stop`
+                    records = [r for r in records if r[0] < stop]
+                yield records
+        finally:
+            reader.close()
 
     # -- producers ----------------------------------------------------------------------------------------
     async def create_producer(

@@ -11,19 +11,23 @@ client. Close it (or use `with`) to flush producers, end consumers and stop the 
         with client.consumer("/default/t", "sub") as consumer:
             for msg in consumer:          # stops when the consumer is closed
                 consumer.ack(msg)
+        span = client.offsets("/default/t")  # a reliable topic's stored offsets (no subscription)
+        for batch in client.read("/default/t", span.earliest, span.next):
+            ...                               # [(offset, record bytes), ...]
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections import deque
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ister import errors
-from ister.client.client import Client
+from ister.client.client import Client, TopicOffsets
 from ister.client.consumer import Consumer
 from ister.client.messages import Message
 from ister.client.producer import Producer
@@ -108,6 +112,34 @@ class BlockingClient:
         """See `Client.consumer` for the keyword arguments."""
         return BlockingConsumer(self, self._run(self.client.consumer(topic, subscription, **kw)))
 
+    def partitions(self, topic: str) -> list[str]:
+        """The concrete topics behind `topic`: its partitions, or [topic]; [] when it does not exist."""
+        found = self._run(self.client.lookup_with_retry(topic))
+        if found is None:
+            return []
+        return list(found.partitions) or [topic]
+
+    def offsets(self, topic: str) -> TopicOffsets:
+        """See `Client.offsets`."""
+        return self._run(self.client.offsets(topic))
+
+    def read(
+        self, topic: str, start: int, end: int, max_records: int = 10_000
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        """See `Client.read`: batches of (offset, record bytes) with start <= offset < end, in offset order.
+        Each batch waits at most the call timeout. Closing the iterator early ends the read."""
+        batches = self.client.read(topic, start, end, max_records=max_records)
+        try:
+            while True:
+                batch = self._run(_next_or_none(batches))
+                if batch is None:
+                    return
+                yield batch
+        finally:
+            if not self._closed and self._runner.loop.is_running():
+                with contextlib.suppress(Exception):  # best effort: the loop may be stopping
+                    self._run(_aclose(batches), 10.0)
+
     def close(self) -> None:
         """Flush and close every producer and consumer, then stop the loop thread."""
         if self._closed:
@@ -123,6 +155,17 @@ class BlockingClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def _next_or_none(it: AsyncIterator[T]) -> T | None:
+    try:
+        return await anext(it)
+    except StopAsyncIteration:
+        return None
+
+
+async def _aclose(it: Any) -> None:
+    await it.aclose()
 
 
 class BlockingProducer:

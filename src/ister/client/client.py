@@ -1,9 +1,9 @@
 """The Ister client: one object per broker cluster, creating producers and consumers.
 
-It talks the Ister batch API (`ister.v1.Ister`: Lookup, Publish, Consume), which carries many messages per
-stream frame. Channels are shared per broker URL. Topic lookups go to the service URL; each stream then
-connects to the broker the lookup names (and looks up again after a failure, so a topic that moved is
-found). Errors are the classes of `ister.errors`, carrying the broker's message.
+It talks the Ister batch API (`ister.v1.Ister`: Lookup, Publish, Consume, Offsets, Read), which carries
+many messages per stream frame. Channels are shared per broker URL. Topic lookups go to the service URL;
+each stream then connects to the broker the lookup names (and looks up again after a failure, so a topic
+that moved is found). Errors are the classes of `ister.errors`, carrying the broker's message.
 """
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ister import errors
 from ister.client._conn import RetryPolicy, normalize_url, open_channel
 from ister.client.consumer import Consumer, SubType
 from ister.client.errors import to_ister_error
+from ister.client.messages import split_frames
 from ister.client.producer import Producer
 from ister.client.publisher import PartitionPublisher
 from ister.client.subscriber import Subscriber
@@ -25,6 +27,12 @@ from ister.ids import PARTITION_MARKER, TopicName, validate_client_name
 from ister.limits import MAX_WINDOW, MiB
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+
+OFFSETS_TIMEOUT_SECONDS = 60.0  # one Offsets call (the owner may have to load the topic first)
+MAX_READ_OFFSET = 2**63
+MAX_READ_RECORDS = 65_536  # the broker's cap on records per Read batch
 
 _SUB_TYPES = {
     "exclusive": SubType.EXCLUSIVE,
@@ -39,6 +47,20 @@ _SUB_TYPES = {
 class TopicLookup:
     partitions: list[str]
     broker_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOffsets:
+    """The stored offsets of a reliable topic: `earliest` .. `next - 1` (`next` is the offset the next
+    published message gets; equal to `earliest` when nothing is stored). `durable_url` is the broker's
+    durable object store (None without one) and `object_prefix` the key prefix of this topic's
+    `data-<first>-<last>.dnb1` objects relative to it."""
+
+    topic: str
+    earliest: int
+    next: int
+    durable_url: str | None
+    object_prefix: str
 
 
 def _sub_type(value: str | int | SubType) -> SubType:
@@ -162,6 +184,85 @@ class Client:
         except errors.NotFound:
             return self.stub()
         return self.stub(found.broker_url or None)
+
+    async def _on_owner(self, topic: str, call: Callable[[Any], Awaitable[T]]) -> T:
+        """`call(stub of the topic's owner)`, looking the topic up again and retrying retriable errors."""
+        attempt = 0
+        while True:
+            try:
+                return await call(await self.stub_for(topic))
+            except Exception as exc:
+                err = to_ister_error(exc)
+                attempt += 1
+                if not err.retriable or attempt > self.retry.max_retries:
+                    raise err from None
+                await asyncio.sleep(self.retry.delay(attempt))
+
+    # -- offset reads (reliable topics, no subscription) ----------------------------------------------------
+    async def offsets(self, topic: str) -> TopicOffsets:
+        """The stored offset range of a reliable topic and where its durable objects are. `topic` is a
+        concrete topic (a partition topic `<topic>-part-N` of a partitioned one). FailedPrecondition for a
+        non-reliable topic, NotFound for an unknown one."""
+        TopicName.parse(topic)
+        request = pb.OffsetsRequest(topic=topic)
+
+        async def call(stub: Any) -> Any:
+            return await stub.Offsets(request, timeout=OFFSETS_TIMEOUT_SECONDS, wait_for_ready=True)
+
+        resp = await self._on_owner(topic, call)
+        return TopicOffsets(
+            topic, int(resp.earliest), int(resp.next), resp.durable_url or None, resp.object_prefix
+        )
+
+    async def read(
+        self, topic: str, start: int, end: int, *, max_records: int = 10_000
+    ) -> AsyncIterator[list[tuple[int, bytes]]]:
+        """The stored records of a reliable topic with offsets in [start, end), in offset order, in batches
+        of at most `max_records` (offset, record) pairs. A record is the msgpack record exactly as stored
+        (`ister.core.record.decode_message` decodes it); its CRC-32C was checked.
+
+        Never waits for new messages: it ends at `end` or at the topic's head (`offsets().next`) when the
+        read (or, after a retry, the retried read) started, whichever is lower. Offsets that are not stored
+        are absent. Retriable failures (the topic moved, the broker restarted) are retried on the topic's
+        owner from the offset after the last one yielded, so no record is lost or repeated.
+        InvalidArgument unless 0 <= start <= end <= 2^63."""
+        TopicName.parse(topic)
+        if not 0 <= start <= end <= MAX_READ_OFFSET:
+            raise errors.InvalidArgument(f"bad offset range [{start}, {end}): need 0 <= start <= end <= 2^63")
+        if not 1 <= max_records <= MAX_READ_RECORDS:
+            raise errors.InvalidArgument(f"max_records must be in 1..{MAX_READ_RECORDS}")
+        at = start  # the next offset wanted
+        attempt = 0
+        while at < end:
+            try:
+                stub = await self.stub_for(topic)
+                call = stub.Read(pb.ReadRequest(topic=topic, start=at, end=end, max_records=max_records))
+                try:
+                    async for batch in call:
+                        offsets, records = split_frames(batch.frames, batch.count)
+                        if not offsets:
+                            continue
+                        if (
+                            offsets[0] < at
+                            or offsets[-1] >= end
+                            or any(map(int.__ge__, offsets, offsets[1:]))
+                        ):
+                            raise errors.CorruptionError(
+                                f"{topic}: Read returned offsets {offsets[0]}..{offsets[-1]} out of order or "
+                                f"outside [{at}, {end})"
+                            )
+                        at = offsets[-1] + 1
+                        attempt = 0  # progress: a later failure is a fresh one
+                        yield list(zip(offsets, map(bytes, records), strict=True))
+                finally:
+                    call.cancel()
+                return
+            except Exception as exc:
+                err = to_ister_error(exc)
+                attempt += 1
+                if not err.retriable or attempt > self.retry.max_retries:
+                    raise err from None
+                await asyncio.sleep(self.retry.delay(attempt))
 
     # -- producers and consumers ----------------------------------------------------------------------------
     async def producer(

@@ -97,11 +97,9 @@ class Message(msgspec.Struct):
         )
 
 
-def decode_batch(frames: bytes, count: int, sub: Subscriber, max_seen: int) -> tuple[list[Message], int]:
-    """The messages of one MessageBatch and the new highest offset seen; CorruptionError on a bad frame.
-
-    Frames are walked with the codec's header layout, every record's CRC-32C is checked, then all records
-    are decoded in one msgspec call (as one msgpack array) and wrapped in one C-level map."""
+def split_frames(frames: bytes, count: int) -> tuple[list[int], list[memoryview]]:
+    """Offsets and record views of one MessageBatch, every record's CRC-32C checked (CorruptionError on a
+    torn or bad frame, or when the batch does not hold `count` frames)."""
     mv = memoryview(frames)
     n = len(mv)
     unpack = HEADER.unpack_from
@@ -124,6 +122,15 @@ def decode_batch(frames: bytes, count: int, sub: Subscriber, max_seen: int) -> t
         add_record(record)
     if len(offsets) != count:
         raise CorruptionError(f"message batch declares {count} messages but holds {len(offsets)}")
+    return offsets, records
+
+
+def decode_batch(frames: bytes, count: int, sub: Subscriber, max_seen: int) -> tuple[list[Message], int]:
+    """The messages of one MessageBatch and the new highest offset seen; CorruptionError on a bad frame.
+
+    Frames are walked with the codec's header layout, every record's CRC-32C is checked, then all records
+    are decoded in one msgspec call (as one msgpack array) and wrapped in one C-level map."""
+    offsets, records = split_frames(frames, count)
     if not offsets:
         return [], max_seen
     try:

@@ -30,8 +30,8 @@ from ister.limits import (
     MAX_WINDOW,
     MiB,
 )
+from ister.server.errors import server_stream, unary
 from ister.server.errors import server_stream as bidi_stream
-from ister.server.errors import unary
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
 
@@ -43,6 +43,9 @@ MAX_BATCH_BYTES = GRPC_MAX_MESSAGE_BYTES - MiB
 MAX_FRAME_BYTES = 1 * MiB  # consume frames: what one MessageBatch carries at most (one message may exceed it)
 MAX_FRAME_MESSAGES = 4096
 MAX_ACK_RANGES = 10_000
+READ_DEFAULT_RECORDS = 10_000  # Read: records per MessageBatch when the request says 0
+READ_MAX_RECORDS = 65_536  # Read: larger max_records are capped to this
+READ_MAX_BYTES = 4 * MiB  # Read: record bytes per MessageBatch (one record may exceed it)
 OPEN_TIMEOUT_SECONDS = 30.0
 
 _records = msgspec.msgpack.Decoder(list[StoredMessage])
@@ -214,6 +217,29 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
             stream.end()  # a broken or bad request stream ends the response stream too
             raise
 
+    # -- offset reads ----------------------------------------------------------------------------------------
+    @unary
+    async def Offsets(self, request: pb.OffsetsRequest, context: Ctx) -> pb.OffsetsResponse:
+        found = await self.broker.stored_offsets(request.topic)
+        return pb.OffsetsResponse(
+            earliest=found.earliest,
+            next=found.next,
+            durable_url=found.durable_url or "",
+            object_prefix=found.object_prefix,
+        )
+
+    @server_stream
+    async def Read(self, request: pb.ReadRequest, context: Ctx) -> AsyncIterator[Any]:
+        max_records = min(request.max_records or READ_DEFAULT_RECORDS, READ_MAX_RECORDS)
+        batches = self.broker.read_range(
+            request.topic, request.start, request.end, max_records, READ_MAX_BYTES
+        )
+        try:
+            async for records in batches:
+                yield pb.MessageBatch(frames=pack_frames(records), count=len(records))
+        finally:
+            await batches.aclose()
+
 
 class SubAcks:
     """Applies Ack/Nack frames to one consumer's subscription, validating ranges."""
@@ -281,6 +307,16 @@ async def _next_frame(stream: ConsumerStream) -> tuple[bytes, int]:
         parts.append(pack(o.offset, len(o.record), crc32c(o.record)))
         parts.append(o.record)
     return b"".join(parts), len(items)
+
+
+def pack_frames(records: list[tuple[int, bytes]]) -> bytes:
+    """(offset, record) pairs as back-to-back WAL frames (the MessageBatch layout)."""
+    pack = HEADER.pack
+    parts: list[bytes] = []
+    for offset, record in records:
+        parts.append(pack(offset, len(record), crc32c(record)))
+        parts.append(record)
+    return b"".join(parts)
 
 
 def add_ister_service(server: Any, broker: BrokerService) -> None:

@@ -25,6 +25,7 @@ from .segment import object_name
 
 DEFAULT_METADATA_TIMEOUT = 10.0
 LIST_PAGE = 1000
+FIRST_PAGE = 16
 CUR_ATTEMPTS = 8
 MAX_DESCRIPTOR_INDEX = 1024  # entries of a descriptor's offset_index (the object has the full index)
 _U64_MAX = 2**64 - 1
@@ -164,6 +165,33 @@ async def list_descriptors(
     return found
 
 
+async def first_descriptor(
+    store: MetadataStore,
+    topic: TopicLike,
+    *,
+    timeout: float = DEFAULT_METADATA_TIMEOUT,  # noqa: ASYNC109 (per metadata call)
+) -> ObjectDescriptor | None:
+    """The descriptor with the lowest start offset, or None when the topic has none.
+
+    Descriptor keys end in the 20-digit start offset, so key order is offset order and this normally reads
+    one short page (skipping what `list_descriptors` skips).
+    """
+    prefix = keys.storage_objects_prefix(topic)
+    after: str | None = None
+    while True:
+        page = await _bounded(
+            store.list(prefix, limit=FIRST_PAGE, start_after=after), timeout, f"list {prefix}"
+        )
+        for kv in page:
+            starts = keys.storage_object_starts([kv.key], topic)
+            desc = ObjectDescriptor.from_json(kv.value)
+            if desc is not None and starts == [desc.start_offset]:
+                return desc
+        if len(page) < FIRST_PAGE:
+            return None
+        after = page[-1].key
+
+
 def covering(descriptors: Sequence[ObjectDescriptor], offset: int) -> ObjectDescriptor | None:
     """The descriptor whose range holds `offset` (descriptors sorted by start), or None."""
     i = bisect_right(descriptors, offset, key=lambda d: d.start_offset) - 1
@@ -272,6 +300,7 @@ __all__ = [
     "advance_cur",
     "check_no_overlap",
     "covering",
+    "first_descriptor",
     "list_descriptors",
     "next_descriptor",
     "parse_cur",

@@ -172,3 +172,33 @@ class MessageBatch(_message.Message):
     frames: bytes
     count: int
     def __init__(self, frames: _Optional[bytes] = ..., count: _Optional[int] = ...) -> None: ...
+
+class OffsetsRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class OffsetsResponse(_message.Message):
+    __slots__ = ("earliest", "next", "durable_url", "object_prefix")
+    EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_URL_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    earliest: int
+    next: int
+    durable_url: str
+    object_prefix: str
+    def __init__(self, earliest: _Optional[int] = ..., next: _Optional[int] = ..., durable_url: _Optional[str] = ..., object_prefix: _Optional[str] = ...) -> None: ...
+
+class ReadRequest(_message.Message):
+    __slots__ = ("topic", "start", "end", "max_records")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    start: int
+    end: int
+    max_records: int
+    def __init__(self, topic: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., max_records: _Optional[int] = ...) -> None: ...

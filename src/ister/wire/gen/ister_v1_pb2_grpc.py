@@ -49,6 +49,16 @@ class IsterStub:
                 request_serializer=ister__v1__pb2.ConsumeRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.ConsumeResponse.FromString,
                 _registered_method=True)
+        self.Offsets = channel.unary_unary(
+                '/ister.v1.Ister/Offsets',
+                request_serializer=ister__v1__pb2.OffsetsRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.OffsetsResponse.FromString,
+                _registered_method=True)
+        self.Read = channel.unary_stream(
+                '/ister.v1.Ister/Read',
+                request_serializer=ister__v1__pb2.ReadRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.MessageBatch.FromString,
+                _registered_method=True)
 
 
 class IsterServicer:
@@ -78,6 +88,24 @@ class IsterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Offsets(self, request, context):
+        """Offset range and durable-tier location of a reliable topic (no subscription involved). Served by the
+        topic's owner (UNAVAILABLE elsewhere: look the topic up again); FAILED_PRECONDITION for a non-reliable
+        topic, NOT_FOUND for an unknown one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Read(self, request, context):
+        """The stored records with offsets in [start, end) in offset order, then the stream ends. Never waits for
+        new messages: it stops at min(end, `next` when the call started). Offsets that are not stored (below
+        `earliest`, or a gap left by a failover without seal) are absent. No subscription or cursor is used.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -95,6 +123,16 @@ def add_IsterServicer_to_server(servicer, server):
                     servicer.Consume,
                     request_deserializer=ister__v1__pb2.ConsumeRequest.FromString,
                     response_serializer=ister__v1__pb2.ConsumeResponse.SerializeToString,
+            ),
+            'Offsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.Offsets,
+                    request_deserializer=ister__v1__pb2.OffsetsRequest.FromString,
+                    response_serializer=ister__v1__pb2.OffsetsResponse.SerializeToString,
+            ),
+            'Read': grpc.unary_stream_rpc_method_handler(
+                    servicer.Read,
+                    request_deserializer=ister__v1__pb2.ReadRequest.FromString,
+                    response_serializer=ister__v1__pb2.MessageBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -178,6 +216,60 @@ class Ister:
             '/ister.v1.Ister/Consume',
             ister__v1__pb2.ConsumeRequest.SerializeToString,
             ister__v1__pb2.ConsumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Offsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.Ister/Offsets',
+            ister__v1__pb2.OffsetsRequest.SerializeToString,
+            ister__v1__pb2.OffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Read(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ister.v1.Ister/Read',
+            ister__v1__pb2.ReadRequest.SerializeToString,
+            ister__v1__pb2.MessageBatch.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,272 @@
+"""The batch API's Offsets and Read against an in-process broker (BrokerService + its client gRPC server,
+embedded metadata, the default `file://` durable tier under tmp_path), driven through `ister.client`.
+
+Exports are forced deterministically: `Wal.rotate`, `SegmentExporter.export_closed`, `Wal.drop_segments`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from ister import errors
+from ister.broker.service import BrokerService
+from ister.broker.topic import Topic
+from ister.client import Client, TopicOffsets
+from ister.config import load_config
+from ister.core.record import decode_message
+from ister.ids import TopicName
+from ister.metadata import keys
+from ister.metadata.embedded import EmbeddedStore
+from ister.storage.objects import list_descriptors, read_segment
+from ister.wire.gen import ister_v1_pb2 as pb
+from tests.unit.isolation import run_module_in_child, skip_if_sharing
+from tests.unit.test_client_support import free_port
+
+
+@pytest.fixture(autouse=True)
+def _own_process(request: pytest.FixtureRequest) -> None:
+    skip_if_sharing(request)
+
+
+def test_in_child_process() -> None:
+    run_module_in_child(__file__)
+
+
+async def _start_client_server(*args: Any, **kwargs: Any) -> Any:
+    from ister.server.grpc_server import start_client_server  # not at import: see tests/unit/isolation.py
+
+    return await start_client_server(*args, **kwargs)
+
+
+Sent = tuple[int, bytes, dict[str, str], str | None]  # offset, payload, attributes, routing key
+
+
+class Served:
+    def __init__(self, broker: BrokerService, url: str) -> None:
+        self.broker = broker
+        self.url = url
+
+    def topic(self, name: str) -> Topic:
+        return self.broker.topics[name]
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    port = free_port()
+    config = load_config(overrides={"broker_addr": f"127.0.0.1:{port}"}, environ={})
+    store = EmbeddedStore.in_memory()
+    broker = BrokerService(config, store, tmp_path)
+    await broker.start()
+    server = await _start_client_server(broker, config.broker_addr)
+    try:
+        yield Served(broker, f"http://127.0.0.1:{port}")
+    finally:
+        await server.stop(0)
+        await broker.close()
+        await store.close()
+
+
+async def publish(client: Client, topic: str, first: int, n: int) -> list[Sent]:
+    """n messages with distinct payloads, attributes and (every other one) a routing key."""
+    producer = await client.producer(topic, "p", linger_ms=0)
+    sent: list[Sent] = []
+    for i in range(first, first + n):
+        payload, attrs, key = b"m%05d" % i, {"i": str(i), "k": "v"}, (f"key-{i}" if i % 2 else None)
+        offset = await producer.send(payload, attributes=attrs, key=key)
+        sent.append((offset, payload, attrs, key))
+    await producer.close()
+    return sent
+
+
+async def read_all(
+    client: Client, topic: str, start: int, end: int, **kw: Any
+) -> list[list[tuple[int, bytes]]]:
+    async with asyncio.timeout(20):  # a read must never wait for new messages
+        return [batch async for batch in client.read(topic, start, end, **kw)]
+
+
+def flat(batches: list[list[tuple[int, bytes]]]) -> list[tuple[int, bytes]]:
+    return [r for b in batches for r in b]
+
+
+def decoded(records: list[tuple[int, bytes]]) -> list[Sent]:
+    out: list[Sent] = []
+    for offset, raw in records:
+        m = decode_message(raw)
+        out.append((offset, m.payload, m.attributes, m.routing_key))
+    return out
+
+
+async def tiered_topic(served: Served, client: Client, topic: str) -> list[Sent]:
+    """35 messages: 0..29 only in three durable objects (WAL files dropped), 30..34 only in the WAL."""
+    sent: list[Sent] = []
+    for part in range(3):
+        sent += await publish(client, topic, 10 * part, 10)
+        wal = served.topic(topic).wal
+        assert wal is not None
+        await wal.rotate()
+    loaded = served.topic(topic)
+    assert loaded.wal is not None and loaded.exporter is not None
+    await loaded.exporter.export_closed()
+    descriptors = await list_descriptors(served.broker.store, loaded.name)
+    assert [(d.start_offset, d.end_offset) for d in descriptors] == [(0, 9), (10, 19), (20, 29)]
+    closed = [path for _, path, _ in loaded.wal.segments()[:-1]]
+    assert await loaded.wal.drop_segments(closed) == 3
+    assert loaded.wal.first_offset == 30
+    sent += await publish(client, topic, 30, 5)
+    return sent
+
+
+async def test_offsets_of_empty_and_non_empty_topics(served: Served) -> None:
+    topic = "/default/offsets"
+    async with Client(served.url) as client:
+        producer = await client.producer(topic, "p")  # creates the reliable topic, publishes nothing
+        assert served.broker.objects is not None
+        url = served.broker.objects.url
+        assert url.startswith("file://")
+        assert await client.offsets(topic) == TopicOffsets(topic, 0, 0, url, "default/offsets")
+        assert await read_all(client, topic, 0, 100) == []
+        await producer.send_batch([b"a", b"b", b"c"])
+        assert await client.offsets(topic) == TopicOffsets(topic, 0, 3, url, "default/offsets")
+
+
+async def test_read_spans_objects_and_the_wal_tail(served: Served) -> None:
+    topic = "/default/tiered"
+    async with Client(served.url) as client:
+        sent = await tiered_topic(served, client, topic)
+        span = await client.offsets(topic)
+        assert (span.earliest, span.next) == (0, 35)
+        batches = await read_all(client, topic, span.earliest, span.next, max_records=4)
+        assert all(1 <= len(b) <= 4 for b in batches)
+        records = flat(batches)
+        assert decoded(records) == sent  # offsets, payloads, attributes, routing keys
+        # The records are the stored bytes: exactly what the objects hold.
+        objects = served.broker.objects
+        assert objects is not None
+        stored: list[tuple[int, bytes]] = []
+        for desc in await list_descriptors(served.broker.store, TopicName.parse(topic)):
+            assert desc.key.startswith(span.object_prefix + "/")
+            async for chunk in read_segment(objects, desc.key):
+                stored += chunk
+        assert stored == records[:30]
+        # start inside the range, end exclusive (across the object/object and object/WAL boundaries)
+        assert [o for o, _ in flat(await read_all(client, topic, 12, 33))] == list(range(12, 33))
+        assert [o for o, _ in flat(await read_all(client, topic, 29, 31))] == [29, 30]
+        assert flat(await read_all(client, topic, 7, 7)) == []
+        # end beyond the head: stops at the head instead of waiting
+        assert flat(await read_all(client, topic, 0, 2**63)) == records
+        assert flat(await read_all(client, topic, 35, 1000)) == []
+        # nothing was subscribed
+        assert served.topic(topic).subscriptions == {}
+        assert await served.broker.store.list(keys.subscriptions_prefix(topic)) == []
+
+
+async def test_earliest_and_gaps_follow_the_durable_catalog(served: Served) -> None:
+    topic = "/default/gaps"
+    async with Client(served.url) as client:
+        await tiered_topic(served, client, topic)
+        store = served.broker.store
+        name = TopicName.parse(topic)
+        # A hole in the durable tier (offsets no object and no WAL file holds): those offsets are absent.
+        await store.delete(keys.storage_object(name, 10))
+        got = [o for o, _ in flat(await read_all(client, topic, 0, 35))]
+        assert got == [*range(10), *range(20, 35)]
+        # Below the earliest stored offset: absent too, and `earliest` says where data starts.
+        await store.delete(keys.storage_object(name, 0))
+        span = await client.offsets(topic)
+        assert (span.earliest, span.next) == (20, 35)
+        assert [o for o, _ in flat(await read_all(client, topic, 0, 35))] == list(range(20, 35))
+        assert [o for o, _ in flat(await read_all(client, topic, 3, 22))] == [20, 21]
+
+
+async def test_offsets_and_read_errors(served: Served) -> None:
+    async with Client(served.url) as client:
+        producer = await client.producer("/default/volatile", "p", reliable=False)
+        await producer.send(b"x")
+        with pytest.raises(errors.FailedPrecondition, match="not reliable"):
+            await client.offsets("/default/volatile")
+        with pytest.raises(errors.FailedPrecondition, match="not reliable"):
+            await read_all(client, "/default/volatile", 0, 10)
+        with pytest.raises(errors.NotFound):
+            await client.offsets("/default/nothing-here")
+        with pytest.raises(errors.NotFound):
+            await read_all(client, "/default/nothing-here", 0, 10)
+        with pytest.raises(errors.InvalidArgument):
+            await client.offsets("not a topic")
+        for start, end, kw in ((5, 4, {}), (0, 2**63 + 1, {}), (-1, 3, {}), (0, 3, {"max_records": 0})):
+            with pytest.raises(errors.InvalidArgument):
+                await read_all(client, "/default/volatile", start, end, **kw)
+        await publish(client, "/default/reliable", 0, 3)
+        # The broker checks the range itself too (a client of its own may send anything).
+        stub = client.stub()
+        for start, end in ((5, 4), (0, 2**63 + 1)):
+            call = stub.Read(pb.ReadRequest(topic="/default/reliable", start=start, end=end))
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                async for _ in call:
+                    pass
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # max_records 0 means the default; every record comes in one batch
+        batches = [b async for b in stub.Read(pb.ReadRequest(topic="/default/reliable", start=0, end=3))]
+        assert [b.count for b in batches] == [3]
+
+
+async def test_server_read_ends_unavailable_when_the_topic_leaves(served: Served) -> None:
+    topic = "/default/leaving"
+    async with Client(served.url) as client:
+        await publish(client, topic, 0, 10)
+    broker = served.broker
+    batches = broker.read_range(topic, 0, 10, 3, 1 << 20)
+    first = await anext(batches)
+    assert [o for o, _ in first] == [0, 1, 2]
+    await broker.request_unload(TopicName.parse(topic))  # standalone: sealed, reloaded on next use
+    with pytest.raises(errors.Unavailable, match="moved"):
+        await anext(batches)
+    await batches.aclose()
+
+
+async def test_client_read_continues_across_an_unload(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The topic leaves the broker after the first batch of a read: the read ends UNAVAILABLE, the client
+    looks the topic up again and resumes right after the last offset it yielded."""
+    topic = "/default/unloaded"
+    broker = served.broker
+    calls: list[int] = []
+    unloaded = asyncio.Event()
+    original = broker.read_range
+
+    async def gated(
+        name: str, start: int, end: int, max_records: int, max_bytes: int
+    ) -> AsyncIterator[list[tuple[int, bytes]]]:
+        calls.append(start)
+        batches = original(name, start, end, max_records, max_bytes)
+        async for batch in batches:
+            yield batch
+            if len(calls) == 1:
+                await unloaded.wait()  # hold the first read after its first batch until the unload is done
+        await batches.aclose()
+
+    monkeypatch.setattr(broker, "read_range", gated)
+    async with Client(served.url, backoff_base=0.01) as client:
+        producer = await client.producer(topic, "p")
+        payloads = [b"u%03d" % i for i in range(100)]
+        offsets = await producer.send_batch(payloads)
+        await producer.close()
+        got: list[tuple[int, bytes]] = []
+        reader = client.read(topic, 0, len(payloads), max_records=10)
+        got += await anext(reader)
+        await broker.request_unload(TopicName.parse(topic))
+        assert topic not in broker.topics
+        unloaded.set()
+        async with asyncio.timeout(30):
+            async for batch in reader:
+                got += batch
+        assert calls == [0, 10]
+        assert [o for o, _ in got] == offsets
+        assert [decode_message(r).payload for _, r in got] == payloads
