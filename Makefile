@@ -14,7 +14,7 @@ $(UV):
 	$(TOOLS)/bin/pip install --quiet uv==0.13.9
 
 $(BIN)/ister: $(UV) pyproject.toml uv.lock
-	$(UV) sync --frozen --all-groups
+	$(UV) sync --frozen --all-groups --all-extras
 	@touch $(BIN)/ister
 
 install: $(BIN)/ister

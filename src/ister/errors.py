@@ -63,6 +63,10 @@ class OffsetOutOfRange(StorageError):
     """A reader asked for an offset that is no longer (or not yet) stored."""
 
 
+class DataLoss(IsterError):
+    """A reader's position is no longer readable (retention passed it, the topic is gone or re-created)."""
+
+
 class MetadataError(IsterError):
     """The metadata store failed or is unreachable."""
 

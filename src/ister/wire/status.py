@@ -17,6 +17,7 @@ _TABLE: tuple[tuple[type[errors.IsterError], grpc.StatusCode], ...] = (
     (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.Timeout, grpc.StatusCode.DEADLINE_EXCEEDED),
     (errors.OffsetOutOfRange, grpc.StatusCode.OUT_OF_RANGE),
+    (errors.DataLoss, grpc.StatusCode.DATA_LOSS),
     (errors.MetadataError, grpc.StatusCode.UNAVAILABLE),
     (errors.StorageError, grpc.StatusCode.INTERNAL),
 )

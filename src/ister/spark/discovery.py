@@ -1,0 +1,76 @@
+"""Driver side: which topic partitions a query reads, their offsets, and the objects holding them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import grpc
+
+from ister.client.blocking import BlockingClient
+from ister.client.client import TopicOffsets
+from ister.core.stream_offsets import TopicPartition
+from ister.errors import NotFound
+from ister.spark.options import SourceOptions
+from ister.storage.objects.segment import list_segments
+from ister.storage.objects.store import open_store
+from ister.wire.gen import DanubeAdmin_pb2 as admin_pb
+from ister.wire.gen import DanubeAdmin_pb2_grpc as admin_grpc
+
+log = logging.getLogger(__name__)
+ADMIN_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    tp: TopicPartition
+    offsets: TopicOffsets
+
+
+def _pattern_topics(opts: SourceOptions) -> list[str]:
+    assert opts.pattern is not None and opts.admin_url is not None
+    target = opts.admin_url.split("://", 1)[-1]
+    with grpc.insecure_channel(target) as channel:
+        namespaces = admin_grpc.BrokerAdminStub(channel).ListNamespaces(
+            admin_pb.Empty(), timeout=ADMIN_TIMEOUT_SECONDS
+        )
+        stub = admin_grpc.NamespaceAdminStub(channel)
+        found: list[str] = []
+        for ns in namespaces.namespaces:
+            listed = stub.GetNamespaceTopics(
+                admin_pb.NamespaceRequest(name=ns), timeout=ADMIN_TIMEOUT_SECONDS
+            )
+            found.extend(t for t in listed.topics if opts.pattern.fullmatch(t))
+    bases = {TopicPartition.of(t).topic for t in found}
+    return sorted(bases)
+
+
+def partitions(client: BlockingClient, opts: SourceOptions) -> list[TopicPartition]:
+    """The concrete topic partitions behind the options (missing explicit topics are an error)."""
+    bases = list(opts.topics) if opts.pattern is None else _pattern_topics(opts)
+    out: list[TopicPartition] = []
+    for base in bases:
+        names = client.partitions(base)
+        if not names:
+            raise NotFound(f"topic {base} does not exist")
+        out.extend(TopicPartition.of(n) for n in names)
+    return sorted(set(out))
+
+
+def describe(client: BlockingClient, tps: Iterable[TopicPartition]) -> dict[TopicPartition, TopicOffsets]:
+    return {tp: client.offsets(tp.name) for tp in tps}
+
+
+def list_objects(url: str | None, storage_options: dict[str, str], prefix: str) -> list[tuple[int, int, str]]:
+    """The topic's exported objects, listed straight from the store; [] when it cannot be reached from
+    here (the broker then serves those offsets too: slower, same records)."""
+    if not url:
+        return []
+    try:
+        store = open_store(url, storage_options)
+        return asyncio.run(list_segments(store, prefix))
+    except Exception as exc:  # any failure here only costs speed
+        log.warning("cannot list objects under %s at %s (%s); reading through the broker", prefix, url, exc)
+        return []

@@ -1,0 +1,161 @@
+"""The connector's options (Spark hands them over as a case-insensitive dict of strings), checked once on
+the driver so a typo fails the query at once with a clear message instead of inside a task."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ister.core.stream_offsets import Spec, parse_spec
+from ister.errors import InvalidArgument
+from ister.ids import TopicName
+
+SERVICE_URL = "ister.service.url"
+ADMIN_URL = "ister.admin.url"
+STORAGE_URL = "ister.storage.url"
+STORAGE_PREFIX = "ister.storage."  # ister.storage.<obstore option>, e.g. ister.storage.endpoint
+
+SOURCE_OPTIONS = {
+    SERVICE_URL, ADMIN_URL, STORAGE_URL, "topic", "topics", "topicspattern", "startingoffsets",
+    "endingoffsets", "minpartitions", "includeheaders", "failondataloss", "maxoffsetspertrigger",
+    "valueformat", "readmode", "ister.read.maxrecords",
+}  # fmt: skip
+SINK_OPTIONS = {SERVICE_URL, "topic", "producername", "dispatchstrategy", "writeidempotencyheader"}
+BATCH_HEADER = "x-ister-spark-batch"
+
+
+def lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "1", "yes"):
+        return True
+    if raw.strip().lower() in ("false", "0", "no"):
+        return False
+    raise InvalidArgument(f"option {key}: expected true or false, got {raw!r}")
+
+
+def _positive(opts: Mapping[str, str], key: str) -> int | None:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return None
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise InvalidArgument(f"option {key}: expected a positive integer, got {raw!r}")
+    return int(raw)
+
+
+def _service_url(opts: Mapping[str, str]) -> str:
+    url = opts.get(SERVICE_URL, "").strip()
+    if not url:
+        raise InvalidArgument(f"option {SERVICE_URL} is required (e.g. http://127.0.0.1:6650)")
+    first = url.split(",")[0].strip()  # the client takes one service URL; the rest are for humans
+    return first if "://" in first else f"http://{first}"
+
+
+SPARK_OWN = {"path", "checkpointlocation"}  # options Spark itself passes through to every source and sink
+
+
+def _unknown(opts: Mapping[str, str], known: set[str], what: str) -> None:
+    for key in opts:
+        if key not in known | SPARK_OWN and not key.startswith(STORAGE_PREFIX):
+            raise InvalidArgument(f"unknown {what} option {key!r}; known: {', '.join(sorted(known))}")
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    service_url: str
+    topics: tuple[str, ...]  # explicit topics (base names), or () with a pattern
+    pattern: re.Pattern[str] | None
+    admin_url: str | None
+    starting: Spec
+    ending: Spec
+    min_partitions: int | None
+    include_headers: bool
+    fail_on_data_loss: bool
+    max_offsets_per_trigger: int | None
+    storage_url: str | None  # overrides the durable URL the broker reports
+    storage_options: dict[str, str] = field(default_factory=dict)
+    max_records: int = 10_000
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+        opts = lower(options)
+        _unknown(opts, SOURCE_OPTIONS, "source")
+        chosen = [k for k in ("topic", "topics", "topicspattern") if opts.get(k, "").strip()]
+        if len(chosen) != 1:
+            raise InvalidArgument("set exactly one of the options topic, topics, topicsPattern")
+        topics: tuple[str, ...] = ()
+        pattern = None
+        if chosen[0] == "topicspattern":
+            try:
+                pattern = re.compile(opts["topicspattern"])
+            except re.error as exc:
+                raise InvalidArgument(f"option topicsPattern: bad regular expression ({exc})") from None
+            if not opts.get(ADMIN_URL):
+                raise InvalidArgument(f"option topicsPattern needs {ADMIN_URL} (topics are listed there)")
+        else:
+            names = [t.strip() for t in opts[chosen[0]].split(",") if t.strip()]
+            topics = tuple(dict.fromkeys(TopicName.parse(t).full for t in names))
+        if opts.get("valueformat", "raw").lower() != "raw":
+            raise InvalidArgument("option valueFormat: only 'raw' exists until the schema registry does")
+        if opts.get("readmode", "reader").lower() != "reader":
+            raise InvalidArgument("option readMode: only 'reader' (offset ranges, exactly-once) is supported")
+        if not streaming and "maxoffsetspertrigger" in opts:
+            raise InvalidArgument("option maxOffsetsPerTrigger applies to streaming queries only")
+        if streaming and "endingoffsets" in opts:
+            raise InvalidArgument("option endingOffsets applies to batch queries only")
+        starting = parse_spec(
+            opts.get("startingoffsets"), "startingOffsets", default="latest" if streaming else "earliest"
+        )
+        if not streaming and starting == "latest":
+            raise InvalidArgument("option startingOffsets: 'latest' is not allowed in a batch query")
+        ending = parse_spec(
+            opts.get("endingoffsets"), "endingOffsets", default="latest", allow_earliest=False
+        )
+        storage = {k[len(STORAGE_PREFIX) :]: v for k, v in opts.items() if k.startswith(STORAGE_PREFIX)}
+        storage.pop("url", None)
+        return cls(
+            service_url=_service_url(opts),
+            topics=topics,
+            pattern=pattern,
+            admin_url=opts.get(ADMIN_URL) or None,
+            starting=starting,
+            ending=ending,
+            min_partitions=_positive(opts, "minPartitions"),
+            include_headers=_bool(opts, "includeHeaders", False),
+            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+            max_offsets_per_trigger=_positive(opts, "maxOffsetsPerTrigger"),
+            storage_url=opts.get(STORAGE_URL) or None,
+            storage_options=storage,
+            max_records=_positive(opts, "ister.read.maxRecords") or 10_000,
+        )
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    service_url: str
+    topic: str | None
+    producer_name: str | None
+    reliable: bool
+    idempotency_header: bool
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        opts = lower(options)
+        _unknown(opts, SINK_OPTIONS, "sink")
+        topic = opts.get("topic", "").strip() or None
+        strategy = opts.get("dispatchstrategy", "reliable").lower()
+        if strategy not in ("reliable", "non_reliable"):
+            raise InvalidArgument(f"option dispatchStrategy: reliable or non_reliable, got {strategy!r}")
+        return cls(
+            service_url=_service_url(opts),
+            topic=TopicName.parse(topic).full if topic else None,
+            producer_name=opts.get("producername") or None,
+            reliable=strategy == "reliable",
+            idempotency_header=_bool(opts, "writeIdempotencyHeader", True),
+        )

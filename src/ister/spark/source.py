@@ -1,0 +1,245 @@
+"""`spark.read.format("ister")` and `spark.readStream.format("ister")`.
+
+Offsets are `{"/ns/topic": {"<partition>": next offset}}` ("-1" for a topic without partitions). Every
+micro-batch is a fixed offset range per partition, read from immutable objects and the WAL, so a replay
+after a failure yields the same rows: with Spark's checkpoint this is exactly-once into an idempotent or
+transactional sink (Spark's file sink). `commit()` is not used as an acknowledgement: Spark calls it one
+batch late, and the checkpoint is the source of truth.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from ister.client.blocking import BlockingClient
+from ister.client.client import TopicOffsets
+from ister.core import stream_offsets as so
+from ister.core.stream_offsets import Positions, TopicPartition
+from ister.errors import DataLoss, InvalidArgument, NotFound
+from ister.spark import discovery
+from ister.spark.options import SinkOptions, SourceOptions
+from ister.spark.ranges import OffsetRange, read_range
+from ister.spark.rows import ddl
+
+log = logging.getLogger(__name__)
+
+
+class IsterDataSource(DataSource):
+    """The `ister` format: batch and streaming reads of reliable topics, batch and streaming writes."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "ister"
+
+    def schema(self) -> str:
+        opts = {k.lower(): v for k, v in self.options.items()}
+        include = opts.get("includeheaders", "false").strip().lower() in ("true", "1", "yes")
+        return ddl(include)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return IsterBatchReader(SourceOptions.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return IsterStreamReader(SourceOptions.parse(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from ister.spark.sink import IsterBatchWriter
+
+        if overwrite:
+            raise InvalidArgument("an Ister topic is a log and cannot be overwritten: use mode('append')")
+        return IsterBatchWriter(SinkOptions.parse(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from ister.spark.sink import IsterStreamWriter
+
+        if overwrite:
+            raise InvalidArgument(
+                "an Ister topic is a log and cannot be overwritten: use outputMode('append')"
+            )
+        return IsterStreamWriter(SinkOptions.parse(self.options), schema)
+
+
+class _Planner:
+    """What batch and stream readers share: partition discovery, offsets, and input partitions."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._described: dict[TopicPartition, TopicOffsets] = {}
+
+    def describe(self) -> dict[TopicPartition, TopicOffsets]:
+        with BlockingClient(self.opts.service_url) as client:
+            tps = discovery.partitions(client, self.opts)
+            self._described = discovery.describe(client, tps)
+        return self._described
+
+    def check_loss(self, tp: TopicPartition, start: int, info: TopicOffsets) -> int:
+        """Where reading really starts when the checkpoint is behind retention or past the head."""
+        if info.earliest <= start <= info.next:
+            return start
+        what = (
+            f"{tp.name}: offset {start} is no longer available (earliest is {info.earliest})"
+            if start < info.earliest
+            else f"{tp.name}: offset {start} is past the head {info.next} (was the topic re-created?)"
+        )
+        if self.opts.fail_on_data_loss:
+            raise DataLoss(f"{what}; set failOnDataLoss=false to skip ahead")
+        log.warning("%s; skipping ahead (failOnDataLoss=false)", what)
+        return info.earliest if start < info.earliest else min(start, info.next)
+
+    def input_partitions(self, ranges: dict[TopicPartition, tuple[int, int]]) -> list[OffsetRange]:
+        out = []
+        infos = self._described
+        objects: dict[TopicPartition, list[tuple[int, int, str]]] = {}
+        for tp, start, end in so.plan_ranges(ranges, self.opts.min_partitions):
+            info = infos.get(tp)
+            url = self.opts.storage_url or (info.durable_url if info else None)
+            if tp not in objects:
+                prefix = info.object_prefix if info else ""
+                objects[tp] = discovery.list_objects(url, self.opts.storage_options, prefix) if info else []
+            overlapping = [o for o in objects[tp] if o[1] >= start and o[0] < end]
+            out.append(
+                OffsetRange(
+                    tp=tp,
+                    start=start,
+                    end=end,
+                    service_url=self.opts.service_url,
+                    include_headers=self.opts.include_headers,
+                    max_records=self.opts.max_records,
+                    objects=overlapping,
+                    storage_url=url,
+                    storage_options=dict(self.opts.storage_options),
+                )
+            )
+        return out
+
+
+class IsterBatchReader(DataSourceReader):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.planner = _Planner(opts)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        opts = self.planner.opts
+        ranges: dict[TopicPartition, tuple[int, int]] = {}
+        for tp, info in self.planner.describe().items():
+            start = so.resolve(opts.starting, tp, info.earliest, info.next, missing="earliest")
+            end = so.resolve(opts.ending, tp, info.earliest, info.next, missing="latest")
+            start = self.planner.check_loss(tp, start, info)
+            ranges[tp] = (start, max(start, min(end, info.next)))
+        return self.planner.input_partitions(ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, OffsetRange)
+        yield from read_range(partition)
+
+
+class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of offset ranges. `latestOffset` takes optional (start, limit) so it runs on Spark
+    4.0/4.1 (called without arguments: maxOffsetsPerTrigger applied from the last planned end) and on 4.2+
+    (admission control with ReadMaxRows)."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.planner = _Planner(opts)
+        self._last_end: Positions | None = None  # for the 4.0/4.1 signature
+        self._available_now: Positions | None = None
+
+    def initialOffset(self) -> Positions:
+        opts = self.planner.opts
+        out: Positions = {}
+        for tp, info in self.planner.describe().items():
+            so.put(out, tp, so.resolve(opts.starting, tp, info.earliest, info.next, missing="earliest"))
+        return out
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.planner.opts.max_offsets_per_trigger
+        return ReadMaxRows(n) if n is not None else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = self._heads()
+
+    def _heads(self) -> Positions:
+        out: Positions = {}
+        for tp, info in self.planner.describe().items():
+            so.put(out, tp, info.next)
+        return out
+
+    def reportLatestOffset(self) -> Positions:
+        return self._heads()
+
+    def latestOffset(self, start: Positions | None = None, limit: ReadLimit | None = None) -> Positions:
+        heads = self._heads()
+        if self._available_now is not None:  # AvailableNow: nothing that arrived after the query started
+            for topic, parts in heads.items():
+                for part, head in parts.items():
+                    target = self._available_now.get(topic, {}).get(part)
+                    parts[part] = head if target is None else min(head, target)
+        if start is None:
+            start = self._last_end
+            if limit is None and self.planner.opts.max_offsets_per_trigger is not None:
+                limit = ReadMaxRows(self.planner.opts.max_offsets_per_trigger)
+        end = heads
+        if start is not None:
+            # A partition that the start does not know yet (new partition, new topic) starts at earliest.
+            begin: dict[TopicPartition, int] = {}
+            for tp, info in self.planner._described.items():
+                known = so.get(start, tp)
+                begin[tp] = info.earliest if known is None else known
+            ends = {tp: max(begin[tp], so.get(heads, tp) or 0) for tp in begin}
+            if isinstance(limit, ReadMaxRows):
+                ends = so.cap(begin, ends, limit.max_rows)
+            end = {}
+            for tp, offset in ends.items():
+                so.put(end, tp, offset)
+            for topic, parts in start.items():  # keep positions of partitions that disappeared
+                for part, offset in parts.items():
+                    end.setdefault(topic, {}).setdefault(part, offset)
+        self._last_end = end
+        return end
+
+    def partitions(self, start: Positions, end: Positions) -> Sequence[InputPartition]:
+        if not self.planner._described:
+            self.planner.describe()
+        ranges: dict[TopicPartition, tuple[int, int]] = {}
+        for topic, parts in end.items():
+            for part, stop in parts.items():
+                tp = TopicPartition(topic, int(part))
+                info = self.planner._described.get(tp)
+                if info is None:
+                    try:
+                        with BlockingClient(self.planner.opts.service_url) as client:
+                            info = client.offsets(tp.name)
+                        self.planner._described[tp] = info
+                    except NotFound:
+                        if self.planner.opts.fail_on_data_loss:
+                            raise DataLoss(f"{tp.name} no longer exists") from None
+                        continue
+                begin = so.get(start, tp)
+                begin = info.earliest if begin is None else begin
+                begin = self.planner.check_loss(tp, begin, info)
+                ranges[tp] = (begin, max(begin, stop))
+        return self.planner.input_partitions(ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, OffsetRange)
+        yield from read_range(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: Spark's checkpoint holds the position (and calls this one batch late)."""

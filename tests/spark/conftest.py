@@ -1,0 +1,67 @@
+"""One local[2] Spark session for the whole run (JVM start and Python workers cost ~15 s), and a
+standalone broker whose WAL segments are small and exported within a second to its file:// tier."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.harness import BrokerProcess
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers use this venv (ister, pyarrow)
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import ister.spark
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("ister-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    ister.spark.register(session)
+    yield session
+    session.stop()
+
+
+def durable_config(path: Path) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "wal": {"segment_max_bytes": 32 * 1024},
+                "storage": {
+                    "durable": {
+                        "export_interval_seconds": 0.2,
+                        "segment_max_age_seconds": 3600,  # only full segments are exported: a tail stays
+                        "local_retention_bytes": 0,
+                        "local_retention_seconds": 0,
+                    }
+                },
+            }
+        )
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    root = tmp_path_factory.mktemp("spark-broker")
+    b = BrokerProcess(root / "data", "--config-file", str(durable_config(root / "ister.yml")))
+    b.start()
+    yield b
+    b.stop()
