@@ -138,10 +138,13 @@ def split(start: int, end: int, pieces: int) -> list[tuple[int, int]]:
 
 
 def plan_ranges(
-    ranges: Mapping[TopicPartition, tuple[int, int]], min_partitions: int | None
+    ranges: Mapping[TopicPartition, tuple[int, int]],
+    min_partitions: int | None,
+    max_offsets_per_partition: int | None = None,
 ) -> list[tuple[TopicPartition, int, int]]:
     """Input partitions: one per topic partition with data, more when `minPartitions` asks for it (large
-    ranges cut in proportion to their size, as Kafka's offset range calculator)."""
+    ranges cut in proportion to their size, as Kafka's offset range calculator) and whenever a range
+    holds more than `max_offsets_per_partition` offsets (so one big partition still uses every core)."""
     todo = {tp: r for tp, r in sorted(ranges.items()) if r[1] > r[0]}
     if not todo:
         return []
@@ -151,5 +154,7 @@ def plan_ranges(
         pieces = 1
         if min_partitions is not None and min_partitions > len(todo):
             pieces = max(1, round((e - s) * min_partitions / total))
+        if max_offsets_per_partition is not None:
+            pieces = max(pieces, -(-(e - s) // max_offsets_per_partition))
         out.extend((tp, a, b) for a, b in split(s, e, pieces))
     return out

@@ -19,7 +19,7 @@ STORAGE_PREFIX = "ister.storage."  # ister.storage.<obstore option>, e.g. ister.
 SOURCE_OPTIONS = {
     SERVICE_URL, ADMIN_URL, STORAGE_URL, "topic", "topics", "topicspattern", "startingoffsets",
     "endingoffsets", "minpartitions", "includeheaders", "failondataloss", "maxoffsetspertrigger",
-    "valueformat", "readmode", "ister.read.maxrecords",
+    "valueformat", "readmode", "ister.read.maxrecords", "maxoffsetsperpartition",
 }  # fmt: skip
 SINK_OPTIONS = {SERVICE_URL, "topic", "producername", "dispatchstrategy", "writeidempotencyheader"}
 BATCH_HEADER = "x-ister-spark-batch"
@@ -81,6 +81,7 @@ class SourceOptions:
     storage_url: str | None  # overrides the durable URL the broker reports
     storage_options: dict[str, str] = field(default_factory=dict)
     max_records: int = 10_000
+    max_offsets_per_partition: int = 250_000
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -133,6 +134,7 @@ class SourceOptions:
             storage_url=opts.get(STORAGE_URL) or None,
             storage_options=storage,
             max_records=_positive(opts, "ister.read.maxRecords") or 10_000,
+            max_offsets_per_partition=_positive(opts, "maxOffsetsPerPartition") or 250_000,
         )
 
 

@@ -19,7 +19,7 @@ from pyspark.sql.datasource import InputPartition
 from ister.client.blocking import BlockingClient
 from ister.core.stream_offsets import TopicPartition
 from ister.spark.rows import to_batch
-from ister.storage.objects.segment import read_segment
+from ister.storage.objects.segment import read_segment_runs
 from ister.storage.objects.store import open_store
 
 log = logging.getLogger(__name__)
@@ -61,10 +61,10 @@ def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
                     continue
                 if first > position or position >= part.end:
                     break  # a hole in the objects: the broker's read knows whether offsets exist there
-                for records in _sync(read_segment(store, key, position, part.end - 1), loop):
-                    if records:
-                        yield to_batch(part.tp, records, part.include_headers)
-                        position = records[-1][0] + 1
+                for first, payloads in _sync(read_segment_runs(store, key, position, part.end - 1), loop):
+                    count = len(payloads)
+                    yield to_batch(part.tp, range(first, first + count), payloads, part.include_headers)
+                    position = first + count
                 position = max(position, last + 1)
         finally:
             loop.close()
@@ -72,4 +72,5 @@ def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
         with BlockingClient(part.service_url) as client:
             for records in client.read(part.tp.name, position, part.end, max_records=part.max_records):
                 if records:
-                    yield to_batch(part.tp, records, part.include_headers)
+                    offsets = [o for o, _ in records]
+                    yield to_batch(part.tp, offsets, [r for _, r in records], part.include_headers)

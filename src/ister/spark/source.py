@@ -109,7 +109,9 @@ class _Planner:
         out = []
         infos = self._described
         objects: dict[TopicPartition, list[tuple[int, int, str]]] = {}
-        for tp, start, end in so.plan_ranges(ranges, self.opts.min_partitions):
+        for tp, start, end in so.plan_ranges(
+            ranges, self.opts.min_partitions, self.opts.max_offsets_per_partition
+        ):
             info = infos.get(tp)
             url = self.opts.storage_url or (info.durable_url if info else None)
             if tp not in objects:

@@ -26,6 +26,7 @@ from ister.core.frames import (
     encode_frame,
     payload_crc,
     scan_frames,
+    split_dense,
 )
 from ister.errors import CorruptionError, InvalidArgument
 from ister.limits import MiB
@@ -319,6 +320,22 @@ async def read_segment(
     per ranged GET; a batch holds the records of one chunk. Every frame's crc32c and offset is checked;
     any mismatch raises CorruptionError (nothing after it is returned).
     """
+    async for first, payloads in read_segment_runs(
+        store, key, start_offset, end_offset, chunk_bytes=chunk_bytes
+    ):
+        yield [(first + i, p) for i, p in enumerate(payloads)]
+
+
+async def read_segment_runs(
+    store: ObjectStore,
+    key: str,
+    start_offset: int | None = None,
+    end_offset: int | None = None,
+    *,
+    chunk_bytes: int = READ_CHUNK,
+) -> AsyncIterator[tuple[int, list[bytes]]]:
+    """As `read_segment`, but each batch is (first offset, payloads): objects are dense, so the offsets
+    need not be spelled out (the columnar readers, e.g. Spark's, take this form)."""
     if chunk_bytes < 1:
         raise ValueError("chunk_bytes must be >= 1")
     layout = await read_layout(store, key)
@@ -327,13 +344,13 @@ async def read_segment(
     hi = footer.last_offset if end_offset is None else min(end_offset, footer.last_offset)
     if lo > hi:
         return
-    async for batch in _read_body(store, key, layout, lo, hi, chunk_bytes):
-        yield batch
+    async for run in _read_body(store, key, layout, lo, hi, chunk_bytes):
+        yield run
 
 
 async def _read_body(
     store: ObjectStore, key: str, layout: SegmentLayout, lo: int, hi: int, chunk_bytes: int
-) -> AsyncIterator[list[tuple[int, bytes]]]:
+) -> AsyncIterator[tuple[int, list[bytes]]]:
     where = f"object {key!r}"
     expect, pos = layout.seek(lo)
     stop_offset, stop_pos = layout.stop_after(hi)
@@ -351,17 +368,21 @@ async def _read_body(
         if len(data) != read_end - read_at:
             raise CorruptionError(f"{where}: short read at byte {read_at} ({len(data)} bytes)")
         buf = buf + data if buf else data
-        res = scan_frames(buf, buf_pos, expect, max_frames=hi - expect + 1)
-        if res.stop in ("crc", "gap", "too_large"):
-            raise CorruptionError(f"{where}: {res.stop} at byte {res.end_pos} (expected offset {expect})")
-        batch = [(o, bytes(p)) for o, p, _ in res.frames if o >= lo]
-        assert res.next_offset is not None
-        expect = res.next_offset
-        buf = buf[res.safe_length :]
-        buf_pos = res.end_pos
-        want = max(chunk_bytes, res.needed)
-        if batch:
-            yield batch
+        payloads, used, needed, problem = split_dense(buf, expect, hi - expect + 1)
+        if problem is not None:
+            raise CorruptionError(
+                f"{where}: {problem} at byte {buf_pos + used} (expected offset {expect + len(payloads)})"
+            )
+        first = expect
+        expect += len(payloads)
+        buf = buf[used:]
+        buf_pos += used
+        want = max(chunk_bytes, needed)
+        if first < lo:  # the index entry the seek used lies before lo
+            payloads = payloads[lo - first :]
+            first = lo
+        if payloads:
+            yield first, payloads
     # Everything up to `hi` was read and checked. If `hi` is the last frame before an index entry (or the
     # last of the object), that frame must end exactly where the entry (or the body) begins.
     if stop_offset == hi + 1 and buf_pos != stop_pos:
@@ -387,5 +408,6 @@ __all__ = [
     "parse_object_name",
     "read_layout",
     "read_segment",
+    "read_segment_runs",
     "topic_object_prefix",
 ]

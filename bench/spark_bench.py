@@ -1,0 +1,195 @@
+"""Spark connector benchmarks (issue 7): batch read of exported objects into Parquet, and the export job.
+
+usage: python bench/spark_bench.py [--messages 1000000] [--json]
+
+One standalone broker whose WAL segments (8 MiB) are exported to its file:// tier within a second and not
+kept locally; N reliable 100-byte messages produced through the batch API; once every offset is in objects,
+on a local[2] Spark session:
+
+* objects → parquet: `spark.read.format("ister")` of the whole topic written as Parquet (rows/s);
+* broker path → parquet: the same read with the object store made unreachable from Spark
+  (`ister.storage.url=memory://`), so every record comes through the broker's Read RPC (rows/s);
+* export job: `ister pipeline export`'s query (availableNow, partitioned by topic and date) on the topic
+  (rows/s).
+
+* baseline (the peer): Spark's own in-JVM source (`spark.range`) shaped like the same rows (100-byte value,
+  same columns and types, 4 partitions) written as Parquet: what this machine's local[2] Spark can do at
+  all, with no Python in the path. Figures are also given as a ratio to it.
+
+Every step runs twice and the second run is timed (the first warms the JVM's JIT and the Python workers).
+Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ister.client import Client
+from ister.spark.pipeline import ExportJob, local_session
+from ister.storage.objects.segment import list_segments
+from ister.storage.objects.store import open_store
+
+TOPIC = "/default/spark_bench"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_broker(root: Path) -> tuple[subprocess.Popen[bytes], str]:
+    config = root / "ister.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "wal": {"segment_max_bytes": 8 << 20},
+                "storage": {
+                    "durable": {
+                        "export_interval_seconds": 0.5,
+                        "segment_max_age_seconds": 1,
+                        "local_retention_bytes": 0,
+                        "local_retention_seconds": 0,
+                    }
+                },
+            }
+        )
+    )
+    port = free_port()
+    log = open(root / "broker.log", "wb")  # noqa: SIM115 - the child owns it
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ister.cli", "broker", "--data-dir", str(root / "data"), "--config-file",
+         str(config), "--broker-addr", f"127.0.0.1:{port}", "--admin-addr", f"127.0.0.1:{free_port()}",
+         "--prom-exporter", f"127.0.0.1:{free_port()}", "--log-level", "warning"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc, f"http://127.0.0.1:{port}"
+        time.sleep(0.05)
+    raise RuntimeError("broker did not start")
+
+
+async def produce(url: str, count: int) -> float:
+    payload = b"x" * 100
+    start = time.monotonic()
+    async with Client(url) as client:
+        producer = await client.producer(TOPIC, reliable=True)
+        window: list[asyncio.Task[list[int]]] = []
+        for _ in range(0, count, 10_000):
+            window.append(asyncio.ensure_future(producer.send_batch([payload] * 10_000)))
+            if len(window) >= 8:
+                await window.pop(0)
+        for task in window:
+            await task
+        await producer.close()
+    return time.monotonic() - start
+
+
+async def exported_until(data: Path) -> int:
+    store = open_store(f"file://{data / 'objects'}")
+    found = await list_segments(store, TOPIC.strip("/"))
+    return found[-1][1] + 1 if found else 0
+
+
+def ister_df(spark: Any, url: str, **options: str) -> Any:
+    reader = spark.read.format("ister").option("ister.service.url", url).option("topic", TOPIC)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def baseline_df(spark: Any, n: int) -> Any:
+    from pyspark.sql import functions as F
+
+    return spark.range(n, numPartitions=4).select(
+        F.lit(None).cast("binary").alias("key"),
+        F.expr("cast(repeat('x', 100) as binary)").alias("value"),
+        F.lit(TOPIC).alias("topic"),
+        F.lit(-1).alias("partition"),
+        F.col("id").alias("offset"),
+        F.current_timestamp().alias("timestamp"),
+        F.lit(0).alias("timestampType"),
+        F.lit("ister-producer-0123456789ab").alias("producer"),
+        F.lit(None).cast("long").alias("schemaId"),
+        F.lit(None).cast("int").alias("schemaVersion"),
+    )
+
+
+def timed_parquet(spark: Any, make: Any, out: Path, n: int) -> dict[str, float]:
+    """Second of two runs (the first warms the JIT and the workers); the row count is checked."""
+    for _ in range(2):
+        start = time.monotonic()
+        make().write.mode("overwrite").parquet(str(out))
+        elapsed = time.monotonic() - start
+    rows = spark.read.parquet(str(out)).count()
+    assert rows == n, rows
+    return {"seconds": round(elapsed, 2), "rows_per_s": round(n / elapsed)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    n = args.messages
+    root = Path(tempfile.mkdtemp(prefix="ister-spark-bench-"))
+    broker, url = start_broker(root)
+    result: dict[str, Any] = {"messages": n}
+    try:
+        result["produce_s"] = round(asyncio.run(produce(url, n)), 2)
+        deadline = time.monotonic() + 300
+        while asyncio.run(exported_until(root / "data")) < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError("export did not finish")
+            time.sleep(0.5)
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        spark = local_session("local[2]")
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            result["baseline_jvm_to_parquet"] = timed_parquet(
+                spark, lambda: baseline_df(spark, n), root / "b", n
+            )
+            result["objects_to_parquet"] = timed_parquet(spark, lambda: ister_df(spark, url), root / "o", n)
+            result["broker_to_parquet"] = timed_parquet(
+                spark, lambda: ister_df(spark, url, **{"ister.storage.url": "memory://"}), root / "r", n
+            )
+            for run in range(2):
+                job = ExportJob(service_url=url, topics=[TOPIC], path=str(root / f"table{run}"))
+                start = time.monotonic()
+                query = job.start(spark)
+                query.awaitTermination()
+                secs = time.monotonic() - start
+                rows = sum(p["numInputRows"] for p in query.recentProgress)
+                assert rows == n, rows
+            result["export_job"] = {"seconds": round(secs, 2), "rows_per_s": round(n / secs)}
+            base = result["baseline_jvm_to_parquet"]["rows_per_s"]
+            for k in ("objects_to_parquet", "broker_to_parquet", "export_job"):
+                result[k]["ratio_to_baseline"] = round(result[k]["rows_per_s"] / base, 2)
+        finally:
+            spark.stop()
+    finally:
+        broker.kill()
+        broker.wait()
+        result["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+        shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
