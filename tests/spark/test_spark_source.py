@@ -105,9 +105,10 @@ def run_available_now(spark: Any, broker: BrokerProcess, topic: str, out: Path, 
     reader = (
         spark.readStream.format("ister")
         .option("ister.service.url", broker.url)
-        .option("topic", topic)
         .option("startingOffsets", "earliest")
     )
+    if topic:
+        reader = reader.option("topic", topic)
     for k, v in options.items():
         reader = reader.option(k, v)
     query = (

@@ -42,7 +42,8 @@ def _pattern_topics(opts: SourceOptions) -> list[str]:
             listed = stub.GetNamespaceTopics(
                 admin_pb.NamespaceRequest(name=ns), timeout=ADMIN_TIMEOUT_SECONDS
             )
-            found.extend(t for t in listed.topics if opts.pattern.fullmatch(t))
+            names = ("/" + t.lstrip("/") for t in listed.topics)  # the admin API answers `ns/topic`
+            found.extend(t for t in names if opts.pattern.fullmatch(t))
     bases = {TopicPartition.of(t).topic for t in found}
     return sorted(bases)
 

@@ -102,8 +102,9 @@ class _Planner:
         )
         if self.opts.fail_on_data_loss:
             raise DataLoss(f"{what}; set failOnDataLoss=false to skip ahead")
-        log.warning("%s; skipping ahead (failOnDataLoss=false)", what)
-        return info.earliest if start < info.earliest else min(start, info.next)
+        # As Kafka's source: continue at the earliest offset there is (a re-created topic is read anew).
+        log.warning("%s; continuing at offset %d (failOnDataLoss=false)", what, info.earliest)
+        return info.earliest
 
     def input_partitions(self, ranges: dict[TopicPartition, tuple[int, int]]) -> list[OffsetRange]:
         out = []
@@ -203,7 +204,8 @@ class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             begin: dict[TopicPartition, int] = {}
             for tp, info in self.planner._described.items():
                 known = so.get(start, tp)
-                begin[tp] = info.earliest if known is None else known
+                # Checked here too: a checkpoint past the head plans no batch, so `partitions` never runs.
+                begin[tp] = info.earliest if known is None else self.planner.check_loss(tp, known, info)
             ends = {tp: max(begin[tp], so.get(heads, tp) or 0) for tp in begin}
             if isinstance(limit, ReadMaxRows):
                 ends = so.cap(begin, ends, limit.max_rows)
