@@ -7,7 +7,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install etcd run test lint typecheck unit integration sim bench proto clean
+.PHONY: install etcd java run test lint typecheck unit integration sim bench proto clean
 
 $(UV):
 	$(PY) -m venv $(TOOLS)
@@ -26,6 +26,13 @@ etcd:
 		$$SUDO apt-get update && $$SUDO apt-get install -y etcd-server; \
 	}
 
+# The Spark connector's tests run a real local Spark, which needs a Java runtime (17 here).
+java:
+	@command -v java >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update && $$SUDO apt-get install -y openjdk-17-jre-headless; \
+	}
+
 run: install
 	$(BIN)/ister broker
 
@@ -42,7 +49,7 @@ unit: install etcd
 integration: install
 	$(BIN)/pytest -q tests/integration
 
-test: lint typecheck etcd
+test: lint typecheck etcd java
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 bench: install
