@@ -190,3 +190,39 @@ def test_streaming_sink_marks_rows_with_query_and_batch(
     assert len(marks) == 150
     assert {m.split(":")[0] for m in marks} == {query.id}
     assert {m.split(":")[1] for m in marks} == {"0"}
+
+
+def test_old_latest_offset_signature_applies_max_offsets_per_trigger(broker: BrokerProcess) -> None:
+    """Spark 4.0/4.1 call `latestOffset()` without start or limit: the reader caps from its last plan."""
+    from ister.spark.options import SourceOptions
+    from ister.spark.source import IsterStreamReader
+
+    topic = new_topic("oldsig")
+    produce(broker.url, topic, 0, 250)
+    options = {"ister.service.url": broker.url, "topic": topic, "startingOffsets": "earliest"}
+    reader = IsterStreamReader(
+        SourceOptions.parse({**options, "maxOffsetsPerTrigger": "100"}, streaming=True)
+    )
+    start = reader.initialOffset()
+    assert start == {topic: {"-1": 0}}
+    ends = []
+    for _ in range(4):
+        end = reader.latestOffset()
+        reader.partitions(start, end)
+        ends.append(end[topic]["-1"])
+        start = end
+    assert ends == [100, 200, 250, 250]
+
+
+def test_sink_routes_rows_to_the_partition_column(spark: Any, broker: BrokerProcess) -> None:
+    topic = new_topic("sinkparts")
+    with BlockingClient(broker.url) as client, client.producer(topic, partitions=3) as producer:
+        producer.send(b"seed")  # creates /ns/t-part-0..2
+    df = spark.createDataFrame([(f"v{i}", i % 3) for i in range(30)], "value string, partition int")
+    df.write.format("ister").option("ister.service.url", broker.url).option("topic", topic).mode(
+        "append"
+    ).save()
+    rows = read(spark, broker, topic).where("value != 'seed'").collect()
+    assert sorted((r.value.decode(), r.partition) for r in rows) == sorted(
+        (f"v{i}", i % 3) for i in range(30)
+    )

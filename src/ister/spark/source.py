@@ -169,6 +169,7 @@ class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         out: Positions = {}
         for tp, info in self.planner.describe().items():
             so.put(out, tp, so.resolve(opts.starting, tp, info.earliest, info.next, missing="earliest"))
+        self._last_end = out  # the start of the first batch, for the 4.0/4.1 `latestOffset()`
         return out
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -219,6 +220,7 @@ class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def partitions(self, start: Positions, end: Positions) -> Sequence[InputPartition]:
+        self._last_end = end  # after a restart Spark plans from its checkpoint: follow it
         if not self.planner._described:
             self.planner.describe()
         ranges: dict[TopicPartition, tuple[int, int]] = {}
