@@ -17,24 +17,12 @@ from tests.integration.harness import BrokerProcess
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers use this venv (ister, pyarrow)
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from ister.spark.pipeline import local_session
 
-    import ister.spark
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("ister-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
+    session = local_session("local[2]", **{"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"})
     session.sparkContext.setLogLevel("ERROR")
-    ister.spark.register(session)
     yield session
     session.stop()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ def run_module_in_child(path: str) -> None:
         pytest.skip("the tests of this module run in this process")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", path],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", path],
         capture_output=True,
         text=True,
         timeout=600,
@@ -38,3 +39,10 @@ def run_module_in_child(path: str) -> None:
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert " passed" in result.stdout
+
+
+async def start_client_server(*args: Any, **kwargs: Any) -> Any:
+    """`ister.server.grpc_server.start_client_server`, imported only when called (it loads ister.wire)."""
+    from ister.server.grpc_server import start_client_server as start
+
+    return await start(*args, **kwargs)

@@ -25,7 +25,7 @@ from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
 from ister.storage.objects import list_descriptors, read_segment
 from ister.wire.gen import ister_v1_pb2 as pb
-from tests.unit.isolation import run_module_in_child, skip_if_sharing
+from tests.unit.isolation import run_module_in_child, skip_if_sharing, start_client_server
 from tests.unit.test_client_support import free_port
 
 
@@ -36,12 +36,6 @@ def _own_process(request: pytest.FixtureRequest) -> None:
 
 def test_in_child_process() -> None:
     run_module_in_child(__file__)
-
-
-async def _start_client_server(*args: Any, **kwargs: Any) -> Any:
-    from ister.server.grpc_server import start_client_server  # not at import: see tests/unit/isolation.py
-
-    return await start_client_server(*args, **kwargs)
 
 
 Sent = tuple[int, bytes, dict[str, str], str | None]  # offset, payload, attributes, routing key
@@ -63,7 +57,7 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     store = EmbeddedStore.in_memory()
     broker = BrokerService(config, store, tmp_path)
     await broker.start()
-    server = await _start_client_server(broker, config.broker_addr)
+    server = await start_client_server(broker, config.broker_addr)
     try:
         yield Served(broker, f"http://127.0.0.1:{port}")
     finally:

@@ -20,7 +20,7 @@ from ister.core.record import decode_message
 from ister.ids import TopicName
 from ister.metadata.embedded import EmbeddedStore
 from ister.wire.gen import ister_v1_pb2 as pb
-from tests.unit.isolation import run_module_in_child, skip_if_sharing
+from tests.unit.isolation import run_module_in_child, skip_if_sharing, start_client_server
 from tests.unit.test_admin_cluster import close_cluster, until
 from tests.unit.test_client_support import free_port
 
@@ -32,12 +32,6 @@ def _own_process(request: pytest.FixtureRequest) -> None:
 
 def test_in_child_process() -> None:
     run_module_in_child(__file__)
-
-
-async def _start_client_server(*args: Any, **kwargs: Any) -> Any:
-    from ister.server.grpc_server import start_client_server  # not at import: see tests/unit/isolation.py
-
-    return await start_client_server(*args, **kwargs)
 
 
 class Member:
@@ -73,7 +67,7 @@ async def members(tmp_path: Path) -> AsyncIterator[list[Member]]:
             broker = BrokerService(config, store, data, cluster)
             await broker.start()
             await cluster.start(broker)
-            server = await _start_client_server(broker, config.broker_addr)
+            server = await start_client_server(broker, config.broker_addr)
             out.append(Member(broker, cluster, server, f"http://127.0.0.1:{port}"))
         await until(lambda: out[0].cluster.leader() is not None, "a leader")
         yield out

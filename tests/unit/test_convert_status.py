@@ -8,8 +8,6 @@ here and run instead by `test_wire_tests_in_child_process`, in a fresh interpret
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +18,7 @@ import pytest
 from ister import errors
 from ister.core.record import StoredMessage, decode_message, encode_message
 from ister.limits import MAX_ATTRIBUTE_BYTES, MAX_ATTRIBUTES, MAX_NAME_LEN
+from tests.unit.isolation import run_module_in_child
 
 MAX_ROUTING_KEY = MAX_NAME_LEN * 4
 _SHARED_WITH_DANUBE = "covered by test_wire_tests_in_child_process (danube's protos are loaded here)"
@@ -41,18 +40,7 @@ def wire() -> SimpleNamespace:
 
 
 def test_wire_tests_in_child_process() -> None:
-    if "danube" not in sys.modules:
-        pytest.skip("the wire tests run in this process")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", __file__],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-    assert " passed" in result.stdout
+    run_module_in_child(__file__)
 
 
 def _msg(w: SimpleNamespace, **kw: Any) -> Any:

@@ -185,6 +185,13 @@ class Client:
             return self.stub()
         return self.stub(found.broker_url or None)
 
+    async def _retry_or_raise(self, exc: Exception, attempt: int) -> None:
+        """Wait before retry number `attempt` of a retriable failure; raise the typed error otherwise."""
+        err = to_ister_error(exc)
+        if not err.retriable or attempt > self.retry.max_retries:
+            raise err from None
+        await asyncio.sleep(self.retry.delay(attempt))
+
     async def _on_owner(self, topic: str, call: Callable[[Any], Awaitable[T]]) -> T:
         """`call(stub of the topic's owner)`, looking the topic up again and retrying retriable errors."""
         attempt = 0
@@ -192,11 +199,8 @@ class Client:
             try:
                 return await call(await self.stub_for(topic))
             except Exception as exc:
-                err = to_ister_error(exc)
                 attempt += 1
-                if not err.retriable or attempt > self.retry.max_retries:
-                    raise err from None
-                await asyncio.sleep(self.retry.delay(attempt))
+                await self._retry_or_raise(exc, attempt)
 
     # -- offset reads (reliable topics, no subscription) ----------------------------------------------------
     async def offsets(self, topic: str) -> TopicOffsets:
@@ -258,11 +262,8 @@ class Client:
                     call.cancel()
                 return
             except Exception as exc:
-                err = to_ister_error(exc)
                 attempt += 1
-                if not err.retriable or attempt > self.retry.max_retries:
-                    raise err from None
-                await asyncio.sleep(self.retry.delay(attempt))
+                await self._retry_or_raise(exc, attempt)
 
     # -- producers and consumers ----------------------------------------------------------------------------
     async def producer(

@@ -73,21 +73,24 @@ class ExportJob:
         return writer.start(self.path)
 
 
-def local_session(master: str = "local[*]") -> Any:
-    """A SparkSession for running the job on this machine, with the `ister` format registered."""
+def local_session(master: str = "local[*]", **conf: str) -> Any:
+    """A SparkSession for running the job on this machine (extra `conf` settings allowed), with the
+    `ister` format registered."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     import ister.spark
 
-    spark = (
+    builder = (
         SparkSession.builder.master(master)
         .appName("ister-pipeline-export")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     ister.spark.register(spark)
     return spark

@@ -11,8 +11,9 @@ Descriptors never overlap: `record` refuses a range that overlaps a different de
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from bisect import bisect_right
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -136,31 +137,39 @@ async def _bounded(awaitable: Awaitable[T], timeout: float, what: str) -> T:  # 
         raise MetadataError(f"metadata store: {what} timed out after {timeout:g} s") from None
 
 
+async def _well_formed(
+    store: MetadataStore,
+    topic: TopicLike,
+    page_size: int,
+    timeout: float,  # noqa: ASYNC109 (per metadata call)
+) -> AsyncGenerator[ObjectDescriptor, None]:
+    """The topic's well-formed descriptors in key order (= start-offset order: keys end in 20 digits),
+    skipping `cur`, unparsable values, incomplete descriptors and values whose start differs from their
+    key; reads pages of `page_size` keys as far as the caller iterates."""
+    prefix = keys.storage_objects_prefix(topic)
+    after: str | None = None
+    while True:
+        page = await _bounded(
+            store.list(prefix, limit=page_size, start_after=after), timeout, f"list {prefix}"
+        )
+        for kv in page:
+            starts = keys.storage_object_starts([kv.key], topic)
+            desc = ObjectDescriptor.from_json(kv.value)
+            if desc is not None and starts == [desc.start_offset]:
+                yield desc
+        if len(page) < page_size:
+            return
+        after = page[-1].key
+
+
 async def list_descriptors(
     store: MetadataStore,
     topic: TopicLike,
     *,
     timeout: float = DEFAULT_METADATA_TIMEOUT,  # noqa: ASYNC109 (per metadata call)
 ) -> list[ObjectDescriptor]:
-    """Every well-formed descriptor of the topic, sorted by start offset.
-
-    Skips `cur`, unparsable values, incomplete descriptors and values whose start differs from their key.
-    """
-    prefix = keys.storage_objects_prefix(topic)
-    found: list[ObjectDescriptor] = []
-    after: str | None = None
-    while True:
-        page = await _bounded(
-            store.list(prefix, limit=LIST_PAGE, start_after=after), timeout, f"list {prefix}"
-        )
-        for kv in page:
-            starts = keys.storage_object_starts([kv.key], topic)
-            desc = ObjectDescriptor.from_json(kv.value)
-            if desc is not None and starts == [desc.start_offset]:
-                found.append(desc)
-        if len(page) < LIST_PAGE:
-            break
-        after = page[-1].key
+    """Every well-formed descriptor of the topic, sorted by start offset."""
+    found = [d async for d in _well_formed(store, topic, LIST_PAGE, timeout)]
     found.sort(key=lambda d: d.start_offset)
     return found
 
@@ -171,25 +180,12 @@ async def first_descriptor(
     *,
     timeout: float = DEFAULT_METADATA_TIMEOUT,  # noqa: ASYNC109 (per metadata call)
 ) -> ObjectDescriptor | None:
-    """The descriptor with the lowest start offset, or None when the topic has none.
-
-    Descriptor keys end in the 20-digit start offset, so key order is offset order and this normally reads
-    one short page (skipping what `list_descriptors` skips).
-    """
-    prefix = keys.storage_objects_prefix(topic)
-    after: str | None = None
-    while True:
-        page = await _bounded(
-            store.list(prefix, limit=FIRST_PAGE, start_after=after), timeout, f"list {prefix}"
-        )
-        for kv in page:
-            starts = keys.storage_object_starts([kv.key], topic)
-            desc = ObjectDescriptor.from_json(kv.value)
-            if desc is not None and starts == [desc.start_offset]:
-                return desc
-        if len(page) < FIRST_PAGE:
-            return None
-        after = page[-1].key
+    """The descriptor with the lowest start offset, or None when the topic has none; normally reads one
+    short page."""
+    async with contextlib.aclosing(_well_formed(store, topic, FIRST_PAGE, timeout)) as descriptors:
+        async for desc in descriptors:
+            return desc
+    return None
 
 
 def covering(descriptors: Sequence[ObjectDescriptor], offset: int) -> ObjectDescriptor | None:
