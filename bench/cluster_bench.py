@@ -61,6 +61,27 @@ def wait_port(port: int, what: str, proc: subprocess.Popen[bytes], seconds: floa
         time.sleep(0.05)
 
 
+def start_etcd(root: Path, quota_bytes: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """A single-member etcd on free loopback ports with its data under `root`; (process, client port)."""
+    etcd_bin = shutil.which("etcd")
+    if etcd_bin is None:
+        sys.exit("etcd is not installed (make test installs etcd-server)")
+    cport, pport = free_port(), free_port()
+    quota = ["--quota-backend-bytes", str(quota_bytes)] if quota_bytes else []
+    log = open(root / "etcd.log", "wb")  # noqa: SIM115 - the child owns it
+    proc = subprocess.Popen(
+        [
+            etcd_bin, "--name", "bench", "--data-dir", str(root / "etcd"), *quota,
+            "--listen-client-urls", f"http://127.0.0.1:{cport}", "--advertise-client-urls", f"http://127.0.0.1:{cport}",
+            "--listen-peer-urls", f"http://127.0.0.1:{pport}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{pport}",
+            "--initial-cluster", f"bench=http://127.0.0.1:{pport}", "--initial-cluster-state", "new",
+        ],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    wait_port(cport, "etcd", proc)
+    return proc, cport
+
+
 class Broker:
     def __init__(self, root: Path, index: int, etcd: str, ttl: int) -> None:
         self.dir = root / f"b{index}"
@@ -217,25 +238,11 @@ async def main() -> None:
     ap.add_argument("--lease-ttl", type=int, default=5)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    etcd_bin = shutil.which("etcd")
-    if etcd_bin is None:
-        sys.exit("etcd is not installed (make test installs etcd-server)")
     root = Path(tempfile.mkdtemp(prefix="ister-cluster-bench-"))
-    cport, pport = free_port(), free_port()
-    etcd_log = open(root / "etcd.log", "wb")  # noqa: SIM115, ASYNC230 - the child owns it
-    etcd = subprocess.Popen(  # noqa: ASYNC220 - started once, before anything runs on the loop
-        [
-            etcd_bin, "--name", "bench", "--data-dir", str(root / "etcd"),
-            "--listen-client-urls", f"http://127.0.0.1:{cport}", "--advertise-client-urls", f"http://127.0.0.1:{cport}",
-            "--listen-peer-urls", f"http://127.0.0.1:{pport}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{pport}",
-            "--initial-cluster", f"bench=http://127.0.0.1:{pport}", "--initial-cluster-state", "new",
-        ],
-        stdout=etcd_log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    etcd, cport = start_etcd(root)
     brokers: list[Broker] = []
     store = None
     try:
-        wait_port(cport, "etcd", etcd)
         store = await until(lambda: connect(f"127.0.0.1:{cport}"), 20)
         brokers = [Broker(root, i, f"127.0.0.1:{cport}", args.lease_ttl) for i in range(3)]
         for b in brokers:

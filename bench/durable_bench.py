@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from cluster_bench import Broker, connect, free_port, produce_once, until, wait_port
+from cluster_bench import Broker, connect, produce_once, start_etcd, until
 from ister.client import Client
 from ister.metadata import keys
 from ister.metadata.etcd import EtcdStore
@@ -163,23 +162,12 @@ async def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="ister-durable-bench-"))
-    cport, pport = free_port(), free_port()
-    etcd_log = open(root / "etcd.log", "wb")  # noqa: SIM115, ASYNC230 - the child owns it
-    etcd = subprocess.Popen(  # noqa: ASYNC220 - started once, before anything runs on the loop
-        [
-            "etcd", "--name", "bench", "--data-dir", str(root / "etcd"),
-            "--listen-client-urls", f"http://127.0.0.1:{cport}", "--advertise-client-urls", f"http://127.0.0.1:{cport}",
-            "--listen-peer-urls", f"http://127.0.0.1:{pport}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{pport}",
-            "--initial-cluster", f"bench=http://127.0.0.1:{pport}", "--initial-cluster-state", "new",
-        ],
-        stdout=etcd_log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    etcd, cport = start_etcd(root)
     weed = None
     brokers: list[Broker] = []
     store = None
     result: dict[str, Any] = {"loadavg": os.getloadavg()}
     try:
-        wait_port(cport, "etcd", etcd)
         store = await until(lambda: connect(f"127.0.0.1:{cport}"), 20)
         if args.s3:
             sys.path.insert(0, REPO)

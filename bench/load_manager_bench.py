@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -29,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from cluster_bench import Broker, connect, free_port, until, wait_port
+from cluster_bench import Broker, connect, start_etcd, until
 from ister.core.cluster.ownership import OwnerRecord
 from ister.metadata import keys
 from ister.metadata.etcd import EtcdStore
@@ -156,27 +155,10 @@ async def registered(store: EtcdStore, n: int) -> bool:
     return len(await store.list(keys.REGISTER_PREFIX)) == n
 
 
-def start_etcd(root: Path) -> tuple[subprocess.Popen[bytes], int]:
-    cport, pport = free_port(), free_port()
-    log = open(root / "etcd.log", "wb")  # noqa: SIM115 - the child owns it
-    proc = subprocess.Popen(
-        [
-            "etcd", "--name", "bench", "--data-dir", str(root / "etcd"),
-            "--quota-backend-bytes", str(4 << 30),
-            "--listen-client-urls", f"http://127.0.0.1:{cport}", "--advertise-client-urls", f"http://127.0.0.1:{cport}",
-            "--listen-peer-urls", f"http://127.0.0.1:{pport}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{pport}",
-            "--initial-cluster", f"bench=http://127.0.0.1:{pport}", "--initial-cluster-state", "new",
-        ],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    wait_port(cport, "etcd", proc)
-    return proc, cport
-
-
 async def run_phase(
     root: Path, count: int, phase: str, n_brokers: int, config: dict[str, Any], wait_loaded: bool
 ) -> Any:
-    etcd, cport = await asyncio.to_thread(start_etcd, root)
+    etcd, cport = await asyncio.to_thread(start_etcd, root, 4 << 30)
     brokers: list[Broker] = []
     store = None
     try:
