@@ -158,3 +158,31 @@ def test_encode_records_array_headers() -> None:
     for n in (0, 1, 15, 16, 65535, 65536):
         decoded = msgspec.msgpack.decode(encode_records([[[b"x"] * n, 1, {}, None]], n, 3, "p"))
         assert len(decoded) == n
+
+
+async def test_seed_urls_skip_a_dead_broker() -> None:
+    from ister.client import Client
+    from ister.errors import InvalidArgument, Unavailable
+    from tests.unit.test_client_support import FakeServer, free_port
+
+    server = FakeServer()
+    await server.start()
+    dead = f"http://127.0.0.1:{free_port()}"
+    try:
+        with pytest.raises(InvalidArgument):
+            Client(" , ")
+        client = Client(f"{dead}, {server.url}", connect_timeout=2.0)
+        assert client.urls == [dead, server.url]
+        async with client:  # connect() moves past the dead seed
+            assert client.url == server.url
+            producer = await client.producer("/default/seeds")
+            assert await producer.send(b"x") == 0
+        # A lookup that finds its seed dead moves on, so the retry reaches a live broker.
+        other = Client([server.url, dead], connect_timeout=2.0)
+        await server.stop()
+        with pytest.raises(Unavailable):
+            await other.lookup("/default/seeds")
+        assert other.url == dead
+        await other.close()
+    finally:
+        await server.stop()

@@ -92,6 +92,8 @@ def test_source_options_validate() -> None:
     assert opts.service_url == "http://127.0.0.1:6650" and opts.topics == ("/default/t",)
     assert opts.include_headers and opts.min_partitions == 4 and opts.starting == "earliest"
     assert SourceOptions.parse(base, streaming=True).starting == "latest"
+    seeds = SourceOptions.parse({**base, "ister.service.url": "a:1, http://b:2"}, streaming=False)
+    assert seeds.service_url == "http://a:1,http://b:2"
     storage = SourceOptions.parse({**base, "ister.storage.endpoint": "http://s3"}, streaming=False)
     assert storage.storage_options == {"endpoint": "http://s3"}
     bad = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -85,14 +85,19 @@ class Client:
 
     def __init__(
         self,
-        url: str = "http://127.0.0.1:6650",
+        url: str | Sequence[str] = "http://127.0.0.1:6650",
         *,
         connect_timeout: float = 10.0,
         max_retries: int = 5,
         backoff_base: float = 0.2,
         backoff_max: float = 5.0,
     ) -> None:
-        self.url = normalize_url(url)
+        raw = url.split(",") if isinstance(url, str) else list(url)
+        # Seeds: any broker answers lookups, so one that is down just means asking the next one.
+        self.urls = list(dict.fromkeys(normalize_url(u) for u in raw if u.strip()))
+        if not self.urls:
+            raise errors.InvalidArgument("the client needs at least one service URL")
+        self._seed = 0
         self.connect_timeout = connect_timeout
         self.retry = RetryPolicy(max_retries, backoff_base, backoff_max)
         self._channels: dict[str, Any] = {}
@@ -101,16 +106,32 @@ class Client:
         self._closed = False
 
     # -- connection -----------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """The service URL (seed) in use for lookups."""
+        return self.urls[self._seed]
+
+    @property
+    def _seed_timeout(self) -> float:
+        """One seed's share of connect_timeout (at least a second), so a dead seed does not use it all."""
+        return max(1.0, self.connect_timeout / len(self.urls)) if len(self.urls) > 1 else self.connect_timeout
+
+    def _next_seed(self) -> None:
+        self._seed = (self._seed + 1) % len(self.urls)
+
     async def connect(self) -> Client:
-        """Wait until the service URL accepts a connection (Unavailable after connect_timeout)."""
-        channel = self._channel(self.url)
-        try:
-            await asyncio.wait_for(channel.channel_ready(), self.connect_timeout)
-        except TimeoutError:
-            raise errors.Unavailable(
-                f"cannot connect to {self.url} within {self.connect_timeout} s"
-            ) from None
-        return self
+        """Wait until a service URL accepts a connection, trying each seed in turn (Unavailable when none
+        does within its share of connect_timeout)."""
+        for _ in self.urls:
+            try:
+                async with asyncio.timeout(self._seed_timeout):
+                    await self._channel(self.url).channel_ready()
+                return self
+            except TimeoutError:
+                self._next_seed()
+        raise errors.Unavailable(
+            f"cannot connect to {', '.join(self.urls)} within {self.connect_timeout} s"
+        ) from None
 
     async def __aenter__(self) -> Client:
         return await self.connect()
@@ -152,14 +173,17 @@ class Client:
     # -- lookup ---------------------------------------------------------------------------------------------
     async def lookup(self, topic: str) -> TopicLookup:
         """Partitions and serving broker of a topic (one attempt; NotFound for an unknown topic)."""
+        seed = self.url
         try:
             resp = await self.stub().Lookup(
-                pb.LookupRequest(topic=topic), timeout=self.connect_timeout, wait_for_ready=True
+                pb.LookupRequest(topic=topic), timeout=self._seed_timeout, wait_for_ready=True
             )
         except Exception as exc:
             err = to_ister_error(exc)
             if isinstance(err, errors.Timeout):
-                err = errors.Unavailable(f"no answer from {self.url} within {self.connect_timeout} s")
+                err = errors.Unavailable(f"no answer from {seed} within {self._seed_timeout} s")
+            if err.retriable and seed == self.url:
+                self._next_seed()  # the retry asks the next seed
             raise err from None
         return TopicLookup(list(resp.partitions), resp.broker_url)
 

@@ -53,8 +53,8 @@ def _service_url(opts: Mapping[str, str]) -> str:
     url = opts.get(SERVICE_URL, "").strip()
     if not url:
         raise InvalidArgument(f"option {SERVICE_URL} is required (e.g. http://127.0.0.1:6650)")
-    first = url.split(",")[0].strip()  # the client takes one service URL; the rest are for humans
-    return first if "://" in first else f"http://{first}"
+    seeds = [u.strip() for u in url.split(",") if u.strip()]  # the client tries each in turn
+    return ",".join(u if "://" in u else f"http://{u}" for u in seeds)
 
 
 SPARK_OWN = {"path", "checkpointlocation"}  # options Spark itself passes through to every source and sink
