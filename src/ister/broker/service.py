@@ -347,7 +347,7 @@ class BrokerService:
                 await self.store.compare_and_delete(sealed.key, expected_version=sealed.version)
             return standalone, None
         cluster = self.cluster
-        record, versions = await cluster.read_owner(name.full)
+        record, versions = await cluster.read_owner(name.full, fresh=True)  # decides where offsets start
         epoch_file = self.data_dir / "owners" / name.namespace / f"{name.topic}.epoch"
         local_epoch = read_epoch(epoch_file)
         wal = await Wal.open(wal_dir, self._wal_config) if local_epoch is not None else None
@@ -392,6 +392,21 @@ class BrokerService:
         )
         return wal, guard
 
+    async def _claim_without_wal(self, name: TopicName) -> OwnershipGuard:
+        """A non-reliable topic's claim: from the cached owner record first (two fewer round trips per
+        load), from the store when the cached one was stale."""
+        cluster = self.cluster
+        assert cluster is not None
+        for fresh in (False, True):
+            record, versions = await cluster.read_owner(name.full, fresh=fresh)
+            plan = plan_load(record, None, None, None, self.config.cluster.offset_reservation)
+            try:
+                return await cluster.commit_claim(name.full, versions, plan.record)
+            except Unavailable:
+                if fresh:
+                    raise
+        raise AssertionError("unreachable")
+
     async def _load_topic(self, name: TopicName) -> Topic:
         kv = await self.store.get(keys.topic_delivery(name.full))
         delivery = kv.value if kv is not None and kv.value in (RELIABLE, NON_RELIABLE) else NON_RELIABLE
@@ -402,9 +417,7 @@ class BrokerService:
         if delivery == RELIABLE:
             wal, guard = await self._open_wal(name)
         elif self.cluster is not None:
-            record, versions = await self.cluster.read_owner(name.full)
-            plan = plan_load(record, None, None, None, self.config.cluster.offset_reservation)
-            guard = await self.cluster.commit_claim(name.full, versions, plan.record)
+            guard = await self._claim_without_wal(name)
         topic = Topic(name, delivery=delivery, max_message_size=max_size, wal=wal)
         topic.guard = guard
         if wal is not None and self.objects is not None:

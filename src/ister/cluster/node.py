@@ -229,16 +229,21 @@ class ClusterNode:
         return self.owner_of(topic)
 
     # -- claiming a topic (called by the broker service while loading) -------------------------------------
-    async def read_owner(self, topic: str) -> tuple[OwnerRecord, tuple[int, int]]:
-        """The owner record fresh from the store, and the versions (record, assignment key) a claim compares.
+    async def read_owner(self, topic: str, *, fresh: bool = False) -> tuple[OwnerRecord, tuple[int, int]]:
+        """The owner record and the versions (record, assignment key) a claim compares.
 
-        Unavailable unless the record names this broker and its assignment key exists.
+        From the cache when it has both (a stale pair only makes the claim's compare fail: the caller then
+        asks again with `fresh=True`), else from the store. Unavailable unless the record names this broker
+        and its assignment key exists.
         """
-        kv = await self.store.get(keys.owner(topic))
+        kv = None if fresh else self.cache.get(keys.owner(topic))
+        assignment = None if fresh else self.cache.get(keys.broker_topic(self.broker_id, topic))
+        if kv is None or assignment is None:
+            kv = await self.store.get(keys.owner(topic))
+            assignment = await self.store.get(keys.broker_topic(self.broker_id, topic))
         record = OwnerRecord.parse(kv.value) if kv is not None else None
         if kv is None or record is None or record.broker_id != self.broker_id:
             raise Unavailable(f"topic {topic} is not assigned to this broker; redo the lookup")
-        assignment = await self.store.get(keys.broker_topic(self.broker_id, topic))
         if assignment is None:
             raise Unavailable(f"topic {topic} is being reassigned; redo the lookup")
         return record, (kv.version, assignment.version)
