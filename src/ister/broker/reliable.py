@@ -12,7 +12,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from ister.broker import metrics
 from ister.broker.sessions import ConsumerSession, Outbound, Record
@@ -20,7 +19,8 @@ from ister.broker.subscription import Subscription
 from ister.core.dispatch import DeadLetter, Delivery, FailurePolicy, ReliableSubscriptionState, SubType
 from ister.core.record import StoredMessage, decode_message
 from ister.limits import CURSOR_FLUSH_ACKS, CURSOR_FLUSH_SECONDS, HEARTBEAT_SECONDS
-from ister.storage.wal import Wal
+from ister.storage.objects.tiered import TieredReader
+from ister.storage.wal import Wal, WalReader
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +49,12 @@ class ReliableSubscription(Subscription):
         policy: FailurePolicy,
         write_cursor: CursorWriter,
         publish_dead_letter: DeadLetterPublisher,
-        reader: Any = None,
+        reader: TieredReader | WalReader,
     ) -> None:
         super().__init__(topic, name, sub_type)
         self._wal = wal
         # A TieredReader (objects -> WAL -> live) when the topic has a durable tier, else the WAL's own.
-        self._reader = reader if reader is not None else wal.reader(start_offset)
+        self._reader = reader
         self._state = ReliableSubscriptionState(
             sub_type, start_offset=start_offset, window=window, policy=policy, track_resolved=True
         )

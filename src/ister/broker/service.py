@@ -509,6 +509,14 @@ class BrokerService:
             raise FailedPrecondition(f"topic {name} is not reliable; only reliable topics have offsets")
         return topic
 
+    def _reader(self, topic: Topic, start: int) -> TieredReader | WalReader:
+        """A reader of the topic from `start`: objects → WAL when there is a durable tier, else the WAL."""
+        wal = topic.wal
+        assert wal is not None
+        if self.objects is not None:
+            return TieredReader(topic.name, wal, self.objects, self.store, start)
+        return wal.reader(start)
+
     async def _earliest(self, topic: Topic) -> int:
         """The lowest stored offset: the first durable object's, else the WAL's first offset."""
         wal = topic.wal
@@ -559,11 +567,7 @@ class BrokerService:
             start = max(start, await self._earliest(topic))
         if start >= stop:
             return
-        reader: TieredReader | WalReader
-        if self.objects is not None:
-            reader = TieredReader(topic.name, wal, self.objects, self.store, start)
-        else:
-            reader = wal.reader(start)
+        reader = self._reader(topic, start)
         try:
             while reader.next_offset < stop:
                 if self.topics.get(topic.name.full) is not topic:
@@ -822,14 +826,11 @@ class BrokerService:
         async def publish_dead_letter(message: StoredMessage, dead: DeadLetter) -> None:
             await self._publish_dead_letter(topic, name, policy, message, dead)
 
-        reader = None
-        if self.objects is not None:
-            reader = TieredReader(topic.name, topic.wal, self.objects, self.store, start)
         sub = ReliableSubscription(
             t,
             name,
             sub_type,
-            reader=reader,
+            reader=self._reader(topic, start),
             wal=topic.wal,
             start_offset=start,
             window=window,

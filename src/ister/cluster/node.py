@@ -86,8 +86,7 @@ class ClusterNode:
         self._mine_feed = self.cache.feed(keys.broker_topics_prefix(self.broker_id))
         self._owners_feed = self.cache.feed(keys.OWNERS_PREFIX)
         self._swept = 0.0
-        self._markers_version = -1
-        self._markers_scanned = 0.0
+        self._markers_feed = self.cache.feed(keys.UNASSIGNED_PREFIX)
         self._recent: dict[str, tuple[int, float]] = {}  # topic -> (broker, when) assigned, not yet cached
 
     @property
@@ -184,7 +183,8 @@ class ClusterNode:
         return kv.value if kv is not None and isinstance(kv.value, int) else None
 
     def live_brokers(self) -> list[int]:
-        return keys.broker_ids(kv.key for kv in self.cache.list(keys.REGISTER_PREFIX))
+        self.view.refresh()
+        return sorted(self.view.live)
 
     async def request_assignment(self, topic: str) -> None:
         """Queue a topic for the leader (`/cluster/unassigned/...`), unless it is assigned or queued."""
@@ -334,10 +334,13 @@ class ClusterNode:
                     await self._release(topic, "assignment removed")
             elif record is not None and record.epoch > guard.epoch:
                 await self._release(topic, f"reassigned at epoch {record.epoch}")
-        # Markers for topics not loaded here (rare): scanned at most once a second, not on every change.
-        markers = self.cache.changes(keys.UNASSIGNED_PREFIX)
-        scan = markers != self._markers_version and now - self._markers_scanned >= 1.0
-        for kv in self.cache.list(keys.UNASSIGNED_PREFIX) if scan else ():
+        # Unload markers for topics not loaded here (rare): the changed ones now, all of them on a sweep.
+        markers_reset, markers_changed = self._markers_feed.drain()
+        if sweep or markers_reset:
+            marker_kvs = self.cache.list(keys.UNASSIGNED_PREFIX)
+        else:
+            marker_kvs = [kv for key in sorted(markers_changed) if (kv := self.cache.get(key)) is not None]
+        for kv in marker_kvs:
             value = kv.value  # cheap test first: most markers are new topics (null)
             if not (isinstance(value, dict) and value.get("from_broker") == self.broker_id):
                 continue
@@ -349,8 +352,6 @@ class ClusterNode:
                 and self._unload_marker(waiting) is not None
             ):
                 await self._hand_off(waiting, kv)  # not loaded here: nothing to seal, just say ready
-        if scan:
-            self._markers_version, self._markers_scanned = markers, now
         if not self.clock.valid():
             return  # do not claim anything while the lease may be gone
         for topic in sorted(mine if sweep else added & mine):

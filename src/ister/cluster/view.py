@@ -54,9 +54,8 @@ class ClusterView:
 
     def _apply(self, key: str, kv: KeyValue | None) -> None:
         if key.startswith(keys.REGISTER_PREFIX):
-            rest = key[len(keys.REGISTER_PREFIX) :]
-            if rest.isdigit():
-                (self.live.add if kv is not None else self.live.discard)(int(rest))
+            for broker_id in keys.broker_ids([key]):  # the same parsing as everywhere else: 0 or 1 id
+                (self.live.add if kv is not None else self.live.discard)(broker_id)
         elif key.startswith(keys.BROKERS_PREFIX):
             parts = key[len(keys.BROKERS_PREFIX) :].split("/")
             if not parts[0].isdigit():

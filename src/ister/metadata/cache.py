@@ -58,7 +58,6 @@ class LocalCache:
         self._ready = {p: asyncio.Event() for p in self._prefixes}
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._counters: dict[str, int] = {}  # prefix -> number of changes under it (see `changes`)
         self._feeds: list[ChangeFeed] = []
 
     # --- lifecycle --------------------------------------------------------------------------------
@@ -104,11 +103,6 @@ class LocalCache:
             found.append(self._entries[self._keys[index]])
             index += 1
         return found
-
-    def changes(self, prefix: str) -> int:
-        """How many keys under `prefix` changed so far (counting starts at the first call for it): a cheap
-        way to skip work when nothing relevant moved."""
-        return self._counters.setdefault(prefix, 0)
 
     def feed(self, prefix: str) -> ChangeFeed:
         """A new feed of the keys changed under `prefix` (which must lie within a cached prefix)."""
@@ -185,22 +179,20 @@ class LocalCache:
             self._remove(event.key)
         self._signal()
 
-    def _count(self, key: str) -> None:
-        for prefix in self._counters:
-            if key.startswith(prefix):
-                self._counters[prefix] += 1
+    def _note(self, key: str) -> None:
+        """Tell every feed whose prefix covers the key that it changed."""
         for feed in self._feeds:
             if key.startswith(feed.prefix):
                 feed.keys.add(key)
 
     def _set(self, kv: KeyValue) -> None:
-        self._count(kv.key)
+        self._note(kv.key)
         if kv.key not in self._entries:
             bisect.insort(self._keys, kv.key)
         self._entries[kv.key] = kv
 
     def _remove(self, key: str) -> None:
-        self._count(key)
+        self._note(key)
         del self._entries[key]
         del self._keys[bisect.bisect_left(self._keys, key)]
 

@@ -40,6 +40,11 @@ def _bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
     raise InvalidArgument(f"option {key}: expected true or false, got {raw!r}")
 
 
+def include_headers(options: Mapping[str, str]) -> bool:
+    """The `includeHeaders` option alone (the schema is asked for before the options are checked)."""
+    return _bool(lower(options), "includeHeaders", False)
+
+
 def _positive(opts: Mapping[str, str], key: str) -> int | None:
     raw = opts.get(key.lower())
     if raw is None:
@@ -128,7 +133,7 @@ class SourceOptions:
             starting=starting,
             ending=ending,
             min_partitions=_positive(opts, "minPartitions"),
-            include_headers=_bool(opts, "includeHeaders", False),
+            include_headers=include_headers(opts),
             fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
             max_offsets_per_trigger=_positive(opts, "maxOffsetsPerTrigger"),
             storage_url=opts.get(STORAGE_URL) or None,

@@ -54,11 +54,14 @@ def ddl(include_headers: bool) -> str:
     return f"{BASE_DDL}, {HEADERS_DDL}" if include_headers else BASE_DDL
 
 
+_SCHEMAS = {
+    False: pa.schema([pa.field(n, t) for n, t in _FIELDS]),
+    True: pa.schema([*(pa.field(n, t) for n, t in _FIELDS), pa.field("headers", HEADERS_TYPE)]),
+}
+
+
 def arrow_schema(include_headers: bool) -> pa.Schema:
-    fields = [pa.field(n, t) for n, t in _FIELDS]
-    if include_headers:
-        fields.append(pa.field("headers", HEADERS_TYPE))
-    return pa.schema(fields)
+    return _SCHEMAS[include_headers]
 
 
 def to_batch(

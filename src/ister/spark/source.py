@@ -36,7 +36,7 @@ from ister.core import stream_offsets as so
 from ister.core.stream_offsets import Positions, TopicPartition
 from ister.errors import DataLoss, InvalidArgument, NotFound
 from ister.spark import discovery
-from ister.spark.options import SinkOptions, SourceOptions
+from ister.spark.options import SinkOptions, SourceOptions, include_headers
 from ister.spark.ranges import OffsetRange, read_range
 from ister.spark.rows import ddl
 
@@ -51,9 +51,7 @@ class IsterDataSource(DataSource):
         return "ister"
 
     def schema(self) -> str:
-        opts = {k.lower(): v for k, v in self.options.items()}
-        include = opts.get("includeheaders", "false").strip().lower() in ("true", "1", "yes")
-        return ddl(include)
+        return ddl(include_headers(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return IsterBatchReader(SourceOptions.parse(self.options, streaming=False))
@@ -83,13 +81,32 @@ class _Planner:
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
-        self._described: dict[TopicPartition, TopicOffsets] = {}
+        self.described: dict[TopicPartition, TopicOffsets] = {}  # as of the last `describe`
+        self._client: BlockingClient | None = None
+
+    @property
+    def client(self) -> BlockingClient:
+        """One client (and loop thread) for the reader's life, not one per planning call."""
+        if self._client is None:
+            self._client = BlockingClient(self.opts.service_url)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def describe(self) -> dict[TopicPartition, TopicOffsets]:
-        with BlockingClient(self.opts.service_url) as client:
-            tps = discovery.partitions(client, self.opts)
-            self._described = discovery.describe(client, tps)
-        return self._described
+        tps = discovery.partitions(self.client, self.opts)
+        self.described = discovery.describe(self.client, tps)
+        return self.described
+
+    def heads(self) -> Positions:
+        """Each partition's head as of the last `describe`."""
+        out: Positions = {}
+        for tp, info in self.described.items():
+            so.put(out, tp, info.next)
+        return out
 
     def check_loss(self, tp: TopicPartition, start: int, info: TopicOffsets) -> int:
         """Where reading really starts when the checkpoint is behind retention or past the head."""
@@ -108,7 +125,7 @@ class _Planner:
 
     def input_partitions(self, ranges: dict[TopicPartition, tuple[int, int]]) -> list[OffsetRange]:
         out = []
-        infos = self._described
+        infos = self.described
         objects: dict[TopicPartition, list[tuple[int, int, str]]] = {}
         for tp, start, end in so.plan_ranges(
             ranges, self.opts.min_partitions, self.opts.max_offsets_per_partition
@@ -142,7 +159,11 @@ class IsterBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.planner.opts
         ranges: dict[TopicPartition, tuple[int, int]] = {}
-        for tp, info in self.planner.describe().items():
+        try:
+            described = self.planner.describe()
+        finally:
+            self.planner.close()  # planned once: the executors open their own clients
+        for tp, info in described.items():
             start = so.resolve(opts.starting, tp, info.earliest, info.next, missing="earliest")
             end = so.resolve(opts.ending, tp, info.earliest, info.next, missing="latest")
             start = self.planner.check_loss(tp, start, info)
@@ -177,19 +198,18 @@ class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n is not None else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._available_now = self._heads()
-
-    def _heads(self) -> Positions:
-        out: Positions = {}
-        for tp, info in self.planner.describe().items():
-            so.put(out, tp, info.next)
-        return out
+        self.planner.describe()
+        self._available_now = self.planner.heads()
 
     def reportLatestOffset(self) -> Positions:
-        return self._heads()
+        """The true heads, as `latestOffset` just fetched them (no second round of Offsets calls)."""
+        if not self.planner.described:
+            self.planner.describe()
+        return self.planner.heads()
 
     def latestOffset(self, start: Positions | None = None, limit: ReadLimit | None = None) -> Positions:
-        heads = self._heads()
+        self.planner.describe()
+        heads = self.planner.heads()
         if self._available_now is not None:  # AvailableNow: nothing that arrived after the query started
             for topic, parts in heads.items():
                 for part, head in parts.items():
@@ -203,7 +223,7 @@ class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start is not None:
             # A partition that the start does not know yet (new partition, new topic) starts at earliest.
             begin: dict[TopicPartition, int] = {}
-            for tp, info in self.planner._described.items():
+            for tp, info in self.planner.described.items():
                 known = so.get(start, tp)
                 # Checked here too: a checkpoint past the head plans no batch, so `partitions` never runs.
                 begin[tp] = info.earliest if known is None else self.planner.check_loss(tp, known, info)
@@ -221,18 +241,17 @@ class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: Positions, end: Positions) -> Sequence[InputPartition]:
         self._last_end = end  # after a restart Spark plans from its checkpoint: follow it
-        if not self.planner._described:
+        if not self.planner.described:
             self.planner.describe()
         ranges: dict[TopicPartition, tuple[int, int]] = {}
         for topic, parts in end.items():
             for part, stop in parts.items():
                 tp = TopicPartition(topic, int(part))
-                info = self.planner._described.get(tp)
+                info = self.planner.described.get(tp)
                 if info is None:
                     try:
-                        with BlockingClient(self.planner.opts.service_url) as client:
-                            info = client.offsets(tp.name)
-                        self.planner._described[tp] = info
+                        info = self.planner.client.offsets(tp.name)
+                        self.planner.described[tp] = info
                     except NotFound:
                         if self.planner.opts.fail_on_data_loss:
                             raise DataLoss(f"{tp.name} no longer exists") from None
@@ -249,3 +268,6 @@ class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: Spark's checkpoint holds the position (and calls this one batch late)."""
+
+    def stop(self) -> None:
+        self.planner.close()
