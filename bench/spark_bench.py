@@ -1,4 +1,4 @@
-"""Spark connector benchmarks (issue 7): batch read of exported objects into Parquet, and the export job.
+"""Spark connector benchmarks (issue 7): batch read of objects into Parquet, the export job, the sink.
 
 usage: python bench/spark_bench.py [--messages 1000000] [--json]
 
@@ -10,7 +10,10 @@ on a local[2] Spark session:
 * broker path → parquet: the same read with the object store made unreachable from Spark
   (`ister.storage.url=memory://`), so every record comes through the broker's Read RPC (rows/s);
 * export job: `ister pipeline export`'s query (availableNow, partitioned by topic and date) on the topic
-  (rows/s).
+  (rows/s);
+* sink: `df.write.format("ister")` of N 100-byte rows (2 tasks) into a new reliable topic, with and without
+  the per-row batch-id header (rows/s), as a ratio to the client's own batch publish of the same N
+  messages at the start of the run.
 
 * baseline (the peer): Spark's own in-JVM source (`spark.range`) shaped like the same rows (100-byte value,
   same columns and types, 4 partitions) written as Parquet: what this machine's local[2] Spark can do at
@@ -142,6 +145,29 @@ def timed_parquet(spark: Any, make: Any, out: Path, n: int) -> dict[str, float]:
     return {"seconds": round(elapsed, 2), "rows_per_s": round(n / elapsed)}
 
 
+def timed_sink(spark: Any, url: str, n: int, header: str) -> dict[str, float]:
+    """`df.write.format("ister")` of n 100-byte rows into a new reliable topic (second of two runs),
+    with or without the per-row batch-id header; the topic's head is checked."""
+    from pyspark.sql import functions as F
+
+    for run in range(2):
+        topic = f"{TOPIC}_sink_{header}_{run}"
+        df = spark.range(n, numPartitions=2).select(F.expr("cast(repeat('x', 100) as binary)").alias("value"))
+        start = time.monotonic()
+        df.write.format("ister").option("ister.service.url", url).option("topic", topic).option(
+            "writeIdempotencyHeader", header
+        ).mode("append").save()
+        elapsed = time.monotonic() - start
+    head = asyncio.run(head_of(url, topic))
+    assert head == n, head
+    return {"seconds": round(elapsed, 2), "rows_per_s": round(n / elapsed)}
+
+
+async def head_of(url: str, topic: str) -> int:
+    async with Client(url) as client:
+        return (await client.offsets(topic)).next
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=1_000_000)
@@ -178,9 +204,15 @@ def main() -> None:
                 rows = sum(p["numInputRows"] for p in query.recentProgress)
                 assert rows == n, rows
             result["export_job"] = {"seconds": round(secs, 2), "rows_per_s": round(n / secs)}
+            for header in ("true", "false"):
+                result[f"sink_header_{header}"] = timed_sink(spark, url, n, header)
             base = result["baseline_jvm_to_parquet"]["rows_per_s"]
             for k in ("objects_to_parquet", "broker_to_parquet", "export_job"):
                 result[k]["ratio_to_baseline"] = round(result[k]["rows_per_s"] / base, 2)
+            publish = n / result["produce_s"]  # the client's own batch publish, same broker, same run
+            for header in ("true", "false"):
+                sink = result[f"sink_header_{header}"]
+                sink["ratio_to_client_publish"] = round(sink["rows_per_s"] / publish, 2)
         finally:
             spark.stop()
     finally:

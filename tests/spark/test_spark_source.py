@@ -226,3 +226,35 @@ def test_sink_routes_rows_to_the_partition_column(spark: Any, broker: BrokerProc
     assert sorted((r.value.decode(), r.partition) for r in rows) == sorted(
         (f"v{i}", i % 3) for i in range(30)
     )
+
+
+def test_sink_routes_by_topic_column_keeps_task_order_and_takes_map_headers(
+    spark: Any, broker: BrokerProcess
+) -> None:
+    """Rows of one task reach each topic in row order (the batch header's seq grows with the offset),
+    a map headers column becomes attributes, and each row goes to the topic it names."""
+    topics = [new_topic("sinkcol"), new_topic("sinkcol")]
+    rows = [(f"v{i}".encode(), topics[i % 2], {"n": str(i)}) for i in range(25_000)]
+    df = spark.createDataFrame(rows, "value binary, topic string, headers map<string, string>")
+    df.repartition(2).write.format("ister").option("ister.service.url", broker.url).mode("append").save()
+    for t, topic in enumerate(topics):
+        got = read(spark, broker, topic, includeHeaders="true").collect()
+        assert sorted(int(r.value[1:]) for r in got) == list(range(t, 25_000, 2))
+        by_task: dict[str, list[tuple[int, int]]] = {}
+        for r in got:
+            headers = {h.key: h.value.decode() for h in r.headers}
+            assert headers["n"] == r.value[1:].decode()
+            _, _, task, seq = headers[BATCH_HEADER].split(":")
+            by_task.setdefault(task, []).append((r.offset, int(seq)))
+        assert len(by_task) == 2
+        for pairs in by_task.values():
+            seqs = [seq for _, seq in sorted(pairs)]
+            assert seqs == sorted(seqs)
+
+
+def test_sink_refuses_a_null_value_with_a_clear_error(spark: Any, broker: BrokerProcess) -> None:
+    df = spark.createDataFrame([(b"ok",), (None,)], "value binary")
+    topic = new_topic("null")
+    writer = df.write.format("ister").option("ister.service.url", broker.url).option("topic", topic)
+    with pytest.raises(Exception, match="null value"):
+        writer.mode("append").save()

@@ -12,7 +12,7 @@ import pytest
 from ister import errors
 from ister.client import Client
 from ister.client.routing import fnv1a_64
-from tests.unit.test_client_support import FakeServer, stored_payloads, wait_until
+from tests.unit.test_client_support import FakeServer, stored_messages, stored_payloads, wait_until
 
 
 @pytest.fixture
@@ -192,6 +192,35 @@ async def test_bounded_buffer(server: FakeServer, client: Client) -> None:
     assert await p.send(b"y") == 10  # waits for room instead
     await asyncio.gather(*futs)
     assert len(await p.send_batch([b"z"] * 100)) == 100  # larger than the buffer: fed as room appears
+
+
+async def test_send_each_keeps_per_message_attributes_and_call_order(
+    server: FakeServer, client: Client
+) -> None:
+    """Two calls queued back to back with a buffer smaller than either: the second waits behind the first
+    (its messages get the later offsets) and every message keeps its own attributes and key."""
+    server.servicer.ack_delay = 0.01
+    p = await client.producer("/default/t", max_buffered_messages=40, max_batch_messages=25)
+    first = [(b"a%d" % i, {"n": str(i)}, f"k{i % 3}") for i in range(100)]
+    second = [(b"b%d" % i, {"n": str(i)}, None) for i in range(100)]
+    a, b = await asyncio.gather(p.send_each(first), p.send_each(second))
+    assert a == list(range(100)) and b == list(range(100, 200))
+    stored = stored_messages(server.servicer, "/default/t")
+    assert [m.payload for m in stored] == [m for m, _, _ in first + second]
+    assert [m.attributes["n"] for m in stored] == [str(i) for i in range(100)] * 2
+    assert [m.routing_key for m in stored[:3]] == ["k0", "k1", "k2"] and stored[100].routing_key is None
+    assert p.buffered == 0 and await p.send_each([]) == []
+
+
+async def test_send_each_checks_every_message_before_sending_any(server: FakeServer, client: Client) -> None:
+    p = await client.producer("/default/t")
+    with pytest.raises(errors.InvalidArgument):
+        await p.send_each([(b"ok", None, None), (b"bad", {f"k{i}": "v" for i in range(300)}, None)])
+    with pytest.raises(TypeError):
+        await p.send_each([(b"ok", None, None), ("text", None, None)])  # type: ignore[list-item]
+    assert stored_payloads(server.servicer, "/default/t") == []
+    assert p.buffered == 0
+    assert await p.send(b"next") == 0
 
 
 async def test_flush_and_close(server: FakeServer, client: Client) -> None:

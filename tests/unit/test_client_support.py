@@ -283,8 +283,12 @@ async def wait_until(predicate: Callable[[], bool], within: float = 5.0, what: s
         await asyncio.sleep(0.01)
 
 
+def stored_messages(fake: FakeIster, topic: str) -> list[StoredMessage]:
+    return [_decode_record(r) for r in fake.records.get(topic, [])]
+
+
 def stored_payloads(fake: FakeIster, topic: str) -> list[bytes]:
-    return [_decode_record(r).payload for r in fake.records.get(topic, [])]
+    return [m.payload for m in stored_messages(fake, topic)]
 
 
 async def test_fake_server_starts_and_stops() -> None:

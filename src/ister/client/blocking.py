@@ -30,7 +30,7 @@ from ister import errors
 from ister.client.client import Client, TopicOffsets
 from ister.client.consumer import Consumer
 from ister.client.messages import Message
-from ister.client.producer import Producer
+from ister.client.producer import Outgoing, Producer
 from ister.client.records import Payload
 
 T = TypeVar("T")
@@ -140,6 +140,10 @@ class BlockingClient:
                 with contextlib.suppress(Exception):  # best effort: the loop may be stopping
                     self._run(_aclose(batches), 10.0)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         """Flush and close every producer and consumer, then stop the loop thread."""
         if self._closed:
@@ -199,6 +203,11 @@ class BlockingProducer:
     ) -> list[int]:
         """Publish many messages; returns their offsets once all are acknowledged."""
         return self._owner._run(self.producer.send_batch(payloads, attributes, key))
+
+    def send_each_async(self, messages: Sequence[Outgoing]) -> concurrent.futures.Future[list[int]]:
+        """`Producer.send_each` without waiting: the future resolves to the offsets once every message is
+        answered. Calls from one thread keep their order; pipeline a few to keep the broker busy."""
+        return asyncio.run_coroutine_threadsafe(self.producer.send_each(messages), self._owner._runner.loop)
 
     def flush(self) -> None:
         self._owner._run(self.producer.flush())

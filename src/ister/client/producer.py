@@ -6,8 +6,9 @@ of one producer to one partition are stored in send order. On a connection failu
 are re-sent after reconnecting, so a message may be stored twice when only its ack was lost
 (at-least-once); see `ister.client.publisher`.
 
-Buffer: at most `max_buffered_messages` / `max_buffered_bytes` may be unacknowledged at once. `send()` and
-`send_batch()` wait for room; `send_nowait()` raises ResourceExhausted when the buffer is full.
+Buffer: at most `max_buffered_messages` / `max_buffered_bytes` may be unacknowledged at once. `send()`,
+`send_batch()` and `send_each()` wait for room; `send_nowait()` raises ResourceExhausted when the buffer is
+full.
 
 Partitioned topics: unkeyed messages go round-robin, one batch per partition at a time; keyed messages go
 to partition FNV-1a(key) % n, as with the Danube clients, so a key's messages stay in order on one
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ister import errors
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 _BYTES_TYPES = frozenset({bytes, bytearray, memoryview})
 _NO_ATTRS: dict[str, str] = {}
+Outgoing = tuple[Payload, dict[str, str] | None, str | None]  # (payload, attributes, routing key)
 
 
 def _now_ms() -> int:
@@ -75,6 +77,7 @@ class Producer:
         self._pubs: list[PartitionPublisher] = []
         self._router = Router(1)
         self._closed = False
+        self._each_order = asyncio.Lock()  # FIFO: concurrent send_each() calls queue in call order
 
     def _attach(self, publishers: list[PartitionPublisher]) -> None:
         self._pubs = publishers
@@ -169,6 +172,51 @@ class Producer:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         pub.append(payload, size, _now_ms(), attributes or _NO_ATTRS, key, fut)
         return fut
+
+    async def send_each(self, messages: Iterable[Outgoing]) -> list[int]:
+        """Publish messages that each carry their own attributes and key, in order; returns their offsets
+        once every one is answered. Every message is checked before any is queued (a bad one raises and
+        sends nothing). Nothing waits for linger: the batches are sealed as soon as the messages are queued.
+        Calls made one after another keep their order even while an earlier one waits for buffer room.
+
+        Raises the first failed batch's error after every batch of the call has been answered; messages
+        of the other batches may be stored."""
+        self._check_open()
+        limit = min(p.max_bytes - p.overhead for p in self._pubs)
+        checked: list[tuple[Payload, dict[str, str], str | None, int]] = []
+        for payload, attributes, key in messages:
+            if type(payload) not in _BYTES_TYPES:
+                raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+            size = len(payload)
+            if attributes or key is not None:
+                if attributes:
+                    _check_attributes(attributes)
+                size += attributes_size(attributes, key)
+            if size > limit:
+                raise errors.InvalidArgument(
+                    f"message of {len(payload)} bytes exceeds the batch limit of {limit} bytes"
+                )
+            checked.append((payload, attributes or _NO_ATTRS, key, size))
+        placed: list[tuple[Batch, int]] = []
+        touched: set[PartitionPublisher] = set()
+        async with self._each_order:
+            ts = _now_ms()
+            for payload, attributes, key, size in checked:
+                if self._full(1, size):
+                    for p in touched:
+                        p.seal()  # what is queued must go out for room to appear
+                    await self._wait_room(1, size)
+                pub = self._pubs[self._router.current if key is None else self._router.for_key(key)]
+                self._buffered += 1
+                self._buffered_bytes += size + pub.overhead
+                placed.append(pub.append(payload, size + pub.overhead, ts, attributes, key, None))
+                touched.add(pub)
+            for p in touched:
+                p.seal()
+        if not placed:
+            return []
+        await asyncio.wait([b.done for b in dict.fromkeys(b for b, _ in placed)])
+        return [batch.done.result() + index for batch, index in placed]
 
     async def send_batch(
         self,

@@ -1,8 +1,9 @@
 """Reading one offset range: exported objects straight from object storage, the rest from the broker.
 
 Runs in Spark's Python workers (no event loop there): object reads drive the async segment reader on a
-private loop; the not-yet-exported tail comes through `BlockingClient.read`. Both yield the stored records
-as they are, so a replayed range produces the same rows, which is what makes the source exactly-once.
+private loop; the not-yet-exported tail comes through `BlockingClient.read` on the worker's shared client.
+Both yield the stored records as they are, so a replayed range produces the same rows, which is what makes
+the source exactly-once.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from ister.client.blocking import BlockingClient
 from ister.core.stream_offsets import TopicPartition
 from ister.spark.rows import to_batch
+from ister.spark.shared import shared_client
 from ister.storage.objects.segment import read_segment_runs
 from ister.storage.objects.store import open_store
 
@@ -69,8 +70,8 @@ def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
         finally:
             loop.close()
     if position < part.end:
-        with BlockingClient(part.service_url) as client:
-            for records in client.read(part.tp.name, position, part.end, max_records=part.max_records):
-                if records:
-                    offsets = [o for o, _ in records]
-                    yield to_batch(part.tp, offsets, [r for _, r in records], part.include_headers)
+        client = shared_client(part.service_url)
+        for records in client.read(part.tp.name, position, part.end, max_records=part.max_records):
+            if records:
+                offsets = [o for o, _ in records]
+                yield to_batch(part.tp, offsets, [r for _, r in records], part.include_headers)

@@ -10,23 +10,32 @@ rows again. Every message carries `x-ister-spark-batch` = `{queryId}:{batchId}:{
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import uuid
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql import Row
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from ister.client.blocking import BlockingClient, BlockingProducer
+from ister.client.producer import Outgoing
 from ister.errors import InvalidArgument
 from ister.ids import TopicName
 from ister.spark.options import BATCH_HEADER, SinkOptions
+from ister.spark.shared import shared_client
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's task-local properties of a micro-batch
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+IN_FLIGHT = 4  # Arrow batches (≤ 10k rows each by default) being published at once per task
 
 
 @dataclass
@@ -45,87 +54,136 @@ def check_schema(schema: StructType, opts: SinkOptions) -> None:
 
 
 def _bytes(value: Any) -> bytes:
-    if isinstance(value, bytes | bytearray):
-        return bytes(value)
+    if isinstance(value, bytes):
+        return value
     if isinstance(value, str):
         return value.encode()
+    if value is None:
+        raise InvalidArgument("a row with a null value (the 'value' column is required)")
     raise InvalidArgument(f"value must be binary or string, got {type(value).__name__}")
 
 
+def _text(value: Any, what: str) -> str:
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            raise InvalidArgument(f"{what} must be UTF-8 text, got {value[:32]!r}") from None
+    return str(value)
+
+
 def _headers(raw: Any) -> dict[str, str]:
-    if raw is None:
+    """A headers cell: an array of {key, value} structs (Kafka's layout) or a map (pairs in Arrow)."""
+    if not raw:
         return {}
-    items = raw.items() if isinstance(raw, Mapping) else ((h["key"], h["value"]) for h in raw)
+    items = raw.items() if isinstance(raw, Mapping) else raw
     out = {}
-    for k, v in items:
-        out[str(k)] = v.decode() if isinstance(v, bytes | bytearray) else str(v)
+    for item in items:
+        k, v = (item["key"], item["value"]) if isinstance(item, Mapping) else item
+        out[str(k)] = "" if v is None else _text(v, f"header {k!r}")
     return out
 
 
-def write_rows(opts: SinkOptions, rows: Iterator[Row], query_id: str, batch_id: int | str) -> Written:
-    """Send every row; return once all are acknowledged (durable, for reliable topics)."""
-    ctx = TaskContext.get()
-    partition_id = ctx.partitionId() if ctx is not None else 0
-    pending: list[concurrent.futures.Future[int]] = []
-    producers: dict[str, BlockingProducer] = {}
-    name = opts.producer_name or f"spark-{query_id}-{partition_id}"
-    count = 0
-    with BlockingClient(opts.service_url) as client:
-        for seq, row in enumerate(rows):
-            fields = row.asDict()
-            topic = opts.topic or fields.get("topic")
+def _column(batch: pa.RecordBatch, names: dict[str, int], name: str) -> list[Any] | None:
+    index = names.get(name)
+    return None if index is None else batch.column(index).to_pylist()
+
+
+class _Publisher:
+    """One task's rows → messages: producers per destination topic, a few Arrow batches in flight."""
+
+    def __init__(self, opts: SinkOptions, client: BlockingClient, query_id: str, batch_id: str) -> None:
+        ctx = TaskContext.get()
+        self.partition_id = ctx.partitionId() if ctx is not None else 0
+        self.opts = opts
+        self.client = client
+        self.name = opts.producer_name or f"spark-{query_id}-{self.partition_id}"
+        self.mark = f"{query_id}:{batch_id}:{self.partition_id}:"
+        self.producers: dict[str, BlockingProducer] = {}
+        self.in_flight: deque[concurrent.futures.Future[list[int]]] = deque()
+        self.count = 0
+
+    def producer(self, topic: str) -> BlockingProducer:
+        producer = self.producers.get(topic)
+        if producer is None:
+            name = f"{self.name}-{len(self.producers)}"
+            producer = self.client.producer(topic, name, reliable=self.opts.reliable)
+            self.producers[topic] = producer
+        return producer
+
+    def publish(self, batch: pa.RecordBatch) -> None:
+        names = {n.lower(): i for i, n in enumerate(batch.schema.names)}
+        values = _column(batch, names, "value") or []
+        keys = _column(batch, names, "key")
+        headers = _column(batch, names, "headers")
+        topics = None if self.opts.topic else _column(batch, names, "topic")
+        partitions = _column(batch, names, "partition")
+        by_topic: dict[str, list[Outgoing]] = {}
+        for i, value in enumerate(values):
+            topic = self.opts.topic or (topics[i] if topics is not None else None)
             if not topic:
                 raise InvalidArgument("a row without topic (and no 'topic' option)")
-            partition = fields.get("partition")
-            if partition is not None:
-                topic = TopicName.parse(topic).partition_topic(int(partition)).full
-            producer = producers.get(topic)
-            if producer is None:
-                producer = client.producer(topic, f"{name}-{len(producers)}", reliable=opts.reliable)
-                producers[topic] = producer
-            attributes = _headers(fields.get("headers"))
-            if opts.idempotency_header:
-                attributes[BATCH_HEADER] = f"{query_id}:{batch_id}:{partition_id}:{seq}"
-            key = fields.get("key")
-            routing = (
-                key.decode()
-                if isinstance(key, bytes | bytearray)
-                else (str(key) if key is not None else None)
-            )
-            pending.append(producer.send_async(_bytes(fields["value"]), attributes, routing))
-            count += 1
-            if len(pending) >= 10_000:
-                for f in pending:
-                    f.result()
-                pending.clear()
-        for f in pending:
-            f.result()
-        for producer in producers.values():
-            producer.close()
-    return Written(partition_id, count)
+            if partitions is not None and partitions[i] is not None:
+                topic = TopicName.parse(topic).partition_topic(int(partitions[i])).full
+            attributes = _headers(headers[i]) if headers is not None else {}
+            if self.opts.idempotency_header:
+                attributes[BATCH_HEADER] = f"{self.mark}{self.count + i}"
+            key = None if keys is None or keys[i] is None else _text(keys[i], "key")
+            by_topic.setdefault(topic, []).append((_bytes(value), attributes, key))
+        self.count += len(values)
+        for topic, messages in by_topic.items():
+            self.in_flight.append(self.producer(topic).send_each_async(messages))
+        while len(self.in_flight) > IN_FLIGHT:
+            self.in_flight.popleft().result()  # raises a rejected batch's error
+
+    def finish(self) -> Written:
+        """Wait until every row is acknowledged (durable, for reliable topics)."""
+        while self.in_flight:
+            self.in_flight.popleft().result()
+        return Written(self.partition_id, self.count)
+
+    def close(self) -> None:
+        """The client outlives the task (it is the worker's); the task's producers do not."""
+        for producer in self.producers.values():
+            with contextlib.suppress(Exception):  # a failed task: the error that ended it matters
+                producer.close()
+        self.producers.clear()
 
 
-class IsterBatchWriter(DataSourceWriter):
+def write_batches(
+    opts: SinkOptions, batches: Iterator[pa.RecordBatch], query_id: str, batch_id: int | str
+) -> Written:
+    """Send every row of the task; return once all are acknowledged. Rows keep their order per topic."""
+    publisher = _Publisher(opts, shared_client(opts.service_url), query_id, str(batch_id))
+    try:
+        for batch in batches:
+            publisher.publish(batch)
+        return publisher.finish()
+    finally:
+        publisher.close()
+
+
+class IsterBatchWriter(DataSourceArrowWriter):
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         check_schema(schema, opts)
         self.opts = opts
         self.write_id = uuid.uuid4().hex[:12]  # a batch write has no query id: one per write
 
-    def write(self, iterator: Iterator[Row]) -> Written:
-        return write_rows(self.opts, iterator, self.write_id, 0)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+        return write_batches(self.opts, iterator, self.write_id, 0)
 
 
-class IsterStreamWriter(DataSourceStreamWriter):
+class IsterStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         check_schema(schema, opts)
         self.opts = opts
         self.fallback_id = uuid.uuid4().hex[:12]
 
-    def write(self, iterator: Iterator[Row]) -> Written:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
         ctx = TaskContext.get()
         query_id = (ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx else None) or self.fallback_id
         batch_id = (ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx else None) or "0"
-        return write_rows(self.opts, iterator, query_id, batch_id)
+        return write_batches(self.opts, iterator, query_id, batch_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every row is acknowledged when its task ends; nothing is left to do per batch."""

@@ -1,0 +1,38 @@
+"""One Ister client per Spark Python worker process, kept across tasks.
+
+Spark reuses its Python workers (`spark.python.worker.reuse`, on by default), so a client made per task
+would pay a connection, a lookup and a loop thread every time, and a gRPC completion queue bound to the
+previous task's closed loop complains on stderr. As Kafka's connector caches its producers per executor,
+tasks here share the worker's client; it lives until the worker exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+
+from ister.client.blocking import BlockingClient
+
+_clients: dict[tuple[int, str], BlockingClient] = {}
+_lock = threading.Lock()
+
+
+def shared_client(url: str) -> BlockingClient:
+    """This process's client for `url` (a forked child makes its own)."""
+    key = (os.getpid(), url)
+    with _lock:
+        client = _clients.get(key)
+        if client is None or client.closed:
+            if not _clients:
+                atexit.register(close_all)
+            client = _clients[key] = BlockingClient(url)
+        return client
+
+
+def close_all() -> None:
+    with _lock:
+        mine = [c for (pid, _), c in _clients.items() if pid == os.getpid()]
+        _clients.clear()
+    for client in mine:
+        client.close()
