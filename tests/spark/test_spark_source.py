@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -258,3 +259,40 @@ def test_sink_refuses_a_null_value_with_a_clear_error(spark: Any, broker: Broker
     writer = df.write.format("ister").option("ister.service.url", broker.url).option("topic", topic)
     with pytest.raises(Exception, match="null value"):
         writer.mode("append").save()
+
+
+LAG = "danube_subscription_lag_messages"
+
+
+def lag_on_broker(broker: BrokerProcess, topic: str, sub: str) -> float | None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(broker.metrics_url, timeout=5) as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = s.labels
+            if s.name == LAG and labels.get("topic") == topic and labels.get("subscription") == sub:
+                return float(s.value)
+    return None
+
+
+def test_predefined_subscription_makes_the_lag_visible_on_the_broker(
+    spark: Any, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """The named cursor follows what Spark committed: at the head after an availableNow run, behind by
+    exactly what was published since, and where a consumer of that subscription would start."""
+    topic = new_topic("lag")
+    out = tmp_path / "table"
+    produce(broker.url, topic, 0, 300)
+    options = {"maxOffsetsPerTrigger": "100", "predefinedSubscription": "spark-q1"}
+    run_available_now(spark, broker, topic, out, **options)
+    until(lambda: lag_on_broker(broker, topic, "spark-q1") == 0, "lag 0 after the run", 10)
+    produce(broker.url, topic, 300, 50)  # lag 50 = head 350 - the cursor Spark left at 300
+    until(lambda: lag_on_broker(broker, topic, "spark-q1") == 50, "lag 50 with Spark stopped", 10)
+    run_available_now(spark, broker, topic, out, predefinedSubscription="spark-q1")
+    until(lambda: lag_on_broker(broker, topic, "spark-q1") == 0, "lag 0 after the second run", 10)
+    offsets = sorted(r.offset for r in spark.read.parquet(str(out)).select("offset").collect())
+    assert offsets == list(range(350))  # the cursor never steers reading: the checkpoint does
+    with pytest.raises(Exception, match="streaming queries only"):
+        read(spark, broker, topic, predefinedSubscription="x").collect()

@@ -112,6 +112,13 @@ def test_source_options_validate() -> None:
             SourceOptions.parse(options, streaming=False)
     with pytest.raises(InvalidArgument, match="batch queries only"):
         SourceOptions.parse({**base, "endingOffsets": "latest"}, streaming=True)
+    cursor = SourceOptions.parse({**base, "predefinedSubscription": "spark-lag"}, streaming=True)
+    assert cursor.cursor_subscription == "spark-lag"
+    assert SourceOptions.parse(base, streaming=True).cursor_subscription is None
+    with pytest.raises(InvalidArgument, match="predefinedSubscription"):
+        SourceOptions.parse({**base, "predefinedSubscription": "a/b"}, streaming=True)
+    with pytest.raises(InvalidArgument, match="streaming queries only"):
+        SourceOptions.parse({**base, "predefinedSubscription": "spark-lag"}, streaming=False)
 
 
 def test_sink_options_validate() -> None:

@@ -411,20 +411,8 @@ class AdminOps:
         loaded = self.broker.topics.get(name.full)
         if loaded is not None:
             async with loaded.lock:
-                open_sub = loaded.subscriptions.get(sub)
-                if open_sub is not None:
-                    active = [c.name for c in open_sub.consumers.values() if c.attached]
-                    if active:
-                        who = ", ".join(sorted(active))
-                        raise FailedPrecondition(
-                            f"subscription {sub!r} on {name} has active consumers: {who}"
-                        )
-                    for session in list(open_sub.consumers.values()):
-                        open_sub.remove_consumer(session)
-                        self.broker.consumers.pop(session.id, None)
-                        await self.store.delete(CONSUMER_INDEX + str(session.id))
-                    del loaded.subscriptions[sub]
-                    await open_sub.close()
+                await self.broker.close_idle_subscription(loaded, sub)
+                loaded.untrack_cursor(sub)
                 await self._delete_subscription_keys(name, sub)
         else:
             await self._delete_subscription_keys(name, sub)

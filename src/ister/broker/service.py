@@ -254,8 +254,7 @@ class BrokerService:
         """(name, topic, backlog) of every loaded topic, for the cluster load report."""
         out = []
         for name, topic in self.topics.items():
-            backlog = sum(sub.lag() for sub in topic.reliable_subscriptions())
-            out.append((name, topic, backlog))
+            out.append((name, topic, topic.backlog()))
         return out
 
     async def unload(self, topic: str, reason: str) -> None:
@@ -704,6 +703,7 @@ class BrokerService:
                 sub = None
         self._check_consumer_limits(topic, sub, subscription, policy)
         if sub is None:
+            topic.untrack_cursor(subscription)  # consumed again: its own lag gauge takes over
             sub = await self._open_subscription(topic, subscription, sub_type, consumer_name, filters)
             topic.subscriptions[subscription] = sub
         session = ConsumerSession(new_id(), consumer_name, name.full, subscription, sub_type, filters)
@@ -818,10 +818,7 @@ class BrokerService:
         cursor_key = keys.subscription_cursor(t, name)
 
         async def write_cursor(value: int) -> None:
-            if topic.guard is not None:
-                await topic.guard.guarded_put(cursor_key, value)
-            else:
-                await self.store.put(cursor_key, value)
+            await self._owner_put(topic, cursor_key, value)
 
         async def publish_dead_letter(message: StoredMessage, dead: DeadLetter) -> None:
             await self._publish_dead_letter(topic, name, policy, message, dead)
@@ -840,6 +837,58 @@ class BrokerService:
         )
         sub.start()
         return sub
+
+    async def _owner_put(self, topic: Topic, key: str, value: object) -> None:
+        """A write about a topic that lands only while this broker owns it (cluster mode: fenced)."""
+        if topic.guard is not None:
+            await topic.guard.guarded_put(key, value)
+        else:
+            await self.store.put(key, value)
+
+    async def close_idle_subscription(self, topic: Topic, subscription: str) -> None:
+        """Take a loaded subscription out of memory (its metadata stays). FailedPrecondition while a
+        consumer is attached; consumers that are not (reconnecting or waiting to be reaped) are dropped.
+        The caller holds `topic.lock`."""
+        sub = topic.subscriptions.get(subscription)
+        if sub is None:
+            return
+        active = [c.name for c in sub.consumers.values() if c.attached]
+        if active:
+            raise FailedPrecondition(
+                f"subscription {subscription!r} on {topic.name} has active consumers: "
+                + ", ".join(sorted(active))
+            )
+        for session in list(sub.consumers.values()):
+            await self._drop_consumer(session, sub)
+        del topic.subscriptions[subscription]
+        await sub.close()
+
+    async def set_cursor(self, topic_name: str, subscription: str, next_offset: int) -> int:
+        """Move a subscription's cursor so that `next_offset` is the first offset it has not consumed,
+        creating the subscription if needed; returns its lag (head - next_offset).
+
+        For readers that keep their own position (Spark's checkpoint) and want their lag visible on the
+        broker: the `danube_subscription_lag_messages` gauge and the load report's backlog count it, and a
+        consumer that later subscribes under this name starts at `next_offset`. Refused while consumers
+        are attached (their acks move the cursor)."""
+        validate_client_name(subscription, "subscription name")
+        topic = await self._reliable_topic(topic_name)
+        wal = topic.wal
+        assert wal is not None
+        t = topic.name.full
+        async with topic.lock:  # against a consumer subscribing under the same name meanwhile
+            head = wal.committed_offset
+            if next_offset > head:
+                raise InvalidArgument(f"{t}: offset {next_offset} is past the head {head}")
+            await self.close_idle_subscription(topic, subscription)  # reopens from the new cursor
+            record_key = keys.subscription(t, subscription)
+            if await self.store.get(record_key) is None:
+                record = self._sub_record(subscription, SubType.EXCLUSIVE, "", (), next_offset)
+                await self._owner_put(topic, record_key, record)
+            # The cursor is the last consumed offset (-1: nothing yet), as consumers' acks leave it.
+            await self._owner_put(topic, keys.subscription_cursor(t, subscription), next_offset - 1)
+            topic.track_cursor(subscription, next_offset)
+        return head - next_offset
 
     @staticmethod
     def _sub_record(

@@ -51,6 +51,9 @@ class Topic:
         self._next_volatile_offset = 0  # non-reliable topics number messages in memory only
         self._m_in = metrics.messages_in.labels(name.full)
         self._m_bytes = metrics.bytes_in.labels(name.full)
+        # Named cursors moved by readers that keep their own position (SetCursor, e.g. Spark's source):
+        # subscription -> next offset. Their lag is published like a subscription's, kept fresh per append.
+        self.cursors: dict[str, int] = {}
 
     @property
     def reliable(self) -> bool:
@@ -97,6 +100,8 @@ class Topic:
                     offset = await self.wal.append(records)
                 if guard is not None:
                     guard.appended()
+                if self.cursors:
+                    self._cursor_lag_changed()
             except TimeoutError:
                 raise Timeout(
                     f"{self.name}: the WAL did not make the message durable "
@@ -117,6 +122,27 @@ class Topic:
     def reliable_subscriptions(self) -> Iterable[ReliableSubscription]:
         return (s for s in self.subscriptions.values() if isinstance(s, ReliableSubscription))
 
+    def backlog(self) -> int:
+        """Messages not yet consumed, summed over the reliable subscriptions and the named cursors."""
+        head = self.wal.committed_offset if self.wal is not None else 0
+        return sum(sub.lag() for sub in self.reliable_subscriptions()) + sum(
+            max(0, head - n) for n in self.cursors.values()
+        )
+
+    def track_cursor(self, subscription: str, next_offset: int) -> None:
+        self.cursors[subscription] = next_offset
+        self._cursor_lag_changed()
+
+    def untrack_cursor(self, subscription: str) -> None:
+        """The subscription is about to be consumed again (its own lag gauge takes over) or is gone."""
+        if self.cursors.pop(subscription, None) is not None:
+            metrics.forget_subscription(self.name.full, subscription)
+
+    def _cursor_lag_changed(self) -> None:
+        head = self.wal.committed_offset if self.wal is not None else 0
+        for sub, next_offset in self.cursors.items():
+            metrics.subscription_lag.labels(self.name.full, sub).set(max(0, head - next_offset))
+
     async def close(self) -> None:
         """Stop accepting publishes, persist cursors, end streams, close the WAL."""
         self.closing = True
@@ -131,5 +157,8 @@ class Topic:
                 await sub.close()
             except Exception:
                 log.exception("closing subscription %s on %s failed", sub.name, self.name)
+        for name in self.cursors:
+            metrics.forget_subscription(self.name.full, name)  # the next owner publishes them
+        self.cursors.clear()
         if self.wal is not None:
             await self.wal.close()

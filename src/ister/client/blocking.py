@@ -123,6 +123,10 @@ class BlockingClient:
         """See `Client.offsets`."""
         return self._run(self.client.offsets(topic))
 
+    def set_cursor(self, topic: str, subscription: str, next_offset: int) -> int:
+        """See `Client.set_cursor`."""
+        return self._run(self.client.set_cursor(topic, subscription, next_offset))
+
     def read(
         self, topic: str, start: int, end: int, max_records: int = 10_000
     ) -> Iterator[list[tuple[int, bytes]]]:

@@ -242,6 +242,21 @@ class Client:
             topic, int(resp.earliest), int(resp.next), resp.durable_url or None, resp.object_prefix
         )
 
+    async def set_cursor(self, topic: str, subscription: str, next_offset: int) -> int:
+        """Move `subscription`'s cursor on a reliable topic so that `next_offset` is the first offset it has
+        not consumed (creating the subscription if needed), for readers that keep their own position and
+        want their lag visible on the broker; returns the lag. FailedPrecondition while consumers are
+        attached to the subscription, InvalidArgument when `next_offset` is past the head."""
+        TopicName.parse(topic)
+        if not 0 <= next_offset <= MAX_READ_OFFSET:
+            raise errors.InvalidArgument(f"bad offset {next_offset}: need 0 <= offset <= 2^63")
+        request = pb.SetCursorRequest(topic=topic, subscription=subscription, next=next_offset)
+
+        async def call(stub: Any) -> Any:
+            return await stub.SetCursor(request, timeout=OFFSETS_TIMEOUT_SECONDS, wait_for_ready=True)
+
+        return int((await self._on_owner(topic, call)).lag)
+
     async def read(
         self, topic: str, start: int, end: int, *, max_records: int = 10_000
     ) -> AsyncIterator[list[tuple[int, bytes]]]:

@@ -228,6 +228,11 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
             object_prefix=found.object_prefix,
         )
 
+    @unary
+    async def SetCursor(self, request: pb.SetCursorRequest, context: Ctx) -> pb.SetCursorResponse:
+        lag = await self.broker.set_cursor(request.topic, request.subscription, request.next)
+        return pb.SetCursorResponse(lag=lag)
+
     @server_stream
     async def Read(self, request: pb.ReadRequest, context: Ctx) -> AsyncIterator[Any]:
         max_records = min(request.max_records or READ_DEFAULT_RECORDS, READ_MAX_RECORDS)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ister.core.stream_offsets import Spec, parse_spec
 from ister.errors import InvalidArgument
-from ister.ids import TopicName
+from ister.ids import TopicName, validate_client_name
 
 SERVICE_URL = "ister.service.url"
 ADMIN_URL = "ister.admin.url"
@@ -19,7 +19,7 @@ STORAGE_PREFIX = "ister.storage."  # ister.storage.<obstore option>, e.g. ister.
 SOURCE_OPTIONS = {
     SERVICE_URL, ADMIN_URL, STORAGE_URL, "topic", "topics", "topicspattern", "startingoffsets",
     "endingoffsets", "minpartitions", "includeheaders", "failondataloss", "maxoffsetspertrigger",
-    "valueformat", "readmode", "ister.read.maxrecords", "maxoffsetsperpartition",
+    "valueformat", "readmode", "ister.read.maxrecords", "maxoffsetsperpartition", "predefinedsubscription",
 }  # fmt: skip
 SINK_OPTIONS = {SERVICE_URL, "topic", "producername", "dispatchstrategy", "writeidempotencyheader"}
 BATCH_HEADER = "x-ister-spark-batch"
@@ -87,6 +87,7 @@ class SourceOptions:
     storage_options: dict[str, str] = field(default_factory=dict)
     max_records: int = 10_000
     max_offsets_per_partition: int = 250_000
+    cursor_subscription: str | None = None  # predefinedSubscription: a named cursor for lag visibility
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -115,6 +116,11 @@ class SourceOptions:
             raise InvalidArgument("option maxOffsetsPerTrigger applies to streaming queries only")
         if streaming and "endingoffsets" in opts:
             raise InvalidArgument("option endingOffsets applies to batch queries only")
+        cursor = opts.get("predefinedsubscription", "").strip() or None
+        if cursor is not None:
+            if not streaming:
+                raise InvalidArgument("option predefinedSubscription applies to streaming queries only")
+            validate_client_name(cursor, "option predefinedSubscription")
         starting = parse_spec(
             opts.get("startingoffsets"), "startingOffsets", default="latest" if streaming else "earliest"
         )
@@ -140,6 +146,7 @@ class SourceOptions:
             storage_options=storage,
             max_records=_positive(opts, "ister.read.maxRecords") or 10_000,
             max_offsets_per_partition=_positive(opts, "maxOffsetsPerPartition") or 250_000,
+            cursor_subscription=cursor,
         )
 
 

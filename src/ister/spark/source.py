@@ -34,7 +34,7 @@ from ister.client.blocking import BlockingClient
 from ister.client.client import TopicOffsets
 from ister.core import stream_offsets as so
 from ister.core.stream_offsets import Positions, TopicPartition
-from ister.errors import DataLoss, InvalidArgument, NotFound
+from ister.errors import DataLoss, InvalidArgument, IsterError, NotFound
 from ister.spark import discovery
 from ister.spark.options import SinkOptions, SourceOptions, include_headers
 from ister.spark.ranges import OffsetRange, read_range
@@ -184,6 +184,7 @@ class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.planner = _Planner(opts)
         self._last_end: Positions | None = None  # for the 4.0/4.1 signature
         self._available_now: Positions | None = None
+        self._cursor_at: dict[TopicPartition, int] = {}  # where the named cursor was last moved to
 
     def initialOffset(self) -> Positions:
         opts = self.planner.opts
@@ -208,6 +209,10 @@ class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.planner.heads()
 
     def latestOffset(self, start: Positions | None = None, limit: ReadLimit | None = None) -> Positions:
+        if start is not None:
+            # Spark plans one batch at a time: the start it passes is where the last committed batch
+            # ended, so the named cursor catches up even when no new batch follows (commit() would not).
+            self._move_cursor(start)
         self.planner.describe()
         heads = self.planner.heads()
         if self._available_now is not None:  # AvailableNow: nothing that arrived after the query started
@@ -267,7 +272,26 @@ class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_range(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: Spark's checkpoint holds the position (and calls this one batch late)."""
+        """Spark's checkpoint holds the position (Spark calls this one batch late); with
+        predefinedSubscription the named cursor follows, so the lag shows on the broker."""
+        self._move_cursor(end)
+
+    def _move_cursor(self, positions: Positions) -> None:
+        """Best effort: a cursor that cannot move is logged, never fails the query (it only shows lag)."""
+        sub = self.planner.opts.cursor_subscription
+        if sub is None:
+            return
+        for topic, parts in positions.items():
+            for part, offset in parts.items():
+                tp = TopicPartition(topic, int(part))
+                if self._cursor_at.get(tp) == offset:
+                    continue
+                try:
+                    self.planner.client.set_cursor(tp.name, sub, int(offset))
+                except IsterError as exc:
+                    log.warning("named cursor %r of %s not moved to %d: %s", sub, tp.name, offset, exc)
+                    continue
+                self._cursor_at[tp] = offset
 
     def stop(self) -> None:
         self.planner.close()

@@ -202,3 +202,19 @@ class ReadRequest(_message.Message):
     end: int
     max_records: int
     def __init__(self, topic: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., max_records: _Optional[int] = ...) -> None: ...
+
+class SetCursorRequest(_message.Message):
+    __slots__ = ("topic", "subscription", "next")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    next: int
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., next: _Optional[int] = ...) -> None: ...
+
+class SetCursorResponse(_message.Message):
+    __slots__ = ("lag",)
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    lag: int
+    def __init__(self, lag: _Optional[int] = ...) -> None: ...

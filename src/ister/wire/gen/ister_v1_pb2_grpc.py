@@ -59,6 +59,11 @@ class IsterStub:
                 request_serializer=ister__v1__pb2.ReadRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.MessageBatch.FromString,
                 _registered_method=True)
+        self.SetCursor = channel.unary_unary(
+                '/ister.v1.Ister/SetCursor',
+                request_serializer=ister__v1__pb2.SetCursorRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.SetCursorResponse.FromString,
+                _registered_method=True)
 
 
 class IsterServicer:
@@ -106,6 +111,16 @@ class IsterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetCursor(self, request, context):
+        """Moves a subscription's cursor so that `next` is the first offset it has not consumed, creating the
+        subscription (Exclusive) if it does not exist. For readers that keep their own position (Spark's
+        checkpoint) and want their lag visible on the broker. FAILED_PRECONDITION while consumers are attached
+        to the subscription, INVALID_ARGUMENT when `next` is past the head. Reliable topics only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -133,6 +148,11 @@ def add_IsterServicer_to_server(servicer, server):
                     servicer.Read,
                     request_deserializer=ister__v1__pb2.ReadRequest.FromString,
                     response_serializer=ister__v1__pb2.MessageBatch.SerializeToString,
+            ),
+            'SetCursor': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetCursor,
+                    request_deserializer=ister__v1__pb2.SetCursorRequest.FromString,
+                    response_serializer=ister__v1__pb2.SetCursorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -270,6 +290,33 @@ class Ister:
             '/ister.v1.Ister/Read',
             ister__v1__pb2.ReadRequest.SerializeToString,
             ister__v1__pb2.MessageBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetCursor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.Ister/SetCursor',
+            ister__v1__pb2.SetCursorRequest.SerializeToString,
+            ister__v1__pb2.SetCursorResponse.FromString,
             options,
             channel_credentials,
             insecure,
