@@ -10,6 +10,7 @@ batch late, and the checkpoint is the source of truth.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -41,6 +42,9 @@ from ister.spark.ranges import OffsetRange, read_range
 from ister.spark.rows import ddl
 
 log = logging.getLogger(__name__)
+# An unchanged cursor is set again after this long: a broker that took the topic over (or restarted)
+# learns the named cursor and shows its lag again.
+CURSOR_REFRESH_SECONDS = 10.0
 
 
 class IsterDataSource(DataSource):
@@ -184,7 +188,8 @@ class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.planner = _Planner(opts)
         self._last_end: Positions | None = None  # for the 4.0/4.1 signature
         self._available_now: Positions | None = None
-        self._cursor_at: dict[TopicPartition, int] = {}  # where the named cursor was last moved to
+        # Where the named cursor was last moved to, and when (monotonic seconds).
+        self._cursor_at: dict[TopicPartition, tuple[int, float]] = {}
 
     def initialOffset(self) -> Positions:
         opts = self.planner.opts
@@ -284,14 +289,16 @@ class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic, parts in positions.items():
             for part, offset in parts.items():
                 tp = TopicPartition(topic, int(part))
-                if self._cursor_at.get(tp) == offset:
+                last = self._cursor_at.get(tp)
+                now = time.monotonic()
+                if last is not None and last[0] == offset and now - last[1] < CURSOR_REFRESH_SECONDS:
                     continue
                 try:
                     self.planner.client.set_cursor(tp.name, sub, int(offset))
                 except IsterError as exc:
                     log.warning("named cursor %r of %s not moved to %d: %s", sub, tp.name, offset, exc)
                     continue
-                self._cursor_at[tp] = offset
+                self._cursor_at[tp] = (offset, now)
 
     def stop(self) -> None:
         self.planner.close()
