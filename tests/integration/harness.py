@@ -9,9 +9,12 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import danube
+from prometheus_client.parser import text_string_to_metric_families
 
 ISTER = [sys.executable, "-m", "ister.cli"]
 
@@ -173,3 +176,23 @@ async def nothing_within(queue: asyncio.Queue, seconds: float) -> bool:  # type:
     except TimeoutError:
         return True
     return False
+
+
+def subscription_metric(url: str, name: str, topic: str, sub: str) -> float | None:
+    """The value of a (topic, subscription) sample on a broker's Prometheus exporter, None when absent."""
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and s.labels.get("topic") == topic and s.labels.get("subscription") == sub:
+                return float(s.value)
+    return None
+
+
+async def until(predicate: Callable[[], bool], what: str, within: float = 30.0) -> None:
+    """Poll `predicate` until it holds; fail naming `what` after `within` seconds."""
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)

@@ -5,8 +5,7 @@ back from `.dnb1` objects, the tail from the WAL, without any subscription."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from ister.client.blocking import BlockingClient
 from ister.core.record import decode_message
 from ister.storage.objects.segment import parse_object_name
 from ister.storage.wal.segment import parse_segment_name
-from tests.integration.harness import BrokerProcess
+from tests.integration.harness import BrokerProcess, until
 
 pytestmark = pytest.mark.integration
 
@@ -50,14 +49,6 @@ def wal_first_offset(data_dir: Path, topic: str) -> int:
     ns, name = topic.strip("/").split("/")
     firsts = [parse_segment_name(p.name) for p in (data_dir / "wal" / ns / name).iterdir()]
     return min(f for f in firsts if f is not None)
-
-
-async def until(predicate: Callable[[], bool], what: str, within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def publish(client: Client, topic: str, first: int, n: int) -> list[Sent]:

@@ -5,17 +5,14 @@ consumer of that subscription starts from."""
 from __future__ import annotations
 
 import asyncio
-import time
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from ister import errors
 from ister.client import Client
 from ister.client.blocking import BlockingClient
-from tests.integration.harness import BrokerProcess
+from tests.integration.harness import BrokerProcess, subscription_metric, until
 
 pytestmark = pytest.mark.integration
 LAG = "danube_subscription_lag_messages"
@@ -30,21 +27,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 
 def lag_of(broker: BrokerProcess, topic: str, sub: str) -> float | None:
-    with urllib.request.urlopen(broker.metrics_url, timeout=5) as resp:
-        text = resp.read().decode()
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == LAG and s.labels.get("topic") == topic and s.labels.get("subscription") == sub:
-                return float(s.value)
-    return None
-
-
-async def until(check: Callable[[], bool], what: str, within: float = 15.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+    return subscription_metric(broker.metrics_url, LAG, topic, sub)
 
 
 async def test_a_named_cursor_shows_lag_and_is_where_a_consumer_starts(

@@ -6,33 +6,28 @@ import asyncio
 import contextlib
 import math
 import time
-import urllib.request
 
 import danube
 import grpc
 import pytest
 from danube.proto import DanubeApi_pb2 as pb
 from danube.proto import DanubeApi_pb2_grpc as pb_grpc
-from prometheus_client.parser import text_string_to_metric_families
 
 from ister.limits import NON_RELIABLE_CONSUMER_BUFFER
-from tests.integration.harness import BrokerProcess, client, consumer, nothing_within, producer
+from tests.integration.harness import (
+    BrokerProcess,
+    client,
+    consumer,
+    nothing_within,
+    producer,
+    subscription_metric,
+)
 
 pytestmark = pytest.mark.integration
 S = danube.SubType
 DROPPED = "ister_nonreliable_dropped_total"
 # HTTP/2's default stream window (BDP probing off): what the transport may hold beyond the broker's buffer.
 HTTP2_WINDOW = 65_535
-
-
-def _metric(url: str, name: str, topic: str, sub: str) -> float | None:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        text = resp.read().decode()
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and s.labels.get("topic") == topic and s.labels.get("subscription") == sub:
-                return float(s.value)
-    return None
 
 
 async def _sync(p: danube.Producer, q: asyncio.Queue, within: float = 10.0) -> list[bytes]:  # type: ignore[type-arg]
@@ -82,7 +77,7 @@ async def test_message_without_attached_consumer_is_lost(shared_broker: BrokerPr
     await cons2.close()
     # Nothing is stored for a non-reliable topic.
     assert _wal_dirs(shared_broker, topic) == []
-    dropped = await asyncio.to_thread(_metric, shared_broker.metrics_url, DROPPED, topic, "nr")
+    dropped = await asyncio.to_thread(subscription_metric, shared_broker.metrics_url, DROPPED, topic, "nr")
     assert dropped is not None and dropped >= 1
 
 
@@ -172,7 +167,7 @@ async def test_slow_consumer_buffer_drops_and_never_blocks_producer(
         url = shared_broker.metrics_url
         deadline = time.monotonic() + 15
         while True:
-            dropped = await asyncio.to_thread(_metric, url, DROPPED, topic, "slow") or 0.0
+            dropped = await asyncio.to_thread(subscription_metric, url, DROPPED, topic, "slow") or 0.0
             if received + dropped == sent:
                 break
             assert time.monotonic() < deadline, f"sent {sent}, received {received}, dropped {dropped}"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,7 +13,7 @@ import pytest
 from ister.client.blocking import BlockingClient
 from ister.spark.options import BATCH_HEADER
 from ister.storage.objects.segment import parse_object_name
-from tests.integration.harness import BrokerProcess
+from tests.integration.harness import BrokerProcess, subscription_metric
 
 pytestmark = pytest.mark.timeout(300)
 T = TypeVar("T")
@@ -265,16 +264,7 @@ LAG = "danube_subscription_lag_messages"
 
 
 def lag_on_broker(broker: BrokerProcess, topic: str, sub: str) -> float | None:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(broker.metrics_url, timeout=5) as resp:
-        text = resp.read().decode()
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = s.labels
-            if s.name == LAG and labels.get("topic") == topic and labels.get("subscription") == sub:
-                return float(s.value)
-    return None
+    return subscription_metric(broker.metrics_url, LAG, topic, sub)
 
 
 def test_predefined_subscription_makes_the_lag_visible_on_the_broker(
