@@ -8,10 +8,12 @@ import contextlib
 from pathlib import Path
 
 import grpc
+import msgspec
 import pytest
 
 from ister import errors
 from ister.client import Client, Consumer, Message
+from ister.core.record import decode_message
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
 from tests.integration.harness import BrokerProcess
@@ -166,3 +168,38 @@ async def test_broker_validates_raw_requests(shared_broker: BrokerProcess, topic
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         with contextlib.suppress(Exception):
             call.cancel()
+
+
+async def test_broker_checks_raw_attributes(shared_broker: BrokerProcess, topic: str) -> None:
+    """Attributes are checked by the broker itself (types, count, size): a bad batch is refused whole and
+    nothing of it is stored; a good one keeps its attributes."""
+    encode = msgspec.msgpack.Encoder().encode
+    bad = {
+        "malformed attributes": {"a": 1},
+        "too many attributes": {f"k{i}": "v" for i in range(257)},
+        "attributes exceed": {"big": "x" * (64 * 1024)},
+    }
+    async with grpc.aio.insecure_channel(shared_broker.url.removeprefix("http://")) as channel:
+        stub = pb_grpc.IsterStub(channel)
+        for message, attributes in [*bad.items(), ("", {"h": "1"})]:
+            call = stub.Publish()
+            opening = pb.PublishOpen(topic=topic, producer_name="raw-attrs", delivery=pb.RELIABLE)
+            await call.write(pb.PublishRequest(open=opening))
+            pid = (await call.read()).opened.producer_id
+            good = [b"ok", 1, pid, "raw-attrs", {}, None, None, None]
+            records = [good, [b"p", 1, pid, "raw-attrs", attributes]]
+            batch = pb.PublishBatch(sequence=1, records=encode(records), count=2)
+            await call.write(pb.PublishRequest(batch=batch))
+            if message:
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await call.read()
+                assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert message in (info.value.details() or "")
+            else:
+                ack = (await call.read()).ack
+                assert (ack.first_offset, ack.count) == (0, 2)  # nothing of the refused batches was stored
+            with contextlib.suppress(Exception):
+                call.cancel()
+    async with Client(shared_broker.url) as client:
+        records = [r async for batch in client.read(topic, 0, 10) for r in batch]
+    assert [decode_message(r).attributes for _, r in records] == [{}, {"h": "1"}]

@@ -66,7 +66,11 @@ def test_blocking_iteration_and_errors(server: FakeServer) -> None:
             client.producer("/nope/t")
         with pytest.raises(errors.InvalidArgument):
             producer.send(b"x" * (2 * 1024 * 1024))
-    assert not client._runner.thread.is_alive()
+    assert client.closed
+    # The next client in this process runs on the same loop thread (grpc.aio stays on one loop).
+    with BlockingClient(server.url) as again:
+        assert again._runner is client._runner and again._runner.thread.is_alive()
+        assert again.producer("/default/t").send(b"after") == 100
 
 
 def test_blocking_connect_failure() -> None:

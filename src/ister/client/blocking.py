@@ -1,9 +1,10 @@
 """Blocking facade over the asyncio client, for threads without an event loop (Spark executors, the CLI).
 
-`BlockingClient` runs an event loop (uvloop) in a daemon thread and submits every call to it with
-`asyncio.run_coroutine_threadsafe`; results and the typed errors of `ister.errors` come back to the calling
-thread. Each call waits at most `call_timeout` seconds (Timeout otherwise). Several threads may share one
-client. Close it (or use `with`) to flush producers, end consumers and stop the thread.
+`BlockingClient` submits every call with `asyncio.run_coroutine_threadsafe` to an event loop (uvloop) in a
+daemon thread, one per process and shared by all blocking clients; results and the typed errors of
+`ister.errors` come back to the calling thread. Each call waits at most `call_timeout` seconds (Timeout
+otherwise). Several threads may share one client. Close it (or use `with`) to flush producers and end
+consumers.
 
     with BlockingClient("http://127.0.0.1:6650") as client:
         with client.producer("/default/t") as producer:
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
@@ -47,6 +49,22 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 class _LoopThread:
+    """An event loop in a daemon thread. One per process, shared by every BlockingClient and never closed:
+    grpc.aio's completion queue stays bound to a loop, so a closed loop followed by a new one makes it
+    fail callbacks with "Event loop is closed"."""
+
+    _shared: _LoopThread | None = None
+    _shared_pid = 0
+    _lock = threading.Lock()
+
+    @classmethod
+    def shared(cls) -> _LoopThread:
+        with cls._lock:
+            if cls._shared is None or cls._shared_pid != os.getpid() or not cls._shared.thread.is_alive():
+                cls._shared = cls()  # a forked child gets its own (threads do not survive fork)
+                cls._shared_pid = os.getpid()
+            return cls._shared
+
     def __init__(self) -> None:
         self.loop = _new_loop()
         self._started = threading.Event()
@@ -73,11 +91,6 @@ class _LoopThread:
             fut.cancel()
             raise errors.Timeout(f"the call did not finish within {timeout} s") from None
 
-    def stop(self) -> None:
-        if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
 
 class BlockingClient:
     """A `Client` driven from ordinary threads. Keyword arguments are those of `Client`."""
@@ -86,13 +99,9 @@ class BlockingClient:
         self, url: str = "http://127.0.0.1:6650", *, call_timeout: float = DEFAULT_CALL_TIMEOUT, **kw: Any
     ) -> None:
         self.call_timeout = call_timeout
-        self._runner = _LoopThread()
+        self._runner = _LoopThread.shared()
         self._closed = False
-        try:
-            self.client = self._run(self._connect(url, kw))
-        except BaseException:
-            self._runner.stop()
-            raise
+        self.client = self._run(self._connect(url, kw))
 
     @staticmethod
     async def _connect(url: str, kw: dict[str, Any]) -> Client:
@@ -149,14 +158,11 @@ class BlockingClient:
         return self._closed
 
     def close(self) -> None:
-        """Flush and close every producer and consumer, then stop the loop thread."""
+        """Flush and close every producer and consumer (the process's loop thread keeps running)."""
         if self._closed:
             return
         self._closed = True
-        try:
-            self._run(self.client.close())
-        finally:
-            self._runner.stop()
+        self._run(self.client.close())
 
     def __enter__(self) -> BlockingClient:
         return self

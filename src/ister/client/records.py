@@ -56,6 +56,9 @@ def encode_records(segments: list[Segment], count: int, producer_id: int, produc
     parts = [array_header(count)]
     prefix = _PREFIX.__getitem__
     for payloads, ts, attributes, key in segments:
+        if len(payloads) == 1:  # one message with its own attributes (send_each): one record, one call
+            parts.append(_encode((payloads[0], ts, producer_id, producer_name, attributes, key, None, None)))
+            continue
         # The 7 fields after the payload, without their own array header (1 byte for 7 elements).
         tail = _encode((ts, producer_id, producer_name, attributes, key, None, None))[1:]
         parts.append(

@@ -1,8 +1,7 @@
 """One Ister client per Spark Python worker process, kept across tasks.
 
 Spark reuses its Python workers (`spark.python.worker.reuse`, on by default), so a client made per task
-would pay a connection, a lookup and a loop thread every time, and a gRPC completion queue bound to the
-previous task's closed loop complains on stderr. As Kafka's connector caches its producers per executor,
+would pay a connection and lookups every time. As Kafka's connector caches its producers per executor,
 tasks here share the worker's client; it lives until the worker exits.
 """
 
