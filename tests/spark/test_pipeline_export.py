@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.integration.harness import BrokerProcess
-from tests.spark.test_spark_source import new_topic, produce, until
+from tests.spark.test_spark_source import lag_on_broker, new_topic, produce, until
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -22,7 +22,7 @@ def export_cmd(broker: BrokerProcess, topics: list[str], out: Path) -> list[str]
     cmd = [sys.executable, "-m", "ister.cli", "pipeline", "export", "-s", broker.url, "--to", str(out)]
     for t in topics:
         cmd += ["--topic", t]
-    return [*cmd, "--max-offsets-per-trigger", "250", "--master", "local[2]"]
+    return [*cmd, "--max-offsets-per-trigger", "250", "--lag-subscription", "lake", "--master", "local[2]"]
 
 
 def committed_batches(out: Path) -> int:
@@ -67,3 +67,5 @@ def test_export_killed_mid_run_then_restarted_writes_each_row_once(
     assert {p.name.split("=")[0] for p in out.iterdir() if "=" in p.name} == {"topic"}
     logs = sorted((out / "_ister_checkpoint" / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
     assert json.loads(logs[-1].read_text().splitlines()[-1]) == {a: {"-1": 3000}, b: {"-1": 1000}}
+    # The job's named cursor caught up: no lag left on the broker for either topic.
+    assert [lag_on_broker(broker, t, "lake") for t in (a, b)] == [0, 0]

@@ -39,6 +39,10 @@ def export(
     max_offsets_per_trigger: Annotated[
         int | None, typer.Option("--max-offsets-per-trigger", help="cap per micro-batch")
     ] = None,
+    lag_subscription: Annotated[
+        str | None,
+        typer.Option("--lag-subscription", help="a subscription whose cursor follows the job (lag)"),
+    ] = None,
     master: Annotated[str, typer.Option("--master", help="Spark master")] = "local[*]",
 ) -> None:
     """Write topics to a table partitioned by topic and date, exactly once: a Structured Streaming query
@@ -60,6 +64,7 @@ def export(
             checkpoint=checkpoint,
             starting_offsets=starting_offsets,
             max_offsets_per_trigger=max_offsets_per_trigger,
+            lag_subscription=lag_subscription,
         )
     except IsterError as exc:
         typer.echo(f"error: {exc}", err=True)

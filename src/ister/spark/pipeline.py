@@ -34,6 +34,7 @@ class ExportJob:
     checkpoint: str | None = None
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None
+    lag_subscription: str | None = None  # predefinedSubscription: the job's lag visible on the broker
     options: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -58,6 +59,8 @@ class ExportJob:
         )
         if self.max_offsets_per_trigger is not None:
             reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
+        if self.lag_subscription is not None:
+            reader = reader.option("predefinedSubscription", self.lag_subscription)
         for key, value in self.options.items():
             reader = reader.option(key, value)
         rows = reader.load().withColumn("date", F.to_date(F.col("timestamp")))
