@@ -21,6 +21,10 @@ HEARTBEAT_SECONDS = 0.5
 CURSOR_FLUSH_SECONDS = 5.0
 CURSOR_FLUSH_ACKS = 1_000
 
+# Offset reads (batch API Read / SetCursor).
+MAX_READ_OFFSET = 2**63  # offsets are u64 on the wire, Spark's are signed 64-bit
+MAX_READ_RECORDS = 65_536  # records per Read batch; larger requests are capped to this
+
 # Non-reliable dispatch: per-consumer buffer; a full buffer drops (at-most-once).
 NON_RELIABLE_CONSUMER_BUFFER = 1_000
 

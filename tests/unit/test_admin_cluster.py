@@ -41,26 +41,35 @@ async def until(predicate: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.02)
 
 
+async def start_member(
+    store: EmbeddedStore, data: Path, broker_addr: str, admin_addr: str, **overrides: object
+) -> tuple[BrokerService, ClusterNode]:
+    """One cluster broker in this process (lease TTL 3 s) on the shared store, started."""
+    config = load_config(
+        overrides={
+            "mode": "cluster",
+            "broker_addr": broker_addr,
+            "admin_addr": admin_addr,
+            "cluster.lease_ttl_seconds": 3,
+            **overrides,
+        },
+        environ={},
+    )
+    await asyncio.to_thread(data.mkdir)
+    cluster = ClusterNode(config, store, data)
+    broker = BrokerService(config, store, data, cluster)
+    await broker.start()
+    await cluster.start(broker)
+    return broker, cluster
+
+
 @pytest.fixture
 async def nodes(tmp_path: Path) -> AsyncIterator[list[Node]]:
     store = EmbeddedStore.in_memory()
     out: list[Node] = []
     for i in range(2):
-        config = load_config(
-            overrides={
-                "mode": "cluster",
-                "broker_addr": f"127.0.0.1:{7000 + i}",
-                "admin_addr": f"127.0.0.1:{7100 + i}",
-                "cluster.lease_ttl_seconds": 3,
-            },
-            environ={},
-        )
-        data = tmp_path / f"b{i}"
-        data.mkdir()
-        cluster = ClusterNode(config, store, data)
-        broker = BrokerService(config, store, data, cluster)
-        await broker.start()
-        await cluster.start(broker)
+        addrs = f"127.0.0.1:{7000 + i}", f"127.0.0.1:{7100 + i}"
+        broker, cluster = await start_member(store, tmp_path / f"b{i}", *addrs)
         out.append(Node(broker, cluster))
     await until(lambda: out[0].cluster.leader() is not None, "a leader")
     try:

@@ -15,13 +15,12 @@ import pytest
 from ister.broker.service import BrokerService
 from ister.client import Client
 from ister.cluster.node import ClusterNode
-from ister.config import load_config
 from ister.core.record import decode_message
 from ister.ids import TopicName
 from ister.metadata.embedded import EmbeddedStore
 from ister.wire.gen import ister_v1_pb2 as pb
 from tests.unit.isolation import run_module_in_child, skip_if_sharing, start_client_server
-from tests.unit.test_admin_cluster import close_cluster, until
+from tests.unit.test_admin_cluster import close_cluster, start_member, until
 from tests.unit.test_client_support import free_port
 
 
@@ -51,23 +50,12 @@ async def members(tmp_path: Path) -> AsyncIterator[list[Member]]:
     try:
         for i in range(2):
             port = free_port()
-            config = load_config(
-                overrides={
-                    "mode": "cluster",
-                    "broker_addr": f"127.0.0.1:{port}",
-                    "admin_addr": f"127.0.0.1:{free_port()}",
-                    "cluster.lease_ttl_seconds": 3,
-                    "storage.durable.url": objects.as_uri(),
-                },
-                environ={},
+            addr = f"127.0.0.1:{port}"
+            durable = {"storage.durable.url": objects.as_uri()}
+            broker, cluster = await start_member(
+                store, tmp_path / f"b{i}", addr, f"127.0.0.1:{free_port()}", **durable
             )
-            data = tmp_path / f"b{i}"
-            data.mkdir()
-            cluster = ClusterNode(config, store, data)
-            broker = BrokerService(config, store, data, cluster)
-            await broker.start()
-            await cluster.start(broker)
-            server = await start_client_server(broker, config.broker_addr)
+            server = await start_client_server(broker, addr)
             out.append(Member(broker, cluster, server, f"http://127.0.0.1:{port}"))
         await until(lambda: out[0].cluster.leader() is not None, "a leader")
         yield out

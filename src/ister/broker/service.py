@@ -30,7 +30,12 @@ from ister.core.dispatch.selector import MAX_KEY_FILTERS
 from ister.core.record import StoredMessage
 from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from ister.ids import PARTITION_MARKER, TopicName, new_id, validate_client_name, validate_segment
-from ister.limits import MAX_NAME_LEN, NON_RELIABLE_CONSUMER_BUFFER, RELIABLE_CONSUMER_BUFFER
+from ister.limits import (
+    MAX_NAME_LEN,
+    MAX_READ_OFFSET,
+    NON_RELIABLE_CONSUMER_BUFFER,
+    RELIABLE_CONSUMER_BUFFER,
+)
 from ister.metadata import keys
 from ister.metadata.store import MetadataStore
 from ister.storage.objects import (
@@ -58,7 +63,6 @@ DLQ_SUFFIX = "-DLQ"
 # Consumers with no stream and no health check for this long are forgotten (there is no unsubscribe RPC).
 CONSUMER_IDLE_SECONDS = 300.0
 CONSUMER_REAP_INTERVAL_SECONDS = 30.0
-MAX_READ_OFFSET = 2**63  # Read's `end` bound (offsets are u64 on the wire; Spark's are signed 64-bit)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
+from prometheus_client import Gauge
 
 from ister.broker import metrics
 from ister.broker.nonreliable import NonReliableSubscription
@@ -54,6 +55,7 @@ class Topic:
         # Named cursors moved by readers that keep their own position (SetCursor, e.g. Spark's source):
         # subscription -> next offset. Their lag is published like a subscription's, kept fresh per append.
         self.cursors: dict[str, int] = {}
+        self._cursor_gauges: dict[str, Gauge] = {}  # their lag series, looked up once, not per append
 
     @property
     def reliable(self) -> bool:
@@ -131,17 +133,20 @@ class Topic:
 
     def track_cursor(self, subscription: str, next_offset: int) -> None:
         self.cursors[subscription] = next_offset
+        if subscription not in self._cursor_gauges:
+            self._cursor_gauges[subscription] = metrics.subscription_lag.labels(self.name.full, subscription)
         self._cursor_lag_changed()
 
     def untrack_cursor(self, subscription: str) -> None:
         """The subscription is about to be consumed again (its own lag gauge takes over) or is gone."""
         if self.cursors.pop(subscription, None) is not None:
+            del self._cursor_gauges[subscription]
             metrics.forget_subscription(self.name.full, subscription)
 
     def _cursor_lag_changed(self) -> None:
         head = self.wal.committed_offset if self.wal is not None else 0
         for sub, next_offset in self.cursors.items():
-            metrics.subscription_lag.labels(self.name.full, sub).set(max(0, head - next_offset))
+            self._cursor_gauges[sub].set(max(0, head - next_offset))
 
     async def close(self) -> None:
         """Stop accepting publishes, persist cursors, end streams, close the WAL."""
@@ -160,5 +165,6 @@ class Topic:
         for name in self.cursors:
             metrics.forget_subscription(self.name.full, name)  # the next owner publishes them
         self.cursors.clear()
+        self._cursor_gauges.clear()
         if self.wal is not None:
             await self.wal.close()

@@ -24,15 +24,13 @@ from ister.client.producer import Producer
 from ister.client.publisher import PartitionPublisher
 from ister.client.subscriber import Subscriber
 from ister.ids import PARTITION_MARKER, TopicName, validate_client_name
-from ister.limits import MAX_WINDOW, MiB
+from ister.limits import MAX_READ_OFFSET, MAX_READ_RECORDS, MAX_WINDOW, MiB
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 
 OFFSETS_TIMEOUT_SECONDS = 60.0  # one Offsets call (the owner may have to load the topic first)
-MAX_READ_OFFSET = 2**63
-MAX_READ_RECORDS = 65_536  # the broker's cap on records per Read batch
 
 _SUB_TYPES = {
     "exclusive": SubType.EXCLUSIVE,

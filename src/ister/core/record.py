@@ -23,6 +23,24 @@ class StoredMessage(msgspec.Struct, array_like=True, frozen=True):
         return self.routing_key if self.routing_key is not None else self.producer_name
 
 
+NO_ATTRIBUTES = msgspec.Raw(b"\x80")  # an empty msgpack map
+
+
+class LeanMessage(msgspec.Struct, array_like=True, frozen=True):
+    """A stored record decoded with its attributes left as raw msgpack: building a dict per record is the
+    largest part of a decode, and most readers need the attributes only when a record has some (the
+    broker's publish checks, Spark rows without a headers column)."""
+
+    payload: bytes
+    publish_time: int
+    producer_id: int
+    producer_name: str
+    attributes: msgspec.Raw = NO_ATTRIBUTES
+    routing_key: str | None = None
+    schema_id: int | None = None
+    schema_version: int | None = None
+
+
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(StoredMessage)
 

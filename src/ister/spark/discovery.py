@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import grpc
 
@@ -21,12 +20,6 @@ from ister.wire.gen import DanubeAdmin_pb2_grpc as admin_grpc
 
 log = logging.getLogger(__name__)
 ADMIN_TIMEOUT_SECONDS = 30.0
-
-
-@dataclass(frozen=True)
-class PartitionInfo:
-    tp: TopicPartition
-    offsets: TopicOffsets
 
 
 def _pattern_topics(opts: SourceOptions) -> list[str]:

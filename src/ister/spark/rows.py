@@ -9,26 +9,11 @@ import msgspec
 import pyarrow as pa
 
 from ister.client.records import array_header
-from ister.core.record import StoredMessage
+from ister.core.record import LeanMessage, StoredMessage
 from ister.core.stream_offsets import TopicPartition
 
 _decode_all = msgspec.msgpack.Decoder(list[StoredMessage]).decode
-
-
-class _Lean(msgspec.Struct, array_like=True):
-    """A stored record without its attributes decoded (a dict per row is 40 % of the decode)."""
-
-    payload: bytes
-    publish_time: int
-    producer_id: int
-    producer_name: str
-    attributes: msgspec.Raw = msgspec.Raw(b"\x80")
-    routing_key: str | None = None
-    schema_id: int | None = None
-    schema_version: int | None = None
-
-
-_decode_lean = msgspec.msgpack.Decoder(list[_Lean]).decode
+_decode_lean = msgspec.msgpack.Decoder(list[LeanMessage]).decode  # no headers column: attributes stay raw
 
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 _FIELDS = [
@@ -71,7 +56,8 @@ def to_batch(
     and each column is built by C-level maps (this loop is the connector's per-row cost)."""
     n = len(records)
     blob = array_header(n) + b"".join(records)
-    messages: Sequence[StoredMessage | _Lean] = _decode_all(blob) if include_headers else _decode_lean(blob)
+    messages: Sequence[StoredMessage | LeanMessage]
+    messages = _decode_all(blob) if include_headers else _decode_lean(blob)
     keys = [None if k is None else k.encode() for k in map(_routing_key, messages)]
     columns = [
         pa.array(keys, pa.binary()),
