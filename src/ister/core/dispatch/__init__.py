@@ -2,6 +2,7 @@
 and non-reliable routing. Pure logic: time comes in as `now_ms`."""
 
 from ister.core.dispatch.entries import EntryState
+from ister.core.dispatch.gaps import split_runs
 from ister.core.dispatch.keyhash import HashRing, glob_match, key_hash
 from ister.core.dispatch.nonreliable import NonReliableRouter
 from ister.core.dispatch.policy import BackoffStrategy, FailurePolicy, PoisonPolicy
@@ -27,4 +28,5 @@ __all__ = [
     "SubscriptionStats",
     "glob_match",
     "key_hash",
+    "split_runs",
 ]

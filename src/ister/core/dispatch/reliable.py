@@ -16,10 +16,20 @@ Choices where Danube differs (deliberately):
   matching consumer attaches.
 - Attaching a consumer that is already attached (a new stream taking over) resends its in-flight messages.
 
+Gaps (DESIGN §2 invariant 9): offers are strict (each must be `next_offset`). Where the log has no records
+(a dead broker's unexported tail, a damaged WAL range) the broker calls `skip(first, end)` for the range
+instead; `split_runs` (`gaps.py`) splits a read into record runs and gaps. A skipped offset is never held,
+never delivered and takes no window slot; the cursor passes it as soon as everything below it is resolved.
+The rule for late fills: a record of a skipped range that turns up later is not offered to this state again
+(an offer below `next_offset` is refused). Such a record reaches only subscriptions that have not passed the
+range yet: the broker reads from the persisted cursor + 1 when it loads a subscription, so one whose cursor
+is still below the range reads the record then.
+
 Cost (what keeps a 10,000-message window cheap): a message only offered is a bare offset (`window.py`); a
 message in flight is one dict item pointing at its delivery batch, which carries consumer and deadline
 (`flight.py`); only a message that failed or was handed back gets a record (`entries.py`). Timers are heaps
-validated on pop, so a poll with nothing due scans nothing, and the cursor passes each offset once.
+validated on pop, so a poll with nothing due scans nothing, and the cursor passes each offset once (a
+skipped range in one step, whatever its length).
 """
 
 from __future__ import annotations
@@ -158,6 +168,23 @@ class ReliableSubscriptionState:
         w.next_offset = first_offset + n
         w.held += n
 
+    def skip(self, first: int, end: int, now_ms: int) -> int:
+        """The log has no records at offsets [first, end): move `next_offset` to `end` without holding them.
+
+        `first` must be `next_offset` and `end >= first` (ValueError otherwise; nothing changes). Takes no
+        window capacity and works in any state (pending, in-flight, retrying or blocked messages). The
+        skipped offsets are never delivered, and the cursor passes them as soon as everything below them is
+        resolved. Returns how many offsets were skipped (counted in `stats().skipped_total`).
+        """
+        w = self._w
+        if first != w.next_offset:
+            raise ValueError(f"skip from offset {first}, expected {w.next_offset}")
+        if end < first:
+            raise ValueError(f"skip of [{first}, {end}): end is below first")
+        if end > first:
+            w.skip(first, end)
+        return end - first
+
     # -- dispatching -------------------------------------------------------------------------------------
     def poll(self, now_ms: int) -> list[Delivery]:
         """Everything to send now: due retries first, then new messages, each in offset order.
@@ -183,26 +210,31 @@ class ReliableSubscriptionState:
         return out
 
     def _send_new(self, now_ms: int, out: list[Delivery]) -> None:
-        """All types but Key-Shared: send the whole never-sent run [fresh, next_offset)."""
+        """All types but Key-Shared: send the whole never-sent run [fresh, next_offset), minus skipped ranges.
+
+        `run` is a range (a list when a skipped range lies inside it); slicing keeps its type, so a Shared
+        consumer's share is a strided range in the common case.
+        """
         w = self._w
-        lo, hi = w.fresh, w.next_offset
         deadline = now_ms + self.policy.ack_timeout_ms
-        run = range(lo, hi)
+        run = w.unsent()
+        n = len(run)
         if self._shared:
             ring = self._selector.round_robin_order()
             k = len(ring)
             out.extend(map(_delivery, zip(cycle(ring), run, repeat(1), repeat(False))))
-            for j in range(min(k, hi - lo)):
-                self._flight.add_run(ring[j], deadline, range(lo + j, hi, k))
-            self._selector.skip_round_robin(hi - lo)
+            for j in range(min(k, n)):
+                self._flight.add_run(ring[j], deadline, run[j::k])
+            self._selector.skip_round_robin(n)
         else:
             cid = self._selector.active()
             if cid is None:  # cannot happen with a consumer attached
                 return
             out.extend(map(_delivery, zip(repeat(cid), run, repeat(1), repeat(False))))
-            self._flight.add_run(cid, deadline, run)
-        w.fresh = hi
-        self._delivered += hi - lo
+            if n:
+                self._flight.add_run(cid, deadline, run)
+        w.fresh = w.next_offset
+        self._delivered += n
 
     def _target(self, offset: int) -> int | None:
         if self._key_shared:
@@ -473,4 +505,5 @@ class ReliableSubscriptionState:
             ack_timeouts_total=self._timeouts,
             dead_lettered_total=self._failures.dead_lettered,
             dropped_total=self._failures.dropped,
+            skipped_total=w.skipped,
         )

@@ -66,6 +66,7 @@ class SubscriptionStats:
     ack_timeouts_total: int
     dead_lettered_total: int
     dropped_total: int
+    skipped_total: int = 0  # offsets the log did not have (`skip`): never delivered, passed by the cursor
 
     def as_dict(self) -> dict[str, int | None]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

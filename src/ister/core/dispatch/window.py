@@ -5,11 +5,13 @@ backwards and never passes an offset that is still unresolved (DESIGN §2 invari
 
 `CursorTracker` is the standalone rule (offsets acknowledged out of order wait in a set until the gap below
 them closes); `HeldWindow` is what the state machine uses: it knows every held offset, so its cursor simply
-advances over offsets that are no longer held, each once.
+advances over offsets that are no longer held, each once, and jumps over skipped ranges (offsets the log
+does not have) in one step each.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence, Set
 from itertools import chain
 
@@ -64,17 +66,26 @@ class HeldWindow(Set[int]):
 
     It is also the live set view that `held_offsets` returns (membership O(1), iteration copies).
 
-    - Never sent (all types but Key-Shared): the run [fresh, next_offset), kept as two integers.
+    - Never sent (all types but Key-Shared): the run [fresh, next_offset), kept as two integers (minus the
+      skipped ranges inside it, if any).
     - Key-Shared: every held offset is in `keys.key_of`.
     - In flight: `holder` (shared with the FlightTable).
     - Failed or handed back at least once: a record in `entries`; `n_retry`/`n_exhausted` count its states.
     `first_open` is the lowest unresolved offset; it advances over resolved offsets once each.
+
+    Skipped ranges (`skip`: offsets the log does not have) are in `gaps`, ascending and disjoint, until
+    `first_open` passes them; they are never held and take no capacity. Each gap lies either wholly below
+    `fresh` (the cursor jumps over it once everything below is resolved) or wholly inside the never-sent
+    run [fresh, next_offset) (`unsent` leaves it out). Adjacent skips merge, so the gaps inside the
+    never-sent run are at most one more than the never-sent offsets; below `fresh`, one per discontinuity
+    the cursor has not passed yet.
     """
 
     __slots__ = (
         "entries",
         "first_open",
         "fresh",
+        "gaps",
         "held",
         "holder",
         "keys",
@@ -82,6 +93,7 @@ class HeldWindow(Set[int]):
         "n_retry",
         "next_offset",
         "resolved",
+        "skipped",
         "start",
     )
 
@@ -99,6 +111,8 @@ class HeldWindow(Set[int]):
         self.n_retry = 0
         self.n_exhausted = 0
         self.resolved: list[int] | None = [] if track_resolved else None
+        self.gaps: deque[tuple[int, int]] = deque()  # skipped [first, end) ranges the cursor has not passed
+        self.skipped = 0  # offsets skipped in total
 
     # -- the set view --------------------------------------------------------------------------------------
     def __contains__(self, offset: object) -> bool:
@@ -106,7 +120,9 @@ class HeldWindow(Set[int]):
             return False
         if self.keys is not None:
             return offset in self.keys.key_of
-        return self.fresh <= offset < self.next_offset or offset in self.holder or offset in self.entries
+        if self.fresh <= offset < self.next_offset:
+            return not self.gaps or not self._unsent_gap(offset)
+        return offset in self.holder or offset in self.entries
 
     def __len__(self) -> int:
         return self.held
@@ -115,7 +131,47 @@ class HeldWindow(Set[int]):
         if self.keys is not None:
             return iter(list(self.keys.key_of))
         waiting = [o for o, e in self.entries.items() if e.state is not EntryState.IN_FLIGHT]
-        return chain(list(self.holder), waiting, range(self.fresh, self.next_offset))
+        return chain(list(self.holder), waiting, self.unsent())
+
+    # -- the never-sent run and skipped ranges ---------------------------------------------------------------
+    def unsent(self) -> Sequence[int]:
+        """All types but Key-Shared: the never-sent offsets [fresh, next_offset) minus skipped ranges."""
+        lo, hi = self.fresh, self.next_offset
+        gaps = self.gaps
+        if not gaps or gaps[-1][0] < lo:
+            return range(lo, hi)  # no gap inside the run: the common case
+        inside: list[tuple[int, int]] = []
+        for gap in reversed(gaps):
+            if gap[0] < lo:
+                break
+            inside.append(gap)
+        out: list[int] = []
+        for first, end in reversed(inside):
+            out.extend(range(lo, first))
+            lo = end
+        out.extend(range(lo, hi))
+        return out
+
+    def _unsent_gap(self, offset: int) -> bool:
+        """Is `offset` (in [fresh, next_offset)) inside a skipped range?"""
+        for first, end in reversed(self.gaps):  # descending: stop at the first one that starts below
+            if first <= offset:
+                return offset < end
+        return False
+
+    def skip(self, first: int, end: int) -> None:
+        """The log has no records at [first, end); `first` is `next_offset` and end > first (checked by the
+        caller). Takes no capacity; the cursor passes the range once everything below it is resolved."""
+        gaps = self.gaps
+        if gaps and gaps[-1][1] == first:
+            gaps[-1] = (gaps[-1][0], end)  # right after another skip: one range
+        else:
+            gaps.append((first, end))
+        if self.keys is None and self.fresh == first:  # nothing waits to be sent: no run to split
+            self.fresh = end
+        self.next_offset = end
+        self.skipped += end - first
+        self.advance()
 
     # -- cursor ----------------------------------------------------------------------------------------------
     @property
@@ -128,7 +184,10 @@ class HeldWindow(Set[int]):
         return self.next_offset if self.keys is not None else self.fresh
 
     def advance(self) -> None:
-        """Move `first_open` past everything resolved."""
+        """Move `first_open` past everything resolved (and skipped)."""
+        if self.gaps:
+            self._advance_over_gaps()
+            return
         n = self.first_open
         if self.keys is not None:
             end, key_of = self.next_offset, self.keys.key_of
@@ -138,6 +197,26 @@ class HeldWindow(Set[int]):
             end, holder, entries = self.fresh, self.holder, self.entries
             while n < end and n not in holder and n not in entries:
                 n += 1
+        self.first_open = n
+
+    def _advance_over_gaps(self) -> None:
+        """`advance` when skipped ranges wait: walk to the next gap, jump over it, and so on."""
+        n = self.first_open
+        gaps, holder, entries = self.gaps, self.holder, self.entries
+        key_of = self.keys.key_of if self.keys is not None else None
+        end = self.next_offset if key_of is not None else self.fresh
+        while True:
+            stop = min(end, gaps[0][0]) if gaps else end
+            if key_of is not None:
+                while n < stop and n not in key_of:
+                    n += 1
+            else:
+                while n < stop and n not in holder and n not in entries:
+                    n += 1
+            if gaps and n == gaps[0][0] and n < end:
+                n = gaps.popleft()[1]
+                continue
+            break
         self.first_open = n
 
     def span(self, first: int, last: int, late: bool) -> Sequence[int]:
