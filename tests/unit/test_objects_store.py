@@ -11,6 +11,7 @@ import pytest
 
 from ister.errors import InvalidArgument, NotFound, StorageError
 from ister.limits import MiB
+from ister.storage.objects.options import split_options
 from ister.storage.objects.store import ObjectStore, ObjectStoreUnavailable, open_store
 
 
@@ -159,3 +160,43 @@ def test_aws_environment_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
     store = open_store("s3://bucket/prefix")
     assert "bucket" in repr(store)
+
+
+def test_environment_client_settings_are_kept_under_explicit_options() -> None:
+    env = {
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_TIMEOUT": "7s",
+        "AWS_CONNECT_TIMEOUT": "2",
+        "GOOGLE_TIMEOUT": "99s",  # another cloud's: not for s3://
+        "aws_timeout": "1s",  # obstore reads upper-case prefixes only
+    }
+    _, client, _ = split_options({}, scheme="s3", environ=env)
+    assert (client["allow_http"], client["timeout"], client["connect_timeout"]) == ("true", "7s", "2000ms")
+    _, client, _ = split_options({"timeout": "3s", "allow_http": "false"}, scheme="s3", environ=env)
+    assert (client["allow_http"], client["timeout"]) == ("false", "3s")  # explicit options win
+    _, client, _ = split_options({}, scheme="gs", environ=env)
+    assert client["timeout"] == "99s" and "allow_http" not in client
+    _, client, _ = split_options({"aws_allow_http": "yes"}, scheme="s3", environ={})
+    assert client["allow_http"] == "true"  # the prefixed option name is a client option too
+
+
+@pytest.mark.parametrize("name", ["AWS_ENDPOINT", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"])
+def test_plain_http_endpoint_from_the_environment_allows_http(name: str) -> None:
+    _, client, _ = split_options({}, scheme="s3", environ={name: "http://127.0.0.1:8333"})
+    assert client["allow_http"] == "true"
+    _, client, _ = split_options({}, scheme="s3", environ={name: "https://s3.example"})
+    assert "allow_http" not in client
+    # An explicit https endpoint wins over the environment's http one; an explicit allow_http too.
+    _, client, _ = split_options({"endpoint": "https://s3.example"}, scheme="s3", environ={name: "http://x"})
+    assert "allow_http" not in client
+    env = {name: "http://x", "AWS_ALLOW_HTTP": "false"}
+    assert split_options({}, scheme="s3", environ=env)[1]["allow_http"] == "false"
+    env = {"AZURE_STORAGE_ENDPOINT": "http://127.0.0.1:10000"}
+    assert split_options({}, scheme="az", environ=env)[1]["allow_http"] == "true"
+
+
+def test_bad_environment_client_setting_is_invalid_argument() -> None:
+    with pytest.raises(InvalidArgument, match="AWS_ALLOW_HTTP"):
+        split_options({}, scheme="s3", environ={"AWS_ALLOW_HTTP": "sometimes"})
+    with pytest.raises(InvalidArgument, match="AWS_TIMEOUT"):
+        split_options({}, scheme="s3", environ={"AWS_TIMEOUT": "soon"})

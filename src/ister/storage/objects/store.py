@@ -296,7 +296,9 @@ def open_store(
       cloud URL forms), configured by `options` (obstore's config keys such as `endpoint`, `region`,
       `access_key_id`, `secret_access_key`; HTTP client keys such as `allow_http`, `timeout`,
       `connect_timeout`; ours: `max_retries`, `retry_timeout`) and by the standard environment variables
-      (`AWS_*`, `GOOGLE_*`, `AZURE_*`), which obstore reads; options win over the environment.
+      (`AWS_*`, `GOOGLE_*`, `AZURE_*`, client settings such as `AWS_ALLOW_HTTP` included); options win
+      over the environment. An `http://` endpoint, from either, allows plain HTTP unless `allow_http`
+      says otherwise.
 
     Raises InvalidArgument for a bad URL or option.
     """
@@ -337,7 +339,7 @@ def open_store(
         )
     if parts.query or parts.fragment:
         raise InvalidArgument(f"invalid object store URL {url!r}: no query or fragment allowed")
-    config, client, retry = split_options(options)
+    config, client, retry = split_options(options, scheme=scheme)
     try:
         store = from_url(url, config=config, client_options=client, retry_config=retry)  # type: ignore[call-overload]
     except Exception as exc:
