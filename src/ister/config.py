@@ -93,6 +93,9 @@ class ClusterSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     etcd_namespace: str = ""  # key prefix inside etcd, to share one etcd between clusters
     lease_ttl_seconds: int = 5
     offset_reservation: int = 100_000  # offsets an owner reserves per metadata write (see docs/metadata.md)
+    # Without a durable tier a superseded WAL (left by a failover) cannot be exported: kept this long in
+    # <data_dir>/wal-stale for manual recovery, then deleted. With a tier it is exported, then deleted.
+    superseded_wal_retention_seconds: float = 7 * 86_400.0
 
 
 class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -167,6 +170,8 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
     dur = cfg.storage.durable
     if dur.export_interval_seconds <= 0 or dur.segment_max_age_seconds < 0:
         raise ConfigError("storage.durable: export_interval_seconds > 0, segment_max_age_seconds >= 0")
+    if cfg.cluster.superseded_wal_retention_seconds < 0:
+        raise ConfigError("cluster.superseded_wal_retention_seconds must be >= 0")
     if dur.local_retention_bytes < 0 or dur.local_retention_seconds < 0:
         raise ConfigError("storage.durable: local retention limits must be >= 0")
     if dur.url is not None and dur.url != "none" and "://" not in dur.url:

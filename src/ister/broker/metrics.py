@@ -32,6 +32,11 @@ dropped = Counter(
 messages_in = Counter("danube_topic_messages_in_total", "Messages published", ("topic",))
 bytes_in = Counter("danube_topic_bytes_in_total", "Payload bytes published", ("topic",))
 # broker_id: the cluster broker id ("0" in standalone mode)
+offsets_skipped = Counter(
+    "ister_offsets_skipped_total",
+    "Offsets readers skipped because no copy of them exists (a lost tail, unused reservations, damage)",
+    ("topic",),
+)
 topics_loaded = Gauge("danube_broker_topics_owned", "Topics loaded on this broker", ("broker_id",))
 
 

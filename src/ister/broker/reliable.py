@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from ister.broker import metrics
 from ister.broker.sessions import ConsumerSession, Outbound, Record
@@ -50,11 +50,13 @@ class ReliableSubscription(Subscription):
         write_cursor: CursorWriter,
         publish_dead_letter: DeadLetterPublisher,
         reader: TieredReader | WalReader,
+        report_gap: Callable[[int, int], None] | None = None,
     ) -> None:
         super().__init__(topic, name, sub_type)
         self._wal = wal
         # A TieredReader (objects -> WAL -> live) when the topic has a durable tier, else the WAL's own.
         self._reader = reader
+        self._report_gap = report_gap  # the topic counts and logs each missing offset once
         self._state = ReliableSubscriptionState(
             sub_type, start_offset=start_offset, window=window, policy=policy, track_resolved=True
         )
@@ -208,16 +210,44 @@ class ReliableSubscription(Subscription):
     async def _fill(self, now: int) -> None:
         if not self._state.attached_consumers():
             return  # nobody to deliver to: leave the log where it is (publishers pay nothing for us)
-        while (capacity := self._state.capacity()) > 0 and self._reader.available() > 0:
-            records = await self._reader.read(max_records=capacity, timeout=0)
+        state, reader = self._state, self._reader
+        while (capacity := state.capacity()) > 0 and reader.available() > 0:
+            records = await reader.read(max_records=capacity, timeout=0)
             if not records:
-                return
+                break
             self._messages.update(records)
             if self._needs_key:
                 keys = [decode_message(payload).key for _, payload in records]
             else:  # only Key-Shared routes by key: skip decoding here (the batch API never decodes)
                 keys = [""] * len(records)
-            self._state.offer_batch(records[0][0], keys, now)
+            first = records[0][0]
+            if first == state.next_offset and records[-1][0] - first == len(records) - 1:
+                state.offer_batch(first, keys, now)
+            else:
+                self._offer_across_gaps(records, keys, now)
+        # The reader went past offsets that exist nowhere (and has nothing after them yet): the cursor may
+        # pass them as soon as everything below is acknowledged.
+        if state.next_offset < reader.next_offset:
+            self._skip(reader.next_offset, now)
+
+    def _offer_across_gaps(self, records: Sequence[tuple[int, object]], keys: list[str], now: int) -> None:
+        """Offer records that skip offsets (DESIGN §2, invariant 9): each gap is skipped, each run offered."""
+        state = self._state
+        run_start = 0
+        for i in range(1, len(records) + 1):
+            if i < len(records) and records[i][0] == records[i - 1][0] + 1:
+                continue
+            first = records[run_start][0]
+            if first > state.next_offset:
+                self._skip(first, now)
+            state.offer_batch(first, keys[run_start:i], now)
+            run_start = i
+
+    def _skip(self, end: int, now: int) -> None:
+        first = self._state.next_offset
+        self._state.skip(first, end, now)
+        if self._report_gap is not None:
+            self._report_gap(first, end)
 
     def _deliver(self, deliveries: list[Delivery]) -> None:
         sent = nbytes = redelivered = 0  # metrics are updated once per call: each inc() takes a lock

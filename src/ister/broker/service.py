@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ister.broker import metrics
+from ister.broker import metrics, superseded
 from ister.broker.nonreliable import NonReliableSubscription
 from ister.broker.reliable import ReliableSubscription
 from ister.broker.sessions import ConsumerSession, ConsumerStream, ProducerSession
 from ister.broker.subscription import Subscription
 from ister.broker.topic import NON_RELIABLE, RELIABLE, Topic
 from ister.config import BrokerConfig
-from ister.core.cluster.ownership import plan_load
+from ister.core.cluster.ownership import OwnerRecord, plan_load
 from ister.core.dispatch import DeadLetter, FailurePolicy, SubType
 from ister.core.dispatch.selector import MAX_KEY_FILTERS
 from ister.core.record import StoredMessage
@@ -56,6 +56,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SEAL_EXPORT_SECONDS = 30.0  # bound on exporting the WAL tail while sealing
+UNLOAD_WAIT_SECONDS = 2 * SEAL_EXPORT_SECONDS + 5.0  # admin unload: the owner's answer (two export bounds)
+SUPERSEDED_FIRST_SWEEP_SECONDS = 2.0  # after start: the cluster view is loaded by then
+SUPERSEDED_SWEEP_SECONDS = 60.0
+SUPERSEDED_RETRY_SECONDS = 10.0  # while an archive could not be exported yet
 ASSIGNMENT_WAIT_SECONDS = 3.0  # how long a call for an unassigned topic waits for the leader
 # Index of consumer ids so a consumer survives a broker restart (an Ister addition, see docs/metadata.md).
 CONSUMER_INDEX = "/ister/consumers/"
@@ -103,6 +107,8 @@ class BrokerService:
         self._started_at = time.monotonic()
         self._closing = False
         self._reaper: asyncio.Task[None] | None = None
+        self._superseded_task: asyncio.Task[None] | None = None
+        self._superseded_wakeup = asyncio.Event()
         w = config.wal
         durable = config.storage.durable
         url = config.durable_url(data_dir)
@@ -130,12 +136,22 @@ class BrokerService:
             if await self.store.get(keys.namespace_policy(ns)) is None:
                 await self.store.put(keys.namespace_policy(ns), policy)
         self._reaper = asyncio.create_task(self._reap_loop(), name="consumer-reaper")
+        if self.cluster is not None:
+            self._superseded_task = asyncio.create_task(self._superseded_loop(), name="superseded-wals")
+        if self.cluster is not None and self.objects is None:
+            log.warning(
+                "cluster mode without a durable tier (storage.durable): a reliable topic's records live only "
+                "on its owner's disk. Moves of reliable topics that hold records are refused (unload, drain "
+                "and rebalancing leave them where they are), and after a broker dies its unexported records "
+                "are unreadable until it returns. Configure a shared object store to move topics freely."
+            )
 
     async def close(self) -> None:
         """Graceful shutdown: stop accepting work, flush cursors, close every WAL."""
         self._closing = True
-        if self._reaper is not None:
-            self._reaper.cancel()
+        for task in (self._reaper, self._superseded_task):
+            if task is not None:
+                task.cancel()
         for topic in list(self.topics.values()):
             try:
                 await topic.close()
@@ -299,14 +315,24 @@ class BrokerService:
         if self.cluster is None:
             await self.seal(name.full, "admin unload")
         else:
-            await self.cluster.request_unload(name.full)
+            # Waits for the owner's seal, so the caller hears when the move cannot happen and why.
+            await self.cluster.request_unload(name.full, wait_seconds=UNLOAD_WAIT_SECONDS)
 
     async def seal(self, topic: str, reason: str) -> None:
-        """Graceful release: refuse appends, flush cursors, close (fsync) the WAL, write the sealed state
-        {sealed, last_committed_offset, broker_id, timestamp, epoch}, then forget the topic here."""
+        """Graceful release: refuse appends, make every acknowledged record readable by the next owner,
+        flush cursors, close (fsync) the WAL, write the sealed state {sealed, last_committed_offset,
+        broker_id, timestamp, epoch}, then forget the topic here.
+
+        Cluster mode never hands a topic off before its records are safe (DESIGN §2, invariant 8): when the
+        tail cannot be exported (no durable tier, the object store failing), this raises FailedPrecondition
+        or Unavailable naming the cause and the topic keeps being served here.
+        """
         loaded = self.topics.get(topic)
         if loaded is None:
             return
+        wal = loaded.wal
+        if wal is not None and self.cluster is not None:
+            await self._export_before_seal(loaded, wal)
         loaded.closing = True  # producers get UNAVAILABLE from here on and look the topic up again
         # Forget its clients before the streams end: a consumer that reconnects at once must not attach to a
         # subscription that is closing (its stream would never deliver nor end).
@@ -314,12 +340,18 @@ class BrokerService:
         guard = loaded.guard
         try:
             await loaded.close()  # cursors flushed while this broker still owns the topic
-            wal = loaded.wal
             if loaded.exporter is not None:
                 try:
                     async with asyncio.timeout(SEAL_EXPORT_SECONDS):
                         await loaded.exporter.export_tail()
-                except Exception as exc:  # offsets stay continuous; the tail is readable only here for now
+                except Exception as exc:
+                    if self.cluster is not None:
+                        # Everything was exported just before; the topic reloads here from its WAL.
+                        raise Unavailable(
+                            f"cannot move {topic}: exporting its last records failed ({exc}); "
+                            "it is reloaded where it was"
+                        ) from exc
+                    # Standalone reloads the same WAL: the export only has to happen some time.
                     log.warning("%s: exporting the tail at seal failed: %s", topic, exc)
             if wal is not None and wal.committed_offset > 0:
                 state = {
@@ -338,6 +370,34 @@ class BrokerService:
             self._forget_topic(topic)
             if guard is not None:
                 guard.revoke(f"sealed ({reason})")
+
+    async def _export_before_seal(self, loaded: Topic, wal: Wal) -> None:
+        """Cluster mode: put every acknowledged record of the topic in the durable tier while it is still
+        served here, or raise (and keep serving) when that is impossible."""
+        assert self.cluster is not None
+        broker = self.cluster.broker_id
+        exporter = loaded.exporter
+        if exporter is None:
+            if wal.committed_offset > wal.first_offset:
+                raise FailedPrecondition(
+                    f"cannot move {loaded.name}: this cluster has no durable tier (storage.durable), so its "
+                    f"offsets {wal.first_offset}..{wal.committed_offset - 1} exist only on broker {broker}; "
+                    "configure a shared durable tier to move reliable topics. It stays on this broker"
+                )
+            return
+        loaded.closing = True  # no new offsets while the tail goes out
+        try:
+            async with asyncio.timeout(SEAL_EXPORT_SECONDS):
+                await wal.rotate()  # waits for in-flight appends; the tail is then a closed segment
+                await exporter.export_closed()
+        except Exception as exc:
+            loaded.closing = False
+            cause = "timed out" if isinstance(exc, TimeoutError) else str(exc) or repr(exc)
+            log.warning("%s: cannot move it, exporting its tail failed: %s", loaded.name, cause)
+            raise Unavailable(
+                f"cannot move {loaded.name}: exporting its last records to the durable tier failed "
+                f"({cause}); it stays on broker {broker}"
+            ) from exc
 
     async def _open_wal(self, name: TopicName) -> tuple[Wal, OwnershipGuard | None]:
         """The topic's WAL; in cluster mode also the ownership claim that decides where its offsets start."""
@@ -370,7 +430,8 @@ class BrokerService:
                 await wal.close()
                 wal = None
             if wal is None:
-                archive_stale_wal(wal_dir, local_epoch)
+                if await asyncio.to_thread(superseded.archive, self.data_dir, wal_dir, name, local_epoch):
+                    self._superseded_wakeup.set()  # export what only that WAL holds, then delete it
                 wal = await Wal.open(wal_dir, self._wal_config, start_offset=plan.start_offset)
             elif plan.start_offset > wal.next_offset:
                 await wal.close()
@@ -394,6 +455,82 @@ class BrokerService:
             plan.record.reserved_until,
         )
         return wal, guard
+
+    # -- superseded WALs (cluster mode) ---------------------------------------------------------------------
+    async def _superseded_loop(self) -> None:
+        """Give back what only this broker holds: at start, when a load archived a WAL, and periodically."""
+        delay = SUPERSEDED_FIRST_SWEEP_SECONDS
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._superseded_wakeup.wait()
+            self._superseded_wakeup.clear()
+            try:
+                pending = await self.sweep_superseded()
+            except Exception as exc:  # the store or etcd is down: the files stay, the next sweep retries
+                log.warning("superseded WALs: sweep failed (%s); retrying", exc)
+                pending = 1
+            delay = SUPERSEDED_RETRY_SECONDS if pending else SUPERSEDED_SWEEP_SECONDS
+
+    async def sweep_superseded(self) -> int:
+        """Archive local WALs of topics another broker has loaded since, export archived WALs into the
+        durable tier and delete them once every record is there. Returns how many archives remain."""
+        cluster = self.cluster
+        assert cluster is not None
+        for name, epoch_file, local_epoch in await asyncio.to_thread(_local_epochs, self.data_dir):
+            if name.full in self.topics or cluster.assigned_here(name.full):
+                continue
+            exists = await self.store.get(keys.namespace_topic(name.full)) is not None
+            kv = await self.store.get(keys.owner(name.full))
+            record = OwnerRecord.parse(kv.value) if kv is not None else None
+            if exists and (record is None or record.loaded_epoch == local_epoch):
+                continue  # nobody loaded it since: this WAL is still the newest copy (it may come back here)
+            async with self._topic_lock(name.full):
+                if name.full in self.topics:
+                    continue
+                wal_dir = self.data_dir / "wal" / name.namespace / name.topic
+                await asyncio.to_thread(superseded.archive, self.data_dir, wal_dir, name, local_epoch)
+                await asyncio.to_thread(epoch_file.unlink, True)
+        remaining = 0
+        for item in await asyncio.to_thread(superseded.archived, self.data_dir):
+            if not await self._give_back(item):
+                remaining += 1
+        return remaining
+
+    async def _give_back(self, item: superseded.Archived) -> bool:
+        """Export one archived WAL and delete it (True), or keep it for now (False)."""
+        if await self.store.get(keys.namespace_topic(item.topic.full)) is None:
+            log.warning("%s was deleted: removing its superseded WAL %s", item.topic, item.path)
+            await asyncio.to_thread(superseded.remove, item.path)
+            return True
+        if self.objects is None:
+            keep = self.config.cluster.superseded_wal_retention_seconds
+            if time.time() - item.archived_at < keep:
+                return False
+            log.warning(
+                "%s: no durable tier; deleting the superseded WAL %s after %.0f s",
+                item.topic,
+                item.path,
+                keep,
+            )
+            await asyncio.to_thread(superseded.remove, item.path)
+            return True
+        try:
+            ranges = await superseded.export_archived(item, self.objects, self.store, self._wal_config)
+        except Exception as exc:
+            log.warning(
+                "%s: exporting the superseded WAL %s failed (%s); kept, retried", item.topic, item.path, exc
+            )
+            return False
+        await asyncio.to_thread(superseded.remove, item.path)
+        held = ", ".join(f"{a}..{b - 1}" for a, b in ranges) or "none"
+        log.info(
+            "%s: superseded WAL of epoch %d is in the durable tier (offsets %s); deleted",
+            item.topic,
+            item.epoch,
+            held,
+        )
+        return True
 
     async def _claim_without_wal(self, name: TopicName) -> OwnershipGuard:
         """A non-reliable topic's claim: from the cached owner record first (two fewer round trips per
@@ -518,7 +655,8 @@ class BrokerService:
         assert wal is not None
         if self.objects is not None:
             return TieredReader(topic.name, wal, self.objects, self.store, start)
-        return wal.reader(start)
+        # No tier: offsets below the WAL (a failover without seal) exist nowhere; start past them.
+        return wal.reader(max(start, min(wal.first_offset, wal.committed_offset)))
 
     async def _earliest(self, topic: Topic) -> int:
         """The lowest stored offset: the first durable object's, else the WAL's first offset."""
@@ -571,6 +709,7 @@ class BrokerService:
         if start >= stop:
             return
         reader = self._reader(topic, start)
+        expected = start
         try:
             while reader.next_offset < stop:
                 if self.topics.get(topic.name.full) is not topic:
@@ -578,10 +717,15 @@ class BrokerService:
                 want = min(max_records, stop - reader.next_offset)
                 # timeout=0: what is committed is returned at once; nothing is ever waited for.
                 records = await reader.read(want, max_bytes, timeout=0)
+                if records and (records[0][0] != expected or records[-1][0] - records[0][0] >= len(records)):
+                    _report_gaps(topic, expected, records, stop)
                 if not records or records[0][0] >= stop:
+                    if reader.next_offset > expected:
+                        topic.report_gap(expected, min(reader.next_offset, stop))
                     return
                 if records[-1][0] >= stop:  # only after skipping a gap past `stop`
                     records = [r for r in records if r[0] < stop]
+                expected = records[-1][0] + 1
                 yield records
         finally:
             reader.close()
@@ -832,6 +976,7 @@ class BrokerService:
             name,
             sub_type,
             reader=self._reader(topic, start),
+            report_gap=topic.report_gap,
             wal=topic.wal,
             start_offset=start,
             window=window,
@@ -1071,18 +1216,30 @@ def write_epoch(path: Path, epoch: int) -> None:
     tmp.replace(path)
 
 
-def archive_stale_wal(wal_dir: Path, epoch: int | None) -> None:
-    """Move aside a local WAL that another owner superseded: kept for inspection, never replayed."""
-    if not wal_dir.exists() or not any(wal_dir.iterdir()):
-        return
-    target = wal_dir.parent.parent.parent / "wal-stale" / wal_dir.parent.name / f"{wal_dir.name}.{epoch or 0}"
-    suffix = 0
-    while target.exists():
-        suffix += 1
-        target = target.with_name(f"{wal_dir.name}.{epoch or 0}.{suffix}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    wal_dir.rename(target)
-    log.warning("moved a superseded WAL of %s/%s to %s", wal_dir.parent.name, wal_dir.name, target)
+def _report_gaps(topic: Topic, expected: int, records: list[tuple[int, bytes]], stop: int) -> None:
+    """Tell the topic about offsets a ranged read found missing before and between `records`."""
+    for offset, _ in records:
+        if offset >= stop:
+            topic.report_gap(expected, stop)
+            return
+        if offset > expected:
+            topic.report_gap(expected, offset)
+        expected = offset + 1
+
+
+def _local_epochs(data_dir: Path) -> list[tuple[TopicName, Path, int | None]]:
+    """(topic, epoch file, epoch) of every topic this broker has loaded in cluster mode (blocking)."""
+    out: list[tuple[TopicName, Path, int | None]] = []
+    root = data_dir / "owners"
+    if not root.is_dir():
+        return out
+    for epoch_file in sorted(root.glob("*/*.epoch")):
+        try:
+            name = TopicName.parse(f"/{epoch_file.parent.name}/{epoch_file.name[: -len('.epoch')]}")
+        except InvalidArgument:
+            continue
+        out.append((name, epoch_file, read_epoch(epoch_file)))
+    return out
 
 
 def sealed_offset(value: Any) -> int | None:

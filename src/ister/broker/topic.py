@@ -16,6 +16,7 @@ from ister.broker.nonreliable import NonReliableSubscription
 from ister.broker.reliable import ReliableSubscription
 from ister.broker.sessions import ProducerSession
 from ister.broker.subscription import Subscription
+from ister.core.gaps import GapLedger
 from ister.core.record import StoredMessage, encode_message
 from ister.errors import InvalidArgument, Timeout, Unavailable
 from ister.ids import TopicName
@@ -56,6 +57,19 @@ class Topic:
         # subscription -> next offset. Their lag is published like a subscription's, kept fresh per append.
         self.cursors: dict[str, int] = {}
         self._cursor_gauges: dict[str, Gauge] = {}  # their lag series, looked up once, not per append
+        self.gaps = GapLedger()  # offsets readers found missing: counted and logged once each
+
+    def report_gap(self, first: int, end: int) -> None:
+        """A reader skipped offsets [first, end): they exist nowhere it could read (DESIGN §2, inv. 9)."""
+        for a, b in self.gaps.add(first, end):
+            metrics.offsets_skipped.labels(self.name.full).inc(b - a)
+            log.warning(
+                "%s: offsets %d..%d exist in neither the durable tier nor the WAL; readers skip them "
+                "(records that turn up there later reach subscriptions that have not passed them)",
+                self.name,
+                a,
+                b - 1,
+            )
 
     @property
     def reliable(self) -> bool:

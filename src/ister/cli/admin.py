@@ -27,6 +27,7 @@ from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
 DEFAULT_ADMIN_ADDR = "127.0.0.1:50051"
 ADMIN_ADDR_ENV = "ISTER_ADMIN_ADDR"
 CALL_TIMEOUT_SECONDS = 30.0
+UNLOAD_TIMEOUT_SECONDS = 75.0
 
 T = TypeVar("T")
 
@@ -310,7 +311,9 @@ def topics_unload(
 ) -> None:
     """Unload a topic from its broker (sealed; cluster mode: handed to another broker)."""
     name = topic_name(topic)
-    call(admin_addr, lambda s: s.topics.UnloadTopic(pb.TopicRequest(name=name), **_timeout()))
+    # The broker waits for the owner to seal the topic (up to two export bounds) and reports why it could not.
+    request = pb.TopicRequest(name=name)
+    call(admin_addr, lambda s: s.topics.UnloadTopic(request, timeout=UNLOAD_TIMEOUT_SECONDS))
     emit_done(output, f"unloaded topic {name}", topic=name)
 
 

@@ -3,8 +3,10 @@
 Every move — rebalancing or drain — goes through the unload path of the durable tier: one transaction
 deletes the assignment and writes `{"reason":"unload","from_broker","to_broker"?,"ready":false}`; the owner
 seals the topic and flips `ready`; the leader then assigns it (to `to_broker` when that broker is active).
-Nothing is ever deleted. Moves are recorded under `/cluster/rebalancing_history/{unix_secs}`, which is
-also the history the rate limits read, so a new leader keeps honouring them.
+An owner that cannot seal (no durable tier, the store down) keeps the topic and records why; the planner and
+the drain then leave that topic alone for a growing backoff (`core/cluster/moves.py`). Nothing is ever
+deleted. Moves are recorded under `/cluster/rebalancing_history/{unix_secs}`, which is also the history
+the rate limits read, so a new leader keeps honouring them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING
 from ister.cluster import metrics as cluster_metrics
 from ister.core.cluster.assignment import Marker
 from ister.core.cluster.load import LoadReport, imbalance, rank
+from ister.core.cluster.moves import MoveFailure, backing_off
 from ister.core.cluster.planner import ACTIVE, DRAINED, DRAINING
 from ister.core.cluster.rebalance import Decision, DryRun, Move, RebalanceConfig, RebalancePlanner
 from ister.metadata import keys
@@ -40,6 +43,7 @@ class Balancer:
         self.first_seen: dict[str, float] = {}  # topic -> when this leader first saw it assigned
         self.last_check = 0.0
         self.last_step = 0.0
+        self._stuck_logged: set[tuple[int, str, int]] = set()
 
     # -- views ------------------------------------------------------------------------------------------
     def reports(self) -> dict[int, LoadReport]:
@@ -61,6 +65,21 @@ class Balancer:
                 out.append((kv, move))
         return out
 
+    def failed_moves(self, now: float) -> dict[str, MoveFailure]:
+        """Topics whose last move failed and that are still in their backoff (the owner recorded why)."""
+        out: dict[str, MoveFailure] = {}
+        for kv in self.node.cache.list(keys.MOVE_FAILURES_PREFIX):
+            topic = keys.move_failure_topic_from_key(kv.key)
+            note = MoveFailure.parse(kv.value)
+            if topic is not None and note is not None and backing_off(note, now):
+                out[topic] = note
+        return out
+
+    def movable(self, assignments: dict[str, int], now: float) -> dict[str, int]:
+        """The assignments the planner may move: not the topics backing off after a failed move."""
+        failed = self.failed_moves(now)
+        return {t: b for t, b in assignments.items() if t not in failed} if failed else assignments
+
     def decide(self, now: float, manual: bool = False) -> Decision:
         state, _, _ = self.node.snapshot()
         for topic in state.assignments:
@@ -73,7 +92,7 @@ class Balancer:
             self.first_seen,
             [m for _, m in self.history()],
             now,
-            owners=state.assignments,
+            owners=self.movable(state.assignments, now),
             manual=manual,
         )
 
@@ -179,14 +198,33 @@ class Balancer:
                 if not state.active() - {broker}:
                     log.warning("cannot drain broker %d: no other active broker", broker)
                     continue
-                if await self.unload(leader, owned[0], broker, None):
-                    log.info("draining broker %d: moving %s (%d left)", broker, owned[0], len(owned) - 1)
+                failed = self.failed_moves(time.time())
+                ready = [t for t in owned if t not in failed]
+                self._report_stuck(broker, {t: failed[t] for t in owned if t in failed})
+                if ready and await self.unload(leader, ready[0], broker, None):
+                    log.info("draining broker %d: moving %s (%d left)", broker, ready[0], len(owned) - 1)
                 continue
             await self.node.store.txn(
                 [Compare(keys.LEADER, leader.version)],
                 [Put(keys.broker_state(broker), {"mode": DRAINED, "reason": "drain_complete"})],
             )
             log.info("broker %d is drained", broker)
+
+    def _report_stuck(self, broker: int, stuck: dict[str, MoveFailure]) -> None:
+        """Log once per topic and failure why a draining broker keeps it (the drain retries after backoff)."""
+        for topic, note in stuck.items():
+            seen = (broker, topic, note.failures)
+            if seen not in self._stuck_logged:
+                self._stuck_logged.add(seen)
+                log.warning(
+                    "draining broker %d: cannot move %s (%d failed attempts, retried later): %s",
+                    broker,
+                    topic,
+                    note.failures,
+                    note.cause,
+                )
+        if len(self._stuck_logged) > 10_000:
+            self._stuck_logged.clear()
 
 
 async def set_broker_mode(node: ClusterNode, broker: int, mode: str, reason: str) -> None:

@@ -38,6 +38,7 @@ class _Sample:
 @dataclass
 class LoadReporter:
     broker_id: int
+    durable_tier: bool = True  # shown in the report: without one, moves of reliable topics are refused
     _topics: dict[str, _Sample] = field(default_factory=dict)
     _io: tuple[float, int, int] | None = None  # (time, disk bytes, net bytes)
 
@@ -78,6 +79,7 @@ class LoadReporter:
             "total_lag_messages": sum(t["backlog_messages"] for t in loads),
             "timestamp": int(time.time()),
             "broker_id": self.broker_id,
+            "durable_tier": self.durable_tier,
         }
 
     def _resources(self, now: float) -> list[dict[str, Any]]:

@@ -29,3 +29,6 @@ memory_usage = Gauge(
 throughput_mbps = Gauge(
     "danube_broker_throughput_mbps", "Bytes published to this broker, MB/s", ("broker_id",)
 )
+failed_moves = Counter(
+    "ister_failed_moves_total", "Moves of a topic off this broker that failed (the topic stayed here)"
+)

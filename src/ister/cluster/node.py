@@ -32,6 +32,7 @@ from ister.cluster.view import ClusterView
 from ister.config import BrokerConfig
 from ister.core.cluster.assignment import BrokerSelector, Marker
 from ister.core.cluster.load import rank
+from ister.core.cluster.moves import Code, MoveFailure, next_failure
 from ister.core.cluster.ownership import OwnerRecord, assign
 from ister.core.cluster.planner import ClusterState, orphans, plan_assignments
 from ister.errors import FailedPrecondition, IsterError, MetadataError, Unavailable
@@ -66,11 +67,11 @@ class ClusterNode:
         self.config = config
         self.store = store
         self.broker_id = load_broker_id(data_dir)
-        self.cache = LocalCache(store, [keys.CLUSTER_PREFIX, keys.OWNERS_PREFIX])
+        self.cache = LocalCache(store, [keys.CLUSTER_PREFIX, keys.OWNERS_PREFIX, keys.MOVE_FAILURES_PREFIX])
         self.view = ClusterView(self.cache)
         self.membership = Membership(config, store, self.broker_id, self._lease_lost)
         self.selector = BrokerSelector()
-        self.reporter = LoadReporter(self.broker_id)
+        self.reporter = LoadReporter(self.broker_id, durable_tier=config.durable_url(data_dir) is not None)
         self.balancer = Balancer(self)
         self.guards: dict[str, OwnershipGuard] = {}
         self.assignments_made = 0
@@ -198,11 +199,13 @@ class ClusterNode:
                 [Put(key, None)],
             )
 
-    async def request_unload(self, topic: str) -> None:
+    async def request_unload(self, topic: str, *, wait_seconds: float = 0.0) -> None:
         """Move a topic away from its owner: the owner seals it, then the leader assigns it elsewhere.
 
         One transaction deletes the assignment and writes `{"reason":"unload","from_broker":owner,
-        "ready":false}`; the owner's watcher seals and flips `ready` to true (seed 000, DESIGN §5).
+        "ready":false}`; the owner's watcher seals and flips `ready` to true (seed 000, DESIGN §5). With
+        `wait_seconds`, waits for the owner's answer and raises its cause when it could not seal the topic
+        (FailedPrecondition: not possible as configured; Unavailable: try again later).
         """
         owner = self.owner_of(topic)
         if owner is None:
@@ -213,6 +216,7 @@ class ClusterNode:
         if assignment is None:
             raise Unavailable(f"topic {topic} is moving; retry")
         marker = keys.unassigned(topic)
+        asked = time.time()
         ok = await self.store.txn(
             [Compare(assignment.key, assignment.version), Compare(marker, None)],
             [
@@ -223,6 +227,28 @@ class ClusterNode:
         if not ok:
             raise Unavailable(f"topic {topic} is moving; retry")
         log.info("unload of %s from broker %d requested", topic, owner)
+        if wait_seconds > 0:
+            await self._wait_unload(topic, owner, asked, wait_seconds)
+
+    async def _wait_unload(self, topic: str, owner: int, asked: float, wait_seconds: float) -> None:
+        marker = keys.unassigned(topic)
+
+        def settled() -> bool:
+            kv = self.cache.get(marker)
+            return kv is None or Marker.parse(kv.value).ready
+
+        if not await self.cache.wait_for(settled, wait_seconds):
+            raise Unavailable(
+                f"unload of {topic} requested, but broker {owner} has not sealed it within "
+                f"{wait_seconds:.0f} s; it moves once it has"
+            )
+        if self.cache.get(marker) is not None:
+            return  # sealed: the leader assigns it elsewhere
+        note_kv = self.cache.get(keys.move_failure(topic))
+        note = MoveFailure.parse(note_kv.value) if note_kv is not None else None
+        if note is not None and note.at >= asked - 1.0 and self.owner_of(topic) == owner:
+            error = FailedPrecondition if note.code == "failed_precondition" else Unavailable
+            raise error(note.cause)
 
     async def wait_owner(self, topic: str, seconds: float) -> int | None:
         await self.cache.wait_for(lambda: self.owner_of(topic) is not None, seconds)
@@ -383,21 +409,62 @@ class ClusterNode:
         return None
 
     async def _hand_off(self, topic: str, marker_kv: KeyValue) -> None:
-        """Seal the topic (if loaded here), then tell the leader it may assign it elsewhere (`ready`)."""
+        """Seal the topic (if loaded here), then tell the leader it may assign it elsewhere (`ready`).
+
+        A seal that fails leaves the topic here: the assignment is put back, the marker removed and the
+        cause recorded (`/ister/move-failures/...`) for the admin who asked and the load manager's backoff.
+        """
         host = self._host
         assert host is not None
         try:
             await host.seal(topic, "unload")
-        except Exception as exc:  # the next owner then starts at the reservation end: a gap, never a reuse
-            log.warning("sealing %s for its move failed (%s); releasing it unsealed", topic, exc)
+        except Exception as exc:
+            cause = str(exc) if isinstance(exc, IsterError) else repr(exc)
+            code: Code = "failed_precondition" if isinstance(exc, FailedPrecondition) else "unavailable"
+            if await self._keep_after_failed_move(topic, marker_kv, cause, code):
+                return
+            # The marker changed under us (the topic was deleted or re-requested): nothing to put back. The
+            # next owner starts at the reservation end; this broker's WAL is exported when it can be.
+            log.warning("sealing %s for its move failed (%s); releasing it unsealed", topic, cause)
             await self._release(topic, "unsealed move")
         self.guards.pop(topic, None)
         pending = Marker.parse(marker_kv.value)
         ready = Marker(
             reason="unload", from_broker=self.broker_id, to_broker=pending.to_broker, ready=True
         ).to_json()
-        if await self.store.txn([Compare(marker_kv.key, marker_kv.version)], [Put(marker_kv.key, ready)]):
+        ops: list[Op] = [Put(marker_kv.key, ready)]
+        if self.cache.get(keys.move_failure(topic)) is not None:
+            ops.append(Delete(keys.move_failure(topic)))
+        if await self.store.txn([Compare(marker_kv.key, marker_kv.version)], ops):
             log.info("handed off %s", topic)
+
+    async def _keep_after_failed_move(self, topic: str, marker_kv: KeyValue, cause: str, code: Code) -> bool:
+        """Undo a requested move whose seal failed: the assignment comes back, the marker goes, the cause
+        is recorded. False when the marker changed meanwhile (then nothing is written)."""
+        previous_kv = self.cache.get(keys.move_failure(topic))
+        previous = MoveFailure.parse(previous_kv.value) if previous_kv is not None else None
+        note = next_failure(previous, self.broker_id, cause, code, time.time())
+        assignment = keys.broker_topic(self.broker_id, topic)
+        ok = await self.store.txn(
+            [Compare(marker_kv.key, marker_kv.version), Compare(assignment, None)],
+            [Put(assignment, None), Delete(marker_kv.key), Put(keys.move_failure(topic), note.to_json())],
+        )
+        if not ok:
+            return False
+        if not self._host_loaded(topic):
+            self.guards.pop(topic, None)  # sealed half-way: the watcher loads it again from its WAL
+        cluster_metrics.failed_moves.inc()
+        log.warning(
+            "%s stays on broker %d: its move failed (%d in a row): %s",
+            topic,
+            self.broker_id,
+            note.failures,
+            cause,
+        )
+        return True
+
+    def _host_loaded(self, topic: str) -> bool:
+        return self._host is not None and self._host.is_loaded(topic)
 
     async def _release(self, topic: str, reason: str) -> None:
         guard = self.guards.pop(topic, None)

@@ -31,6 +31,8 @@ SCHEMA_NEXT_ID = "/schemas/_global/next_schema_id"
 STORAGE_TOPICS_PREFIX = "/danube-data/storage/topics/"
 # Ister additions (docs/metadata.md): ownership records with epochs and offset reservations.
 OWNERS_PREFIX = "/ister/owners/"
+# Why the last move of a topic failed (the owner could not seal it): the load manager backs off from it.
+MOVE_FAILURES_PREFIX = "/ister/move-failures/"
 
 BROKER_STATE = "state"
 OBJECTS_CUR = "cur"
@@ -119,6 +121,17 @@ def unassigned_prefix() -> str:
 
 def owner(topic: TopicLike) -> str:
     return f"{OWNERS_PREFIX}{_topic(topic).path}"
+
+
+def move_failure(topic: TopicLike) -> str:
+    return f"{MOVE_FAILURES_PREFIX}{_topic(topic).path}"
+
+
+def move_failure_topic_from_key(key: str) -> str | None:
+    if not key.startswith(MOVE_FAILURES_PREFIX):
+        return None
+    parts = key[len(MOVE_FAILURES_PREFIX) :].split("/")
+    return _parse_topic(parts[0], parts[1]) if len(parts) == 2 else None
 
 
 def load_report(broker_id: int) -> str:

@@ -131,6 +131,12 @@ class Wal:
         """(first_offset, path, size in bytes) of every segment file, oldest first; the last is active."""
         return [(s.first_offset, s.path, s.size) for s in self._segments_snapshot()]
 
+    def record_ranges(self) -> list[tuple[int, int]]:
+        """[first, end) offsets of the records each non-empty segment file holds, oldest first."""
+        return [
+            (s.first_offset, s.end_offset) for s in self._segments_snapshot() if s.end_offset > s.first_offset
+        ]
+
     async def drop_segments(self, paths: Sequence[Path]) -> int:
         """Delete closed segment files from the oldest end (the durable tier holds their records).
 
