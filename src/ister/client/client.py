@@ -15,10 +15,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import grpc
+
 from ister import errors
-from ister.client._conn import RetryPolicy, normalize_url, open_channel
+from ister.client._conn import RetryBudget, RetryPolicy, normalize_url, open_channel
 from ister.client.consumer import Consumer, SubType
-from ister.client.errors import to_ister_error
+from ister.client.errors import exhausted, to_ister_error
 from ister.client.messages import split_frames
 from ister.client.producer import Producer
 from ister.client.publisher import PartitionPublisher
@@ -31,6 +33,7 @@ from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
 T = TypeVar("T")
 
 OFFSETS_TIMEOUT_SECONDS = 60.0  # one Offsets call (the owner may have to load the topic first)
+READ_BATCH_TIMEOUT_SECONDS = 60.0  # one response of a Read stream (the owner reads at most 64 MiB for it)
 
 _SUB_TYPES = {
     "exclusive": SubType.EXCLUSIVE,
@@ -76,28 +79,35 @@ def _sub_type(value: str | int | SubType) -> SubType:
 class Client:
     """Connection to an Ister cluster. Use as `async with Client(url) as client:` or call `close()`.
 
-    `connect_timeout` bounds each attempt to open a stream or look a topic up (an attempt waits that
-    long for an unreachable broker to come back); `max_retries`, `backoff_base` and
-    `backoff_max` bound the reconnect loops of every producer and consumer (exponential backoff with
-    jitter); after that the typed error (usually Unavailable) reaches the caller."""
+    Every call has a deadline. `connect_timeout` bounds each attempt to look a topic up (a seed that does
+    not answer within its share is skipped for the next) and to open a stream on the topic's owner
+    (an owner that cannot be reached fails the attempt at once). A failed attempt is retried with
+    exponential backoff with jitter (`backoff_base`, `backoff_max`), looking the topic up again each
+    time, so a topic whose owner died is found on its new owner once the cluster has reassigned it
+    (the dead owner's lease TTL plus about a second). A series of retries ends `retry_timeout` seconds
+    after its first failure (or after `max_retries` retries, when set); then the typed error (usually
+    Unavailable, naming the topic) reaches the caller: a producer's pending sends fail with it."""
 
     def __init__(
         self,
         url: str | Sequence[str] = "http://127.0.0.1:6650",
         *,
         connect_timeout: float = 10.0,
-        max_retries: int = 5,
+        max_retries: int | None = None,
         backoff_base: float = 0.2,
         backoff_max: float = 5.0,
+        retry_timeout: float = 30.0,
     ) -> None:
         raw = url.split(",") if isinstance(url, str) else list(url)
         # Seeds: any broker answers lookups, so one that is down just means asking the next one.
         self.urls = list(dict.fromkeys(normalize_url(u) for u in raw if u.strip()))
         if not self.urls:
             raise errors.InvalidArgument("the client needs at least one service URL")
+        if connect_timeout <= 0 or retry_timeout < 0 or (max_retries is not None and max_retries < 0):
+            raise errors.InvalidArgument("connect_timeout must be > 0, retry_timeout and max_retries >= 0")
         self._seed = 0
         self.connect_timeout = connect_timeout
-        self.retry = RetryPolicy(max_retries, backoff_base, backoff_max)
+        self.retry = RetryPolicy(max_retries, backoff_base, backoff_max, retry_timeout)
         self._channels: dict[str, Any] = {}
         self._stubs: dict[str, Any] = {}
         self._owned: set[Producer | Consumer] = set()
@@ -186,43 +196,49 @@ class Client:
         return TopicLookup(list(resp.partitions), resp.broker_url)
 
     async def lookup_with_retry(self, topic: str) -> TopicLookup | None:
-        """`lookup` retried on retriable errors; None when the topic does not exist."""
-        attempt = 0
+        """`lookup` retried on retriable errors (within the retry budget); None when the topic does not
+        exist."""
+        budget = RetryBudget(self.retry)
         while True:
             try:
                 return await self.lookup(topic)
             except errors.NotFound:
                 return None
             except errors.IsterError as err:
-                attempt += 1
-                if not err.retriable or attempt > self.retry.max_retries:
-                    raise
-                await asyncio.sleep(self.retry.delay(attempt))
+                await self._retry_or_raise(err, budget, f"{topic}: lookup")
 
-    async def stub_for(self, topic: str) -> Any:
-        """The stub of the broker serving `topic` (the service URL while it does not exist yet)."""
+    async def route(self, topic: str) -> tuple[str, Any]:
+        """(URL, stub) of the broker serving `topic` (the service URL while it does not exist yet)."""
         try:
             found = await self.lookup(topic)
         except errors.NotFound:
-            return self.stub()
-        return self.stub(found.broker_url or None)
+            return self.url, self.stub()
+        url = normalize_url(found.broker_url) if found.broker_url else self.url
+        return url, self.stub(url)
 
-    async def _retry_or_raise(self, exc: Exception, attempt: int) -> None:
-        """Wait before retry number `attempt` of a retriable failure; raise the typed error otherwise."""
+    async def stub_for(self, topic: str) -> Any:
+        """The stub of the broker serving `topic` (the service URL while it does not exist yet)."""
+        return (await self.route(topic))[1]
+
+    async def _retry_or_raise(self, exc: BaseException, budget: RetryBudget, what: str) -> None:
+        """Wait before the next retry of a retriable failure; raise the typed error when it is not
+        retriable or the budget is spent (then naming `what` and how long it was tried)."""
         err = to_ister_error(exc)
-        if not err.retriable or attempt > self.retry.max_retries:
+        if not err.retriable:
             raise err from None
-        await asyncio.sleep(self.retry.delay(attempt))
+        delay = budget.next_delay()
+        if delay is None:
+            raise exhausted(err, budget, what) from None
+        await asyncio.sleep(delay)
 
-    async def _on_owner(self, topic: str, call: Callable[[Any], Awaitable[T]]) -> T:
+    async def _on_owner(self, topic: str, call: Callable[[Any], Awaitable[T]], what: str) -> T:
         """`call(stub of the topic's owner)`, looking the topic up again and retrying retriable errors."""
-        attempt = 0
+        budget = RetryBudget(self.retry)
         while True:
             try:
                 return await call(await self.stub_for(topic))
             except Exception as exc:
-                attempt += 1
-                await self._retry_or_raise(exc, attempt)
+                await self._retry_or_raise(exc, budget, f"{topic}: {what}")
 
     # -- offset reads (reliable topics, no subscription) ----------------------------------------------------
     async def offsets(self, topic: str) -> TopicOffsets:
@@ -233,9 +249,9 @@ class Client:
         request = pb.OffsetsRequest(topic=topic)
 
         async def call(stub: Any) -> Any:
-            return await stub.Offsets(request, timeout=OFFSETS_TIMEOUT_SECONDS, wait_for_ready=True)
+            return await stub.Offsets(request, timeout=OFFSETS_TIMEOUT_SECONDS)
 
-        resp = await self._on_owner(topic, call)
+        resp = await self._on_owner(topic, call, "Offsets")
         return TopicOffsets(
             topic, int(resp.earliest), int(resp.next), resp.durable_url or None, resp.object_prefix
         )
@@ -251,9 +267,9 @@ class Client:
         request = pb.SetCursorRequest(topic=topic, subscription=subscription, next=next_offset)
 
         async def call(stub: Any) -> Any:
-            return await stub.SetCursor(request, timeout=OFFSETS_TIMEOUT_SECONDS, wait_for_ready=True)
+            return await stub.SetCursor(request, timeout=OFFSETS_TIMEOUT_SECONDS)
 
-        return int((await self._on_owner(topic, call)).lag)
+        return int((await self._on_owner(topic, call, "SetCursor")).lag)
 
     async def read(
         self, topic: str, start: int, end: int, *, max_records: int = 10_000
@@ -273,13 +289,22 @@ class Client:
         if not 1 <= max_records <= MAX_READ_RECORDS:
             raise errors.InvalidArgument(f"max_records must be in 1..{MAX_READ_RECORDS}")
         at = start  # the next offset wanted
-        attempt = 0
+        budget = RetryBudget(self.retry)
         while at < end:
             try:
                 stub = await self.stub_for(topic)
                 call = stub.Read(pb.ReadRequest(topic=topic, start=at, end=end, max_records=max_records))
                 try:
-                    async for batch in call:
+                    while True:
+                        try:
+                            async with asyncio.timeout(READ_BATCH_TIMEOUT_SECONDS):
+                                batch = await call.read()
+                        except TimeoutError:
+                            raise errors.Timeout(
+                                f"{topic}: no Read response within {READ_BATCH_TIMEOUT_SECONDS:g} s"
+                            ) from None
+                        if batch is grpc.aio.EOF:
+                            break
                         offsets, records = split_frames(batch.frames, batch.count)
                         if not offsets:
                             continue
@@ -293,14 +318,13 @@ class Client:
                                 f"outside [{at}, {end})"
                             )
                         at = offsets[-1] + 1
-                        attempt = 0  # progress: a later failure is a fresh one
+                        budget.reset()  # progress: a later failure is a fresh one
                         yield list(zip(offsets, map(bytes, records), strict=True))
                 finally:
                     call.cancel()
                 return
             except Exception as exc:
-                attempt += 1
-                await self._retry_or_raise(exc, attempt)
+                await self._retry_or_raise(exc, budget, f"{topic}: Read from offset {at}")
 
     # -- producers and consumers ----------------------------------------------------------------------------
     async def producer(

@@ -12,10 +12,14 @@ class they map to.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import grpc
 
 from ister import errors
+
+if TYPE_CHECKING:
+    from ister.client._conn import RetryBudget
 
 _CLASSES: dict[grpc.StatusCode, type[errors.IsterError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
@@ -85,6 +89,18 @@ def to_ister_error(exc: BaseException) -> errors.IsterError:
         return errors.Timeout(str(exc) or "operation timed out")
     err = ConnectionLost(f"connection failed: {type(exc).__name__}: {exc}")
     return err
+
+
+def exhausted(err: errors.IsterError, budget: RetryBudget, what: str) -> errors.IsterError:
+    """The error that ends a spent series of retries of `what` after the retriable `err`: Timeout or
+    ResourceExhausted when `err` was one, Unavailable otherwise, saying what was tried, how often and for
+    how long, and the last error. Still retriable: the caller may try again later."""
+    cls: type[errors.IsterError] = errors.Unavailable
+    if isinstance(err, errors.Timeout | errors.ResourceExhausted):
+        cls = errors.Timeout if isinstance(err, errors.Timeout) else errors.ResourceExhausted
+    out = cls(budget.spent(what, err))
+    out.retriable = True
+    return out
 
 
 def is_retriable(err: errors.IsterError) -> bool:

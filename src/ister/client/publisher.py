@@ -9,12 +9,19 @@ durable (reliable topics).
 Reconnect: when the stream fails with a retriable status (UNAVAILABLE, a dropped connection, a timeout),
 the publisher looks the topic up again, opens a new stream and re-sends every batch not yet acknowledged,
 in the original order. A batch whose ack was lost in the failure may therefore be stored twice
-(at-least-once). Retries are bounded (max_retries, exponential backoff with jitter); when they are
-exhausted every pending batch fails with the last error and the publisher waits for new messages before
-trying again. A non-retriable status (InvalidArgument, NotFound, FailedPrecondition, ...) fails only the
-batch that caused it (the broker stores nothing of it and acks everything before it); the remaining batches
-are re-sent on a new stream. If the stream cannot even be opened with a non-retriable status, every
-pending batch fails.
+(at-least-once). When the topic's owner dies, the lookups name it until the cluster reassigns the topic
+(its lease TTL plus about a second); opening a stream to it fails at once (connection refused) or within
+connect_timeout, so the publisher keeps looking up until another broker serves the topic and continues
+there. Retries are bounded (the client's retry_timeout, and max_retries when set; exponential backoff with
+jitter); when they are exhausted every pending batch fails with Unavailable (or Timeout) naming the topic,
+and the publisher waits for new messages before trying again. A non-retriable status (InvalidArgument,
+NotFound, FailedPrecondition, ...) fails only the batch that caused it (the broker stores nothing of it and
+acks everything before it); the remaining batches are re-sent on a new stream. If the stream cannot even be
+opened with a non-retriable status, every pending batch fails.
+
+Deadlines: opening a stream (the open frame written and answered) takes at most connect_timeout; while
+batches are outstanding, each ack must come within ACK_TIMEOUT_SECONDS of the previous one; a dead
+connection with nothing outstanding is found by gRPC keepalive (about 15 s) or by the next write.
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from ister import errors
-from ister.client.errors import ConnectionLost, to_ister_error
+from ister.client._conn import RetryBudget
+from ister.client.errors import ConnectionLost, exhausted, to_ister_error
 from ister.client.records import RECORD_OVERHEAD, Batch, Payload
 from ister.client.streams import raise_call_status, run_until_first_error
 from ister.wire.gen import ister_v1_pb2 as pb
@@ -209,7 +217,7 @@ class PartitionPublisher:
 
     # -- the stream -----------------------------------------------------------------------------------------
     async def _run(self) -> None:
-        attempts = 0
+        budget = RetryBudget(self.client.retry)
         while not self._closing:
             try:
                 await self._session()
@@ -226,21 +234,26 @@ class PartitionPublisher:
                     log.warning("%s: batch %d rejected: %s", self.topic, bad.seq, err)
                     self._release(bad)
                     bad.fail(err)
-                    attempts = 0
+                    budget.reset()
                     continue  # re-open at once and re-send the batches after it
                 await self._give_up(err)
-                attempts = 0
+                budget.reset()
                 continue
             if self._acked_in_session or (self._phase == "stream" and not self._inflight and not self._queue):
-                attempts = 0  # the stream made progress (or had nothing to lose): a fresh failure
-            attempts += 1
-            policy = self.client.retry
-            if attempts > policy.max_retries:
-                await self._give_up(err)
-                attempts = 0
+                budget.reset()  # the stream made progress (or had nothing to lose): a fresh failure
+            delay = budget.next_delay()
+            if delay is None:
+                await self._give_up(exhausted(err, budget, f"{self.topic}: publishing"))
+                budget.reset()
                 continue
-            delay = policy.delay(attempts)
-            log.info("%s: publish stream failed (%s); retry %d in %.2f s", self.topic, err, attempts, delay)
+            log.info(
+                "%s: publish stream failed in %s (%s); retry %d in %.2f s",
+                self.topic,
+                self._phase,
+                err,
+                budget.attempts,
+                delay,
+            )
             await asyncio.sleep(delay)
 
     async def _give_up(self, err: errors.IsterError) -> None:
@@ -274,19 +287,27 @@ class PartitionPublisher:
     async def _session(self) -> None:
         self._phase = "lookup"
         self._acked_in_session = 0
-        stub = await self.client.stub_for(self.topic)
+        url, stub = await self.client.route(self.topic)
         self._phase = "open"
-        call: Any = stub.Publish(wait_for_ready=True)
+        # Not wait_for_ready: an owner that died fails the open at once (or within connect_timeout), and
+        # the retry looks the topic up again instead of waiting for that address to come back.
+        call: Any = stub.Publish()
         try:
             delivery = pb.RELIABLE if self._reliable else pb.NON_RELIABLE
             opening = pb.PublishOpen(topic=self.topic, producer_name=self.name, delivery=delivery)
-            await call.write(pb.PublishRequest(open=opening))
+            timeout = self.client.connect_timeout
             try:
-                async with asyncio.timeout(self.client.connect_timeout):
+                async with asyncio.timeout(timeout):
+                    try:
+                        await call.write(pb.PublishRequest(open=opening))
+                    except grpc.aio.AioRpcError:
+                        raise
+                    except Exception:
+                        await raise_call_status(call, f"opening the publish stream on {url} failed")
                     resp = await call.read()
             except TimeoutError:
                 raise errors.Unavailable(
-                    f"{self.topic}: no answer to PublishOpen within {self.client.connect_timeout} s"
+                    f"{self.topic}: no answer to PublishOpen from {url} within {timeout:g} s"
                 ) from None
             if resp is grpc.aio.EOF or resp.WhichOneof("kind") != "opened":
                 await raise_call_status(call, "the broker did not answer PublishOpen")

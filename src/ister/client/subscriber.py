@@ -8,9 +8,13 @@ with a broken connection only means a redelivery (at-least-once).
 Reconnect: on a retriable failure the subscriber looks the topic up again and re-opens with the same
 consumer name; the broker gives the same consumer back and redelivers what was delivered but not acked
 (those messages arrive again with `redelivered=True`). Acks still pending are sent on the new stream.
-Retries are bounded (the client's max_retries and backoff); when they are exhausted, or the broker rejects
-the subscription (NotFound, FailedPrecondition, ...), the error is handed to the application through the
-consumer (its iterator / receive raises it).
+When the topic's owner died, the lookups name it until the cluster reassigns the topic; opening a stream
+to it fails at once (or within connect_timeout), so the subscriber keeps looking up until the new owner
+serves it. Retries are bounded (the client's retry_timeout, and max_retries when set, with backoff); when
+they are exhausted (Unavailable naming the topic), or the broker rejects the subscription (NotFound,
+FailedPrecondition, ...), the error is handed to the application through the consumer (its iterator /
+receive raises it). Waiting for messages has no deadline (a quiet topic is normal); a dead connection is
+found by gRPC keepalive (about 15 s).
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from ister import errors
-from ister.client.errors import to_ister_error
+from ister.client._conn import RetryBudget
+from ister.client.errors import exhausted, to_ister_error
 from ister.client.messages import Message, decode_batch, offset_ranges
 from ister.client.streams import raise_call_status, run_until_first_error
 from ister.wire.gen import ister_v1_pb2 as pb
@@ -144,7 +149,7 @@ class Subscriber:
 
     # -- the stream -----------------------------------------------------------------------------------------
     async def _run(self) -> None:
-        attempts = 0
+        budget = RetryBudget(self.client.retry)
         while not self._closing:
             try:
                 await self._session()
@@ -161,14 +166,14 @@ class Subscriber:
             if self._opened_at is not None and (
                 self._delivered_in_session or self._loop.time() - self._opened_at > STABLE_SECONDS
             ):
-                attempts = 0  # the stream worked: this is a fresh failure
-            attempts += 1
-            policy = self.client.retry
-            if attempts > policy.max_retries:
-                self._fail(err)
+                budget.reset()  # the stream worked: this is a fresh failure
+            delay = budget.next_delay()
+            if delay is None:
+                self._fail(exhausted(err, budget, f"{self.topic}: consuming {self.subscription}"))
                 return
-            delay = policy.delay(attempts)
-            log.info("%s: consume stream failed (%s); retry %d in %.2f s", self.topic, err, attempts, delay)
+            log.info(
+                "%s: consume stream failed (%s); retry %d in %.2f s", self.topic, err, budget.attempts, delay
+            )
             await asyncio.sleep(delay)
 
     def _fail(self, err: errors.IsterError) -> None:
@@ -188,27 +193,32 @@ class Subscriber:
     async def _session(self) -> None:
         self._delivered_in_session = 0
         self._opened_at = None
-        stub = await self.client.stub_for(self.topic)
-        call: Any = stub.Consume(wait_for_ready=True)
+        url, stub = await self.client.route(self.topic)
+        # Not wait_for_ready: an owner that died fails the open at once (or within connect_timeout), and
+        # the retry looks the topic up again instead of waiting for that address to come back.
+        call: Any = stub.Consume()
         try:
-            await call.write(
-                pb.ConsumeRequest(
-                    open=pb.ConsumeOpen(
-                        topic=self.topic,
-                        subscription=self.subscription,
-                        consumer_name=self.consumer_name,
-                        subscription_type=self._sub_type,  # type: ignore[arg-type]
-                        key_filters=list(self._key_filters),
-                        window=self._window,
-                    )
-                )
+            opening = pb.ConsumeOpen(
+                topic=self.topic,
+                subscription=self.subscription,
+                consumer_name=self.consumer_name,
+                subscription_type=self._sub_type,  # type: ignore[arg-type]
+                key_filters=list(self._key_filters),
+                window=self._window,
             )
+            timeout = self.client.connect_timeout
             try:
-                async with asyncio.timeout(self.client.connect_timeout):
+                async with asyncio.timeout(timeout):
+                    try:
+                        await call.write(pb.ConsumeRequest(open=opening))
+                    except grpc.aio.AioRpcError:
+                        raise
+                    except Exception:
+                        await raise_call_status(call, f"opening the consume stream on {url} failed")
                     resp = await call.read()
             except TimeoutError:
                 raise errors.Unavailable(
-                    f"{self.topic}: no answer to ConsumeOpen within {self.client.connect_timeout} s"
+                    f"{self.topic}: no answer to ConsumeOpen from {url} within {timeout:g} s"
                 ) from None
             if resp is grpc.aio.EOF or resp.WhichOneof("kind") != "opened":
                 await raise_call_status(call, "the broker did not answer ConsumeOpen")
