@@ -7,6 +7,11 @@ each against a model (also take_resolved, when the seed tracks it, and the in-fl
 drives to quiescence (acking one by one, by range or cumulatively) and checks every offered message ended
 exactly as the poison policy says. A failure message names the sub type and seed; rerun one with
 `run(sub_type, seed)`.
+
+Gaps: two thirds of the seeds also skip ranges the log does not have (`skip`, from 1 to 10^9 offsets) at
+random moments, and feed "reads" with holes through `split_runs`; the checks then also say that no skipped
+offset is held or delivered, that late fills of a skipped range are refused, that skips take no capacity,
+and that the cursor passes a skipped range exactly when everything below it is resolved.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from ister.core.dispatch import (
     ReliableSubscriptionState,
     SubType,
     glob_match,
+    split_runs,
 )
 from ister.errors import FailedPrecondition
 
@@ -38,6 +44,8 @@ WINDOWS = [1, 2, 3, 5, 8]
 FINAL_CONSUMER = 99
 BACKOFFS: list[BackoffStrategy] = ["Exponential", "Fixed"]
 POISONS: list[PoisonPolicy] = ["DeadLetter", "Drop", "Block"]
+GAP_RATES = [0.0, 0.05, 0.12]  # share of steps that skip a range or read records with holes
+GAP_LENGTHS = [1, 1, 2, 3, 7, 40, 10**9]
 
 
 class SimFailure(AssertionError):
@@ -87,6 +95,10 @@ class Sim:
         self.reported: list[int] = []  # dead letters taken and not yet published
         self.last_cursor: int | None = None
         self.taken_resolved: set[int] = set()
+        self.gap_rate = rng.choice(GAP_RATES)
+        self.gaps: list[tuple[int, int]] = []  # model: skipped [first, end) ranges, ascending
+        self.passed = 0  # gaps[:passed] were seen passed by the cursor (which never moves back)
+        self.skipped_total = 0
 
     # -- checks ------------------------------------------------------------------------------------------
     def check(self, cond: bool, what: str) -> None:
@@ -143,8 +155,33 @@ class Sim:
             self.check(len(in_flight_keys) == len(set(in_flight_keys)), "two in flight for one key")
         for off, cid in in_flight.items():
             self.check(self.last_to.get(off) == cid, f"{off} in flight at {cid}, last sent to {self.last_to}")
+        self.check_gaps(held)
         self.check_resolved_log()
         self.check_bookkeeping()
+
+    def in_gap(self, off: int) -> bool:
+        return any(first <= off < end for first, end in self.gaps)
+
+    def check_gaps(self, held: set[int]) -> None:
+        """Skipped offsets are never held and take no capacity; the cursor passes a range exactly when
+        everything below it is resolved."""
+        s = self.s
+        if self.passed == len(self.gaps):
+            return
+        view = s.held_offsets()
+        open_gaps = self.gaps[self.passed :]
+        self.check(not any(f <= o < e for o in held for f, e in open_gaps), "a skipped offset is held")
+        cursor = -1 if s.cursor is None else s.cursor
+        lowest = min(held) if held else None
+        all_passed = True
+        for first, end in open_gaps:
+            for off in {first, end - 1, (first + end) // 2}:
+                self.check(off not in view and s.state_of(off) is None, f"skipped {off} in the window")
+            passable = lowest is None or lowest >= end
+            self.check((cursor >= end - 1) == passable, f"cursor {s.cursor} vs gap [{first}, {end})")
+            all_passed = all_passed and passable
+            if all_passed:
+                self.passed += 1
 
     def check_resolved_log(self) -> None:
         """take_resolved returns each resolved offset exactly once."""
@@ -175,6 +212,7 @@ class Sim:
         self.reconcile()  # poll applies due ack timeouts first, which may drop messages
         for d in ds:
             self.check(d.consumer_id in self.attached, f"delivery of {d.offset} to detached {d.consumer_id}")
+            self.check(not self.in_gap(d.offset), f"delivery of skipped offset {d.offset}")
             self.check(d.offset in self.unresolved, f"delivery of resolved offset {d.offset}")
             self.deliveries[d.offset] += 1
             self.last_to[d.offset] = d.consumer_id
@@ -269,6 +307,62 @@ class Sim:
             self.unresolved.add(first + i)
         self.check(s.next_offset == first + n, "offer_batch next_offset")
 
+    def skip(self) -> None:
+        s = self.s
+        first = s.next_offset
+        length = self.rng.choice(GAP_LENGTHS)
+        if self.rng.random() < 0.1:  # misuse: not at next_offset, or end below first
+            bad_first, bad_end = self.rng.choice(
+                [(first + 1, first + 1 + length), (first - 1, first + length), (first, first - 1)]
+            )
+            cap = s.capacity()
+            try:
+                s.skip(bad_first, bad_end, self.now)
+            except ValueError:
+                self.check(s.next_offset == first and s.capacity() == cap, "refused skip changed the window")
+                return
+            raise SimFailure(f"skip({bad_first}, {bad_end}) accepted at next {first}")
+        cap = s.capacity()
+        self.check(s.skip(first, first + length, self.now) == length, "skip count")
+        self.record_gap(first, first + length)
+        self.check(s.next_offset == first + length and s.capacity() == cap, "skip took capacity")
+        if self.rng.random() < 0.3:  # a late fill of the range is refused
+            late = self.rng.randrange(first, first + length)
+            try:
+                s.offer(late, self.rng.choice(KEYS), self.now)
+            except ValueError:
+                self.check(s.next_offset == first + length, "refused late fill changed the window")
+                return
+            raise SimFailure(f"late fill of skipped {late} accepted")
+
+    def record_gap(self, first: int, end: int) -> None:
+        self.gaps.append((first, end))
+        self.skipped_total += end - first
+        self.check(self.s.stats().skipped_total == self.skipped_total, "skipped count")
+
+    def read_with_holes(self) -> None:
+        """A read from the log that returns records with holes: fed run by run through split_runs."""
+        s, rng = self.s, self.rng
+        first = s.next_offset
+        found: list[int] = []
+        off = first
+        for _ in range(rng.randint(0, min(5, s.capacity()))):
+            off += rng.choice([0, 0, 0, 1, 2, 40])
+            found.append(off)
+            off += 1
+        end = off + rng.choice([0, 0, 3]) if rng.random() < 0.5 else None
+        for lo, hi, gap in split_runs(first, found, end=end):
+            if gap:
+                self.check(s.skip(lo, hi, self.now) == hi - lo, "skip count")
+                self.record_gap(lo, hi)
+                continue
+            keys = [rng.choice(KEYS) for _ in range(lo, hi)]
+            s.offer_batch(lo, keys, self.now)
+            for o, key in zip(range(lo, hi), keys, strict=True):
+                self.keys[o] = key
+                self.unresolved.add(o)
+        self.check(s.next_offset == max(found[-1] + 1 if found else first, end or first), "read next_offset")
+
     def set_window(self, window: int) -> None:
         self.s.set_window(window)
         self.window = window
@@ -304,8 +398,14 @@ class Sim:
             self.failed(off, delay)
         self.forget_received(expect)
 
+    def random_offset(self) -> int:
+        """Anywhere in the log, or (with gaps, which may be huge) half the time near an offered offset."""
+        if self.keys and self.gaps and self.rng.random() < 0.5:
+            return self.rng.choice(list(self.keys)) + self.rng.randint(-2, 1)
+        return self.rng.randint(self.start - 2, self.s.next_offset + 1)
+
     def random_span(self) -> tuple[int, int]:
-        first = self.rng.randint(self.start - 2, self.s.next_offset + 1)
+        first = self.random_offset()
         last = first + self.rng.choice([-1, 0, 1, 2, 4, 20])
         return first, last
 
@@ -403,13 +503,13 @@ class Sim:
         elif roll < 0.50:
             self.checked_ack_range(*self.random_span())
         elif roll < 0.54:
-            self.checked_ack_upto(cid, rng.randint(self.start - 1, self.s.next_offset + 1))
+            self.checked_ack_upto(cid, max(self.start - 1, self.random_offset()))
         elif roll < 0.59:
             self.nack(cid)
         elif roll < 0.62:
             self.nack_range(*self.random_span())
         elif roll < 0.65:
-            self.checked_ack(rng.randint(self.start - 1, self.s.next_offset + 1))  # bogus or late
+            self.checked_ack(max(self.start - 1, self.random_offset()))  # bogus or late
         elif roll < 0.78:
             self.now += rng.choice([1, 10, 60, 250, 600])
             if rng.random() < 0.5:
@@ -419,6 +519,11 @@ class Sim:
             self.publish_dead_letters(fail=rng.random() < 0.3)
         elif roll < 0.89:
             self.set_window(rng.choice(WINDOWS))
+        elif roll < 0.89 + self.gap_rate:
+            if rng.random() < 0.6:
+                self.skip()
+            else:
+                self.read_with_holes()
         if rng.random() < 0.7:
             self.poll()
 
@@ -473,16 +578,19 @@ class Sim:
         else:
             raise SimFailure("did not quiesce")
         self.check(not s.held_offsets() and s.in_flight_count == 0, "window not empty")
-        offered = set(range(self.start, s.next_offset))
+        offered = set(self.keys)
+        self.check(not any(self.in_gap(o) for o in offered), "an offset both offered and skipped")
+        self.check(s.next_offset - self.start == len(offered) + self.skipped_total, "offered + skipped")
         fates = [self.acked, self.dead_lettered, self.dropped]
         self.check(set().union(*fates) == offered and sum(map(len, fates)) == len(offered), "fates")
-        self.check(s.cursor == (s.next_offset - 1 if offered else None), "final cursor")
+        self.check(s.cursor == (s.next_offset - 1 if s.next_offset > self.start else None), "final cursor")
         if self.policy.poison_policy != "DeadLetter":
             self.check(not self.dead_lettered, "dead letters under another policy")
         stats = s.stats()
         self.check(stats.dropped_total == len(self.dropped), "dropped count")
         self.check(stats.dead_lettered_total == len(self.dead_lettered), "dead-lettered count")
         self.check(stats.acked_total == len(self.acked), "acked count")
+        self.check(stats.skipped_total == self.skipped_total, "skipped count")
 
 
 def run(sub_type: SubType, seed: int) -> None:
