@@ -59,6 +59,23 @@ class CorruptionError(StorageError):
     """Data read from disk failed validation (bad checksum, impossible length, offset out of order)."""
 
 
+class CorruptRange(CorruptionError):
+    """Offsets [first, end) of a log are damaged or lost on disk (a bad frame in a closed segment, a
+    truncated segment below the acknowledged high-water mark): they cannot be read from there."""
+
+    def __init__(self, first: int, end: int, message: str) -> None:
+        super().__init__(message)
+        self.first = first
+        self.end = end  # exclusive
+
+
+class DiskFull(StorageError, ResourceExhausted):
+    """The disk (or quota) is full: nothing was written; the same request may succeed once space returns.
+    Maps to RESOURCE_EXHAUSTED (retriable), not INTERNAL."""
+
+    retriable = True
+
+
 class OffsetOutOfRange(StorageError):
     """A reader asked for an offset that is no longer (or not yet) stored."""
 

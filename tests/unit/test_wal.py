@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -13,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from ister.core.frames import HEADER_SIZE, encode_frame, scan_frames
-from ister.errors import CorruptionError, OffsetOutOfRange, StorageError
+from ister.errors import CorruptionError, CorruptRange, OffsetOutOfRange, StorageError
 from ister.storage.wal import Wal, WalConfig, WalReader
+from ister.storage.wal.checkpoint import Checkpoint, write_checkpoint
 from ister.storage.wal.writer import WalWriter
 
 SMALL_SEGMENTS = WalConfig(segment_max_bytes=1024)
@@ -205,7 +207,7 @@ async def test_cache_eviction_then_reader_reads_files(tmp_path: Path) -> None:
         await wal.close()
 
 
-async def test_corrupt_payload_in_file_is_reported_by_reader(tmp_path: Path) -> None:
+async def test_corrupt_payload_in_closed_segment_is_skipped_and_reported(tmp_path: Path) -> None:
     config = WalConfig(segment_max_bytes=300, cache_max_bytes=0)
     wal = await Wal.open(tmp_path, config)
     for i in range(50):
@@ -217,8 +219,14 @@ async def test_corrupt_payload_in_file_is_reported_by_reader(tmp_path: Path) -> 
     first.write_bytes(bytes(data))
     wal = await Wal.open(tmp_path, config)
     try:
-        with pytest.raises(CorruptionError):
-            await wal.reader(0).read()
+        with pytest.raises(CorruptRange) as info:
+            await wal.reader(0, skip_holes=False).read()
+        assert (info.value.first, info.value.end) == (0, 1)  # the next frame is intact: only 0 is lost
+        assert wal.holes() == [(0, 1)]
+        reader = wal.reader(0)
+        assert await read_all(reader, 50) == [(i, payload(i)) for i in range(1, 50)]
+        assert reader.skipped == [(0, 0)]
+        assert reader.damaged == [(0, 0)]
     finally:
         await wal.close()
 
@@ -349,7 +357,7 @@ async def test_writer_failure_fails_appends_and_enters_failed_state(
     def broken_sync(self: WalWriter) -> None:
         raise OSError(5, "simulated I/O error")
 
-    monkeypatch.setattr(WalWriter, "_sync", broken_sync)
+    monkeypatch.setattr(WalWriter, "_fdatasync", broken_sync)
     reader = wal.reader(1)
     with pytest.raises(StorageError):
         await wal.append([b"lost"])
@@ -474,8 +482,11 @@ async def test_torn_tail_is_truncated(tmp_path: Path, damage: str) -> None:
         await wal.close()
 
 
-async def test_truncated_mid_frame(tmp_path: Path) -> None:
+async def test_crash_tail_above_the_high_water_mark_is_truncated(tmp_path: Path) -> None:
+    # A crash leaves frames the checkpoint does not cover yet (it lags by up to a second): a torn frame
+    # there was never acknowledged, so it is cut off as before and its offset is used again.
     await write_records(tmp_path, 60)
+    write_checkpoint(tmp_path, Checkpoint(50))
     last = segment_files(tmp_path)[-1]
     res = scan_frames(last.read_bytes(), expect_offset=int(last.stem))
     last_frame_offset, _, last_frame_pos = res.frames[-1]
@@ -484,19 +495,32 @@ async def test_truncated_mid_frame(tmp_path: Path) -> None:
     try:
         assert last_frame_offset == 59
         assert wal.next_offset == 59
+        assert wal.lost_ranges == [] and wal.holes() == []
         assert last.stat().st_size == last_frame_pos
         assert await read_all(wal.reader(0), 59) == [(i, payload(i)) for i in range(59)]
     finally:
         await wal.close()
 
 
-async def test_valid_frame_with_wrong_offset_in_last_segment_is_not_dropped(tmp_path: Path) -> None:
+async def test_valid_frame_with_wrong_offset_in_last_segment_is_kept_and_skipped(tmp_path: Path) -> None:
     await write_records(tmp_path, 10)
     last = segment_files(tmp_path)[-1]
+    stray = encode_frame(500, b"a checksum-valid record")
     with last.open("ab") as f:
-        f.write(encode_frame(500, b"a checksum-valid record"))
-    with pytest.raises(CorruptionError, match=last.name):
-        await Wal.open(tmp_path, SMALL_SEGMENTS)
+        f.write(stray)
+    size = last.stat().st_size
+    wal = await Wal.open(tmp_path, SMALL_SEGMENTS)
+    try:
+        assert last.stat().st_size == size  # not dropped: the file is left as it is
+        resume = 10 + len(stray) // HEADER_SIZE  # past any frame the kept bytes could hold
+        assert wal.next_offset == resume
+        assert wal.holes() == [(10, resume)]
+        assert await wal.append([b"x"]) == resume
+        reader = wal.reader(0)
+        assert await read_all(reader, resume + 1) == [(i, payload(i)) for i in range(10)] + [(resume, b"x")]
+        assert reader.skipped == [(10, resume - 1)]
+    finally:
+        await wal.close()
 
 
 async def test_start_offset_on_empty_directory_and_persisted(tmp_path: Path) -> None:
@@ -554,23 +578,45 @@ async def test_empty_last_segment_after_rotation_crash(tmp_path: Path) -> None:
         await wal.close()
 
 
-@pytest.mark.parametrize("damage", ["truncate", "bad_header"])
-async def test_corrupt_non_last_segment_raises(tmp_path: Path, damage: str) -> None:
+@pytest.mark.parametrize("damage", ["truncate", "bad_header", "bad_length"])
+async def test_damaged_closed_segment_loads_and_its_range_is_skipped(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
     await write_records(tmp_path, 100)
     files = segment_files(tmp_path)
     assert len(files) >= 3
     victim = files[1]
+    victim_first, next_first = int(victim.stem), int(files[2].stem)
     data = victim.read_bytes()
+    second = HEADER_SIZE + int.from_bytes(data[8:12], "little")
+    damaged = bytearray(data)
     if damage == "truncate":
-        victim.write_bytes(data[:-5])
-    else:
-        second = HEADER_SIZE + int.from_bytes(data[8:12], "little")
-        damaged = bytearray(data)
+        damaged = damaged[:-5]
+        readable_end = next_first - 1  # the last frame is cut
+    elif damage == "bad_header":
         damaged[second : second + 8] = (10**9).to_bytes(8, "little")
-        victim.write_bytes(bytes(damaged))
-    with pytest.raises(CorruptionError, match=victim.name):
-        await Wal.open(tmp_path, SMALL_SEGMENTS)
-    assert victim.stat().st_size in (len(data), len(data) - 5)  # nothing was repaired or dropped
+        readable_end = victim_first + 1
+    else:
+        damaged[second + 11] ^= 0x40  # the length field of the second frame now says 1 GiB
+        readable_end = victim_first + 1
+    victim.write_bytes(bytes(damaged))
+    with caplog.at_level(logging.ERROR, logger="ister.storage.wal"):
+        wal = await Wal.open(tmp_path, SMALL_SEGMENTS)
+    try:
+        assert victim.stat().st_size == len(damaged)  # nothing was repaired or dropped
+        errors = [r for r in caplog.records if r.levelno == logging.ERROR and victim.name in r.getMessage()]
+        assert len(errors) == 1
+        assert wal.holes() == [(readable_end, next_first)]
+        assert (wal.first_offset, wal.next_offset) == (0, 100)
+        reader = wal.reader(0)
+        got = await read_all(reader, 100)
+        expected = [i for i in range(100) if not readable_end <= i < next_first]
+        assert [o for o, _ in got] == expected
+        assert all(p == payload(o) for o, p in got)
+        assert reader.skipped == [(readable_end, next_first - 1)]
+        assert await wal.append([b"more"]) == 100
+    finally:
+        await wal.close()
 
 
 async def test_overlapping_segments_raise(tmp_path: Path) -> None:

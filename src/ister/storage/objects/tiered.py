@@ -1,10 +1,16 @@
 """TieredReader: durable objects for offsets below the WAL, then the WAL, then live appends.
 
-Same interface as `WalReader` (`read`, `available`, `close`, `next_offset`, `closed`), so the broker can
-use it wherever it used `wal.reader(start)`. One `next_offset` drives every source, so no offset is
-returned twice and none is skipped, except for a hole in the durable tier below the WAL (offsets that no
-object holds and the WAL no longer has, e.g. the un-exported tail of a broker that failed without a seal):
-such a hole is skipped with a warning, listed in `skipped`.
+Same interface as `WalReader` (`read`, `available`, `close`, `next_offset`, `closed`, `skipped`,
+`damaged`, `strict_start`), so the broker can use it wherever it used `wal.reader(start)`. One
+`next_offset` drives every source, so no offset is returned twice and none is skipped, except:
+
+- a hole in the durable tier below the WAL (offsets that no object holds and the WAL no longer has, e.g.
+  the un-exported tail of a broker that failed without a seal): skipped with a warning, listed in `skipped`;
+- a hole in the WAL (a range lost below its high-water mark or damaged in a segment file, `Wal.holes()`):
+  read from the objects when a descriptor covers it (logged once per hole), otherwise skipped, logged once
+  per hole as data loss and listed in both `skipped` and `damaged` (or DataLoss with `strict_start`).
+
+Skipped ranges are (first, last), inclusive. One `read` never returns records from both sides of a skip.
 """
 
 from __future__ import annotations
@@ -12,11 +18,12 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
-from ister.errors import CorruptionError, OffsetOutOfRange, StorageError
+from ister.errors import CorruptionError, CorruptRange, DataLoss, OffsetOutOfRange, StorageError
 from ister.limits import MiB
 from ister.metadata.keys import TopicLike
 from ister.metadata.store import MetadataStore
 from ister.storage.wal import Wal, WalReader
+from ister.storage.wal.holes import Hole
 
 from . import catalog
 from .catalog import DEFAULT_METADATA_TIMEOUT, ObjectDescriptor
@@ -58,8 +65,11 @@ class TieredReader:
         self._chunk_bytes = chunk_bytes
         self._metadata_timeout = metadata_timeout
         self._next = start  # used while no WAL reader is active
-        self._wal_reader: WalReader | None = wal.reader(start) if start >= wal.first_offset else None
+        self._wal_reader: WalReader | None = (
+            wal.reader(start, skip_holes=False) if start >= wal.first_offset else None
+        )
         self._wal_missing: int | None = None  # the offset at which the WAL last said "not here"
+        self._hole: Hole | None = None  # the WAL hole holding the next offset (read from objects)
         self._descriptors: list[ObjectDescriptor] | None = None
         self._batches: AsyncIterator[list[Record]] | None = None
         self._object_end = -1
@@ -68,6 +78,9 @@ class TieredReader:
         self._reading = False
         self._closed = False
         self.skipped: list[tuple[int, int]] = []  # holes skipped: (first, last) offsets
+        self.damaged: list[tuple[int, int]] = []  # the skipped ones that were lost or damaged data
+        self.strict_start = False  # raise DataLoss for a damaged range met before the first record
+        self._returned = False
 
     @property
     def next_offset(self) -> int:
@@ -127,7 +140,7 @@ class TieredReader:
             reader = self._wal_reader
             if reader is not None:
                 try:
-                    return await reader.read(max_records, max_bytes, timeout)
+                    records = await reader.read(max_records, max_bytes, timeout)
                 except OffsetOutOfRange:
                     # The WAL no longer holds next_offset (retention removed its file): use the objects.
                     self._next = reader.next_offset
@@ -135,8 +148,19 @@ class TieredReader:
                     reader.close()
                     self._wal_reader = None
                     continue
+                except CorruptRange as exc:
+                    # Lost or damaged in the WAL: the objects may hold a good copy.
+                    self._next = reader.next_offset
+                    self._hole = self._wal.hole_at(self._next) or Hole(exc.first, exc.end, False, str(exc))
+                    reader.close()
+                    self._wal_reader = None
+                    continue
+                if records:
+                    self._returned = True
+                return records
             records = await self._read_objects(max_records, max_bytes)
             if records:
+                self._returned = True
                 return records
 
     def _take(self, max_records: int, max_bytes: int) -> list[Record]:
@@ -185,15 +209,54 @@ class TieredReader:
 
     async def _choose_source(self) -> None:
         offset = self._next
-        first = self._wal.first_offset
-        if offset >= first and self._wal_missing != offset:
-            self._wal_reader = self._wal.reader(offset)
+        wal = self._wal
+        first = wal.first_offset
+        hole = self._hole
+        if hole is not None and not hole.first <= offset < hole.end:
+            hole = self._hole = None
+        if hole is None and offset >= first:
+            hole = self._hole = wal.hole_at(offset)
+        if offset >= first and self._wal_missing != offset and hole is None:
+            self._wal_reader = wal.reader(offset, skip_holes=False)
             return
         desc = await self._find(offset)
         if desc is not None and desc.start_offset <= offset:
             end = min(desc.end_offset, first - 1) if offset < first else desc.end_offset
+            if hole is not None:
+                end = min(end, hole.end - 1)
+                if wal.first_report(hole, "tier"):
+                    log.warning(
+                        "%s: offsets %d..%d are lost or damaged in the local WAL (%s); reading them from "
+                        "the durable tier",
+                        self.topic,
+                        hole.first,
+                        hole.end - 1,
+                        hole.why,
+                    )
             self._batches = read_segment(self._objects, desc.key, offset, end, chunk_bytes=self._chunk_bytes)
             self._object_end = end
+            return
+        if hole is not None:
+            target = hole.end
+            if desc is not None and offset < desc.start_offset < target:
+                target = desc.start_offset  # the tier holds a later part of the hole
+            if self.strict_start and not self._returned:
+                raise DataLoss(
+                    f"offsets {offset}..{target - 1} of {self.topic} are lost or damaged in the WAL and the "
+                    f"durable tier holds no copy ({hole.why})"
+                )
+            if wal.first_report(hole, "lost"):
+                log.error(
+                    "%s: offsets %d..%d are lost or damaged in the local WAL (%s) and the durable tier holds "
+                    "no copy: readers skip them (data loss)",
+                    self.topic,
+                    offset,
+                    target - 1,
+                    hole.why,
+                )
+            self.skipped.append((offset, target - 1))
+            self.damaged.append((offset, target - 1))
+            self._next = target
             return
         targets = [t for t in (desc.start_offset if desc else None, first) if t is not None and t > offset]
         if not targets:

@@ -1,7 +1,9 @@
 """Reading committed records back from segment files (blocking; called through asyncio.to_thread).
 
 Seeks with the segment's sparse index (or a resume hint from the previous read), reads bounded chunks,
-validates every frame (CRC and offset continuity) and copies payloads out.
+validates every frame (CRC and offset continuity) and copies payloads out. A frame that fails validation
+ends the records returned; a read that starts at it raises CorruptRange for the damaged range: that frame
+alone when the next frame is found intact right after it, else the rest of the segment.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ import os
 from bisect import bisect_right
 from dataclasses import dataclass
 
-from ister.core.frames import scan_frames
-from ister.errors import CorruptionError, OffsetOutOfRange
+from ister.core.frames import HEADER_SIZE, MAX_FRAME_PAYLOAD, payload_crc, scan_frames
+from ister.errors import CorruptRange, OffsetOutOfRange
 from ister.limits import MiB
 
 from .segment import Segment
@@ -87,16 +89,21 @@ def _read(
         if refill:
             data = os.pread(fd, want, buf_pos + len(buf))
             if not data:
-                raise CorruptionError(
-                    f"WAL segment {seg.path} ends at byte {buf_pos + cur} but committed offset {expect} "
-                    f"should be there"
+                if out:
+                    break
+                raise CorruptRange(
+                    expect,
+                    seg.end_offset,
+                    f"WAL segment {seg.path} ends at byte {buf_pos + cur}; offset {expect} should be there",
                 )
             buf = buf[cur:] + data if cur < len(buf) else data
             buf_pos += cur
             cur = 0
         view = memoryview(buf)[cur:]
-        if expect < start:
-            res = scan_frames(view, buf_pos + cur, expect, collect=False, max_frames=start - expect)
+        if expect < start:  # seeking: headers only (frames before `start` are not returned)
+            res = scan_frames(
+                view, buf_pos + cur, expect, verify_crc=False, collect=False, max_frames=start - expect
+            )
         else:
             limit = min(max_records - len(out), stop_offset - expect)
             res = scan_frames(view, buf_pos + cur, expect, max_frames=limit)
@@ -110,8 +117,15 @@ def _read(
         assert res.next_offset is not None
         expect = res.next_offset
         if res.stop in ("crc", "gap", "too_large"):
-            raise CorruptionError(
-                f"WAL segment {seg.path}: {res.stop} at byte {res.end_pos} (expected offset {expect})"
+            if out:  # return what precedes the bad frame; the next read starts at it
+                return out, FilePosition(seg.first_offset, expect, res.end_pos)
+            end = seg.end_offset
+            if res.stop == "crc" and _resumes_after(fd, res.end_pos, expect, stop_offset):
+                end = expect + 1
+            raise CorruptRange(
+                expect,
+                max(end, expect + 1),
+                f"WAL segment {seg.path}: {res.stop} at byte {res.end_pos} (offset {expect})",
             )
         if res.stop == "limit":
             refill = False
@@ -119,3 +133,20 @@ def _read(
             refill = True
             want = max(READ_CHUNK, res.needed)
     return out, FilePosition(seg.first_offset, expect, buf_pos + cur)
+
+
+def _resumes_after(fd: int, pos: int, offset: int, stop_offset: int) -> bool:
+    """True if only the frame at `pos` (offset `offset`, its header intact, its payload not) is damaged: it
+    is the last one that may be read, or the next frame follows right after it, intact."""
+    if offset + 1 >= stop_offset:
+        return True
+    head = os.pread(fd, HEADER_SIZE, pos)
+    nxt = pos + HEADER_SIZE + int.from_bytes(head[8:12], "little")
+    head = os.pread(fd, HEADER_SIZE, nxt)
+    if len(head) < HEADER_SIZE or int.from_bytes(head[:8], "little") != offset + 1:
+        return False
+    length = int.from_bytes(head[8:12], "little")
+    if length > MAX_FRAME_PAYLOAD:
+        return False
+    payload = os.pread(fd, length, nxt + HEADER_SIZE)
+    return len(payload) == length and payload_crc(payload) == int.from_bytes(head[12:16], "little")

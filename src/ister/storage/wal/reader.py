@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from ister.errors import OffsetOutOfRange, StorageError
+from ister.errors import CorruptRange, DataLoss, OffsetOutOfRange, StorageError
 from ister.limits import MiB
 
 from .filereader import FilePosition, read_segments
@@ -16,11 +16,24 @@ if TYPE_CHECKING:
 
 class WalReader:
     """Reads committed records from `next_offset` on: fsync'd ones with `fsync: always`, written ones with
-    `fsync: interval`. Never skips or repeats an offset (one next_offset across all sources)."""
+    `fsync: interval`. Never repeats an offset (one next_offset across all sources) and skips only holes:
+    ranges the WAL lost (below its high-water mark) or found damaged, which nothing local can serve.
 
-    def __init__(self, wal: Wal, start: int) -> None:
+    Each skip is appended to `skipped` (and to `damaged`: here every skip is a damaged or lost range) as
+    (first, last), inclusive, from the reader's position; one `read` never returns records from both sides
+    of a hole, so a batch is always consecutive offsets. With `skip_holes=False` a hole raises CorruptRange
+    instead (the tiered reader then reads it from the durable tier). With `strict_start` set, a hole met
+    before the first record was returned raises DataLoss instead of being skipped (the batch Read RPC).
+    """
+
+    def __init__(self, wal: Wal, start: int, *, skip_holes: bool = True) -> None:
         self._wal = wal
         self.next_offset = start
+        self.skip_holes = skip_holes
+        self.strict_start = False
+        self.skipped: list[tuple[int, int]] = []
+        self.damaged: list[tuple[int, int]] = []
+        self._returned = False
         self._hint: FilePosition | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._reading = False
@@ -80,17 +93,27 @@ class WalReader:
             if start < committed:
                 records = wal._cache.read(start, committed, max_records, max_bytes)
                 if records is None:
-                    records, self._hint = await asyncio.to_thread(
-                        read_segments,
-                        wal._segments_snapshot(),
-                        start,
-                        committed,
-                        max_records,
-                        max_bytes,
-                        self._hint,
-                    )
+                    hole = wal.hole_at(start)
+                    if hole is not None:
+                        self._hole(start, hole.end, hole.why)
+                        continue
+                    try:
+                        records, self._hint = await asyncio.to_thread(
+                            read_segments,
+                            wal._segments_snapshot(),
+                            start,
+                            committed,
+                            max_records,
+                            max_bytes,
+                            self._hint,
+                        )
+                    except CorruptRange as exc:
+                        wal.note_damaged(exc.first, exc.end, str(exc))
+                        self._hole(start, exc.end, str(exc))
+                        continue
                 if records:
                     self.next_offset = records[-1][0] + 1
+                    self._returned = True
                     return records
                 continue
             failure = wal._finished_error()
@@ -109,3 +132,15 @@ class WalReader:
             finally:
                 wal._read_waiters.discard(waiter)
                 self._waiter = None
+
+    def _hole(self, start: int, end: int, why: str) -> None:
+        """Offsets [start, end) are in a hole: skip them, or raise as configured."""
+        if not self.skip_holes:
+            raise CorruptRange(start, end, why)
+        if self.strict_start and not self._returned:
+            raise DataLoss(
+                f"offsets {start}..{end - 1} of {self._wal.label} are lost or damaged, no copy exists ({why})"
+            )
+        self.skipped.append((start, end - 1))
+        self.damaged.append((start, end - 1))
+        self.next_offset = end

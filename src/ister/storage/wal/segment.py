@@ -23,6 +23,9 @@ from ister.core.frames import (
 from ister.errors import CorruptionError, StorageError
 from ister.limits import MiB
 
+from .checkpoint import read_checkpoint
+from .holes import Hole
+
 log = logging.getLogger(__name__)
 
 SEGMENT_SUFFIX = ".wal"
@@ -142,8 +145,11 @@ def _is_valid_frame_at(path: Path, pos: int) -> bool:
 class Recovered:
     segments: list[Segment]  # all segments, by first offset; the last one is the active segment
     next_offset: int
-    first_offset: int  # first offset of the contiguous run of segments that ends at the active one
+    first_offset: int  # first offset of the run of segments (bridged by holes) that ends at the active one
     truncated: list[tuple[Path, int, int]]  # (path, old size, new size)
+    holes: list[Hole] = field(default_factory=list)  # lost and damaged ranges, by first offset
+    mark: int | None = None  # the high-water checkpoint read at open (None: none, or unreadable)
+    new_lost: bool = False  # recovery recorded a lost range: write the checkpoint before appending
     lock_fd: int = -1  # the directory, flock'ed exclusively: close it to release the WAL
 
 
@@ -186,47 +192,106 @@ def _recover(
     directory: Path, start_offset: int, index_every_frames: int, index_every_bytes: int
 ) -> Recovered:
     files = list_segment_files(directory)
+    mark, recorded = _read_mark(directory)
     segments: list[Segment] = []
     truncated: list[tuple[Path, int, int]] = []
+    holes: list[Hole] = []
+    resume = 0  # the next offset must be at least this (a damaged last segment's byte bound)
     prev: Segment | None = None
     for i, (first, path) in enumerate(files):
         last = i == len(files) - 1
         index = _new_index(index_every_frames, index_every_bytes)
         scan = scan_segment_file(path, first, verify_crc=last, index=index)
         if scan.stop != "end":
-            where = f"{path} at byte {scan.valid_size} (expected offset {scan.end_offset})"
+            where = f"{path} at byte {scan.valid_size} (offset {scan.end_offset})"
             if not last:
-                raise CorruptionError(f"WAL segment is corrupt ({scan.stop}): {where}; refusing to drop data")
-            if scan.stop == "gap" and _is_valid_frame_at(path, scan.valid_size):
-                raise CorruptionError(
-                    f"WAL segment holds a checksum-valid frame with an unexpected offset: {where}"
+                bound = files[i + 1][0]
+                if bound > scan.end_offset:
+                    log.error(
+                        "WAL segment damaged (%s): %s; offsets %d..%d cannot be read from it",
+                        scan.stop,
+                        where,
+                        scan.end_offset,
+                        bound - 1,
+                    )
+                    why = f"{scan.stop} in {path.name} at byte {scan.valid_size}"
+                    holes.append(Hole(scan.end_offset, bound, False, why))
+            elif (mark is not None and scan.end_offset < mark) or (
+                scan.stop == "gap" and _is_valid_frame_at(path, scan.valid_size)
+            ):
+                # Not a torn tail: acknowledged frames (below the high-water mark), or a checksum-valid frame
+                # with a wrong offset, are damaged. Keep the file as it is, start a new one past any frame it
+                # can still hold whole (each takes at least HEADER_SIZE bytes), and record the range as lost.
+                tail = scan.file_size - scan.valid_size
+                resume = max(mark or 0, scan.end_offset + tail // HEADER_SIZE)
+                log.error(
+                    "WAL segment damaged below its acknowledged high-water mark (%s): %s; offsets %d..%d are "
+                    "lost locally (%d bytes left unread in the file); new offsets start at %d",
+                    scan.stop,
+                    where,
+                    scan.end_offset,
+                    resume - 1,
+                    tail,
+                    resume,
                 )
-            log.warning(
-                "truncating torn WAL tail (%s): %s, %d -> %d bytes",
-                scan.stop,
-                path,
-                scan.file_size,
-                scan.valid_size,
-            )
-            _truncate(path, scan.valid_size)
-            truncated.append((path, scan.file_size, scan.valid_size))
+                why = f"{scan.stop} in {path.name} at byte {scan.valid_size}"
+                holes.append(Hole(scan.end_offset, resume, True, why))
+            else:
+                log.warning(
+                    "truncating torn WAL tail (%s): %s, %d -> %d bytes",
+                    scan.stop,
+                    path,
+                    scan.file_size,
+                    scan.valid_size,
+                )
+                _truncate(path, scan.valid_size)
+                truncated.append((path, scan.file_size, scan.valid_size))
         seg = Segment(first, path, size=scan.valid_size, end_offset=scan.end_offset, index=index)
         if prev is not None and first < prev.end_offset:
             raise CorruptionError(
                 f"WAL segments overlap: {prev.path} ends at offset {prev.end_offset - 1}, "
                 f"{path} starts at {first}"
             )
-        if prev is not None and first > prev.end_offset:
-            log.warning(
-                "WAL offsets %d..%d are not stored locally (gap before %s)", prev.end_offset, first - 1, path
-            )
         segments.append(seg)
         prev = seg
 
-    next_offset = max(segments[-1].end_offset, start_offset) if segments else start_offset
+    stored = [(s.first_offset, s.end_offset) for s in segments]
+    if segments:
+        base = segments[0].first_offset
+        for a, b in recorded:  # lost ranges of earlier opens, minus what the files hold again
+            for lo, hi in _subtract(max(a, base), b, stored):
+                holes.append(Hole(lo, hi, True, "recorded as lost in the high-water checkpoint"))
+    last_end = segments[-1].end_offset if segments else None
+    floor = max(start_offset, mark or 0, resume)
+    next_offset = max(last_end, floor) if last_end is not None else floor
+    new_lost = resume > 0
+    if last_end is not None and mark is not None and mark > last_end:
+        known = [(h.first, h.end) for h in holes]
+        for lo, hi in _subtract(last_end, mark, known):
+            log.error(
+                "WAL %s ends at offset %d, below its acknowledged high-water mark %d: offsets %d..%d are "
+                "lost (a lost or damaged write); they are never handed out again",
+                directory,
+                last_end,
+                mark,
+                lo,
+                hi - 1,
+            )
+            holes.append(Hole(lo, hi, True, "segments end below the high-water mark"))
+            new_lost = True
+    elif last_end is None and mark is not None and mark > start_offset:
+        log.error(
+            "WAL %s has no segment file but its high-water mark is %d: offsets below it are not stored "
+            "locally; new offsets start at %d",
+            directory,
+            mark,
+            next_offset,
+        )
+    holes.sort(key=lambda h: h.first)
+
     active = segments[-1] if segments else None
     if active is None or active.end_offset != next_offset:
-        if active is not None and active.size == 0:
+        if active is not None and active.size == 0 and active.path.stat().st_size == 0:
             # An empty last segment (crash right after a rotation, or a persisted start offset): rename it.
             new_path = directory / segment_name(next_offset)
             os.rename(active.path, new_path)
@@ -234,7 +299,7 @@ def _recover(
                 next_offset, new_path, 0, next_offset, _new_index(index_every_frames, index_every_bytes)
             )
         else:
-            # No segment yet, or start_offset jumps past the last frame: a new empty segment records it.
+            # No segment yet, or the next offset jumps past the last frame: a new empty segment records it.
             new_path = directory / segment_name(next_offset)
             fd = os.open(new_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             os.close(fd)
@@ -245,10 +310,49 @@ def _recover(
             )
         fsync_dir(directory)
 
+    spans = [(h.first, h.end) for h in holes]
     head = len(segments) - 1
-    while head > 0 and segments[head - 1].end_offset == segments[head].first_offset:
+    while head > 0:
+        gap = (segments[head - 1].end_offset, segments[head].first_offset)
+        if gap[0] != gap[1] and _subtract(gap[0], gap[1], spans):
+            if gap[0] < gap[1]:
+                log.warning(
+                    "WAL offsets %d..%d are not stored locally (gap before %s)",
+                    gap[0],
+                    gap[1] - 1,
+                    segments[head].path,
+                )
+            break
         head -= 1
-    return Recovered(segments, next_offset, segments[head].first_offset, truncated)
+    first_offset = segments[head].first_offset
+    holes = [h for h in holes if h.end > first_offset]
+    return Recovered(segments, next_offset, first_offset, truncated, holes, mark, new_lost)
+
+
+def _read_mark(directory: Path) -> tuple[int | None, tuple[tuple[int, int], ...]]:
+    try:
+        ckpt = read_checkpoint(directory)
+    except (ValueError, OSError) as exc:
+        log.error("WAL %s: high-water checkpoint unreadable (%s); recovering without it", directory, exc)
+        return None, ()
+    if ckpt is None:
+        return None, ()
+    return ckpt.next_offset, ckpt.lost
+
+
+def _subtract(first: int, end: int, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of [first, end) outside every (a, b) span (spans sorted by a)."""
+    out: list[tuple[int, int]] = []
+    at = first
+    for a, b in spans:
+        if b <= at or a >= end:
+            continue
+        if a > at:
+            out.append((at, a))
+        at = max(at, b)
+    if at < end:
+        out.append((at, end))
+    return out
 
 
 def _truncate(path: Path, size: int) -> None:

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from ister.core.frames import HEADER_SIZE, encode_frames
-from ister.errors import Fenced, OffsetOutOfRange, StorageError
+from ister.errors import DiskFull, Fenced, IsterError, OffsetOutOfRange, StorageError
 
 from .cache import RecordCache
+from .checkpoint import Checkpoint, write_checkpoint
 from .config import WalConfig
+from .holes import Hole, Holes
 from .reader import WalReader
 from .segment import Recovered, Segment, fsync_dir, recover
 from .writer import Entry, WalWriter
@@ -36,6 +38,7 @@ class Wal:
         config: WalConfig,
         recovered: Recovered,
         loop: asyncio.AbstractEventLoop,
+        label: str,
     ) -> None:
         self._directory = directory
         self._config = config
@@ -58,6 +61,12 @@ class Wal:
         self._close_task: asyncio.Task[None] | None = None
         self._failed: StorageError | None = None
         self.truncated = recovered.truncated  # (path, old size, new size) repaired at open
+        self.label = label
+        self._holes = Holes(label)
+        for hole in recovered.holes:
+            self._holes.add(hole.first, hole.end, lost=hole.lost, why=hole.why)
+        # (first, end) ranges found lost at open: acknowledged once, stored nowhere locally now
+        self.lost_ranges: list[tuple[int, int]] = [(h.first, h.end) for h in recovered.holes if h.lost]
         self._lock_fd = recovered.lock_fd
         self._writer = WalWriter(
             loop,
@@ -67,11 +76,25 @@ class Wal:
             self._segments_lock,
             self._on_commit,
             self._on_failure,
+            self._on_disk_full,
+            self._holes.lost_ranges,
+            recovered.next_offset,
         )
 
     @classmethod
-    async def open(cls, directory: Path, config: WalConfig | None = None, *, start_offset: int = 0) -> Wal:
-        """Open (creating if needed) and recover the WAL in `directory`. See docs/formats.md."""
+    async def open(
+        cls,
+        directory: Path,
+        config: WalConfig | None = None,
+        *,
+        start_offset: int = 0,
+        label: str | None = None,
+    ) -> Wal:
+        """Open (creating if needed) and recover the WAL in `directory`. See docs/formats.md.
+
+        `label` names the WAL in logs and in the `topic` label of its metrics; by default
+        `/<parent dir>/<dir>`, which is the topic's full name in the broker's `wal/<ns>/<topic>` layout.
+        """
         if start_offset < 0:
             raise ValueError("start_offset must be >= 0")
         config = config if config is not None else WalConfig()
@@ -85,7 +108,12 @@ class Wal:
             index_every_bytes=config.index_every_bytes,
         )
         try:
-            wal = cls(directory, config, recovered, loop)
+            if recovered.new_lost or recovered.next_offset > (recovered.mark or 0):
+                # Before any append: the next open must not start below this, and must know the holes.
+                lost = tuple((h.first, h.end) for h in recovered.holes if h.lost)
+                await asyncio.to_thread(write_checkpoint, directory, Checkpoint(recovered.next_offset, lost))
+            label = label or f"/{directory.parent.name}/{directory.name}"
+            wal = cls(directory, config, recovered, loop, label)
             wal._writer.start()
         except BaseException:
             os.close(recovered.lock_fd)
@@ -127,6 +155,33 @@ class Wal:
     def failed(self) -> StorageError | None:
         return self._failed
 
+    def holes(self) -> list[tuple[int, int]]:
+        """(first, end) offset ranges, end exclusive, that the local WAL cannot serve although they are at
+        or above its first offset: lost at open (below the high-water mark) or damaged in a segment file.
+        Readers skip them (a TieredReader reads them from the durable tier when it holds them)."""
+        return self._holes.ranges()
+
+    def hole_at(self, offset: int) -> Hole | None:
+        return self._holes.find(offset) if self._holes else None
+
+    def first_report(self, hole: Hole, what: str) -> bool:
+        """True the first time `what` is reported about `hole` (readers log such facts once per WAL)."""
+        return self._holes.first_report(hole, what)
+
+    def note_damaged(self, first: int, end: int, why: str) -> list[Hole]:
+        """Record a damaged range [first, end) found by a reader; logs and counts each new part once."""
+        new = self._holes.add(first, end, lost=False, why=why)
+        for hole in new:
+            log.error(
+                "WAL %s: offsets %d..%d are damaged (%s); readers take them from the durable tier if it "
+                "holds them, otherwise they are skipped (data loss)",
+                self.label,
+                hole.first,
+                hole.end - 1,
+                why,
+            )
+        return new
+
     def segments(self) -> list[tuple[int, Path, int]]:
         """(first_offset, path, size in bytes) of every segment file, oldest first; the last is active."""
         return [(s.first_offset, s.path, s.size) for s in self._segments_snapshot()]
@@ -155,6 +210,7 @@ class Wal:
                 return 0
             del self._segments[: len(drop)]
             self._first_offset = self._segments[0].first_offset
+        self._holes.prune(self._first_offset)
         await asyncio.to_thread(_unlink_all, [s.path for s in drop], self._directory)
         return len(drop)
 
@@ -170,6 +226,7 @@ class Wal:
             "cache_bytes": self._cache.nbytes,
             "cache_first_offset": self._cache.first_offset,
             "queued_bytes": self._queued_bytes,
+            "holes": self._holes.ranges(),
             "failed": self._failed is not None,
             "closed": self._closing,
         }
@@ -201,7 +258,9 @@ class Wal:
         max_queued_bytes behind), so concurrent callers get increasing offsets in call order. Resolves after
         fdatasync (fsync="always") or after write (fsync="interval"). Raises ValueError for an empty list or
         an oversize payload and StorageError after close() or a writer failure; in those cases no offset is
-        consumed. If the caller is cancelled after the offsets were assigned, the records are still written.
+        consumed. Raises DiskFull (retriable) while the disk is full: nothing of the append stays on disk and
+        its offsets are handed back (never acknowledged, they go to later appends). If the caller is
+        cancelled after the offsets were assigned, the records are still written.
         """
         count = len(payloads)
         if count == 0:
@@ -333,6 +392,20 @@ class Wal:
         if self._read_waiters:
             self._wake_readers()
 
+    def _on_disk_full(self, entries: list[Entry], err: DiskFull, resume: int) -> None:
+        # Every entry at or after `resume` is in `entries` (the writer refuses new ones until accept()).
+        nbytes = 0
+        for entry in entries:
+            nbytes += len(entry.data)
+            future = entry.future
+            if future is not None and not future.done():
+                future.set_exception(DiskFull(str(err)))
+        self._queued_bytes -= nbytes
+        self._next_offset = resume
+        self._writer.accept()
+        if self._space_waiters:
+            self._grant_space()
+
     def _on_failure(self, entries: list[Entry], err: StorageError) -> None:
         self._failed = err
         for entry in entries:
@@ -351,13 +424,16 @@ class Wal:
 
     # ---- reading ---------------------------------------------------------------------------------
 
-    def reader(self, start: int) -> WalReader:
-        """A reader from `start` (first_offset <= start <= next_offset; start == next_offset reads live)."""
+    def reader(self, start: int, *, skip_holes: bool = True) -> WalReader:
+        """A reader from `start` (first_offset <= start <= next_offset; start == next_offset reads live).
+
+        With `skip_holes` the reader steps over lost or damaged ranges (listing them in `skipped`);
+        without, it raises CorruptRange for them (the tiered reader then looks in the durable tier)."""
         if start < 0:
             raise ValueError("start must be >= 0")
         if start > self._next_offset:
             raise OffsetOutOfRange(f"offset {start} is beyond the WAL's next offset {self._next_offset}")
-        return WalReader(self, start)
+        return WalReader(self, start, skip_holes=skip_holes)
 
     # ---- shutdown --------------------------------------------------------------------------------
 
@@ -375,7 +451,7 @@ class Wal:
                 future: asyncio.Future[int] = self._loop.create_future()
                 self._writer.submit(Entry(self._next_offset, 0, b"", [], 0, future))
                 await future
-        except StorageError as exc:
+        except IsterError as exc:
             log.error("WAL %s: final flush failed: %s", self._directory, exc)
         finally:
             self._writer.stop()

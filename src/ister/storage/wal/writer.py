@@ -3,12 +3,18 @@
 The event loop encodes frames, assigns offsets and queues one `Entry` per append call (in offset order).
 The thread takes everything queued (up to max_write_bytes), issues one write of the joined buffer and one
 fdatasync, then reports the whole group back to the loop with a single call_soon_threadsafe.
+
+A full disk (ENOSPC, EDQUOT) while writing a group is not a failure of the WAL: the partly written bytes
+are cut off again, the group and everything queued behind it are refused with `DiskFull` (their offsets
+are handed back, none was acknowledged), and the next append tries again. At most once a second (and on
+stop) the thread also records the committed offset in the high-water checkpoint (`checkpoint.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -19,12 +25,24 @@ from pathlib import Path
 from typing import Any
 
 from ister.core.frames import SparseIndex
-from ister.errors import StorageError
+from ister.errors import DiskFull, StorageError
 
+from .checkpoint import Checkpoint, write_checkpoint
 from .config import WalConfig
 from .segment import Segment, fsync_dir, segment_name
 
 log = logging.getLogger(__name__)
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+CHECKPOINT_INTERVAL_S = 1.0  # the high-water checkpoint lags the committed offset by at most about this
+
+
+class _NoSpace(Exception):
+    """Internal: a group could not be written for lack of space; nothing of it is left in the file."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class Entry:
@@ -53,6 +71,8 @@ class Entry:
 CommitCallback = Callable[[list[Entry], int, int, int], None]
 # (entries that will never be written, error) -> None, run on the loop thread
 FailureCallback = Callable[[list[Entry], StorageError], None]
+# (entries refused for lack of space, error, offset the next append must get) -> None, run on the loop thread
+DiskFullCallback = Callable[[list[Entry], DiskFull, int], None]
 
 
 class WalWriter:
@@ -65,6 +85,9 @@ class WalWriter:
         segments_lock: threading.Lock,
         on_commit: CommitCallback,
         on_failure: FailureCallback,
+        on_disk_full: DiskFullCallback,
+        lost_ranges: Callable[[], tuple[tuple[int, int], ...]],
+        mark: int,
     ) -> None:
         self._loop = loop
         self._config = config
@@ -75,6 +98,8 @@ class WalWriter:
         self._segments_lock = segments_lock
         self._on_commit = on_commit
         self._on_failure = on_failure
+        self._on_disk_full = on_disk_full
+        self._lost_ranges = lost_ranges
         # _lock guards _queue, _idle, _stopping and _failed. The writer sleeps on _wake (a lock used as a
         # binary semaphore, held while nobody signalled); whoever finds _idle set under _lock clears it and
         # releases _wake exactly once. Only C-level lock operations on the event-loop side.
@@ -85,6 +110,7 @@ class WalWriter:
         self._idle = False
         self._stopping = False
         self._failed: StorageError | None = None
+        self._refusing: DiskFull | None = None  # set while the loop has not taken back refused offsets
         self._active = segments[-1]
         self._active_since = time.monotonic()
         self.rotate_requested = False  # set by the loop (Wal.rotate), honoured before the next group
@@ -92,6 +118,11 @@ class WalWriter:
         self._written_end = self._active.end_offset
         self._synced_end = self._written_end
         self._last_sync = time.monotonic()
+        self._mark = mark  # the committed offset the checkpoint file holds
+        self._last_checkpoint = 0.0
+        self._checkpoint_error: str | None = None
+        self._full_since: float | None = None  # monotonic start of the current disk-full episode
+        self._full_refused = 0
         self._thread = threading.Thread(target=self._run, name=f"wal-writer:{directory.name}", daemon=True)
 
     # ---- loop side -------------------------------------------------------------------------------
@@ -106,10 +137,17 @@ class WalWriter:
                 raise StorageError(f"wal failed: {self._failed}")
             if self._stopping:
                 raise StorageError("wal closed")
+            if self._refusing is not None:
+                raise DiskFull(str(self._refusing))
             self._queue.append(entry)
             if self._idle:
                 self._idle = False
                 self._wake.release()
+
+    def accept(self) -> None:
+        """The loop took back the offsets of refused appends: accept new entries again."""
+        with self._lock:
+            self._refusing = None
 
     def stop(self) -> None:
         with self._lock:
@@ -137,17 +175,22 @@ class WalWriter:
             while True:
                 group, nbytes, sync_requested, stopping = self._take()
                 if group:
-                    self._write_group(group, nbytes, sync_requested)
+                    try:
+                        self._write_group(group, nbytes, sync_requested)
+                    except _NoSpace as exc:
+                        self._refuse(group, exc.cause)
                     group = []
                 elif self._synced_end < self._written_end:
                     self._sync()  # interval mode: the idle deadline passed (or we are stopping)
                     self._post(self._on_commit, [], self._written_end, self._synced_end, 0)
+                self._checkpoint(final=False)
                 if stopping and not group:
                     with self._lock:
                         if not self._queue:
                             break
             if self._synced_end < self._written_end:
                 self._sync()
+            self._checkpoint(final=True)
         except BaseException as exc:  # OSError mostly; anything else must not leave appends hanging
             self._fail(exc, group)
         finally:
@@ -163,10 +206,11 @@ class WalWriter:
                 if queue or self._stopping:
                     break
                 timeout = -1.0
-                if not self._always and self._synced_end < self._written_end:
-                    timeout = self._last_sync + self._interval - time.monotonic()
+                deadline = self._deadline()
+                if deadline is not None:
+                    timeout = deadline - time.monotonic()
                     if timeout <= 0:
-                        break  # interval mode: time to fdatasync what was written
+                        break  # time to fdatasync what was written (interval mode) or to checkpoint
                 self._idle = True
             if not self._wake.acquire(timeout=timeout):
                 with lock:
@@ -191,6 +235,17 @@ class WalWriter:
                 group.append(entry)
             return group, nbytes, sync_requested, self._stopping
 
+    def _deadline(self) -> float | None:
+        """When the idle thread must wake up by itself (monotonic), or None."""
+        deadline = None
+        if not self._always and self._synced_end < self._written_end:
+            deadline = self._last_sync + self._interval
+        committed = self._synced_end if self._always else self._written_end
+        if committed > self._mark:
+            at = self._last_checkpoint + CHECKPOINT_INTERVAL_S
+            deadline = at if deadline is None else min(deadline, at)
+        return deadline
+
     def _write_group(self, group: list[Entry], nbytes: int, sync_requested: bool) -> None:
         if self.rotate_requested:
             self.rotate_requested = False
@@ -206,7 +261,24 @@ class WalWriter:
             ):
                 seg = self._rotate(first.first_offset)
             buf = group[0].data if len(group) == 1 else b"".join([e.data for e in group if e.count])
-            self._write_all(buf)
+            try:
+                self._write_all(buf)
+                if self._always:
+                    self._fdatasync()
+            except OSError as exc:
+                if exc.errno not in DISK_FULL_ERRNOS:
+                    raise
+                os.ftruncate(self._fd, seg.size)  # no torn frame stays behind; O_APPEND writes go there
+                raise _NoSpace(exc) from exc
+            if self._full_since is not None:
+                log.warning(
+                    "WAL %s: disk space is available again; writes resumed after %.1f s (%d appends refused)",
+                    self._directory,
+                    time.monotonic() - self._full_since,
+                    self._full_refused,
+                )
+                self._full_since = None
+                self._full_refused = 0
             index = seg.index
             pos = seg.size
             end = seg.end_offset
@@ -218,6 +290,9 @@ class WalWriter:
             seg.size = pos
             seg.end_offset = end
             self._written_end = end
+            if self._always:
+                self._synced_end = end
+                self._last_sync = time.monotonic()
         now = time.monotonic()
         if self._synced_end < self._written_end and (
             self._always or sync_requested or now - self._last_sync >= self._interval
@@ -238,8 +313,11 @@ class WalWriter:
                 raise OSError(f"write to {self._active.path} made no progress")
             n += written
 
-    def _sync(self) -> None:
+    def _fdatasync(self) -> None:
         os.fdatasync(self._fd)
+
+    def _sync(self) -> None:
+        self._fdatasync()
         self._synced_end = self._written_end
         self._last_sync = time.monotonic()
 
@@ -247,11 +325,20 @@ class WalWriter:
         if self._synced_end < self._written_end:
             self._sync()
         path = self._directory / segment_name(first_offset)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if exc.errno in DISK_FULL_ERRNOS:
+                raise _NoSpace(exc) from exc
+            raise
         try:
             fsync_dir(self._directory)
-        except BaseException:
+        except BaseException as exc:
             os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # a retry creates it again
+            if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+                raise _NoSpace(exc) from exc
             raise
         old_fd = self._fd
         self._fd = fd
@@ -264,6 +351,44 @@ class WalWriter:
         self._active = seg
         self._active_since = time.monotonic()
         return seg
+
+    def _refuse(self, group: list[Entry], cause: OSError) -> None:
+        """Disk full: refuse this group and everything queued behind it until the loop takes their offsets
+        back (Wal._on_disk_full, then accept()); the next append tries the disk again."""
+        err = DiskFull(f"disk full: cannot write to the WAL in {self._directory}: {cause.strerror or cause}")
+        with self._lock:
+            self._refusing = err
+            rest = list(self._queue)
+            self._queue.clear()
+        entries = group + rest
+        refused = sum(1 for e in entries if e.count)
+        if self._full_since is None:
+            log.error("WAL %s: %s; appends are refused (retriable) until space returns", self._directory, err)
+            self._full_since = time.monotonic()
+        self._full_refused += refused
+        self._post(self._on_disk_full, entries, err, self._written_end)
+
+    def _checkpoint(self, *, final: bool) -> None:
+        """Record the committed offset in the high-water checkpoint, at most once per interval (and when
+        stopping). A failure is logged once and retried later; it never fails the WAL."""
+        committed = self._synced_end if self._always else self._written_end
+        if committed <= self._mark:
+            return
+        now = time.monotonic()
+        if not final and now - self._last_checkpoint < CHECKPOINT_INTERVAL_S:
+            return
+        self._last_checkpoint = now
+        try:
+            write_checkpoint(self._directory, Checkpoint(committed, self._lost_ranges()))
+        except OSError as exc:
+            if self._checkpoint_error is None:
+                log.error("WAL %s: cannot write the high-water checkpoint: %s", self._directory, exc)
+            self._checkpoint_error = str(exc)
+            return
+        if self._checkpoint_error is not None:
+            log.warning("WAL %s: high-water checkpoint written again", self._directory)
+            self._checkpoint_error = None
+        self._mark = committed
 
     def _fail(self, exc: BaseException, group: list[Entry]) -> None:
         err = StorageError(f"WAL writer failed in {self._directory}: {exc!r}")
