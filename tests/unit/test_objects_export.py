@@ -225,21 +225,54 @@ async def test_large_file_is_streamed_as_a_multipart_object(tmp_path: Path) -> N
         await wal.close()
 
 
-async def test_corrupt_closed_file_is_not_exported(tmp_path: Path) -> None:
+async def test_a_damaged_frame_is_not_exported_and_does_not_stop_the_rest(tmp_path: Path) -> None:
     wal = await Wal.open(tmp_path / "wal", SMALL)
     meta = EmbeddedStore.in_memory()
+    objects = open_store("memory://")
     try:
         await fill(wal, 120)
         first, path, _ = wal.segments()[1]
+        frames = scan_frames(path.read_bytes(), expect_offset=first).frames
+        bad, _, pos = frames[1]
         raw = bytearray(path.read_bytes())
-        raw[40] ^= 0xFF  # a payload byte of the second file's second frame
+        raw[pos + 20] ^= 0xFF  # a payload byte of the second file's second frame
         path.write_bytes(bytes(raw))
-        exporter = SegmentExporter(TOPIC, wal, open_store("memory://"), meta)
-        with pytest.raises(CorruptionError):
-            await exporter.export_closed()
+        exporter = SegmentExporter(TOPIC, wal, objects, meta)
+        await exporter.export_closed()
+        assert wal.holes() == [(bad, bad + 1)]  # found by the export, recorded in the WAL
         descs = await list_descriptors(meta, TOPIC)
-        assert [d.start_offset for d in descs] == [0]
-        assert first not in [d.start_offset for d in descs]
+        last_closed = wal.segments()[-1][0] - 1
+        spans = [(x.start_offset, x.end_offset) for x in descs]
+        assert (bad + 1, spans[2][1]) == spans[2] and spans[1][1] == bad - 1
+        assert spans[0][0] == 0 and spans[-1][1] == last_closed
+        records = [r for x in descs for r in await read_object(objects, x.key)]
+        assert records == [(i, payload(i)) for i in range(last_closed + 1) if i != bad]
+        # nothing can ever fill the damaged offset: retention counts it as done
+        closed = [p for _, p, _ in wal.segments()[:-1]]
+        assert await exporter.deletable(LocalRetention()) == closed
+    finally:
+        await wal.close()
+
+
+async def test_a_header_damaged_at_open_is_not_exported(tmp_path: Path) -> None:
+    wal = await Wal.open(tmp_path / "wal", SMALL)
+    await fill(wal, 120)
+    await wal.close()
+    path = sorted((tmp_path / "wal").glob("*.wal"))[1]
+    first = int(path.stem)
+    frames = scan_frames(path.read_bytes(), expect_offset=first).frames
+    raw = bytearray(path.read_bytes())
+    raw[frames[2][2] + 11] = 0xFF  # the third frame's length: impossible
+    path.write_bytes(bytes(raw))
+    wal = await Wal.open(tmp_path / "wal", SMALL)
+    meta = EmbeddedStore.in_memory()
+    try:
+        nxt = wal.segments()[2][0]
+        assert wal.holes() == [(first + 2, nxt)]
+        await SegmentExporter(TOPIC, wal, open_store("memory://"), meta).export_closed()
+        spans = [(x.start_offset, x.end_offset) for x in await list_descriptors(meta, TOPIC)]
+        assert (first, first + 1) in spans and not any(a <= first + 2 <= b for a, b in spans)
+        assert spans[-1][1] == wal.segments()[-1][0] - 1
     finally:
         await wal.close()
 
@@ -313,6 +346,14 @@ def test_deletable_needs_recorded_objects_and_respects_retention() -> None:
     gap = [(0, Path("a"), 100), (50, Path("e"), 10)]
     assert deletable(gap, [d(0, 9)]) == []
     assert deletable(gap, [d(0, 9), d(10, 49)]) == [Path("a")]
+    # offsets the WAL lost or found damaged count as done: no copy of them can ever come
+    assert deletable(gap, [d(0, 9)], holes=[(10, 50)]) == [Path("a")]
+    assert deletable(segs, [d(0, 9), d(20, 29)], holes=[(10, 15)]) == [Path("a")]
+    assert deletable(segs, [d(0, 9), d(20, 29)], holes=[(10, 15), (15, 20)]) == segs_paths(3)
+
+
+def segs_paths(n: int) -> list[Path]:
+    return [Path(x) for x in "abcd"[:n]]
 
 
 async def test_exporter_deletable_uses_fresh_descriptors(tmp_path: Path) -> None:

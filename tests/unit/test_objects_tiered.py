@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ister.errors import StorageError
+from ister.core.frames import HEADER_SIZE, scan_frames
+from ister.errors import DataLoss, StorageError
 from ister.metadata.embedded import EmbeddedStore
 from ister.storage.objects.catalog import list_descriptors
 from ister.storage.objects.exporter import SegmentExporter
@@ -230,6 +232,90 @@ async def test_property_no_gap_no_duplicate(
         assert await read_until(reader, end, max_records) == expected(start, end)
         await append_n(wal, 2)
         assert await read_until(reader, end + 2, max_records) == expected(end, end + 2)
+        assert reader.skipped == []
+    finally:
+        await wal.close()
+
+
+# ---- the WAL's holes: damaged or lost ranges come from the durable tier, else are skipped once ---------
+
+
+def flip_payload_byte(path: Path, frame: int) -> int:
+    """Flip a payload byte of the `frame`-th frame of a WAL file; returns that frame's offset."""
+    data = bytearray(path.read_bytes())
+    offset, _, pos = scan_frames(bytes(data), expect_offset=int(path.stem)).frames[frame]
+    data[pos + HEADER_SIZE + 3] ^= 0x10
+    path.write_bytes(bytes(data))
+    return offset
+
+
+async def test_a_damaged_wal_frame_is_read_from_the_durable_tier(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    objects = open_store("memory://")
+    meta = EmbeddedStore.in_memory()
+    config = WalConfig(segment_max_bytes=1024, cache_max_bytes=0)
+    wal = await Wal.open(tmp_path / "w", config)
+    try:
+        await append_n(wal, 300)
+        await SegmentExporter(TOPIC, wal, objects, meta).export_closed()
+        files = wal.segments()
+        bad = flip_payload_byte(files[len(files) // 2][1], 2)  # after the export: the tier holds a copy
+        with caplog.at_level(logging.WARNING):
+            for _ in range(2):
+                reader = TieredReader(TOPIC, wal, objects, meta, 0, chunk_bytes=512)
+                assert await read_until(reader, 300) == expected(0, 300)
+                assert reader.skipped == reader.damaged == []
+        assert wal.holes() == [(bad, bad + 1)]
+        assert caplog.text.count("reading them from the durable tier") == 1
+    finally:
+        await wal.close()
+
+
+async def test_a_damaged_wal_range_without_a_copy_is_skipped_and_reported_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    objects = open_store("memory://")
+    meta = EmbeddedStore.in_memory()
+    config = WalConfig(segment_max_bytes=1024, cache_max_bytes=0)
+    wal = await Wal.open(tmp_path / "w", config)
+    try:
+        await append_n(wal, 300)
+        files = wal.segments()
+        bad = flip_payload_byte(files[len(files) // 2][1], 1)  # never exported
+        with caplog.at_level(logging.WARNING):
+            for _ in range(2):
+                reader = TieredReader(TOPIC, wal, objects, meta, 0)
+                got = await read_until(reader, 300)
+                assert got == expected(0, 300, skip=(bad, bad))
+                assert reader.skipped == reader.damaged == [(bad, bad)]
+        assert caplog.text.count("durable tier holds no copy") == 1
+        strict = TieredReader(TOPIC, wal, objects, meta, bad)
+        strict.strict_start = True  # the batch Read RPC: a read that starts in lost data fails
+        with pytest.raises(DataLoss, match=f"offsets {bad}..{bad}"):
+            await strict.read(timeout=0)
+        await append_n(wal, 1)
+        assert wal.next_offset == 301
+    finally:
+        await wal.close()
+
+
+async def test_a_lost_wal_tail_is_read_from_the_durable_tier(tmp_path: Path) -> None:
+    """Issue 13 item 6 with a durable tier: the sealed tail was exported, then the last local segment lost
+    its end. The offsets are not handed out again and readers get them from the objects."""
+    objects = open_store("memory://")
+    meta = EmbeddedStore.in_memory()
+    config = WalConfig(segment_max_bytes=4096)
+    await old_owner(tmp_path / "w", objects, meta, 200, config, seal=True)
+    last = sorted((tmp_path / "w").glob("*.wal"))[-1]
+    lost_from, _, pos = scan_frames(last.read_bytes(), expect_offset=int(last.stem)).frames[3]
+    os.truncate(last, pos + 5)
+    wal = await Wal.open(tmp_path / "w", config)
+    try:
+        assert wal.next_offset == 200 and wal.holes() == [(lost_from, 200)]
+        await append_n(wal, 10)
+        reader = TieredReader(TOPIC, wal, objects, meta, 0, chunk_bytes=300)
+        assert await read_until(reader, 210) == expected(0, 210)
         assert reader.skipped == []
     finally:
         await wal.close()

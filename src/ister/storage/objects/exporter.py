@@ -5,6 +5,11 @@ leaves at most an object nobody references (overwritten by the same key on the n
 descriptor without its object. Files (or parts of files) whose offsets have no descriptor yet are exported
 by the next pass; offsets that already have a descriptor are never exported again (no second descriptor
 for a range, even if a file was exported earlier while it was shorter).
+
+Offsets the WAL lost or found damaged (`Wal.holes()`) are never exported (there is nothing valid to
+export): they are planned around like covered ranges. A file whose export meets a bad frame the WAL did not
+know about yet is checked frame by frame (`Wal.verify_segment`, which records the damaged ranges) and
+planned again, so one damaged frame never stops the export of the rest.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from ister.storage.wal import Wal
 
 from . import catalog
 from .catalog import DEFAULT_METADATA_TIMEOUT, ObjectDescriptor
-from .retention import LocalRetention, covered, deletable, file_ages
+from .retention import LocalRetention, deletable, file_ages
 from .segment import SegmentBuilder, object_key, object_name, topic_object_prefix
 from .store import ObjectStore, PutInfo
 
@@ -122,8 +127,25 @@ def _pread(path: Path, position: int, length: int) -> bytes:
     return data
 
 
-def _intervals(descriptors: Sequence[ObjectDescriptor]) -> list[tuple[int, int]]:
-    return [(d.start_offset, d.end_offset) for d in descriptors]
+def _intervals(
+    descriptors: Sequence[ObjectDescriptor], holes: Sequence[tuple[int, int]] = ()
+) -> list[tuple[int, int]]:
+    """Inclusive (first, last) ranges of the descriptors and of the WAL's holes ((first, end) with end
+    exclusive), sorted and merged into disjoint ranges."""
+    spans = sorted([(d.start_offset, d.end_offset) for d in descriptors] + [(a, b - 1) for a, b in holes])
+    merged: list[tuple[int, int]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1] + 1:
+            if b > merged[-1][1]:
+                merged[-1] = (merged[-1][0], b)
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _spans_cover(spans: Sequence[tuple[int, int]], lo: int, hi: int) -> bool:
+    """True if the merged inclusive `spans` hold every offset of [lo, hi]."""
+    return any(a <= lo and hi <= b for a, b in spans)
 
 
 class SegmentExporter:
@@ -228,7 +250,9 @@ class SegmentExporter:
         ages = None
         if retention.keep_seconds > 0:
             ages = await asyncio.to_thread(file_ages, [p for _, p, _ in segments], self._clock())
-        return deletable(segments, descriptors, retention, ages=ages, keep_from=keep_from)
+        return deletable(
+            segments, descriptors, retention, ages=ages, keep_from=keep_from, holes=self.wal.holes()
+        )
 
     # ---- internals -------------------------------------------------------------------------------
 
@@ -255,19 +279,21 @@ class SegmentExporter:
                 continue
             # the file's last offset is at most this (exact for the active file of a closed WAL)
             bound = segments[i + 1][0] - 1 if i + 1 < len(segments) else self.wal.next_offset - 1
-            if bound >= first and covered(descriptors, first, bound):
+            if bound >= first and _spans_cover(_intervals(descriptors, self.wal.holes()), first, bound):
                 self._done[path] = size
                 continue
             try:
-                pieces = await asyncio.to_thread(plan_file, path, first, size, _intervals(descriptors))
+                try:
+                    await self._export_file(path, first, size, descriptors, recorded)
+                except CorruptionError:
+                    # A bad frame the WAL did not know about: find and record every damaged range of the
+                    # file, then export what is left around them (re-raised if nothing new was found).
+                    if not await self.wal.verify_segment(first):
+                        raise
+                    await self._export_file(path, first, size, descriptors, recorded)
             except FileNotFoundError:
                 log.warning("WAL file %s vanished before export (deleted by retention?)", path)
                 continue
-            for piece in pieces:
-                desc = await self._export_piece(path, piece, descriptors)
-                descriptors.append(desc)
-                descriptors.sort(key=lambda d: d.start_offset)
-                recorded.append(desc)
             self._done[path] = size
         if descriptors:
             # A crash between a descriptor and `cur` is repaired here (cur never moves backwards).
@@ -276,6 +302,22 @@ class SegmentExporter:
             )
         self.descriptors = descriptors
         return recorded
+
+    async def _export_file(
+        self,
+        path: Path,
+        first: int,
+        size: int,
+        descriptors: list[ObjectDescriptor],
+        recorded: list[ObjectDescriptor],
+    ) -> None:
+        covered_spans = _intervals(descriptors, self.wal.holes())
+        pieces = await asyncio.to_thread(plan_file, path, first, size, covered_spans)
+        for piece in pieces:
+            desc = await self._export_piece(path, piece, descriptors)
+            descriptors.append(desc)
+            descriptors.sort(key=lambda d: d.start_offset)
+            recorded.append(desc)
 
     async def _export_piece(
         self, path: Path, piece: Piece, descriptors: list[ObjectDescriptor]

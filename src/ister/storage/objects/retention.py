@@ -44,14 +44,17 @@ def deletable(
     *,
     ages: Mapping[Path, float] | None = None,
     keep_from: int | None = None,
+    holes: Sequence[tuple[int, int]] = (),
 ) -> list[Path]:
     """The oldest WAL files that may be deleted now, oldest first (always a prefix of `segments`).
 
     `segments` is `Wal.segments()` ((first_offset, path, size), oldest first, the last one active);
     `descriptors` is a fresh `catalog.list_descriptors` result. A file qualifies only if:
       * it is not the last (active) file;
-      * every offset from its first up to the next file's first - 1 is in a recorded object (a file
-        followed by a gap in the WAL is judged by that whole span, so it stays until the gap is covered);
+      * every offset from its first up to the next file's first - 1 is in a recorded object or in one of
+        `holes` (`Wal.holes()`: (first, end) ranges the WAL lost or found damaged, which no copy can come
+        from); a file followed by a gap in the WAL is judged by that whole span, so it stays until the gap
+        is covered;
       * the newer files hold at least `retention.keep_bytes` bytes;
       * it is at least `retention.keep_seconds` old (`ages`: path -> seconds; a missing age keeps it);
       * it holds no offset >= `keep_from` (say, the slowest subscription's next offset), if given.
@@ -63,7 +66,7 @@ def deletable(
         first, path, size = segments[i]
         newer -= size
         last = segments[i + 1][0] - 1
-        if last >= first and not covered(descriptors, first, last):
+        if last >= first and not _covered_or_hole(descriptors, holes, first, last):
             break
         if newer < retention.keep_bytes:
             break
@@ -75,6 +78,22 @@ def deletable(
             break
         out.append(path)
     return out
+
+
+def _covered_or_hole(
+    descriptors: Sequence[ObjectDescriptor], holes: Sequence[tuple[int, int]], lo: int, hi: int
+) -> bool:
+    offset = lo
+    while offset <= hi:
+        d = covering(descriptors, offset)
+        if d is not None:
+            offset = d.end_offset + 1
+            continue
+        h = next((end for first, end in holes if first <= offset < end), None)
+        if h is None:
+            return False
+        offset = h
+    return True
 
 
 def file_ages(paths: Sequence[Path], now: float) -> dict[Path, float]:

@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from ister.core.frames import HEADER_SIZE, encode_frames
-from ister.errors import DiskFull, Fenced, IsterError, OffsetOutOfRange, StorageError
+from ister.errors import CorruptRange, DiskFull, Fenced, IsterError, OffsetOutOfRange, StorageError
+from ister.limits import MiB
 
 from .cache import RecordCache
 from .checkpoint import Checkpoint, write_checkpoint
 from .config import WalConfig
+from .filereader import read_segments
 from .holes import Hole, Holes
 from .reader import WalReader
 from .segment import Recovered, Segment, fsync_dir, recover
@@ -65,7 +67,8 @@ class Wal:
         self._holes = Holes(label)
         for hole in recovered.holes:
             self._holes.add(hole.first, hole.end, lost=hole.lost, why=hole.why)
-        # (first, end) ranges found lost at open: acknowledged once, stored nowhere locally now
+        # (first, end) ranges lost below the high-water mark (found at this open or recorded by an earlier
+        # one): acknowledged once, stored nowhere locally now
         self.lost_ranges: list[tuple[int, int]] = [(h.first, h.end) for h in recovered.holes if h.lost]
         self._lock_fd = recovered.lock_fd
         self._writer = WalWriter(
@@ -181,6 +184,29 @@ class Wal:
                 why,
             )
         return new
+
+    async def verify_segment(self, first_offset: int) -> list[Hole]:
+        """Read every committed frame of the segment that starts at `first_offset` (CRC checked), recording
+        each damaged range found (see `note_damaged`); returns the new ones."""
+        seg = next((s for s in self._segments_snapshot() if s.first_offset == first_offset), None)
+        found: list[Hole] = []
+        if seg is None:
+            return found
+        at, hint = seg.first_offset, None
+        while at < min(seg.end_offset, self._committed):
+            hole = self.hole_at(at)
+            if hole is not None:
+                at = hole.end
+                continue
+            end = min(seg.end_offset, self._committed)
+            try:
+                records, hint = await asyncio.to_thread(read_segments, [seg], at, end, 65536, 8 * MiB, hint)
+            except CorruptRange as exc:
+                found += self.note_damaged(exc.first, exc.end, str(exc))
+                at = exc.end
+                continue
+            at = records[-1][0] + 1
+        return found
 
     def segments(self) -> list[tuple[int, Path, int]]:
         """(first_offset, path, size in bytes) of every segment file, oldest first; the last is active."""
