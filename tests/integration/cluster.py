@@ -25,7 +25,13 @@ LEASE_TTL = 2
 
 class Cluster:
     def __init__(
-        self, root: Path, etcd_endpoint: str, size: int, lease_ttl: int = LEASE_TTL, *extra: str
+        self,
+        root: Path,
+        etcd_endpoint: str,
+        size: int,
+        lease_ttl: int = LEASE_TTL,
+        *extra: str,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.namespace = "/c" + uuid.uuid4().hex[:12]
         self.etcd_endpoint = etcd_endpoint
@@ -33,6 +39,7 @@ class Cluster:
             "ISTER_CLUSTER__ETCD_NAMESPACE": self.namespace,
             "ISTER_CLUSTER__LEASE_TTL_SECONDS": str(lease_ttl),
             "ISTER_LOAD_MANAGER__LOAD_REPORT_INTERVAL_SECONDS": "1",
+            **(env or {}),
         }
         self.brokers = [
             BrokerProcess(
