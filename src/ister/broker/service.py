@@ -709,6 +709,7 @@ class BrokerService:
         if start >= stop:
             return
         reader = self._reader(topic, start)
+        reader.strict_start = True  # a read that starts in lost or damaged data with no copy: DATA_LOSS
         expected = start
         try:
             while reader.next_offset < stop:
