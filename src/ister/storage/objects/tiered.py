@@ -224,7 +224,7 @@ class TieredReader:
             end = min(desc.end_offset, first - 1) if offset < first else desc.end_offset
             if hole is not None:
                 end = min(end, hole.end - 1)
-                if wal.first_report(hole, "tier"):
+                if wal.damage.first_report(hole, "tier"):
                     log.warning(
                         "%s: offsets %d..%d are lost or damaged in the local WAL (%s); reading them from "
                         "the durable tier",
@@ -245,7 +245,7 @@ class TieredReader:
                     f"offsets {offset}..{target - 1} of {self.topic} are lost or damaged in the WAL and the "
                     f"durable tier holds no copy ({hole.why})"
                 )
-            if wal.first_report(hole, "lost"):
+            if wal.damage.first_report(hole, "lost"):
                 log.error(
                     "%s: offsets %d..%d are lost or damaged in the local WAL (%s) and the durable tier holds "
                     "no copy: readers skip them (data loss)",

@@ -12,11 +12,14 @@ counted in `ister_offsets_damaged_total{topic}`.
 
 from __future__ import annotations
 
+import logging
 import threading
 from bisect import bisect_right
 from dataclasses import dataclass
 
 from prometheus_client import Counter
+
+log = logging.getLogger(__name__)
 
 offsets_damaged = Counter(
     "ister_offsets_damaged_total",
@@ -76,6 +79,20 @@ class Holes:
                 self._firsts = [h.first for h in merged]
         for h in new:
             self._metric.inc(h.end - h.first)
+        return new
+
+    def note_damaged(self, first: int, end: int, why: str) -> list[Hole]:
+        """Record a damaged range [first, end) a reader found; each new part is logged and counted once."""
+        new = self.add(first, end, lost=False, why=why)
+        for hole in new:
+            log.error(
+                "WAL %s: offsets %d..%d are damaged (%s); readers take them from the durable tier if it "
+                "holds them, otherwise they are skipped (data loss)",
+                self.label,
+                hole.first,
+                hole.end - 1,
+                why,
+            )
         return new
 
     def prune(self, below: int) -> None:

@@ -9,6 +9,8 @@ from ister.errors import CorruptRange, DataLoss, OffsetOutOfRange, StorageError
 from ister.limits import MiB
 
 from .filereader import FilePosition, read_segments
+from .holes import Hole, Holes
+from .segment import Segment
 
 if TYPE_CHECKING:
     from .wal import Wal
@@ -108,7 +110,7 @@ class WalReader:
                             self._hint,
                         )
                     except CorruptRange as exc:
-                        wal.note_damaged(exc.first, exc.end, str(exc))
+                        wal.damage.note_damaged(exc.first, exc.end, str(exc))
                         self._hole(start, exc.end, str(exc))
                         continue
                 if records:
@@ -144,3 +146,25 @@ class WalReader:
         self.skipped.append((start, end - 1))
         self.damaged.append((start, end - 1))
         self.next_offset = end
+
+
+async def verify_segment(seg: Segment, committed: int, holes: Holes) -> list[Hole]:
+    """Read every frame of `seg` below `committed` (CRC checked) and record each damaged range in `holes`;
+    returns the new ones."""
+    found: list[Hole] = []
+    end = min(seg.end_offset, committed)
+    at: int = seg.first_offset
+    hint: FilePosition | None = None
+    while at < end:
+        hole = holes.find(at)
+        if hole is not None:
+            at = hole.end
+            continue
+        try:
+            records, hint = await asyncio.to_thread(read_segments, [seg], at, end, 65536, 8 * MiB, hint)
+        except CorruptRange as exc:
+            found += holes.note_damaged(exc.first, exc.end, str(exc))
+            at = exc.end
+            continue
+        at = records[-1][0] + 1
+    return found

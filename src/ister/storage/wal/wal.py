@@ -12,15 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from ister.core.frames import HEADER_SIZE, encode_frames
-from ister.errors import CorruptRange, DiskFull, Fenced, IsterError, OffsetOutOfRange, StorageError
-from ister.limits import MiB
+from ister.errors import DiskFull, Fenced, IsterError, OffsetOutOfRange, StorageError
 
 from .cache import RecordCache
 from .checkpoint import Checkpoint, write_checkpoint
 from .config import WalConfig
-from .filereader import read_segments
 from .holes import Hole, Holes
-from .reader import WalReader
+from .reader import WalReader, verify_segment
 from .segment import Recovered, Segment, fsync_dir, recover
 from .writer import Entry, WalWriter
 
@@ -64,9 +62,9 @@ class Wal:
         self._failed: StorageError | None = None
         self.truncated = recovered.truncated  # (path, old size, new size) repaired at open
         self.label = label
-        self._holes = Holes(label)
+        self.damage = Holes(label)  # lost and damaged ranges (logged at open by recovery, counted here)
         for hole in recovered.holes:
-            self._holes.add(hole.first, hole.end, lost=hole.lost, why=hole.why)
+            self.damage.add(hole.first, hole.end, lost=hole.lost, why=hole.why)
         # (first, end) ranges lost below the high-water mark (found at this open or recorded by an earlier
         # one): acknowledged once, stored nowhere locally now
         self.lost_ranges: list[tuple[int, int]] = [(h.first, h.end) for h in recovered.holes if h.lost]
@@ -80,7 +78,7 @@ class Wal:
             self._on_commit,
             self._on_failure,
             self._on_disk_full,
-            self._holes.lost_ranges,
+            self.damage.lost_ranges,
             recovered.next_offset,
         )
 
@@ -162,51 +160,16 @@ class Wal:
         """(first, end) offset ranges, end exclusive, that the local WAL cannot serve although they are at
         or above its first offset: lost at open (below the high-water mark) or damaged in a segment file.
         Readers skip them (a TieredReader reads them from the durable tier when it holds them)."""
-        return self._holes.ranges()
+        return self.damage.ranges()
 
     def hole_at(self, offset: int) -> Hole | None:
-        return self._holes.find(offset) if self._holes else None
-
-    def first_report(self, hole: Hole, what: str) -> bool:
-        """True the first time `what` is reported about `hole` (readers log such facts once per WAL)."""
-        return self._holes.first_report(hole, what)
-
-    def note_damaged(self, first: int, end: int, why: str) -> list[Hole]:
-        """Record a damaged range [first, end) found by a reader; logs and counts each new part once."""
-        new = self._holes.add(first, end, lost=False, why=why)
-        for hole in new:
-            log.error(
-                "WAL %s: offsets %d..%d are damaged (%s); readers take them from the durable tier if it "
-                "holds them, otherwise they are skipped (data loss)",
-                self.label,
-                hole.first,
-                hole.end - 1,
-                why,
-            )
-        return new
+        return self.damage.find(offset) if self.damage else None
 
     async def verify_segment(self, first_offset: int) -> list[Hole]:
         """Read every committed frame of the segment that starts at `first_offset` (CRC checked), recording
-        each damaged range found (see `note_damaged`); returns the new ones."""
+        each damaged range found in `damage` (logged and counted once); returns the new ones."""
         seg = next((s for s in self._segments_snapshot() if s.first_offset == first_offset), None)
-        found: list[Hole] = []
-        if seg is None:
-            return found
-        at, hint = seg.first_offset, None
-        while at < min(seg.end_offset, self._committed):
-            hole = self.hole_at(at)
-            if hole is not None:
-                at = hole.end
-                continue
-            end = min(seg.end_offset, self._committed)
-            try:
-                records, hint = await asyncio.to_thread(read_segments, [seg], at, end, 65536, 8 * MiB, hint)
-            except CorruptRange as exc:
-                found += self.note_damaged(exc.first, exc.end, str(exc))
-                at = exc.end
-                continue
-            at = records[-1][0] + 1
-        return found
+        return [] if seg is None else await verify_segment(seg, self._committed, self.damage)
 
     def segments(self) -> list[tuple[int, Path, int]]:
         """(first_offset, path, size in bytes) of every segment file, oldest first; the last is active."""
@@ -236,7 +199,7 @@ class Wal:
                 return 0
             del self._segments[: len(drop)]
             self._first_offset = self._segments[0].first_offset
-        self._holes.prune(self._first_offset)
+        self.damage.prune(self._first_offset)
         await asyncio.to_thread(_unlink_all, [s.path for s in drop], self._directory)
         return len(drop)
 
@@ -252,7 +215,7 @@ class Wal:
             "cache_bytes": self._cache.nbytes,
             "cache_first_offset": self._cache.first_offset,
             "queued_bytes": self._queued_bytes,
-            "holes": self._holes.ranges(),
+            "holes": self.damage.ranges(),
             "failed": self._failed is not None,
             "closed": self._closing,
         }
