@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -332,3 +333,36 @@ async def test_owner_killed_with_its_disk_skips_only_what_is_gone(
 async def _send_one(p: danube.Producer, payload: bytes) -> bytes:
     await p.send(payload, {})
     return payload
+
+
+async def test_owner_paused_past_its_lease_gives_back_its_tail(
+    tmp_path: Path, etcd_server: EtcdServer, seaweed: SeaweedServer
+) -> None:
+    config = tier_config(tmp_path / "ister.yml", seaweed, export_tail=False)
+    cluster = Cluster(tmp_path, etcd_server.endpoint, 2, 2, "--config-file", str(config))
+    try:
+        await cluster.start()
+        topic = "/default/paused"
+        url0 = cluster.brokers[0].url
+        p = await producer(await client(url0), topic, "p", reliable=True)
+        await subscribe(url0, topic)
+        acked = await send(p, "a", N)
+        owner = await owner_of(cluster, topic)
+        assert owner is not None
+        paused = cluster.process_of(owner)
+        assert paused.proc is not None
+        paused.proc.send_signal(signal.SIGSTOP)
+        try:
+            await cluster.until(lambda: _moved(cluster, topic, owner), "failover away from the paused", WAIT)
+            survivor = next(b for b in cluster.brokers if b is not paused)
+            p2 = await producer(await client(survivor.url), topic, "p2", reliable=True)
+            acked += await send(p2, "b", N)
+        finally:
+            paused.proc.send_signal(signal.SIGCONT)
+        await cluster.until(
+            lambda: _covered(cluster, topic, 0, N - 1), "the paused broker's tail in the tier", WAIT
+        )
+        got = await receive_all(survivor.url, topic, set(acked))
+        assert len(got) == 2 * N and sorted(got.values())[:N] == list(range(N))
+    finally:
+        await cluster.stop()

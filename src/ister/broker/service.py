@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 SEAL_EXPORT_SECONDS = 30.0  # bound on exporting the WAL tail while sealing
 UNLOAD_WAIT_SECONDS = 2 * SEAL_EXPORT_SECONDS + 5.0  # admin unload: the owner's answer (two export bounds)
 SUPERSEDED_FIRST_SWEEP_SECONDS = 2.0  # after start: the cluster view is loaded by then
-SUPERSEDED_SWEEP_SECONDS = 60.0
+SUPERSEDED_SWEEP_SECONDS = 10.0  # a topic this broker lost (paused, fenced) is given back this soon after
 SUPERSEDED_RETRY_SECONDS = 10.0  # while an archive could not be exported yet
 ASSIGNMENT_WAIT_SECONDS = 3.0  # how long a call for an unassigned topic waits for the leader
 # Index of consumer ids so a consumer survives a broker restart (an Ister addition, see docs/metadata.md).
