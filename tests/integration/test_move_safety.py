@@ -58,10 +58,14 @@ def tier_config(path: Path, s3: SeaweedServer, *, export_tail: bool) -> Path:
     return path
 
 
+def admin(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """`ister admin ARGS` against the first broker, as an operator runs it."""
+    argv = [*ISTER, "admin", *args, "--admin-addr", cluster.brokers[0].admin_addr]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+
 def admin_unload(cluster: Cluster, topic: str) -> subprocess.CompletedProcess[str]:
-    addr = cluster.brokers[0].admin_addr
-    args = [*ISTER, "admin", "topics", "unload", topic, "--admin-addr", addr]
-    return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+    return admin(cluster, "topics", "unload", topic)
 
 
 def skipped_metric(url: str, topic: str) -> float:
@@ -364,5 +368,48 @@ async def test_owner_paused_past_its_lease_gives_back_its_tail(
         )
         got = await receive_all(survivor.url, topic, set(acked))
         assert len(got) == 2 * N and sorted(got.values())[:N] == list(range(N))
+    finally:
+        await cluster.stop()
+
+
+async def test_drain_without_a_tier_moves_what_it_can_and_reports_the_rest(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    cluster = Cluster(tmp_path, etcd_server.endpoint, 2)
+    try:
+        await cluster.start()
+        url = cluster.brokers[0].url
+        c = await client(url)
+        reliable = await producer(c, "/default/drain_reliable", "p", reliable=True)
+        acked = await send(reliable, "r", 50)
+        await producer(c, "/default/drain_plain", "q")
+        assignments = await cluster.assignments()
+        owner = assignments["/default/drain_reliable"]
+        # Put the plain topic on the same broker, so the drain has one topic it can move and one it cannot.
+        if assignments["/default/drain_plain"] != owner:
+            assert admin_unload(cluster, "/default/drain_plain").returncode == 0
+
+            async def together() -> bool:
+                return (await cluster.assignments()).get("/default/drain_plain") == owner
+
+            await cluster.until(together, "both topics on one broker")
+        assert admin(cluster, "brokers", "drain", str(owner)).returncode == 0
+
+        async def plain_moved() -> bool:
+            return (await cluster.assignments()).get("/default/drain_plain") not in (None, owner)
+
+        await cluster.until(plain_moved, "the non-reliable topic drained away")
+        leader = await cluster.leader()
+        assert leader is not None
+        await cluster.until(
+            lambda: "cannot move /default/drain_reliable" in cluster.process_of(leader).log(),
+            "the drain reporting the topic it cannot move",
+        )
+        assert (await cluster.assignments())["/default/drain_reliable"] == owner  # kept, data and all
+        await subscribe(url, "/default/drain_reliable")
+        later = await send(reliable, "s", 50)  # still served: producers go on
+        got = await receive_all(url, "/default/drain_reliable", set(later))
+        assert sorted(got.values()) == list(range(50, 100))
+        assert len(acked) == 50
     finally:
         await cluster.stop()
