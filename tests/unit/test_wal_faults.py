@@ -364,3 +364,31 @@ async def test_full_tmpfs_refuses_appends_then_recovers_when_space_returns(
         assert await read_all(wal.reader(0), len(acked)) == acked
     finally:
         await wal.close()
+
+
+async def test_a_checkpoint_that_cannot_be_written_at_open_does_not_stop_the_wal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await write_records(tmp_path, 300)
+    last = segment_files(tmp_path)[-1]
+    os.truncate(last, frame_positions(last)[1][1])  # a lost range: the open wants to record it
+
+    def no_space(directory: Path, checkpoint: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("ister.storage.wal.wal.write_checkpoint", no_space)
+    wal = await Wal.open(tmp_path, SEGMENTS)
+    monkeypatch.undo()
+    try:
+        lost = wal.lost_ranges
+        assert wal.next_offset == 300 and len(lost) == 1
+        deadline = time.monotonic() + 10
+        while True:  # the writer records the mark and the lost range as soon as it can
+            ckpt = read_checkpoint(tmp_path)
+            if ckpt is not None and ckpt.lost == tuple(lost):
+                break
+            assert time.monotonic() < deadline, f"checkpoint not rewritten: {ckpt}"
+            await asyncio.sleep(0.05)
+        assert await wal.append([b"x"]) == 300
+    finally:
+        await wal.close()

@@ -79,7 +79,7 @@ class Wal:
             self._on_failure,
             self._on_disk_full,
             self.damage.lost_ranges,
-            recovered.next_offset,
+            0 if recovered.mark is None else recovered.mark,  # None: an empty new WAL, nothing to keep
         )
 
     @classmethod
@@ -110,9 +110,17 @@ class Wal:
         )
         try:
             if recovered.new_lost or recovered.next_offset > (recovered.mark or 0):
-                # Before any append: the next open must not start below this, and must know the holes.
+                # Before any append: the next open must not start below this, and must know the holes. (The
+                # active segment's name already keeps the offset; if this fails, the writer retries.)
                 lost = tuple((h.first, h.end) for h in recovered.holes if h.lost)
-                await asyncio.to_thread(write_checkpoint, directory, Checkpoint(recovered.next_offset, lost))
+                try:
+                    await asyncio.to_thread(
+                        write_checkpoint, directory, Checkpoint(recovered.next_offset, lost)
+                    )
+                    recovered.mark = recovered.next_offset
+                except OSError as exc:
+                    log.error("WAL %s: cannot write the high-water checkpoint at open: %s", directory, exc)
+                    recovered.mark = -1  # the writer writes it as soon as it can
             label = label or f"/{directory.parent.name}/{directory.name}"
             wal = cls(directory, config, recovered, loop, label)
             wal._writer.start()
