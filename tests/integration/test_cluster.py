@@ -31,6 +31,18 @@ async def cluster(tmp_path: Path, etcd_server: EtcdServer) -> AsyncIterator[Clus
         await c.stop()
 
 
+@pytest.fixture
+async def shared_tier_cluster(tmp_path: Path, etcd_server: EtcdServer) -> AsyncIterator[Cluster]:
+    """Three brokers sharing a file:// durable tier (one machine): reliable topics may move."""
+    tier = f"file://{tmp_path / 'objects'}"
+    c = Cluster(tmp_path, etcd_server.endpoint, 3, 2, "--durable-url", tier)
+    try:
+        await c.start()
+        yield c
+    finally:
+        await c.stop()
+
+
 async def assigned(cluster: Cluster, topics: list[str]) -> dict[str, int] | None:
     found = await cluster.assignments()
     return found if all(t in found for t in topics) else None
@@ -282,9 +294,10 @@ async def test_brokers_recover_from_an_etcd_restart(tmp_path: Path) -> None:
 
 
 async def test_moving_a_reliable_topic_twice_keeps_offsets_dense_and_clients_working(
-    cluster: Cluster,
+    shared_tier_cluster: Cluster,
 ) -> None:
     """Seed 000 steps 1-5 between brokers: seal, sealed state, next owner at last + 1, cursors continue."""
+    cluster = shared_tier_cluster
     topic = "/default/moved_twice"
     c = await client(cluster.brokers[0].url)
     p = await producer(c, topic, "p", reliable=True)

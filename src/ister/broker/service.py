@@ -418,6 +418,7 @@ class BrokerService:
             not isinstance(sealed.value, dict) or sealed.value.get("epoch") != record.loaded_epoch
         ):
             sealed_next = None  # not written by the last owner: it cannot vouch for where offsets stopped
+        epoch_written = False
         plan = plan_load(
             record,
             local_epoch,
@@ -436,12 +437,18 @@ class BrokerService:
             elif plan.start_offset > wal.next_offset:
                 await wal.close()
                 wal = await Wal.open(wal_dir, self._wal_config, start_offset=plan.start_offset)
-            # Written before the claim: a crash in between leaves a WAL that is treated as stale (safe).
+            # Written before the claim: a crash in between leaves a WAL that is treated as stale (safe: it is
+            # then exported as superseded).
             write_epoch(epoch_file, record.epoch)
+            epoch_written = True
             guard = await cluster.commit_claim(name.full, versions, plan.record)
         except BaseException:
             if wal is not None:
                 await wal.close()
+            if epoch_written and plan.keep_local and local_epoch is not None:
+                # The claim did not land: this WAL is still the one `loaded_epoch` names. Without this it
+                # would look superseded at the next load although it holds the newest records.
+                write_epoch(epoch_file, local_epoch)
             raise
         guard.bind(wal)
         if sealed is not None:
