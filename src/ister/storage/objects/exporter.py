@@ -274,12 +274,13 @@ class SegmentExporter:
         segments = self.wal.segments()
         candidates = segments if include_active else segments[:-1]
         recorded: list[ObjectDescriptor] = []
+        spans = _intervals(descriptors, self.wal.holes())
         for i, (first, path, size) in enumerate(candidates):
             if size == 0 or self._done.get(path) == size:
                 continue
             # the file's last offset is at most this (exact for the active file of a closed WAL)
             bound = segments[i + 1][0] - 1 if i + 1 < len(segments) else self.wal.next_offset - 1
-            if bound >= first and _spans_cover(_intervals(descriptors, self.wal.holes()), first, bound):
+            if bound >= first and _spans_cover(spans, first, bound):
                 self._done[path] = size
                 continue
             try:
@@ -295,6 +296,7 @@ class SegmentExporter:
                 log.warning("WAL file %s vanished before export (deleted by retention?)", path)
                 continue
             self._done[path] = size
+            spans = _intervals(descriptors, self.wal.holes())
         if descriptors:
             # A crash between a descriptor and `cur` is repaired here (cur never moves backwards).
             await catalog.advance_cur(

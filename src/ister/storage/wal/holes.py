@@ -40,20 +40,24 @@ class Holes:
     def __init__(self, label: str) -> None:
         self.label = label
         self._lock = threading.Lock()
-        self._holes: list[Hole] = []  # sorted by first, disjoint
-        self._firsts: list[int] = []
+        # (holes sorted by first and disjoint, their first offsets): replaced whole, never mutated in place,
+        # so readers need no lock
+        self._index: tuple[list[Hole], list[int]] = ([], [])
         self._reported: set[tuple[int, int, str]] = set()
-        self._metric = offsets_damaged.labels(label)
+
+    @property
+    def _holes(self) -> list[Hole]:
+        return self._index[0]
 
     def __bool__(self) -> bool:
-        return bool(self._holes)
+        return bool(self._index[0])
 
     def find(self, offset: int) -> Hole | None:
         """The hole holding `offset`, or None."""
-        holes = self._holes  # replaced, never mutated in place: no lock needed to read
+        holes, firsts = self._index
         if not holes:
             return None
-        i = bisect_right(self._firsts, offset) - 1
+        i = bisect_right(firsts, offset) - 1
         if i >= 0 and offset < holes[i].end:
             return holes[i]
         return None
@@ -75,10 +79,9 @@ class Holes:
                 new.append(Hole(at, end, lost, why))
             if new:
                 merged = sorted([*self._holes, *new], key=lambda h: h.first)
-                self._holes = merged
-                self._firsts = [h.first for h in merged]
-        for h in new:
-            self._metric.inc(h.end - h.first)
+                self._index = (merged, [h.first for h in merged])
+        if new:  # the series exists only for WALs that had damage (100,000 topics, few with holes)
+            offsets_damaged.labels(self.label).inc(sum(h.end - h.first for h in new))
         return new
 
     def note_damaged(self, first: int, end: int, why: str) -> list[Hole]:
@@ -100,8 +103,7 @@ class Holes:
         with self._lock:
             kept = [h for h in self._holes if h.end > below]
             if len(kept) != len(self._holes):
-                self._holes = kept
-                self._firsts = [h.first for h in kept]
+                self._index = (kept, [h.first for h in kept])
 
     def snapshot(self) -> list[Hole]:
         return list(self._holes)
