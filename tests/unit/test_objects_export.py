@@ -254,6 +254,26 @@ async def test_a_damaged_frame_is_not_exported_and_does_not_stop_the_rest(tmp_pa
         await wal.close()
 
 
+async def test_a_header_damaged_while_open_is_found_by_the_export(tmp_path: Path) -> None:
+    wal = await Wal.open(tmp_path / "wal", WalConfig(segment_max_bytes=1024, cache_max_bytes=0))
+    meta = EmbeddedStore.in_memory()
+    try:
+        await fill(wal, 120)
+        first, path, _ = wal.segments()[1]
+        nxt = wal.segments()[2][0]
+        frames = scan_frames(path.read_bytes(), expect_offset=first).frames
+        raw = bytearray(path.read_bytes())
+        raw[frames[3][2]] ^= 0x01  # the fourth frame's offset field, after the WAL checked the file
+        path.write_bytes(bytes(raw))
+        await SegmentExporter(TOPIC, wal, open_store("memory://"), meta).export_closed()
+        assert wal.holes() == [(first + 3, nxt)]
+        spans = [(x.start_offset, x.end_offset) for x in await list_descriptors(meta, TOPIC)]
+        assert (first, first + 2) in spans and spans[-1][1] == wal.segments()[-1][0] - 1
+        assert not any(a <= first + 3 <= b for a, b in spans)
+    finally:
+        await wal.close()
+
+
 async def test_a_header_damaged_at_open_is_not_exported(tmp_path: Path) -> None:
     wal = await Wal.open(tmp_path / "wal", SMALL)
     await fill(wal, 120)

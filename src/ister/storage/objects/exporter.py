@@ -63,10 +63,14 @@ def _covered_until(covered: Sequence[tuple[int, int]], offset: int) -> tuple[boo
     return False, None
 
 
-def plan_file(path: Path, first: int, size: int, covered: Sequence[tuple[int, int]]) -> list[Piece]:
+def plan_file(
+    path: Path, first: int, size: int, covered: Sequence[tuple[int, int]], last: int | None = None
+) -> list[Piece]:
     """Split a WAL file's frames into the runs not in `covered` (blocking; headers only, chunked reads).
 
     `size` is the WAL's valid size of the file: the frames must end exactly there (else CorruptionError).
+    `last`, when given, is the highest offset the file can hold: a covered run that reaches it ends the
+    plan without reading the rest of the file (it may be a damaged range the WAL knows of).
     """
     pieces: list[Piece] = []
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -95,6 +99,8 @@ def plan_file(path: Path, first: int, size: int, covered: Sequence[tuple[int, in
                     break
                 region_first, region_pos = expect, buf_pos
                 in_covered, bound = _covered_until(covered, expect)
+                if in_covered and last is not None and bound is not None and bound > last:
+                    break  # covered to the end of the file
                 continue
             if len(buf) < FILE_CHUNK:
                 fill(0)
@@ -285,13 +291,13 @@ class SegmentExporter:
                 continue
             try:
                 try:
-                    await self._export_file(path, first, size, descriptors, recorded)
+                    await self._export_file(path, first, size, bound, descriptors, recorded)
                 except CorruptionError:
                     # A bad frame the WAL did not know about: find and record every damaged range of the
                     # file, then export what is left around them (re-raised if nothing new was found).
                     if not await self.wal.verify_segment(first):
                         raise
-                    await self._export_file(path, first, size, descriptors, recorded)
+                    await self._export_file(path, first, size, bound, descriptors, recorded)
             except FileNotFoundError:
                 log.warning("WAL file %s vanished before export (deleted by retention?)", path)
                 continue
@@ -310,11 +316,12 @@ class SegmentExporter:
         path: Path,
         first: int,
         size: int,
+        last: int,
         descriptors: list[ObjectDescriptor],
         recorded: list[ObjectDescriptor],
     ) -> None:
         covered_spans = _intervals(descriptors, self.wal.holes())
-        pieces = await asyncio.to_thread(plan_file, path, first, size, covered_spans)
+        pieces = await asyncio.to_thread(plan_file, path, first, size, covered_spans, last)
         for piece in pieces:
             desc = await self._export_piece(path, piece, descriptors)
             descriptors.append(desc)
