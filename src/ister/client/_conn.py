@@ -53,7 +53,7 @@ class RetryPolicy:
 
     max_retries: int | None = None
     base: float = 0.2
-    max: float = 5.0
+    max: float = 2.0
     timeout: float = 30.0
 
     def delay(self, attempt: int) -> float:

@@ -95,7 +95,7 @@ class Client:
         connect_timeout: float = 10.0,
         max_retries: int | None = None,
         backoff_base: float = 0.2,
-        backoff_max: float = 5.0,
+        backoff_max: float = 2.0,
         retry_timeout: float = 30.0,
     ) -> None:
         raw = url.split(",") if isinstance(url, str) else list(url)
@@ -123,6 +123,15 @@ class Client:
     def _seed_timeout(self) -> float:
         """One seed's share of connect_timeout (at least a second), so a dead seed does not use it all."""
         return max(1.0, self.connect_timeout / len(self.urls)) if len(self.urls) > 1 else self.connect_timeout
+
+    def _answers(self, url: str) -> bool:
+        """Whether the channel to `url` is connected (a broker that answered UNAVAILABLE, e.g. while a
+        topic is reassigned, is still the seed to ask: only an unreachable one is skipped)."""
+        channel = self._channels.get(url)
+        try:
+            return channel is not None and channel.get_state() == grpc.ChannelConnectivity.READY
+        except Exception:
+            return False
 
     def _next_seed(self) -> None:
         self._seed = (self._seed + 1) % len(self.urls)
@@ -183,14 +192,19 @@ class Client:
         """Partitions and serving broker of a topic (one attempt; NotFound for an unknown topic)."""
         seed = self.url
         try:
+            # With several seeds, one that refuses connections fails at once and the retry asks the next
+            # (one that does not answer at all is skipped after its share of connect_timeout). A single
+            # seed is waited for (up to connect_timeout): it may be restarting, and there is no other.
             resp = await self.stub().Lookup(
-                pb.LookupRequest(topic=topic), timeout=self._seed_timeout, wait_for_ready=True
+                pb.LookupRequest(topic=topic), timeout=self._seed_timeout, wait_for_ready=len(self.urls) == 1
             )
         except Exception as exc:
             err = to_ister_error(exc)
             if isinstance(err, errors.Timeout):
-                err = errors.Unavailable(f"no answer from {seed} within {self._seed_timeout} s")
-            if err.retriable and seed == self.url:
+                err = errors.Unavailable(f"no answer from {seed} within {self._seed_timeout:g} s")
+            elif type(err) is errors.Unavailable and seed not in str(err):
+                err = errors.Unavailable(f"lookup on {seed}: {err}")
+            if err.retriable and seed == self.url and not self._answers(seed):
                 self._next_seed()  # the retry asks the next seed
             raise err from None
         return TopicLookup(list(resp.partitions), resp.broker_url)
