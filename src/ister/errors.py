@@ -63,7 +63,7 @@ class CorruptRange(CorruptionError):
     """Offsets [first, end) of a log are damaged or lost on disk (a bad frame in a closed segment, a
     truncated segment below the acknowledged high-water mark): they cannot be read from there."""
 
-    def __init__(self, first: int, end: int, message: str) -> None:
+    def __init__(self, message: str, first: int = 0, end: int = 0) -> None:
         super().__init__(message)
         self.first = first
         self.end = end  # exclusive

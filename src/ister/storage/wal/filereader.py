@@ -92,9 +92,9 @@ def _read(
                 if out:
                     break
                 raise CorruptRange(
+                    f"WAL segment {seg.path} ends at byte {buf_pos + cur}; offset {expect} should be there",
                     expect,
                     seg.end_offset,
-                    f"WAL segment {seg.path} ends at byte {buf_pos + cur}; offset {expect} should be there",
                 )
             buf = buf[cur:] + data if cur < len(buf) else data
             buf_pos += cur
@@ -123,9 +123,9 @@ def _read(
             if res.stop == "crc" and _resumes_after(fd, res.end_pos, expect, stop_offset):
                 end = expect + 1
             raise CorruptRange(
+                f"WAL segment {seg.path}: {res.stop} at byte {res.end_pos} (offset {expect})",
                 expect,
                 max(end, expect + 1),
-                f"WAL segment {seg.path}: {res.stop} at byte {res.end_pos} (offset {expect})",
             )
         if res.stop == "limit":
             refill = False

@@ -138,7 +138,7 @@ class WalReader:
     def _hole(self, start: int, end: int, why: str) -> None:
         """Offsets [start, end) are in a hole: skip them, or raise as configured."""
         if not self.skip_holes:
-            raise CorruptRange(start, end, why)
+            raise CorruptRange(why, start, end)
         if self.strict_start and not self._returned:
             raise DataLoss(
                 f"offsets {start}..{end - 1} of {self._wal.label} are lost or damaged, no copy exists ({why})"
