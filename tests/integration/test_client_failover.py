@@ -1,6 +1,7 @@
 """ister.client producers when their topic's owner dies (kill -9): they never hang. On a cluster (real etcd,
-two real brokers) a running producer continues on the new owner within a bound; against a broker that
-never comes back, its sends fail with a clear error within the client's retry budget."""
+two real brokers) a running producer continues on the new owner within a bound, and a running consumer
+follows it there; against a broker that never comes back, sends fail with a clear error within the
+client's retry budget."""
 
 from __future__ import annotations
 
@@ -49,9 +50,17 @@ async def test_running_producer_continues_on_the_new_owner_after_kill9(cluster: 
     # Seeds in the worst order: the broker that will die first.
     async with Client([victim.url, survivor.url], connect_timeout=3.0) as client:
         producer = await client.producer(topic, "runner", linger_ms=1)
+        consumer = await client.consumer(topic, "all", name="reader", window=5000)
         acked: list[tuple[float, int, bytes]] = []  # (when, offset, payload)
+        received: set[bytes] = set()
         counter = iter(range(10**9))
         stop = asyncio.Event()
+
+        async def receiver() -> None:
+            while True:
+                batch = await consumer.receive_batch(5000, 0.5)
+                await consumer.ack_batch(batch)
+                received.update(m.payload for m in batch)
 
         async def sender(i: int) -> None:
             while not stop.is_set():
@@ -59,6 +68,7 @@ async def test_running_producer_continues_on_the_new_owner_after_kill9(cluster: 
                 offset = await producer.send(payload)
                 acked.append((time.monotonic(), offset, payload))
 
+        receiving = asyncio.create_task(receiver())
         tasks = [asyncio.create_task(sender(i)) for i in range(SENDERS)]
         try:
             await cluster.until(lambda: len(acked) >= 500 or any(t.done() for t in tasks), "acks before")
@@ -101,6 +111,19 @@ async def test_running_producer_continues_on_the_new_owner_after_kill9(cluster: 
         async for batch in client.read(topic, min(late), max(late) + 1):
             read.update((o, decode_message(r).payload) for o, r in batch)
         assert {o: read.get(o) for o in late} == late
+
+        # The consumer found the new owner too: it receives everything the new owner acknowledged.
+        try:
+            await cluster.until(
+                lambda: set(late.values()) <= received or receiving.done(),
+                "the consumer received what the new owner acknowledged",
+                within=30,
+            )
+            assert set(late.values()) <= received, receiving.result()
+        finally:
+            receiving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await receiving
 
 
 async def test_producer_of_a_dead_broker_fails_within_its_deadline(fresh_broker: BrokerProcess) -> None:
