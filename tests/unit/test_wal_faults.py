@@ -376,7 +376,7 @@ async def test_a_checkpoint_that_cannot_be_written_at_open_does_not_stop_the_wal
     def no_space(directory: Path, checkpoint: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("ister.storage.wal.wal.write_checkpoint", no_space)
+    monkeypatch.setattr("ister.storage.wal.segment.write_checkpoint", no_space)
     wal = await Wal.open(tmp_path, SEGMENTS)
     monkeypatch.undo()
     try:

@@ -23,7 +23,7 @@ from ister.core.frames import (
 from ister.errors import CorruptionError, StorageError
 from ister.limits import MiB
 
-from .checkpoint import read_checkpoint
+from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .holes import Hole
 
 log = logging.getLogger(__name__)
@@ -185,6 +185,16 @@ def recover(
         os.close(lock_fd)
         raise
     recovered.lock_fd = lock_fd
+    if recovered.new_lost or recovered.next_offset > (recovered.mark or 0):
+        # Before any append: the next open must not start below this, and must know the holes. (The
+        # active segment's name already keeps the offset; if this fails, the writer retries.)
+        lost = tuple((h.first, h.end) for h in recovered.holes if h.lost)
+        try:
+            write_checkpoint(directory, Checkpoint(recovered.next_offset, lost))
+            recovered.mark = recovered.next_offset
+        except OSError as exc:
+            log.error("WAL %s: cannot write the high-water checkpoint at open: %s", directory, exc)
+            recovered.mark = -1  # the writer writes it as soon as it can
     return recovered
 
 

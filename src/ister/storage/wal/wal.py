@@ -15,7 +15,6 @@ from ister.core.frames import HEADER_SIZE, encode_frames
 from ister.errors import DiskFull, Fenced, IsterError, OffsetOutOfRange, StorageError
 
 from .cache import RecordCache
-from .checkpoint import Checkpoint, write_checkpoint
 from .config import WalConfig
 from .holes import Hole, Holes
 from .reader import WalReader, verify_segment
@@ -109,18 +108,6 @@ class Wal:
             index_every_bytes=config.index_every_bytes,
         )
         try:
-            if recovered.new_lost or recovered.next_offset > (recovered.mark or 0):
-                # Before any append: the next open must not start below this, and must know the holes. (The
-                # active segment's name already keeps the offset; if this fails, the writer retries.)
-                lost = tuple((h.first, h.end) for h in recovered.holes if h.lost)
-                try:
-                    await asyncio.to_thread(
-                        write_checkpoint, directory, Checkpoint(recovered.next_offset, lost)
-                    )
-                    recovered.mark = recovered.next_offset
-                except OSError as exc:
-                    log.error("WAL %s: cannot write the high-water checkpoint at open: %s", directory, exc)
-                    recovered.mark = -1  # the writer writes it as soon as it can
             label = label or f"/{directory.parent.name}/{directory.name}"
             wal = cls(directory, config, recovered, loop, label)
             wal._writer.start()
