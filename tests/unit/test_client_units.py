@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import grpc
 import msgspec
 import pytest
 
 from ister import errors
-from ister.client._conn import RetryPolicy, normalize_url
-from ister.client.errors import ConnectionLost, from_status, to_ister_error
+from ister.client import _conn
+from ister.client._conn import RetryBudget, RetryPolicy, normalize_url
+from ister.client.errors import ConnectionLost, exhausted, from_status, to_ister_error
 from ister.client.messages import decode_batch, offset_ranges
 from ister.client.records import encode_records
 from ister.client.routing import Router, fnv1a_64
@@ -135,6 +138,29 @@ def test_retry_policy_and_urls() -> None:
     assert 0.5 <= p.delay(10) <= 1.0
     assert normalize_url("127.0.0.1:6650") == "http://127.0.0.1:6650"
     assert normalize_url("http://h:1/") == "http://h:1"
+
+
+def test_retry_budget_ends_after_its_time_or_its_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(_conn, "time", SimpleNamespace(monotonic=lambda: now[0]))  # a fake clock
+    budget = RetryBudget(RetryPolicy(None, 0.2, 2.0, timeout=10.0))
+    delays = []
+    while (d := budget.next_delay()) is not None:
+        delays.append(d)
+        now[0] += d + 0.5  # the delay, then an attempt that fails after 0.5 s
+    assert 10.0 <= now[0] - 100.0 <= 10.0 + 2.5 and len(delays) == budget.attempts - 1
+    assert all(d <= 2.0 for d in delays)
+    err = exhausted(errors.Unavailable("refused"), budget, "/default/t: publishing")
+    assert isinstance(err, errors.Unavailable) and err.retriable
+    assert str(err).startswith(f"/default/t: publishing: gave up after {budget.attempts} attempts")
+    assert str(err).endswith(": refused")
+    assert isinstance(exhausted(errors.Timeout("slow"), budget, "x"), errors.Timeout)
+    budget.reset()  # progress: a fresh series
+    assert budget.next_delay() is not None and budget.attempts == 1
+
+    capped = RetryBudget(RetryPolicy(2, 0.2, 2.0, timeout=1000.0))
+    assert [capped.next_delay() is not None for _ in range(3)] == [True, True, False]
+    assert RetryBudget(RetryPolicy(None, timeout=0.0)).next_delay() is None
 
 
 @pytest.mark.parametrize("size", [0, 1, 255, 256, 65535, 65536, 70000])
