@@ -26,9 +26,12 @@ TOPICS = [f"/default/lm{i}" for i in range(6)]
 
 
 def config(path: Path, rebalancing: bool) -> Path:
+    """Test-sized load manager settings; the brokers share a file:// durable tier (one machine), so reliable
+    topics with records may move."""
     path.write_text(
         yaml.safe_dump(
             {
+                "storage": {"durable": {"url": f"file://{path.parent / 'objects'}"}},
                 "load_manager": {
                     "assignment_strategy": "fair",
                     "load_report_interval_seconds": 0.5,
