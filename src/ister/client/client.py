@@ -79,8 +79,9 @@ def _sub_type(value: str | int | SubType) -> SubType:
 class Client:
     """Connection to an Ister cluster. Use as `async with Client(url) as client:` or call `close()`.
 
-    Every call has a deadline. `connect_timeout` bounds each attempt to look a topic up (a seed that does
-    not answer within its share is skipped for the next) and to open a stream on the topic's owner
+    Every call has a deadline. `connect_timeout` bounds each attempt to look a topic up (a seed that
+    refuses connections, or does not answer within its share, is skipped for the next; one that answers,
+    even UNAVAILABLE, is kept) and to open a stream on the topic's owner
     (an owner that cannot be reached fails the attempt at once). A failed attempt is retried with
     exponential backoff with jitter (`backoff_base`, `backoff_max`), looking the topic up again each
     time, so a topic whose owner died is found on its new owner once the cluster has reassigned it
@@ -200,11 +201,12 @@ class Client:
             )
         except Exception as exc:
             err = to_ister_error(exc)
-            if isinstance(err, errors.Timeout):
+            silent = isinstance(err, errors.Timeout)
+            if silent:
                 err = errors.Unavailable(f"no answer from {seed} within {self._seed_timeout:g} s")
             elif type(err) is errors.Unavailable and seed not in str(err):
                 err = errors.Unavailable(f"lookup on {seed}: {err}")
-            if err.retriable and seed == self.url and not self._answers(seed):
+            if err.retriable and seed == self.url and (silent or not self._answers(seed)):
                 self._next_seed()  # the retry asks the next seed
             raise err from None
         return TopicLookup(list(resp.partitions), resp.broker_url)
