@@ -45,7 +45,7 @@ def config(path: Path, rebalancing: bool) -> Path:
                         "min_topic_age_seconds": 1,
                         "blacklist_topics": [],
                     },
-                }
+                },
             }
         )
     )

@@ -22,8 +22,8 @@ from ister.core.record import decode_message
 from tests.integration.harness import BrokerProcess, until
 
 pytestmark = pytest.mark.integration
-# The broker answers DATA_LOSS; ister.client raises CorruptionError for that status today.
-DATA_LOSS = (errors.DataLoss, errors.CorruptionError)
+# The broker answers DATA_LOSS; ister.client raises errors.DataLoss for it.
+DATA_LOSS = errors.DataLoss
 
 NO_TIER = {"ISTER_STORAGE__DURABLE__URL": "none", "ISTER_WAL__SEGMENT_MAX_BYTES": "8192"}
 FAST_TIER = {

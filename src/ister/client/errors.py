@@ -38,7 +38,7 @@ _CLASSES: dict[grpc.StatusCode, type[errors.IsterError]] = {
     grpc.StatusCode.CANCELLED: errors.Unavailable,
     grpc.StatusCode.UNKNOWN: errors.Unavailable,
     grpc.StatusCode.ABORTED: errors.Unavailable,
-    grpc.StatusCode.DATA_LOSS: errors.CorruptionError,
+    grpc.StatusCode.DATA_LOSS: errors.DataLoss,
 }
 
 # Codes after which the same request may succeed on a new stream (possibly after a new lookup).
