@@ -62,6 +62,9 @@ class TopicHost(Protocol):
     async def seal(self, topic: str, reason: str) -> None: ...
 
 
+UNLOAD_POLL_SECONDS = 0.1  # how often an admin unload checks for the owner's answer
+
+
 class ClusterNode:
     def __init__(self, config: BrokerConfig, store: MetadataStore, data_dir: Path) -> None:
         self.config = config
@@ -216,7 +219,7 @@ class ClusterNode:
         if assignment is None:
             raise Unavailable(f"topic {topic} is moving; retry")
         marker = keys.unassigned(topic)
-        asked = time.time()
+        before = await self.store.get(keys.move_failure(topic)) if wait_seconds > 0 else None
         ok = await self.store.txn(
             [Compare(assignment.key, assignment.version), Compare(marker, None)],
             [
@@ -228,25 +231,34 @@ class ClusterNode:
             raise Unavailable(f"topic {topic} is moving; retry")
         log.info("unload of %s from broker %d requested", topic, owner)
         if wait_seconds > 0:
-            await self._wait_unload(topic, owner, asked, wait_seconds)
+            await self._wait_unload(topic, owner, before.version if before else None, wait_seconds)
 
-    async def _wait_unload(self, topic: str, owner: int, asked: float, wait_seconds: float) -> None:
+    async def _wait_unload(
+        self, topic: str, owner: int, note_before: int | None, wait_seconds: float
+    ) -> None:
+        """Until the owner answered the unload: the marker flipped to ready or was taken by the leader
+        (moved), or it is gone with a newer failure note (kept). Reads the store, not the cache: a lagging
+        cache would show the marker as gone before it ever saw it."""
         marker = keys.unassigned(topic)
-
-        def settled() -> bool:
-            kv = self.cache.get(marker)
-            return kv is None or Marker.parse(kv.value).ready
-
-        if not await self.cache.wait_for(settled, wait_seconds):
-            raise Unavailable(
-                f"unload of {topic} requested, but broker {owner} has not sealed it within "
-                f"{wait_seconds:.0f} s; it moves once it has"
-            )
-        if self.cache.get(marker) is not None:
-            return  # sealed: the leader assigns it elsewhere
-        note_kv = self.cache.get(keys.move_failure(topic))
-        note = MoveFailure.parse(note_kv.value) if note_kv is not None else None
-        if note is not None and note.at >= asked - 1.0 and self.owner_of(topic) == owner:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_seconds
+        while True:
+            kv = await self.store.get(marker)
+            if kv is not None and Marker.parse(kv.value).ready:
+                return  # sealed: the leader assigns it elsewhere
+            if kv is None:
+                break
+            if loop.time() >= deadline:
+                raise Unavailable(
+                    f"unload of {topic} requested, but broker {owner} has not sealed it within "
+                    f"{wait_seconds:.0f} s; it moves once it has"
+                )
+            await asyncio.sleep(UNLOAD_POLL_SECONDS)
+        note_kv = await self.store.get(keys.move_failure(topic))
+        if note_kv is None or (note_before is not None and note_kv.version <= note_before):
+            return  # moved (a successful hand-off deletes the note)
+        note = MoveFailure.parse(note_kv.value)
+        if note is not None:
             error = FailedPrecondition if note.code == "failed_precondition" else Unavailable
             raise error(note.cause)
 
