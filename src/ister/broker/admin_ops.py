@@ -311,12 +311,15 @@ class AdminOps:
                 if keys.assignments([key]).get(name.full) is not None:
                     await self.store.delete(key)
             await self.store.delete(keys.unassigned(name))
-        if name.full in self.broker.topics:
-            await self.broker.unload(name.full, "deleted")
-        if self.cluster is None:
-            # A standalone topic of the same name created later must not find this one's messages.
-            wal_dir = self.broker.data_dir / "wal" / name.namespace / name.topic
-            await asyncio.to_thread(shutil.rmtree, wal_dir, True)
+        # A load that began before the delete (a producer, a CreateTopic) finishes first: then it is
+        # unloaded here, and its WAL is never removed from under it.
+        async with self.broker.topic_lock(name.full):
+            if name.full in self.broker.topics:
+                await self.broker.unload(name.full, "deleted")
+            if self.cluster is None:
+                # A standalone topic of the same name created later must not find this one's messages.
+                wal_dir = self.broker.data_dir / "wal" / name.namespace / name.topic
+                await asyncio.to_thread(shutil.rmtree, wal_dir, True)
         await self.store.delete_prefix(keys.topic_prefix(name))
         await self.store.delete(keys.topic_root(name))
         await self.store.delete(keys.owner(name))

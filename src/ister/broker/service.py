@@ -213,7 +213,7 @@ class BrokerService:
         topic = self.topics.get(name.full)
         if topic is not None:
             return topic
-        async with self._topic_lock(name.full):
+        async with self.topic_lock(name.full):
             topic = self.topics.get(name.full)
             if topic is not None:
                 return topic
@@ -227,14 +227,15 @@ class BrokerService:
                 return await self._load_and_register(name)
         # Cluster mode, not (yet) assigned here: wait for the leader outside the lock, then try again.
         await self._check_served_here(name)
-        async with self._topic_lock(name.full):
+        async with self.topic_lock(name.full):
             topic = self.topics.get(name.full)
             if topic is not None:
                 return topic
             return await self._load_and_register(name)
 
     @contextlib.asynccontextmanager
-    async def _topic_lock(self, name: str) -> AsyncIterator[None]:
+    async def topic_lock(self, name: str) -> AsyncIterator[None]:
+        """Held while the topic is loaded, and by an admin delete while it removes the topic's files."""
         lock, users = self._load_locks.setdefault(name, (asyncio.Lock(), [0]))
         users[0] += 1
         try:
@@ -499,7 +500,7 @@ class BrokerService:
             record = OwnerRecord.parse(kv.value) if kv is not None else None
             if exists and (record is None or record.loaded_epoch == local_epoch):
                 continue  # nobody loaded it since: this WAL is still the newest copy (it may come back here)
-            async with self._topic_lock(name.full):
+            async with self.topic_lock(name.full):
                 if name.full in self.topics:
                     continue
                 wal_dir = self.data_dir / "wal" / name.namespace / name.topic

@@ -109,7 +109,7 @@ def _decode(decoder: msgspec.msgpack.Decoder[list[T]], data: bytes) -> tuple[lis
     try:
         records = decoder.decode(data)
         raws = _raw_records.decode(data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # invalid UTF-8 in a str: UnicodeDecodeError
         raise InvalidArgument(f"malformed records: {clip(str(exc))}") from None
     except RecursionError:
         raise InvalidArgument("malformed records: msgpack nested too deeply") from None
@@ -145,7 +145,7 @@ def check_attributes(attributes: Mapping[str, str] | msgspec.Raw) -> None:
         count_bytes = len(attributes) > MAX_ATTRIBUTE_BYTES
         try:
             attributes = _attributes.decode(attributes)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise InvalidArgument(f"malformed attributes: {clip(str(exc))}") from None
         except RecursionError:
             raise InvalidArgument("malformed attributes: msgpack nested too deeply") from None
