@@ -43,9 +43,24 @@ UNIMPLEMENTED_SERVICES = ("danube_admin.ClusterAdmin", "danube_admin.SecurityAdm
 # Topics the client-API cases use (reliable data topics are created before the run) and the admin cases
 # use: kept apart so that admin deletes and unloads cannot remove what the delivery check counts.
 DATA_TOPICS = ("/default/fz_r0", "/default/fz_r1", "/default/fz_n0")
-CLIENT_TOPICS = (*DATA_TOPICS, "/default/fz_new", "/nope/fz")
-ADMIN_TOPICS = ("/fzadm/t0", "/fzadm/t1", "/fzadm/p", "/fzadm/p-part-0", "/fzadm/p-part-7", "/default/fzadm")
-ADMIN_NAMESPACES = ("fzadm", "fzadm2", "default", "nope")
+# A partition of a plain topic, and a name like a partition whose index is too large (a plain topic then).
+CLIENT_TOPICS = (
+    *DATA_TOPICS,
+    "/default/fz_new",
+    "/nope/fz",
+    "/default/fz_r0-part-1",
+    "/default/fz-part-9999999",
+)
+ADMIN_TOPICS = (
+    "/fzadm/t0",
+    "/fzadm/t1",
+    "/fzadm/p",
+    "/fzadm/p-part-0",
+    "/fzadm/p-part-7",
+    "/fzadm/p-part-9999999",
+    "/default/fzadm",
+)
+ADMIN_NAMESPACES = ("fzadm", "fzadm2", "default", "nsnope")  # never "nope" (/nope/fz is a client topic)
 CLIENT_NAMES = ("p0", "p1", "c0", "c1", "s0", "s1", "sub-é", "x y")
 VERIFY_SUBSCRIPTION = "fz-verify"  # never drawn by the generator
 CLIENT_WRITE_ARTIFACT = "Internal error from Core"  # what grpc/grpc#36066 turns a status into
@@ -66,7 +81,6 @@ BAD_STRINGS = (
     "/default/" + "y" * 10_000,
     "z" * 10_000,
     "/default/" + "q" * 252,
-    "/default/fz_r0-part-999999999",
 )
 _ALPHABET = "abcXYZ09_-/. é€\x01\x7f\u2028😀"
 
