@@ -21,7 +21,9 @@ U64_MAX = 2**64 - 1
 # Error messages quote client input cut to this many characters: gRPC carries the message in a header,
 # and one that exceeds the client's metadata limit turns into RESOURCE_EXHAUSTED (retried for ever).
 MAX_ECHO_CHARS = 200
-MAX_STATUS_MESSAGE_CHARS = 2_000  # the whole message, as a last guard at the servicer boundary
+# The whole status message, as a last guard at the servicer boundary: UTF-8 bytes, as gRPC percent-encodes
+# every byte outside printable ASCII (three characters each), so this stays well inside an 8 KiB header.
+MAX_STATUS_MESSAGE_BYTES = 1_024
 
 # Reliable dispatch.
 DEFAULT_WINDOW = 10

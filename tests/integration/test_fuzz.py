@@ -22,7 +22,7 @@ import danube
 import grpc
 import pytest
 
-from ister.limits import MAX_STATUS_MESSAGE_CHARS
+from ister.limits import MAX_STATUS_MESSAGE_BYTES
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import ister_v1_pb2 as ipb
 from tests.integration.fuzzing import (
@@ -75,8 +75,8 @@ def _problem(outcome: Outcome, rpc: Rpc) -> str | None:
             return f"{outcome.code.name} (expected UNIMPLEMENTED)"
     elif outcome.code not in ALLOWED:
         return outcome.code.name
-    if len(outcome.details) > MAX_STATUS_MESSAGE_CHARS:
-        return f"a status message of {len(outcome.details)} characters"
+    if len(outcome.details.encode()) > MAX_STATUS_MESSAGE_BYTES:
+        return f"a status message of {len(outcome.details.encode())} bytes"
     return None
 
 

@@ -155,3 +155,14 @@ def test_echoed_input_is_cut() -> None:
     with pytest.raises(errors.InvalidArgument) as info:
         validate_client_name("a/" + long, "consumer name")
     assert len(str(info.value)) < 400
+
+
+def test_status_messages_are_capped_in_utf8_bytes() -> None:
+    from ister.limits import MAX_STATUS_MESSAGE_BYTES
+    from ister.server.errors import status_message
+
+    assert status_message("short") == "short"
+    for text in ("a" * 5000, "é" * 5000, "😀" * 5000):
+        cut = status_message(text)
+        assert len(cut.encode()) <= MAX_STATUS_MESSAGE_BYTES and cut.endswith("...")
+        assert text.startswith(cut[:-3])

@@ -1,7 +1,7 @@
 """Turn IsterErrors into gRPC statuses at the servicer boundary; nothing else escapes as a crash.
 
 A request body that is not a valid message (`Undecodable`, see `ister.server.handlers`) is INVALID_ARGUMENT
-before the servicer runs. Every status message is cut to MAX_STATUS_MESSAGE_CHARS: it travels in a header,
+before the servicer runs. Every status message is cut to MAX_STATUS_MESSAGE_BYTES: it travels in a header,
 and one beyond the client's metadata limit would reach it as RESOURCE_EXHAUSTED instead.
 """
 
@@ -15,8 +15,7 @@ from typing import Any, TypeVar
 import grpc
 
 from ister.errors import InvalidArgument, IsterError
-from ister.ids import clip
-from ister.limits import MAX_STATUS_MESSAGE_CHARS
+from ister.limits import MAX_STATUS_MESSAGE_BYTES
 from ister.server.handlers import Undecodable
 from ister.wire.status import status_for
 
@@ -25,9 +24,17 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def status_message(text: str) -> str:
+    """`text` cut to MAX_STATUS_MESSAGE_BYTES of UTF-8 (at a character boundary)."""
+    data = text.encode()
+    if len(data) <= MAX_STATUS_MESSAGE_BYTES:
+        return text
+    return data[: MAX_STATUS_MESSAGE_BYTES - 3].decode(errors="ignore") + "..."
+
+
 async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
     if isinstance(exc, IsterError):
-        await context.abort(status_for(exc), clip(str(exc), MAX_STATUS_MESSAGE_CHARS))
+        await context.abort(status_for(exc), status_message(str(exc)))
     log.exception("internal error in RPC", exc_info=exc)
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
 
