@@ -6,7 +6,8 @@ status message is short; the broker logs no traceback; and every message the bro
 delivered to an official danube-client consumer, and nothing it refused.
 
 A run draws case i from `Random(f"{seed}:{i}")`. The seed is random per run and printed with any failure;
-set ISTER_FUZZ_SEED to replay one, ISTER_FUZZ_CASES to change the number of cases (default 5,000).
+set FUZZ_SEED to replay one, FUZZ_CASES to change the number of cases (default 5,000). (Not ISTER_*: the
+broker reads those as its configuration.)
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from tests.integration.harness import BrokerProcess, client, consumer, nothing_w
 
 pytestmark = pytest.mark.integration
 
-CASES = int(os.environ.get("ISTER_FUZZ_CASES", "5000"))
+CASES = int(os.environ.get("FUZZ_CASES", "5000"))
 WORKERS = 8
 BUDGET_SECONDS = 50.0  # cases not started by then are skipped (and counted in the report)
 WEIGHTS = {
@@ -172,12 +173,12 @@ async def _verify_delivery(broker: BrokerProcess, state: State) -> list[str]:
 
 
 async def test_fuzz_every_rpc(fuzz_broker: BrokerProcess) -> None:
-    seed = int(os.environ.get("ISTER_FUZZ_SEED") or random.randrange(2**32))
+    seed = int(os.environ.get("FUZZ_SEED") or random.randrange(2**32))
     state = State()
     started = time.monotonic()
     done, failures = await _fuzz(fuzz_broker, seed, state)
     elapsed = time.monotonic() - started
-    where = f"ISTER_FUZZ_SEED={seed} ({done} cases in {elapsed:.1f} s)"
+    where = f"FUZZ_SEED={seed} ({done} cases in {elapsed:.1f} s)"
     assert not failures, f"{where}: disallowed statuses:\n" + "\n".join(failures)
     assert fuzz_broker.proc is not None and fuzz_broker.proc.poll() is None, f"{where}: the broker exited"
     problems = await _verify_delivery(fuzz_broker, state)
