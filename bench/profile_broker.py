@@ -31,7 +31,10 @@ from pathlib import Path
 
 BUCKETS = [  # (bucket, regex on a frame "function (file:line)"), first match from the innermost frame wins
     ("prometheus_client metrics", r"\(prometheus_client/"),
-    ("batch decode + validation (msgspec)", r"^(decode_batch\S*|_check_attributes) \(ister/server/"),
+    (
+        "batch decode + validation (msgspec)",
+        r"^(decode_batch\S* \(ister/server/|(_decode|decode_published\S*|check_attributes) \(ister/core/)",
+    ),
     ("consume framing + crc32c (_next_frame)", r"^_next_frame \(ister/server/"),
     ("ack handling (SubAcks, ack_range)", r"^(SubAcks\.|IsterServicer\._consume_reader)"),
     ("WAL framing + crc32c (encode_frames)", r"\(ister/core/frames\.py"),

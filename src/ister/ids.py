@@ -10,7 +10,7 @@ import secrets
 from dataclasses import dataclass
 
 from ister.errors import InvalidArgument
-from ister.limits import MAX_NAME_LEN
+from ister.limits import MAX_ECHO_CHARS, MAX_NAME_LEN
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
 _PARTITION = re.compile(r"^(?P<base>.+)-part-(?P<index>0|[1-9][0-9]{0,5})$")
@@ -21,10 +21,30 @@ _CLIENT_NAME = re.compile(r"[^/\x00-\x1f\x7f]+")
 PARTITION_MARKER = "-part-"
 
 
+def shown(value: object, limit: int = MAX_ECHO_CHARS) -> str:
+    """Client input quoted for an error message: its repr, cut to about `limit` characters.
+
+    Every message that echoes what a client sent goes through here. A long echo would not fit in gRPC's
+    metadata, and the client would then see RESOURCE_EXHAUSTED (which the Danube client retries for ever)
+    instead of the error; a cut one says how long the original was."""
+    if isinstance(value, str | bytes):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}... ({len(value)} {'characters' if isinstance(value, str) else 'bytes'})"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def clip(text: str, limit: int = MAX_ECHO_CHARS) -> str:
+    """Free text that may contain client input (a decoder's message, a nested error), cut to `limit`."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def validate_segment(value: str, what: str) -> str:
     if not value or len(value) > MAX_NAME_LEN or not _SEGMENT.fullmatch(value):
         raise InvalidArgument(
-            f"invalid {what} {value!r}: use 1-{MAX_NAME_LEN} characters from letters, digits, '_' and '-'"
+            f"invalid {what} {shown(value)}: "
+            f"use 1-{MAX_NAME_LEN} characters from letters, digits, '_' and '-'"
         )
     return value
 
@@ -32,7 +52,7 @@ def validate_segment(value: str, what: str) -> str:
 def validate_client_name(value: str, what: str) -> str:
     if not value or len(value) > MAX_NAME_LEN or not _CLIENT_NAME.fullmatch(value):
         raise InvalidArgument(
-            f"invalid {what} {value!r}: 1-{MAX_NAME_LEN} characters, no '/' and no control characters"
+            f"invalid {what} {shown(value)}: 1-{MAX_NAME_LEN} characters, no '/' and no control characters"
         )
     return value
 
@@ -48,7 +68,7 @@ class TopicName:
     def parse(cls, raw: str) -> TopicName:
         parts = raw.split("/")
         if len(parts) != 3 or parts[0] != "":
-            raise InvalidArgument(f"invalid topic name {raw!r}: expected '/namespace/topic'")
+            raise InvalidArgument(f"invalid topic name {shown(raw)}: expected '/namespace/topic'")
         validate_segment(parts[1], "namespace")
         validate_segment(parts[2], "topic")
         return cls(parts[1], parts[2])

@@ -11,7 +11,19 @@ MAX_NAME_LEN = 255
 DEFAULT_MAX_MESSAGE_SIZE = 10 * MiB  # policy default, as Danube
 GRPC_MAX_MESSAGE_BYTES = 64 * MiB  # gRPC's own limit sits well above the policy so the broker answers first
 MAX_ATTRIBUTES = 256
-MAX_ATTRIBUTE_BYTES = 64 * 1024
+MAX_ATTRIBUTE_BYTES = 64 * 1024  # UTF-8 bytes of every attribute name and value together
+MAX_ROUTING_KEY_CHARS = 4 * MAX_NAME_LEN  # 1,020 characters
+
+# The wire's integer ranges (protobuf uint32 / uint64): a stored record must fit them to be delivered.
+U32_MAX = 2**32 - 1
+U64_MAX = 2**64 - 1
+
+# Error messages quote client input cut to this many characters: gRPC carries the message in a header,
+# and one that exceeds the client's metadata limit turns into RESOURCE_EXHAUSTED (retried for ever).
+MAX_ECHO_CHARS = 200
+# The whole status message, as a last guard at the servicer boundary: UTF-8 bytes, as gRPC percent-encodes
+# every byte outside printable ASCII (three characters each), so this stays well inside an 8 KiB header.
+MAX_STATUS_MESSAGE_BYTES = 1_024
 
 # Reliable dispatch.
 DEFAULT_WINDOW = 10

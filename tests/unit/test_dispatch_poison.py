@@ -135,3 +135,40 @@ def test_key_shared_drop_releases_the_key() -> None:
     assert [d.offset for d in s.poll(2)] == [1]
     s.on_ack(1, 3)
     assert s.cursor == 1
+
+
+# -- on_poison: a message whose record can never be sent -----------------------------------------------------
+def test_poison_dead_letters_at_once_despite_redeliveries_left() -> None:
+    s = make(SubType.EXCLUSIVE, policy("DeadLetter", max_redelivery=5))
+    s.offer(0, "", 0)
+    s.offer(1, "", 0)
+    assert [d.offset for d in s.poll(0)] == [0, 1]
+    assert s.on_poison(0, 1, "cannot convert")
+    assert not s.on_poison(0, 2, "cannot convert")  # no longer in flight: handled once
+    assert s.take_dead_letters() == [DeadLetter(0, 1, "cannot convert")]
+    assert s.poll(10_000) == []  # never redelivered
+    assert s.resolve_dead_letter(0)
+    assert s.on_ack(1, 3)
+    assert s.cursor == 1
+
+
+def test_poison_drop_resolves_and_block_blocks() -> None:
+    dropped = make(SubType.EXCLUSIVE, policy("Drop", max_redelivery=5))
+    dropped.offer(0, "", 0)
+    dropped.poll(0)
+    assert dropped.on_poison(0, 1, "cannot convert")
+    assert dropped.state_of(0) is None and dropped.cursor == 0
+    blocked = make(SubType.EXCLUSIVE, policy("Block", max_redelivery=5))
+    blocked.offer(0, "", 0)
+    blocked.poll(0)
+    assert blocked.on_poison(0, 1, "cannot convert")
+    assert blocked.state_of(0) is EntryState.EXHAUSTED
+    blocked.offer(1, "", 1)
+    assert blocked.poll(10_000) == []
+
+
+def test_poison_of_an_offset_not_in_flight_changes_nothing() -> None:
+    s = make(SubType.SHARED, policy("DeadLetter"))
+    s.offer(0, "", 0)
+    assert not s.on_poison(0, 0, "never delivered")
+    assert [d.offset for d in s.poll(0)] == [0]

@@ -23,7 +23,7 @@ from ister.broker.topic import NON_RELIABLE, RELIABLE
 from ister.cluster.membership import http_url
 from ister.core.dispatch import FailurePolicy
 from ister.errors import AlreadyExists, FailedPrecondition, InvalidArgument, IsterError, NotFound
-from ister.ids import PARTITION_MARKER, TopicName, validate_client_name, validate_segment
+from ister.ids import PARTITION_MARKER, TopicName, shown, validate_client_name, validate_segment
 from ister.limits import MAX_NAME_LEN, MAX_WINDOW, MIN_WINDOW
 from ister.metadata import keys
 from ister.metadata.store import Compare, KeyValue, Put
@@ -78,10 +78,10 @@ class SubscriptionPolicy:
 def parse_broker_id(raw: str) -> int:
     text = raw.strip()
     if not text.isascii() or not text.isdigit() or (len(text) > 1 and text[0] == "0"):
-        raise InvalidArgument(f"invalid broker id {raw!r}: expected a decimal unsigned 64-bit integer")
+        raise InvalidArgument(f"invalid broker id {shown(raw)}: expected a decimal unsigned 64-bit integer")
     value = int(text)
     if value > keys.U64_MAX:
-        raise InvalidArgument(f"invalid broker id {raw!r}: larger than an unsigned 64-bit integer")
+        raise InvalidArgument(f"invalid broker id {shown(raw)}: larger than an unsigned 64-bit integer")
     return value
 
 
@@ -116,7 +116,7 @@ class AdminOps:
         validate_segment(ns, "namespace")
         kv = await self.store.get(keys.namespace_policy(ns))
         if kv is None:
-            raise NotFound(f"namespace {ns!r} does not exist")
+            raise NotFound(f"namespace {shown(ns)} does not exist")
         return kv.value if isinstance(kv.value, dict) else {}
 
     async def _exists(self, name: TopicName) -> bool:
@@ -311,12 +311,15 @@ class AdminOps:
                 if keys.assignments([key]).get(name.full) is not None:
                     await self.store.delete(key)
             await self.store.delete(keys.unassigned(name))
-        if name.full in self.broker.topics:
-            await self.broker.unload(name.full, "deleted")
-        if self.cluster is None:
-            # A standalone topic of the same name created later must not find this one's messages.
-            wal_dir = self.broker.data_dir / "wal" / name.namespace / name.topic
-            await asyncio.to_thread(shutil.rmtree, wal_dir, True)
+        # A load that began before the delete (a producer, a CreateTopic) finishes first: then it is
+        # unloaded here, and its WAL is never removed from under it.
+        async with self.broker.topic_lock(name.full):
+            if name.full in self.broker.topics:
+                await self.broker.unload(name.full, "deleted")
+            if self.cluster is None:
+                # A standalone topic of the same name created later must not find this one's messages.
+                wal_dir = self.broker.data_dir / "wal" / name.namespace / name.topic
+                await asyncio.to_thread(shutil.rmtree, wal_dir, True)
         await self.store.delete_prefix(keys.topic_prefix(name))
         await self.store.delete(keys.topic_root(name))
         await self.store.delete(keys.owner(name))
@@ -394,7 +397,7 @@ class AdminOps:
         record = await self.store.get(keys.subscription(name, sub))
         loaded = self.broker.topics.get(name.full)
         if record is None and (loaded is None or sub not in loaded.subscriptions):
-            raise NotFound(f"subscription {sub!r} does not exist on {name}")
+            raise NotFound(f"subscription {shown(sub)} does not exist on {name}")
         return record
 
     async def unsubscribe(self, raw: str, sub: str) -> None:
@@ -510,7 +513,7 @@ class AdminOps:
         policies = self.broker.config.policies
         policy = {name: getattr(policies, name) for name in policies.__struct_fields__}
         if not await self.store.compare_and_set(keys.namespace_policy(ns), policy, expected_version=None):
-            raise AlreadyExists(f"namespace {ns!r} already exists")
+            raise AlreadyExists(f"namespace {shown(ns)} already exists")
         log.info("admin: created namespace %s", ns)
 
     async def delete_namespace(self, ns: str) -> None:
@@ -518,9 +521,9 @@ class AdminOps:
             await self._require_namespace(ns)
             topics = await self._namespace_topics(ns)
             if topics:
-                shown = ", ".join(topics[:5]) + (", ..." if len(topics) > 5 else "")
+                listed = ", ".join(topics[:5]) + (", ..." if len(topics) > 5 else "")
                 raise FailedPrecondition(
-                    f"namespace {ns!r} still has {len(topics)} topic(s) ({shown}); delete them first"
+                    f"namespace {shown(ns)} still has {len(topics)} topic(s) ({listed}); delete them first"
                 )
             await self.store.delete_prefix(keys.namespace_prefix(ns))
         log.info("admin: deleted namespace %s", ns)

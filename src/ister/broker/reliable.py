@@ -13,6 +13,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
+import msgspec
+
 from ister.broker import metrics
 from ister.broker.sessions import ConsumerSession, Outbound, Record
 from ister.broker.subscription import Subscription
@@ -34,6 +36,15 @@ WARN_INTERVAL_SECONDS = 10.0
 
 def now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+def _dead_letter_message(record: Record) -> StoredMessage:
+    """The message to dead-letter for a stored record; a record that does not decode travels whole as the
+    payload, so that the dead letter can be published (and delivered) and nothing is lost."""
+    try:
+        return decode_message(record)
+    except msgspec.DecodeError:
+        return StoredMessage(payload=bytes(record), publish_time=0, producer_id=0, producer_name="")
 
 
 class ReliableSubscription(Subscription):
@@ -153,6 +164,12 @@ class ReliableSubscription(Subscription):
             self._m_nacks.inc(n)
             self._poke()
         return n
+
+    async def poison(self, offset: int, reason: str) -> bool:
+        handled = self._state.on_poison(offset, now_ms(), reason)
+        if handled:
+            self._poke()
+        return handled
 
     @property
     def window(self) -> int:
@@ -294,7 +311,7 @@ class ReliableSubscription(Subscription):
                 self._state.resolve_dead_letter(dead.offset)
                 continue
             try:
-                await self._publish_dead_letter(decode_message(record), dead)
+                await self._publish_dead_letter(_dead_letter_message(record), dead)
             except Exception as exc:
                 self._warn(
                     "dead-letter publish of offset %d failed (retry in %.1f s): %s",

@@ -27,9 +27,16 @@ from ister.config import BrokerConfig
 from ister.core.cluster.ownership import OwnerRecord, plan_load
 from ister.core.dispatch import DeadLetter, FailurePolicy, SubType
 from ister.core.dispatch.selector import MAX_KEY_FILTERS
-from ister.core.record import StoredMessage
+from ister.core.record import StoredMessage, repair_for_wire
 from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
-from ister.ids import PARTITION_MARKER, TopicName, new_id, validate_client_name, validate_segment
+from ister.ids import (
+    PARTITION_MARKER,
+    TopicName,
+    new_id,
+    shown,
+    validate_client_name,
+    validate_segment,
+)
 from ister.limits import (
     MAX_NAME_LEN,
     MAX_READ_OFFSET,
@@ -167,7 +174,7 @@ class BrokerService:
     async def _namespace_policy(self, namespace: str) -> dict[str, Any]:
         kv = await self.store.get(keys.namespace_policy(namespace))
         if kv is None:
-            raise NotFound(f"namespace {namespace!r} does not exist")
+            raise NotFound(f"namespace {shown(namespace)} does not exist")
         return kv.value if isinstance(kv.value, dict) else {}
 
     async def _create_topic(self, name: TopicName, delivery: str, *, internal: bool = False) -> None:
@@ -206,7 +213,7 @@ class BrokerService:
         topic = self.topics.get(name.full)
         if topic is not None:
             return topic
-        async with self._topic_lock(name.full):
+        async with self.topic_lock(name.full):
             topic = self.topics.get(name.full)
             if topic is not None:
                 return topic
@@ -220,14 +227,15 @@ class BrokerService:
                 return await self._load_and_register(name)
         # Cluster mode, not (yet) assigned here: wait for the leader outside the lock, then try again.
         await self._check_served_here(name)
-        async with self._topic_lock(name.full):
+        async with self.topic_lock(name.full):
             topic = self.topics.get(name.full)
             if topic is not None:
                 return topic
             return await self._load_and_register(name)
 
     @contextlib.asynccontextmanager
-    async def _topic_lock(self, name: str) -> AsyncIterator[None]:
+    async def topic_lock(self, name: str) -> AsyncIterator[None]:
+        """Held while the topic is loaded, and by an admin delete while it removes the topic's files."""
         lock, users = self._load_locks.setdefault(name, (asyncio.Lock(), [0]))
         users[0] += 1
         try:
@@ -492,7 +500,7 @@ class BrokerService:
             record = OwnerRecord.parse(kv.value) if kv is not None else None
             if exists and (record is None or record.loaded_epoch == local_epoch):
                 continue  # nobody loaded it since: this WAL is still the newest copy (it may come back here)
-            async with self._topic_lock(name.full):
+            async with self.topic_lock(name.full):
                 if name.full in self.topics:
                     continue
                 wal_dir = self.data_dir / "wal" / name.namespace / name.topic
@@ -800,7 +808,9 @@ class BrokerService:
                 raise Unavailable(f"producer {producer_id} is not served by this broker; redo the lookup")
             raise NotFound(f"producer {producer_id} does not exist on this broker")
         if topic_name and topic_name != session.topic:
-            raise InvalidArgument(f"producer {producer_id} publishes to {session.topic}, not {topic_name}")
+            raise InvalidArgument(
+                f"producer {producer_id} publishes to {session.topic}, not {shown(topic_name)}"
+            )
         return session
 
     async def send(self, session: ProducerSession, message: StoredMessage) -> int:
@@ -827,7 +837,7 @@ class BrokerService:
             raise InvalidArgument(f"too many key filters: {len(filters)} > {MAX_KEY_FILTERS}")
         for f in filters:
             if not f or len(f) > 1024:
-                raise InvalidArgument(f"invalid key filter {f!r}")
+                raise InvalidArgument(f"invalid key filter {shown(f)}: 1-1024 characters")
         topic = await self.get_topic(name)
         async with topic.lock:  # subscribe and restore check-then-insert across awaits
             return await self._subscribe_locked(topic, subscription, consumer_name, sub_type, filters)
@@ -922,7 +932,7 @@ class BrokerService:
             raise FailedPrecondition(f"topic {topic.name} already has max_subscriptions_per_topic={n}")
         if sub is not None and (n := limit("max_consumers_per_subscription")) and len(sub.consumers) >= n:
             raise FailedPrecondition(
-                f"subscription {subscription!r} already has max_consumers_per_subscription={n}"
+                f"subscription {shown(subscription)} already has max_consumers_per_subscription={n}"
             )
         total = sum(len(s.consumers) for s in topic.subscriptions.values())
         if (n := limit("max_consumers_per_topic")) and total >= n:
@@ -1012,7 +1022,7 @@ class BrokerService:
         active = [c.name for c in sub.consumers.values() if c.attached]
         if active:
             raise FailedPrecondition(
-                f"subscription {subscription!r} on {topic.name} has active consumers: "
+                f"subscription {shown(subscription)} on {topic.name} has active consumers: "
                 + ", ".join(sorted(active))
             )
         for session in list(sub.consumers.values()):
@@ -1086,6 +1096,7 @@ class BrokerService:
         self, topic: Topic, sub: str, policy: FailurePolicy, message: StoredMessage, dead: DeadLetter
     ) -> None:
         target = TopicName.parse(policy.dead_letter_topic or topic.name.dlq().full)
+        message = repair_for_wire(message)  # a record stored before publishes were checked
         attrs = dict(message.attributes)
         attrs.update(
             {
@@ -1172,7 +1183,7 @@ class BrokerService:
             return sub
         validate_client_name(subscription, "subscription name")
         if await self.store.get(keys.subscription(topic.name.full, subscription)) is None:
-            raise NotFound(f"subscription {subscription!r} does not exist on {topic_name}")
+            raise NotFound(f"subscription {shown(subscription)} does not exist on {topic_name}")
         return None
 
     async def ack(self, topic_name: str, subscription: str, offset: int) -> None:

@@ -100,6 +100,12 @@ class Subscription(ABC):
     @abstractmethod
     async def nack(self, offset: int, delay_ms: int | None, reason: str | None) -> bool: ...
 
+    async def poison(self, offset: int, reason: str) -> bool:
+        """The message at `offset`, just handed to a consumer's stream, cannot be sent to it: reliable
+        subscriptions apply the poison policy at once. True when this call handled it (log it then), False
+        when the offset was no longer in flight. Non-reliable: the message is simply not delivered."""
+        return True
+
     async def ack_range(self, first: int, last: int, consumer_id: int) -> int:
         """Acknowledge [first, last]; the batch API. Non-reliable: nothing to do."""
         return 0

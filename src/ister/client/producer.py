@@ -26,7 +26,7 @@ from ister import errors
 from ister.client.publisher import PartitionPublisher
 from ister.client.records import Batch, Payload, attributes_size
 from ister.client.routing import Router
-from ister.limits import MAX_ATTRIBUTE_BYTES, MAX_ATTRIBUTES
+from ister.core.record import check_attributes, check_routing_key
 
 if TYPE_CHECKING:
     from ister.client.client import Client
@@ -40,16 +40,11 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _check_attributes(attributes: dict[str, str]) -> None:
-    if len(attributes) > MAX_ATTRIBUTES:
-        raise errors.InvalidArgument(f"{len(attributes)} attributes exceed the limit of {MAX_ATTRIBUTES}")
-    size = 0
-    for k, v in attributes.items():
-        if not isinstance(k, str) or not isinstance(v, str):
-            raise errors.InvalidArgument("attribute names and values must be str")
-        size += len(k) + len(v)
-    if size > MAX_ATTRIBUTE_BYTES:
-        raise errors.InvalidArgument(f"attributes of {size} characters exceed {MAX_ATTRIBUTE_BYTES}")
+def _check_message(attributes: dict[str, str] | None, key: str | None) -> None:
+    """The broker's own checks (`ister.core.record`), so that one bad message fails alone, not its batch."""
+    if attributes:
+        check_attributes(attributes)
+    check_routing_key(key)
 
 
 class Producer:
@@ -126,8 +121,7 @@ class Producer:
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
         extra = 0
         if attributes or key is not None:
-            if attributes:
-                _check_attributes(attributes)
+            _check_message(attributes, key)
             extra = attributes_size(attributes, key)
         pub = self._pubs[self._router.current if key is None else self._router.for_key(key)]
         size = len(payload) + pub.overhead + extra
@@ -189,8 +183,7 @@ class Producer:
                 raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
             size = len(payload)
             if attributes or key is not None:
-                if attributes:
-                    _check_attributes(attributes)
+                _check_message(attributes, key)
                 size += attributes_size(attributes, key)
             if size > limit:
                 raise errors.InvalidArgument(
@@ -238,8 +231,7 @@ class Producer:
         attrs = attributes or _NO_ATTRS
         extra = 0
         if attrs or key is not None:
-            if attrs:
-                _check_attributes(attrs)
+            _check_message(attrs, key)
             extra = attributes_size(attrs, key)
         limit = min(p.max_bytes - p.overhead for p in self._pubs) - extra
         biggest = max(map(len, payloads))

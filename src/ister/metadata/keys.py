@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import TypeAlias
 
 from ister.errors import InvalidArgument
-from ister.ids import TopicName, validate_client_name, validate_segment
+from ister.ids import TopicName, shown, validate_client_name, validate_segment
 
 U64_MAX = 2**64 - 1
 OFFSET_DIGITS = 20
@@ -50,14 +50,14 @@ def _topic(topic: TopicLike) -> TopicName:
 
 def _u64(value: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= U64_MAX:
-        raise InvalidArgument(f"invalid {what} {value!r}: expected an unsigned 64-bit integer")
+        raise InvalidArgument(f"invalid {what} {shown(value)}: expected an unsigned 64-bit integer")
     return value
 
 
 def _subject(subject: str) -> str:
     validate_client_name(subject, "schema subject")
     if subject in _RESERVED_SUBJECTS:
-        raise InvalidArgument(f"invalid schema subject {subject!r}: the name is reserved")
+        raise InvalidArgument(f"invalid schema subject {shown(subject)}: the name is reserved")
     return subject
 
 

@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from ister.errors import InvalidArgument, MetadataError, WatchLagged
+from ister.ids import shown
 
 MAX_KEY_BYTES = 4096
 MAX_VALUE_BYTES = 1024 * 1024  # etcd refuses requests above 1.5 MiB by default; stay below it
@@ -82,13 +83,13 @@ class ListTooLarge(MetadataError):
 def check_key(key: object, what: str = "key") -> str:
     """A metadata key (or prefix): a str starting with '/', no NUL, at most MAX_KEY_BYTES of UTF-8."""
     if not isinstance(key, str) or not key.startswith("/"):
-        raise InvalidArgument(f"invalid metadata {what} {key!r}: must be a string starting with '/'")
+        raise InvalidArgument(f"invalid metadata {what} {shown(key)}: must be a string starting with '/'")
     if "\x00" in key:
-        raise InvalidArgument(f"invalid metadata {what} {key!r}: contains a NUL character")
+        raise InvalidArgument(f"invalid metadata {what} {shown(key)}: contains a NUL character")
     try:
         size = len(key.encode("utf-8"))
     except UnicodeEncodeError as exc:
-        raise InvalidArgument(f"invalid metadata {what} {key!r}: not valid UTF-8") from exc
+        raise InvalidArgument(f"invalid metadata {what} {shown(key)}: not valid UTF-8") from exc
     if size > MAX_KEY_BYTES:
         raise InvalidArgument(f"invalid metadata {what}: {size} bytes, limit {MAX_KEY_BYTES}")
     return key

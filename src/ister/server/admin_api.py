@@ -23,8 +23,11 @@ from ister.core.cluster.rebalance import Move
 from ister.core.dispatch import FailurePolicy
 from ister.core.dispatch.policy import BackoffStrategy, PoisonPolicy
 from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from ister.ids import shown
 from ister.metadata import keys
 from ister.server.errors import unary
+from ister.server.handlers import add_service
+from ister.wire.enums import reliable_from_wire
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
 
@@ -114,7 +117,7 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
     async def CreateTopic(self, request: pb.NewTopicRequest, context: Ctx) -> pb.TopicResponse:
         await self.ops.create_topic(
             request.name,
-            reliable=request.dispatch_strategy == pb.Reliable,
+            reliable=reliable_from_wire(request.dispatch_strategy, "dispatch_strategy"),
             schema_subject=request.schema_subject if request.HasField("schema_subject") else None,
         )
         return pb.TopicResponse(success=True)
@@ -125,7 +128,7 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
     ) -> pb.TopicResponse:
         await self.ops.create_topic(
             request.base_name,
-            reliable=request.dispatch_strategy == pb.Reliable,
+            reliable=reliable_from_wire(request.dispatch_strategy, "dispatch_strategy"),
             partitions=request.partitions,
             schema_subject=request.schema_subject if request.HasField("schema_subject") else None,
         )
@@ -272,7 +275,7 @@ class BrokerAdminServicer(pb_grpc.BrokerAdminServicer):  # type: ignore[misc]
     @staticmethod
     def _broker_id(text: str, node: ClusterNode) -> int:
         if not text.isdigit():
-            raise InvalidArgument(f"broker id must be a decimal number, got {text!r}")
+            raise InvalidArgument(f"broker id must be a decimal number, got {shown(text)}")
         broker = int(text)
         if node.cache.get(keys.broker_register(broker)) is None:
             raise NotFound(f"broker {broker} is not registered")
@@ -395,11 +398,11 @@ class SecurityAdminServicer(pb_grpc.SecurityAdminServicer):  # type: ignore[misc
 
 def add_admin_services(server: Any, broker: BrokerService) -> AdminOps:
     ops = AdminOps(broker)
-    pb_grpc.add_TopicAdminServicer_to_server(TopicAdminServicer(ops), server)
-    pb_grpc.add_NamespaceAdminServicer_to_server(NamespaceAdminServicer(ops), server)
-    pb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminServicer(ops), server)
-    pb_grpc.add_ClusterAdminServicer_to_server(ClusterAdminServicer(), server)
-    pb_grpc.add_SecurityAdminServicer_to_server(SecurityAdminServicer(), server)
+    add_service(server, TopicAdminServicer(ops), pb, "TopicAdmin")
+    add_service(server, NamespaceAdminServicer(ops), pb, "NamespaceAdmin")
+    add_service(server, BrokerAdminServicer(ops), pb, "BrokerAdmin")
+    add_service(server, ClusterAdminServicer(), pb, "ClusterAdmin")
+    add_service(server, SecurityAdminServicer(), pb, "SecurityAdmin")
     return ops
 
 

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 from ister.broker.service import BrokerService
-from ister.core.dispatch import SubType
+from ister.broker.subscription import Subscription
 from ister.errors import InvalidArgument
-from ister.ids import TopicName
+from ister.ids import TopicName, clip
 from ister.limits import MAX_NACK_REASON_BYTES
 from ister.server.errors import server_stream, unary
+from ister.server.handlers import add_service
 from ister.wire.convert import stored_from_wire, wire_from_stored
+from ister.wire.enums import access_mode_from_wire, reliable_from_wire, sub_type_from_wire
 from ister.wire.gen import DanubeApi_pb2 as pb
 from ister.wire.gen import DanubeApi_pb2_grpc as pb_grpc
 
 Ctx = Any  # grpc.aio.ServicerContext (untyped library)
+
+log = logging.getLogger(__name__)
 
 
 class ProducerServicer(pb_grpc.ProducerServiceServicer):  # type: ignore[misc]
@@ -27,8 +32,8 @@ class ProducerServicer(pb_grpc.ProducerServiceServicer):  # type: ignore[misc]
         producer_id = await self.broker.create_producer(
             request.topic_name,
             request.producer_name,
-            reliable=request.dispatch_strategy == pb.Reliable,
-            access_mode=int(request.producer_access_mode),
+            reliable=reliable_from_wire(request.dispatch_strategy, "dispatch_strategy"),
+            access_mode=access_mode_from_wire(request.producer_access_mode),
         )
         return pb.ProducerResponse(
             request_id=request.request_id, producer_id=producer_id, producer_name=request.producer_name
@@ -50,15 +55,11 @@ class ConsumerServicer(pb_grpc.ConsumerServiceServicer):  # type: ignore[misc]
 
     @unary
     async def Subscribe(self, request: pb.ConsumerRequest, context: Ctx) -> pb.ConsumerResponse:
-        try:
-            sub_type = SubType(int(request.subscription_type))
-        except ValueError:
-            raise InvalidArgument(f"unknown subscription type {request.subscription_type}") from None
         consumer_id = await self.broker.subscribe(
             request.topic_name,
             request.subscription,
             request.consumer_name,
-            sub_type,
+            sub_type_from_wire(request.subscription_type),
             list(request.key_filters),
         )
         return pb.ConsumerResponse(
@@ -76,9 +77,14 @@ class ConsumerServicer(pb_grpc.ConsumerServiceServicer):  # type: ignore[misc]
                 item = await stream.queue.get()
                 if item is None:
                     return
-                yield wire_from_stored(
-                    item.message, offset=item.offset, topic=topic, subscription=sub, broker_addr=addr
-                )
+                try:
+                    out = wire_from_stored(
+                        item.message, offset=item.offset, topic=topic, subscription=sub, broker_addr=addr
+                    )
+                except Exception as exc:  # a stored record outside the wire's ranges (or undecodable)
+                    await _undeliverable(ref.subscription, item.offset, exc)
+                    continue
+                yield out
         finally:
             self.broker.close_stream(ref, stream)
 
@@ -105,6 +111,15 @@ class ConsumerServicer(pb_grpc.ConsumerServiceServicer):  # type: ignore[misc]
             request.reason if request.HasField("reason") else None,
         )
         return pb.NackResponse(request_id=request.request_id)
+
+
+async def _undeliverable(sub: Subscription, offset: int, exc: Exception) -> None:
+    """A stored record that cannot become a StreamMessage (stored before publishes were checked): it goes
+    through the subscription's poison policy at once, instead of failing the stream and coming straight
+    back. Logged once per record and subscription, not per attempt."""
+    reason = clip(f"the stored record cannot be sent to a Danube consumer: {type(exc).__name__}: {exc}")
+    if await sub.poison(offset, reason):
+        log.warning("%s/%s: offset %d: %s; the poison policy applies", sub.topic, sub.name, offset, reason)
 
 
 class DiscoveryServicer(pb_grpc.DiscoveryServicer):  # type: ignore[misc]
@@ -148,7 +163,7 @@ class HealthServicer(pb_grpc.HealthCheckServicer):  # type: ignore[misc]
 
 
 def add_danube_services(server: Any, broker: BrokerService) -> None:
-    pb_grpc.add_ProducerServiceServicer_to_server(ProducerServicer(broker), server)
-    pb_grpc.add_ConsumerServiceServicer_to_server(ConsumerServicer(broker), server)
-    pb_grpc.add_DiscoveryServicer_to_server(DiscoveryServicer(broker), server)
-    pb_grpc.add_HealthCheckServicer_to_server(HealthServicer(broker), server)
+    add_service(server, ProducerServicer(broker), pb, "ProducerService")
+    add_service(server, ConsumerServicer(broker), pb, "ConsumerService")
+    add_service(server, DiscoveryServicer(broker), pb, "Discovery")
+    add_service(server, HealthServicer(broker), pb, "HealthCheck")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import msgspec
@@ -17,22 +17,27 @@ from crc32c import crc32c
 from ister.broker.service import BrokerService
 from ister.broker.sessions import ConsumerStream, Outbound, ProducerSession
 from ister.broker.topic import Topic
-from ister.core.dispatch import SubType
 from ister.core.frames import HEADER
-from ister.core.record import NO_ATTRIBUTES, LeanMessage, StoredMessage
+from ister.core.record import (
+    LeanMessage,
+    PublishedMessage,
+    StoredMessage,
+    check_attributes,
+    decode_published,
+    decode_published_lean,
+)
 from ister.errors import InvalidArgument, IsterError
-from ister.ids import TopicName
+from ister.ids import TopicName, shown
 from ister.limits import (
     GRPC_MAX_MESSAGE_BYTES,
-    MAX_ATTRIBUTE_BYTES,
-    MAX_ATTRIBUTES,
     MAX_NACK_REASON_BYTES,
     MAX_READ_RECORDS,
     MAX_WINDOW,
     MiB,
 )
-from ister.server.errors import server_stream, unary
-from ister.server.errors import server_stream as bidi_stream
+from ister.server.errors import bidi_stream, server_stream, unary
+from ister.server.handlers import add_service
+from ister.wire.enums import reliable_from_wire, sub_type_from_wire
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
 
@@ -49,66 +54,38 @@ READ_MAX_BYTES = 4 * MiB  # Read: record bytes per MessageBatch (one record may 
 OPEN_TIMEOUT_SECONDS = 30.0
 
 
-_records = msgspec.msgpack.Decoder(list[StoredMessage])
-# Reliable publishes are checked on lean records: a dict of attributes per record was a fifth of the work.
-_lean_records = msgspec.msgpack.Decoder(list[LeanMessage])
-_raw_records = msgspec.msgpack.Decoder(list[msgspec.Raw])
-_attributes = msgspec.msgpack.Decoder(dict[str, str])
-
-
-def _check_attributes(message: StoredMessage | LeanMessage) -> None:
-    attributes = message.attributes
-    count_bytes = True
-    if isinstance(attributes, msgspec.Raw):
-        if attributes == NO_ATTRIBUTES:
-            return
-        # A raw map is longer than its strings' UTF-8 bytes: a short one needs no counting.
-        count_bytes = len(attributes) > MAX_ATTRIBUTE_BYTES
-        attributes = _attributes.decode(attributes)  # also checks they are str -> str
-    if len(attributes) > MAX_ATTRIBUTES:
-        raise InvalidArgument(f"too many attributes: {len(attributes)} > {MAX_ATTRIBUTES}")
-    if count_bytes and (
-        sum(len(k.encode()) + len(v.encode()) for k, v in attributes.items()) > MAX_ATTRIBUTE_BYTES
-    ):
-        raise InvalidArgument(f"attributes exceed {MAX_ATTRIBUTE_BYTES} bytes")
-
-
 def decode_batch(
     batch: pb.PublishBatch, producer: ProducerSession, max_message_size: int, *, messages: bool
-) -> tuple[list[msgspec.Raw], list[StoredMessage], int]:
+) -> tuple[list[msgspec.Raw], list[PublishedMessage], int]:
     """Validate one PublishBatch completely before anything is stored; returns (records, messages, bytes).
 
-    `messages`: also decode the records into StoredMessage (non-reliable dispatch routes and sends them);
-    a reliable topic stores the records' bytes as they came and gets []."""
-    decoded: list[StoredMessage] = []
-    checked: list[StoredMessage] | list[LeanMessage]
+    Every field of every record is checked against the wire's ranges and the broker's limits, by the same
+    rules as the Danube API's SendMessage (`ister.core.record`). `messages`: also return the records as
+    StoredMessage (non-reliable dispatch routes and sends them); a reliable topic stores the records' bytes
+    as they came and gets []. Reliable publishes are checked on lean records: a dict of attributes per
+    record was a fifth of the work."""
     try:
+        checked: Sequence[StoredMessage | LeanMessage]
+        decoded: list[PublishedMessage] = []
         if messages:
-            checked = decoded = _records.decode(batch.records)
+            decoded, raws = decode_published(batch.records)
+            checked = decoded
         else:
-            checked = _lean_records.decode(batch.records)
-        raws = _raw_records.decode(batch.records)
-    except msgspec.DecodeError as exc:
-        raise InvalidArgument(f"batch {batch.sequence}: malformed records: {exc}") from None
-    n = len(checked)
-    if n == 0 or n != batch.count or n > MAX_BATCH_COUNT:
-        raise InvalidArgument(
-            f"batch {batch.sequence}: {n} records, count says {batch.count} (1..{MAX_BATCH_COUNT} allowed)"
-        )
-    pid, pname = producer.id, producer.name
-    if not all(m.producer_id == pid and m.producer_name == pname for m in checked):
-        raise InvalidArgument(f"batch {batch.sequence}: records must carry producer {pid} ({pname!r})")
-    sizes = [len(m.payload) for m in checked]
-    biggest = max(sizes)
-    if max_message_size and biggest > max_message_size:
-        raise InvalidArgument(
-            f"batch {batch.sequence}: message of {biggest} bytes exceeds max_message_size {max_message_size}"
-        )
-    for m in checked:
-        try:
-            _check_attributes(m)
-        except msgspec.DecodeError as exc:
-            raise InvalidArgument(f"batch {batch.sequence}: malformed attributes: {exc}") from None
+            checked, raws = decode_published_lean(batch.records)
+        n = len(checked)
+        if n == 0 or n != batch.count or n > MAX_BATCH_COUNT:
+            raise InvalidArgument(f"{n} records, count says {batch.count} (1..{MAX_BATCH_COUNT} allowed)")
+        pid, pname = producer.id, producer.name
+        if not all(m.producer_id == pid and m.producer_name == pname for m in checked):
+            raise InvalidArgument(f"records must carry producer {pid} ({shown(pname)})")
+        sizes = [len(m.payload) for m in checked]
+        biggest = max(sizes)
+        if max_message_size and biggest > max_message_size:
+            raise InvalidArgument(f"message of {biggest} bytes exceeds max_message_size {max_message_size}")
+        for m in checked:
+            check_attributes(m.attributes)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"batch {batch.sequence}: {exc}") from None
     return raws, decoded, sum(sizes)
 
 
@@ -132,7 +109,7 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
         first = await _first(it, "open")
         opened = first.open
         session = await self.broker.producer_session(
-            opened.topic, opened.producer_name, reliable=opened.delivery == pb.RELIABLE
+            opened.topic, opened.producer_name, reliable=reliable_from_wire(opened.delivery, "delivery")
         )
         topic = await self.broker.get_topic(TopicName.parse(session.topic))
         yield pb.PublishResponse(
@@ -200,10 +177,7 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
         it = requests.__aiter__()
         first = await _first(it, "open")
         o = first.open
-        try:
-            sub_type = SubType(int(o.subscription_type))
-        except ValueError:
-            raise InvalidArgument(f"unknown subscription type {o.subscription_type}") from None
+        sub_type = sub_type_from_wire(o.subscription_type)
         if o.window > MAX_WINDOW:
             raise InvalidArgument(f"window {o.window} is above {MAX_WINDOW}")
         consumer_id = await self.broker.subscribe(
@@ -219,6 +193,7 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
             while True:
                 frame, count = await _next_frame(stream)
                 if count == 0:
+                    _raise_bad_request(acker)
                     return
                 yield pb.ConsumeResponse(batch=pb.MessageBatch(frames=frame, count=count))
         finally:
@@ -305,6 +280,14 @@ class SubAcks:
             await self.sub.nack_range(first, last, self.consumer_id, delay, reason)
 
 
+def _raise_bad_request(acker: asyncio.Task[None]) -> None:
+    """The response stream ended: when a bad Ack/Nack frame ended it, end the call with that error."""
+    if acker.done() and not acker.cancelled():
+        exc = acker.exception()
+        if isinstance(exc, IsterError):
+            raise exc
+
+
 async def _first(it: AsyncIterator[Any], kind: str) -> Any:
     try:
         request = await asyncio.wait_for(anext(it), OPEN_TIMEOUT_SECONDS)
@@ -351,4 +334,4 @@ def pack_frames(records: list[tuple[int, bytes]]) -> bytes:
 
 
 def add_ister_service(server: Any, broker: BrokerService) -> None:
-    pb_grpc.add_IsterServicer_to_server(IsterServicer(broker), server)
+    add_service(server, IsterServicer(broker), pb, "Ister")

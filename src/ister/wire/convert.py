@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-from ister.core.record import StoredMessage
-from ister.errors import InvalidArgument
-from ister.limits import MAX_ATTRIBUTE_BYTES, MAX_ATTRIBUTES, MAX_NAME_LEN
+from ister.core.record import StoredMessage, check_attributes, check_routing_key
 from ister.wire.gen import DanubeApi_pb2 as pb
 
 
 def stored_from_wire(msg: pb.StreamMessage, producer_id: int, producer_name: str) -> StoredMessage:
-    """Validate the client-supplied parts of a StreamMessage and build the record to persist."""
+    """Validate the client-supplied parts of a StreamMessage and build the record to persist.
+
+    The rules are the batch API's (`ister.core.record`); the integer fields' types are the wire's ranges."""
     attrs = dict(msg.attributes)
-    if len(attrs) > MAX_ATTRIBUTES:
-        raise InvalidArgument(f"too many attributes: {len(attrs)} > {MAX_ATTRIBUTES}")
-    if sum(len(k.encode()) + len(v.encode()) for k, v in attrs.items()) > MAX_ATTRIBUTE_BYTES:
-        raise InvalidArgument(f"attributes exceed {MAX_ATTRIBUTE_BYTES} bytes")
+    check_attributes(attrs)
     routing_key = msg.routing_key if msg.HasField("routing_key") else None
-    if routing_key is not None and len(routing_key) > MAX_NAME_LEN * 4:
-        raise InvalidArgument("routing_key too long")
+    check_routing_key(routing_key)
     return StoredMessage(
         payload=msg.payload,
         publish_time=msg.publish_time,

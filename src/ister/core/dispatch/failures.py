@@ -37,14 +37,25 @@ class Failures:
         """The consumer's stream is gone: send the message again now (not a failure)."""
         self._to_retry(offset, self._w.record(offset, consumer), now_ms)
 
-    def fail(self, offset: int, consumer: int, now_ms: int, delay_ms: int | None, reason: str | None) -> None:
-        """A delivery failed: retry after the backoff, or apply the poison policy once exhausted."""
+    def fail(
+        self,
+        offset: int,
+        consumer: int,
+        now_ms: int,
+        delay_ms: int | None,
+        reason: str | None,
+        *,
+        poison: bool = False,
+    ) -> None:
+        """A delivery failed: retry after the backoff, or apply the poison policy once exhausted.
+
+        `poison`: no delivery can ever succeed (the record cannot be sent): the policy applies at once."""
         w = self._w
         entry = w.record(offset, consumer)
         entry.failures += 1
         entry.reason = reason
         policy = self.policy
-        if not policy.is_exhausted(entry.failures):
+        if not poison and not policy.is_exhausted(entry.failures):
             self._to_retry(offset, entry, now_ms + policy.retry_delay_ms(entry.failures, delay_ms))
         elif policy.poison_policy == DROP:
             self.dropped += 1

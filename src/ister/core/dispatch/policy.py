@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ister.errors import InvalidArgument
+from ister.ids import shown
 
 U32_MAX = 2**32 - 1
 U63_MAX = 2**63 - 1
@@ -39,7 +40,7 @@ _POISON_NAMES: dict[str, PoisonPolicy] = {
 
 def _int_field(name: str, value: object, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"failure policy: {name} must be an integer, got {value!r}")
+        raise InvalidArgument(f"failure policy: {name} must be an integer, got {shown(value)}")
     if not low <= value <= high:
         raise InvalidArgument(f"failure policy: {name} must be in {low}..{high}, got {value}")
     return value
@@ -48,14 +49,16 @@ def _int_field(name: str, value: object, low: int, high: int) -> int:
 def _parse_backoff(value: object) -> BackoffStrategy:
     if isinstance(value, str) and value.lower() in _BACKOFF_NAMES:
         return _BACKOFF_NAMES[value.lower()]
-    raise InvalidArgument(f"failure policy: backoff_strategy must be 'Fixed' or 'Exponential', got {value!r}")
+    raise InvalidArgument(
+        f"failure policy: backoff_strategy must be 'Fixed' or 'Exponential', got {shown(value)}"
+    )
 
 
 def _parse_poison(value: object) -> PoisonPolicy:
     if isinstance(value, str) and value.lower() in _POISON_NAMES:
         return _POISON_NAMES[value.lower()]
     raise InvalidArgument(
-        f"failure policy: poison_policy must be 'DeadLetter', 'Drop' or 'Block', got {value!r}"
+        f"failure policy: poison_policy must be 'DeadLetter', 'Drop' or 'Block', got {shown(value)}"
     )
 
 
@@ -87,7 +90,7 @@ class FailurePolicy:
         if dlq is not None:
             if not isinstance(dlq, str) or not dlq.strip():
                 raise InvalidArgument(
-                    f"failure policy: dead_letter_topic must be a non-blank string, got {dlq!r}"
+                    f"failure policy: dead_letter_topic must be a non-blank string, got {shown(dlq)}"
                 )
             if len(dlq) > MAX_DLQ_TOPIC_LEN:
                 raise InvalidArgument(f"failure policy: dead_letter_topic longer than {MAX_DLQ_TOPIC_LEN}")
@@ -136,7 +139,9 @@ class FailurePolicy:
         default = cls()
         dlq = data.get("dead_letter_topic")
         if dlq is not None and not isinstance(dlq, str):
-            raise InvalidArgument(f"failure policy: dead_letter_topic must be a string or null, got {dlq!r}")
+            raise InvalidArgument(
+                f"failure policy: dead_letter_topic must be a string or null, got {shown(dlq)}"
+            )
         return cls(
             max_redelivery_count=data.get("max_redelivery_count", default.max_redelivery_count),
             ack_timeout_ms=data.get("ack_timeout_ms", default.ack_timeout_ms),

@@ -337,6 +337,16 @@ class ReliableSubscriptionState:
         self._w.advance()
         return True
 
+    def on_poison(self, offset: int, now_ms: int, reason: str) -> bool:
+        """An in-flight message can never be delivered (its record cannot be sent to the consumer): the
+        poison policy (dead letter, drop or block) applies now, without retries. False when not in flight."""
+        batch = self._flight.pop(offset)
+        if batch is None:
+            return False
+        self._failures.fail(offset, batch.consumer, now_ms, None, reason, poison=True)
+        self._w.advance()
+        return True
+
     def tick(self, now_ms: int) -> int:
         """Apply ack timeouts due at `now_ms` (each a failed attempt); returns how many timed out."""
         return self._expire(now_ms)
