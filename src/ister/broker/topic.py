@@ -16,7 +16,7 @@ from ister.broker.nonreliable import NonReliableSubscription
 from ister.broker.reliable import ReliableSubscription
 from ister.broker.sessions import ProducerSession
 from ister.broker.subscription import Subscription
-from ister.core.gaps import GapLedger
+from ister.core.missing_offsets import GapLedger
 from ister.core.record import StoredMessage, encode_message
 from ister.errors import InvalidArgument, Timeout, Unavailable
 from ister.ids import TopicName

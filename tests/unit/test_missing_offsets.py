@@ -1,6 +1,6 @@
 import random
 
-from ister.core.gaps import GapLedger
+from ister.core.missing_offsets import GapLedger
 
 
 def test_each_missing_offset_is_new_once() -> None:
