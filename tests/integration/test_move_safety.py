@@ -117,6 +117,19 @@ async def receive_all(url: str, topic: str, want: set[bytes], within: float = 60
     return got
 
 
+async def before_the_event(cluster: Cluster, topic: str) -> tuple[danube.Producer, list[bytes], int]:
+    """Start the cluster, subscribe the application first, then acknowledge N messages: (producer, the
+    acknowledged payloads, the topic's owner)."""
+    await cluster.start()
+    url = cluster.brokers[0].url
+    p = await producer(await client(url), topic, "p", reliable=True)
+    await subscribe(url, topic)
+    acked = await send(p, "a", N)
+    owner = await owner_of(cluster, topic)
+    assert owner is not None
+    return p, acked, owner
+
+
 async def owner_of(cluster: Cluster, topic: str) -> int | None:
     return (await cluster.assignments()).get(topic)
 
@@ -135,14 +148,9 @@ async def test_no_durable_tier_refuses_the_move_and_keeps_serving(
 ) -> None:
     cluster = Cluster(tmp_path, etcd_server.endpoint, 2)
     try:
-        await cluster.start()
         topic = "/default/notier"
         url = cluster.brokers[0].url
-        c = await client(url)
-        p = await producer(c, topic, "p", reliable=True)
-        await subscribe(url, topic)
-        acked = await send(p, "a", N)
-        owner = await owner_of(cluster, topic)
+        p, acked, owner = await before_the_event(cluster, topic)
 
         result = admin_unload(cluster, topic)
         assert result.returncode != 0
@@ -167,14 +175,9 @@ async def test_store_down_during_unload_keeps_the_topic_then_moves_it(
     config = tier_config(tmp_path / "ister.yml", s3, export_tail=False)
     cluster = Cluster(tmp_path, etcd_server.endpoint, 2, 2, "--config-file", str(config))
     try:
-        await cluster.start()
         topic = "/default/storedown"
         url = cluster.brokers[0].url
-        c = await client(url)
-        p = await producer(c, topic, "p", reliable=True)
-        await subscribe(url, topic)
-        acked = await send(p, "a", N)
-        owner = await owner_of(cluster, topic)
+        p, acked, owner = await before_the_event(cluster, topic)
 
         s3.stop()
         started = time.monotonic()
@@ -218,14 +221,9 @@ async def test_s3_from_environment_only_moves_everything(
     }
     cluster = Cluster(tmp_path, etcd_server.endpoint, 2, env=env)
     try:
-        await cluster.start()
         topic = "/default/envs3"
         url = cluster.brokers[0].url
-        c = await client(url)
-        p = await producer(c, topic, "p", reliable=True)
-        await subscribe(url, topic)
-        acked = await send(p, "a", N)
-        owner = await owner_of(cluster, topic)
+        _, acked, owner = await before_the_event(cluster, topic)
         result = admin_unload(cluster, topic)
         assert result.returncode == 0, result.stderr
         await cluster.until(lambda: _moved(cluster, topic, owner), "the topic on its new owner", WAIT)
@@ -243,15 +241,8 @@ async def test_owner_killed_and_restarted_gives_back_its_tail(
     config = tier_config(tmp_path / "ister.yml", seaweed, export_tail=False)
     cluster = Cluster(tmp_path, etcd_server.endpoint, 2, 2, "--config-file", str(config))
     try:
-        await cluster.start()
         topic = "/default/killed"
-        url0 = cluster.brokers[0].url
-        c = await client(url0)
-        p = await producer(c, topic, "p", reliable=True)
-        await subscribe(url0, topic)
-        acked = await send(p, "a", N)
-        owner = await owner_of(cluster, topic)
-        assert owner is not None
+        _, acked, owner = await before_the_event(cluster, topic)
         dead = cluster.process_of(owner)
         dead.kill9()
         killed = time.monotonic()
@@ -345,14 +336,8 @@ async def test_owner_paused_past_its_lease_gives_back_its_tail(
     config = tier_config(tmp_path / "ister.yml", seaweed, export_tail=False)
     cluster = Cluster(tmp_path, etcd_server.endpoint, 2, 2, "--config-file", str(config))
     try:
-        await cluster.start()
         topic = "/default/paused"
-        url0 = cluster.brokers[0].url
-        p = await producer(await client(url0), topic, "p", reliable=True)
-        await subscribe(url0, topic)
-        acked = await send(p, "a", N)
-        owner = await owner_of(cluster, topic)
-        assert owner is not None
+        _, acked, owner = await before_the_event(cluster, topic)
         paused = cluster.process_of(owner)
         assert paused.proc is not None
         paused.proc.send_signal(signal.SIGSTOP)
