@@ -239,3 +239,13 @@ def test_invalid_bootstrap_namespace_in_config_file(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "bootstrap_namespaces" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_unrelated_ister_variable_is_ignored_with_a_warning(tmp_path: Path) -> None:
+    """A script's own ISTER_REPO does not stop the broker; the warning names it."""
+    broker = BrokerProcess(tmp_path / "data", env={"ISTER_REPO": "/src/ister", "ISTER_LOG_LEVEL": "info"})
+    broker.start()
+    try:
+        assert "warning: ignoring environment variable ISTER_REPO: no setting is named 'repo'" in broker.log()
+    finally:
+        broker.stop()
