@@ -22,8 +22,10 @@ from ister.errors import ConfigError, InvalidArgument
 from ister.ids import validate_segment
 from ister.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_METRICS_MAX_TOPICS,
     DEFAULT_WINDOW,
     GRPC_MAX_MESSAGE_BYTES,
+    MAX_METRICS_TOPICS,
     MAX_WINDOW,
     MIN_WINDOW,
     MiB,
@@ -104,6 +106,13 @@ class ClusterSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     superseded_wal_retention_seconds: float = 7 * 86_400.0
 
 
+class MetricsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The Prometheus exporter (`prom_exporter` says where it listens)."""
+
+    per_topic: bool = True  # series labelled by topic/subscription; false: broker totals only
+    max_topics: int = DEFAULT_METRICS_MAX_TOPICS  # per-topic series for at most this many topics
+
+
 class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     mode: Literal["standalone", "cluster"] = "standalone"
     cluster_name: str = "STANDALONE"
@@ -121,6 +130,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     cluster: ClusterSettings = msgspec.field(default_factory=ClusterSettings)
     storage: StorageSettings = msgspec.field(default_factory=StorageSettings)
     load_manager: LoadManagerSettings = msgspec.field(default_factory=LoadManagerSettings)
+    metrics: MetricsSettings = msgspec.field(default_factory=MetricsSettings)
 
     def durable_url(self, data_dir: Path) -> str | None:
         """The object store URL in effect (None: no durable tier)."""
@@ -184,6 +194,8 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
         raise ConfigError(f"storage.durable.url: expected a URL like s3://bucket/prefix, got {dur.url!r}")
     if not 0.1 <= cfg.load_manager.load_report_interval_seconds <= 3600:
         raise ConfigError("load_manager.load_report_interval_seconds must be in 0.1..3600")
+    if not 0 <= cfg.metrics.max_topics <= MAX_METRICS_TOPICS:
+        raise ConfigError(f"metrics.max_topics must be in 0..{MAX_METRICS_TOPICS}")
     c = cfg.cluster
     if not c.etcd_endpoints:
         raise ConfigError("cluster.etcd_endpoints must not be empty")

@@ -350,3 +350,13 @@ def test_invalid_cluster_name_is_config_error() -> None:
 def test_dispatch_values_beyond_failure_policy_range_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="max_redelivery_count"):
         _load(flags={"dispatch.max_redelivery_count": 2**40})
+
+
+def test_metrics_settings() -> None:
+    cfg = _load()
+    assert cfg.metrics.per_topic is True and cfg.metrics.max_topics == 500
+    env = {"ISTER_METRICS__PER_TOPIC": "false", "ISTER_METRICS__MAX_TOPICS": "20"}
+    cfg = _load(env=env)
+    assert cfg.metrics.per_topic is False and cfg.metrics.max_topics == 20
+    with pytest.raises(ConfigError, match=r"metrics.max_topics must be in 0..100000 \(from environment"):
+        _load(env={"ISTER_METRICS__MAX_TOPICS": "-1"})
