@@ -8,15 +8,17 @@ most traffic. Broker totals (`ister_broker_*`) always cover every topic, exporte
 
 Threads: only the event loop changes the families; the metrics server thread reads them. It copies a
 family's children with one `dict.copy()` (atomic under the GIL: the keys are tuples of str) and reads
-integers, so a scrape never waits for the loop and the loop never waits for a scrape.
+integers, so a scrape never waits for the loop, and the loop waits for a scrape only when it removes a
+series (a topic or subscription closing) during that copy.
 """
 
 from __future__ import annotations
 
 import contextlib
 import heapq
+import threading
 from collections.abc import Iterable, Iterator
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from prometheus_client import REGISTRY, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -38,6 +40,11 @@ class Child:
 
     def set(self, value: float) -> None:
         self.value = value
+
+
+class Snapshot(NamedTuple):
+    children: dict[tuple[str, ...], Child]
+    removed: float
 
 
 class TopicFamily:
@@ -68,6 +75,9 @@ class TopicFamily:
         self.rank = rank  # what this family adds to a topic's rank when series are bounded (TopicSeries)
         self._children: dict[tuple[str, ...], Child] = {}
         self._removed = 0.0  # what removed counter series had counted (for the broker total)
+        # Taken by `remove` and `snapshot` only (both rare): a scrape never sees a removed series' count
+        # in neither or both of `_children` and `_removed`, so the broker total never dips.
+        self._lock = threading.Lock()
 
     def labels(self, *values: str) -> Child:
         if len(values) != len(self.labelnames):
@@ -79,24 +89,28 @@ class TopicFamily:
 
     def remove(self, *values: str) -> None:
         """Drop a series (KeyError when there is none, as prometheus_client)."""
-        child = self._children.pop(values)
-        if self.kind == "counter":
-            self._removed += child.value
+        with self._lock:
+            child = self._children.pop(values)
+            if self.kind == "counter":
+                self._removed += child.value
 
     def clear(self) -> None:
         for values in list(self._children):
             self.remove(*values)
 
-    def snapshot(self) -> dict[tuple[str, ...], Child]:
-        """The children as they are now (safe from another thread: one atomic copy)."""
-        return self._children.copy()
+    def snapshot(self) -> Snapshot:
+        """The children as they are now and what removed ones counted (safe from another thread)."""
+        with self._lock:
+            return Snapshot(self._children.copy(), self._removed)
 
     def value(self, *values: str) -> float | None:
         child = self._children.get(values)
         return None if child is None else child.value
 
-    def total(self, children: dict[tuple[str, ...], Child]) -> float:
-        return sum(c.value for c in children.values()) + self._removed
+    @staticmethod
+    def total(snapshot: Snapshot) -> float:
+        """The broker total: every series summed, plus (a counter) what removed ones had counted."""
+        return sum(c.value for c in snapshot.children.values()) + snapshot.removed
 
     def family(self, children: Iterable[tuple[tuple[str, ...], Child]]) -> Metric:
         metric: Metric
@@ -236,15 +250,15 @@ class TopicSeries:
     def collect(self) -> Iterator[Metric]:
         snapshots = [(family, family.snapshot()) for family in self.families]
         topics: set[str] = set()
-        for _, children in snapshots:
-            topics.update(values[0] for values in children)
-        chosen = self.choose(topics, snapshots)
-        for family, children in snapshots:
+        for _, snap in snapshots:
+            topics.update(values[0] for values in snap.children)
+        chosen = self.choose(topics, [(family, snap.children) for family, snap in snapshots])
+        for family, snap in snapshots:
             if chosen:
-                yield family.family((v, c) for v, c in children.items() if v[0] in chosen)
+                yield family.family((v, c) for v, c in snap.children.items() if v[0] in chosen)
             if family.total_name is not None:
                 total_cls = CounterMetricFamily if family.kind == "counter" else GaugeMetricFamily
-                yield total_cls(family.total_name, family.total_documentation, value=family.total(children))
+                yield total_cls(family.total_name, family.total_documentation, value=family.total(snap))
         shown = GaugeMetricFamily(
             "ister_metrics_topics",
             "Topics with metric series on this broker: exported in full, or omitted (metrics.max_topics)",
