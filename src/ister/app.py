@@ -49,7 +49,11 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
             # After the server is up: the watcher may load topics and clients may be redirected here at once.
             await cluster.start(broker)
         if config.prom_exporter:
-            prom = start_prometheus(config.prom_exporter)
+            prom = start_prometheus(
+                config.prom_exporter,
+                per_topic=config.metrics.per_topic,
+                max_topics=config.metrics.max_topics,
+            )
         log.info(
             "ister broker ready: %s mode, client %s, data %s, fsync %s%s",
             config.mode,

@@ -1,13 +1,17 @@
 """Configuration: defaults < YAML file < ISTER_* environment < command-line flags, validated once.
 
 The result is a tree of frozen msgspec Structs. Environment variables name nested keys with double
-underscores: ISTER_WAL__FSYNC=interval sets `wal.fsync`; values are parsed as YAML scalars.
+underscores: ISTER_WAL__FSYNC=interval sets `wal.fsync`; values are parsed as YAML scalars. An ISTER_*
+variable that names no setting (a script's own ISTER_REPO, say) is ignored with a warning; an invalid value
+is an error that names the variable it came from.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,8 +22,10 @@ from ister.errors import ConfigError, InvalidArgument
 from ister.ids import validate_segment
 from ister.limits import (
     DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_METRICS_MAX_TOPICS,
     DEFAULT_WINDOW,
     GRPC_MAX_MESSAGE_BYTES,
+    MAX_METRICS_TOPICS,
     MAX_WINDOW,
     MIN_WINDOW,
     MiB,
@@ -28,6 +34,8 @@ from ister.limits import (
 MAX_POLICY_MESSAGE_SIZE = GRPC_MAX_MESSAGE_BYTES - MiB  # room for the envelope around the payload
 
 ENV_PREFIX = "ISTER_"
+
+log = logging.getLogger(__name__)
 
 
 class WalSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -98,6 +106,13 @@ class ClusterSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     superseded_wal_retention_seconds: float = 7 * 86_400.0
 
 
+class MetricsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The Prometheus exporter (`prom_exporter` says where it listens)."""
+
+    per_topic: bool = True  # series labelled by topic/subscription; false: broker totals only
+    max_topics: int = DEFAULT_METRICS_MAX_TOPICS  # per-topic series for at most this many topics
+
+
 class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     mode: Literal["standalone", "cluster"] = "standalone"
     cluster_name: str = "STANDALONE"
@@ -115,6 +130,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     cluster: ClusterSettings = msgspec.field(default_factory=ClusterSettings)
     storage: StorageSettings = msgspec.field(default_factory=StorageSettings)
     load_manager: LoadManagerSettings = msgspec.field(default_factory=LoadManagerSettings)
+    metrics: MetricsSettings = msgspec.field(default_factory=MetricsSettings)
 
     def durable_url(self, data_dir: Path) -> str | None:
         """The object store URL in effect (None: no durable tier)."""
@@ -178,6 +194,8 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
         raise ConfigError(f"storage.durable.url: expected a URL like s3://bucket/prefix, got {dur.url!r}")
     if not 0.1 <= cfg.load_manager.load_report_interval_seconds <= 3600:
         raise ConfigError("load_manager.load_report_interval_seconds must be in 0.1..3600")
+    if not 0 <= cfg.metrics.max_topics <= MAX_METRICS_TOPICS:
+        raise ConfigError(f"metrics.max_topics must be in 0..{MAX_METRICS_TOPICS}")
     c = cfg.cluster
     if not c.etcd_endpoints:
         raise ConfigError("cluster.etcd_endpoints must not be empty")
@@ -214,18 +232,74 @@ def _set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+def _setting_path(path: list[str]) -> bool:
+    """Does `path` name a setting (or a key inside a free-form mapping setting such as storage options)?"""
+    info: msgspec.inspect.Type = msgspec.inspect.type_info(BrokerConfig)
+    for i, part in enumerate(path):
+        if isinstance(info, msgspec.inspect.UnionType):  # `X | None`: look through the None
+            kinds = [t for t in info.types if not isinstance(t, msgspec.inspect.NoneType)]
+            info = kinds[0] if len(kinds) == 1 else info
+        if isinstance(info, msgspec.inspect.DictType):
+            return True  # any key below a mapping setting is the user's
+        if not isinstance(info, msgspec.inspect.StructType):
+            return False  # a part below a plain value (ISTER_LOG_LEVEL__X)
+        field = next((f for f in info.fields if f.encode_name == part), None)
+        if field is None:
+            return False
+        info = field.type
+        if i == len(path) - 1:
+            return True
+    return False
+
+
+def _env_overrides(
+    environ: Mapping[str, str], origins: dict[tuple[str, ...], str], warn: Callable[[str], None]
+) -> dict[str, Any]:
+    """The ISTER_* variables that name settings, as a tree; `origins` maps each key path to its variable."""
     tree: dict[str, Any] = {}
-    for name, raw in environ.items():
+    for name, raw in sorted(environ.items()):
         if not name.startswith(ENV_PREFIX):
             continue
         path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
+        if not all(path) or not _setting_path(path):
+            warn(f"ignoring environment variable {name}: no setting is named {'.'.join(path)!r}")
+            continue
         try:
             value = yaml.safe_load(raw) if raw != "" else None
         except yaml.YAMLError as exc:
             raise ConfigError(f"environment {name}: {exc}") from None
-        _set_path(tree, path, value)
+        try:
+            _set_path(tree, path, value)
+        except ConfigError as exc:
+            raise ConfigError(f"environment {name}: {exc}") from None
+        origins[tuple(path)] = f"environment variable {name}"
     return tree
+
+
+_ERROR_PATH = re.compile(r"at `\$((?:\.[A-Za-z0-9_]+|\[\d+\])*)`")
+
+
+def _origin_of(message: str, origins: Mapping[tuple[str, ...], str]) -> str | None:
+    """Where the value a msgspec error points at (``at `$.wal.fsync` ``) came from, if known."""
+    match = _ERROR_PATH.search(message)
+    if match is None:
+        return None
+    path = tuple(re.findall(r"\.([A-Za-z0-9_]+)", match.group(1)))
+    for n in range(len(path), 0, -1):  # the longest given prefix: a mapping value set as a whole
+        origin = origins.get(path[:n])
+        if origin is not None:
+            return origin
+    return None
+
+
+def _record_origins(
+    tree: Mapping[str, Any], origin: str, out: dict[tuple[str, ...], str], at: tuple[str, ...] = ()
+) -> None:
+    for key, value in tree.items():
+        path = (*at, str(key))
+        out[path] = origin
+        if isinstance(value, Mapping):
+            _record_origins(value, origin, out, path)
 
 
 def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -242,8 +316,14 @@ def load_config(
     config_file: Path | None = None,
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> BrokerConfig:
-    """Build the validated configuration. `overrides` are flag values (dotted keys allowed, None = unset)."""
+    """Build the validated configuration. `overrides` are flag values (dotted keys allowed, None = unset).
+
+    `warn` receives what is ignored (ISTER_* variables that name no setting); by default it is logged.
+    """
+    warn = warn or log.warning
+    origins: dict[tuple[str, ...], str] = {}
     tree: dict[str, Any] = {}
     if config_file is not None:
         try:
@@ -257,14 +337,26 @@ def load_config(
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {config_file} must hold a mapping at the top level")
         tree = loaded
-    tree = _merge(tree, _env_overrides(os.environ if environ is None else environ))
+        _record_origins(tree, f"config file {config_file}", origins)
+    tree = _merge(tree, _env_overrides(os.environ if environ is None else environ, origins, warn))
     flags: dict[str, Any] = {}
     for key, value in (overrides or {}).items():
         if value is not None:
             _set_path(flags, key.split("."), value)
+            origins[tuple(key.split("."))] = "the command line"
     tree = _merge(tree, flags)
     try:
         cfg = msgspec.convert(tree, BrokerConfig, strict=False)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"invalid configuration: {exc}") from None
-    return _check(cfg)
+        origin = _origin_of(str(exc), origins)
+        where = f" (from {origin})" if origin is not None else ""
+        raise ConfigError(f"invalid configuration: {exc}{where}") from None
+    try:
+        return _check(cfg)
+    except ConfigError as exc:
+        # "dispatch.ack_timeout_ms must be > 0", "broker_addr: expected HOST:PORT, …": name the source.
+        found = re.match(r"[a-z_]+(?:\.[a-z_]+)*", str(exc))
+        origin = origins.get(tuple(found.group(0).split("."))) if found is not None else None
+        if origin is None:
+            raise
+        raise ConfigError(f"{exc} (from {origin})") from None

@@ -48,3 +48,12 @@ METADATA_TIMEOUT_SECONDS = 10.0
 SHUTDOWN_GRACE_SECONDS = 10.0
 PUBLISH_TIMEOUT_SECONDS = 30.0  # a WAL that cannot fsync within this fails the send (retriable)
 MAX_NACK_REASON_BYTES = 1024
+
+# Prometheus exporter (one thread, off the event loop).
+DEFAULT_METRICS_MAX_TOPICS = 500  # topics with per-topic series per scrape (metrics.max_topics)
+MAX_METRICS_TOPICS = 100_000
+METRICS_MAX_CONNECTIONS = 16  # open scrape connections; more are answered 503 and closed
+METRICS_IDLE_SECONDS = 30.0  # a connection with no request (or no progress writing) for this long is closed
+METRICS_MAX_REQUEST_BYTES = 8 * 1024  # request line + headers
+METRICS_RENDER_DUTY = 0.1  # rendering takes at most this share of a core, however many scrapers
+METRICS_MIN_CACHE_SECONDS = 0.0  # scrapes closer than this to the last rendering share it

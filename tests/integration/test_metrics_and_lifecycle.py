@@ -6,6 +6,7 @@ import asyncio
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -239,3 +240,74 @@ def test_invalid_bootstrap_namespace_in_config_file(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "bootstrap_namespaces" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_unrelated_ister_variable_is_ignored_with_a_warning(tmp_path: Path) -> None:
+    """A script's own ISTER_REPO does not stop the broker; the warning names it."""
+    broker = BrokerProcess(tmp_path / "data", env={"ISTER_REPO": "/src/ister", "ISTER_LOG_LEVEL": "info"})
+    broker.start()
+    try:
+        assert "warning: ignoring environment variable ISTER_REPO: no setting is named 'repo'" in broker.log()
+    finally:
+        broker.stop()
+
+
+# -- the exporter --------------------------------------------------------------------------------------------
+
+
+def _status(url: str, method: str = "GET") -> int:
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_exporter_answers_404_off_the_metrics_path(shared_broker: BrokerProcess) -> None:
+    base = shared_broker.metrics_url.removesuffix("/metrics")
+    assert _status(shared_broker.metrics_url) == 200
+    assert _status(base + "/") == 404
+    assert _status(base + "/healthz") == 404
+    assert _status(shared_broker.metrics_url, "POST") == 405
+
+
+def _topics_in(text: str) -> set[str]:
+    return {
+        s.labels["topic"]
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if "topic" in s.labels
+    }
+
+
+def _sample(text: str, name: str, **labels: str) -> float | None:
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and s.labels == labels:
+                return float(s.value)
+    return None
+
+
+@pytest.mark.parametrize(
+    ("env", "exported"),
+    [({"ISTER_METRICS__PER_TOPIC": "false"}, 0), ({"ISTER_METRICS__MAX_TOPICS": "2"}, 2)],
+    ids=["per-topic-off", "top-2"],
+)
+async def test_per_topic_series_are_bounded(tmp_path: Path, env: dict[str, str], exported: int) -> None:
+    broker = BrokerProcess(tmp_path / "data", env=env)
+    broker.start()
+    try:
+        c = await client(broker.url)
+        topics = [f"/default/bounded_{i}" for i in range(4)]
+        for i, t in enumerate(topics):
+            p = await producer(c, t, "p", reliable=True)
+            for _ in range(i + 1):  # the busiest topics are the last ones
+                await p.send(b"x")
+        text = await asyncio.to_thread(_scrape_text, broker.metrics_url)
+        assert _topics_in(text) == set(topics[len(topics) - exported :])
+        assert _sample(text, "ister_metrics_topics", series="exported") == exported
+        assert _sample(text, "ister_metrics_topics", series="omitted") == len(topics) - exported
+        assert _sample(text, "ister_broker_messages_in_total") == 1 + 2 + 3 + 4  # every topic counts
+    finally:
+        broker.stop()

@@ -198,16 +198,77 @@ def test_unknown_keys_rejected(tmp_path: Path, yaml_text: str, key: str) -> None
         _load(tmp_path, yaml_text)
 
 
-def test_unknown_env_key_rejected() -> None:
-    with pytest.raises(ConfigError, match="bogus"):
-        _load(env={"ISTER_BOGUS": "1"})
-    with pytest.raises(ConfigError, match="nope"):
-        _load(env={"ISTER_WAL__NOPE": "1"})
+def test_env_variables_naming_no_setting_are_ignored_with_a_warning() -> None:
+    """A script's own ISTER_REPO (or a typo) does not stop the broker; the warning names the variable."""
+    warnings: list[str] = []
+    env = {
+        "ISTER_REPO": "/src/ister",
+        "ISTER_WAL__NOPE": "1",
+        "ISTER_LOG_LEVEL__X": "1",  # below a plain value
+        "ISTER_CONFIG_FILE": "x.yml",
+        "ISTER_WAL__FSYNC": "interval",
+    }
+    cfg = load_config(None, None, env, warn=warnings.append)
+    assert cfg.wal.fsync == "interval"
+    assert sorted(warnings) == [
+        "ignoring environment variable ISTER_CONFIG_FILE: no setting is named 'config_file'",
+        "ignoring environment variable ISTER_LOG_LEVEL__X: no setting is named 'log_level.x'",
+        "ignoring environment variable ISTER_REPO: no setting is named 'repo'",
+        "ignoring environment variable ISTER_WAL__NOPE: no setting is named 'wal.nope'",
+    ]
 
 
-def test_env_cannot_nest_under_a_scalar() -> None:
-    with pytest.raises(ConfigError, match="log_level"):
-        _load(env={"ISTER_LOG_LEVEL__X": "1"})
+def test_env_warnings_are_logged_by_default(caplog: pytest.LogCaptureFixture) -> None:
+    _load(env={"ISTER_REPO": "x"})
+    assert "ISTER_REPO" in caplog.text
+
+
+def test_env_keys_below_a_mapping_setting_are_the_users() -> None:
+    warnings: list[str] = []
+    env = {"ISTER_STORAGE__DURABLE__OPTIONS__ENDPOINT": "http://127.0.0.1:8333"}
+    cfg = load_config(None, None, env, warn=warnings.append)
+    assert cfg.storage.durable.options == {"endpoint": "http://127.0.0.1:8333"}
+    assert warnings == []
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"ISTER_WAL__FSYNC": "never"}, "`$.wal.fsync` (from environment variable ISTER_WAL__FSYNC)"),
+        (
+            {"ISTER_DISPATCH__ACK_TIMEOUT_MS": "soon"},
+            "(from environment variable ISTER_DISPATCH__ACK_TIMEOUT_MS)",
+        ),
+        (
+            {"ISTER_DISPATCH__ACK_TIMEOUT_MS": "0"},
+            "must be > 0 (from environment variable ISTER_DISPATCH__ACK_",
+        ),
+        (
+            {"ISTER_BROKER_ADDR": "nohost"},
+            "HOST:PORT, got 'nohost' (from environment variable ISTER_BROKER_ADDR)",
+        ),
+        ({"ISTER_WAL": "fast"}, "`$.wal` (from environment variable ISTER_WAL)"),
+        (
+            {"ISTER_WAL": "fast", "ISTER_WAL__FSYNC": "always"},
+            "environment ISTER_WAL__FSYNC: wal.fsync: wal is",
+        ),
+        (
+            {"ISTER_STORAGE__DURABLE__OPTIONS": "[1]"},
+            "(from environment variable ISTER_STORAGE__DURABLE__OPTIONS)",
+        ),
+    ],
+)
+def test_invalid_env_values_name_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _load(env=env)
+    assert message in str(info.value)
+
+
+def test_invalid_values_name_their_source(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"\(from config file .*ister\.yml\)"):
+        _load(tmp_path, "wal: {fsync: never}\n")
+    with pytest.raises(ConfigError, match=r"\(from the command line\)"):
+        _load(flags={"wal.fsync": "never"})
 
 
 @pytest.mark.parametrize(
@@ -289,3 +350,13 @@ def test_invalid_cluster_name_is_config_error() -> None:
 def test_dispatch_values_beyond_failure_policy_range_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="max_redelivery_count"):
         _load(flags={"dispatch.max_redelivery_count": 2**40})
+
+
+def test_metrics_settings() -> None:
+    cfg = _load()
+    assert cfg.metrics.per_topic is True and cfg.metrics.max_topics == 500
+    env = {"ISTER_METRICS__PER_TOPIC": "false", "ISTER_METRICS__MAX_TOPICS": "20"}
+    cfg = _load(env=env)
+    assert cfg.metrics.per_topic is False and cfg.metrics.max_topics == 20
+    with pytest.raises(ConfigError, match=r"metrics.max_topics must be in 0..100000 \(from environment"):
+        _load(env={"ISTER_METRICS__MAX_TOPICS": "-1"})

@@ -141,6 +141,6 @@ def test_cv_thresholds(dashboard: dict[str, Any]) -> None:
 def test_topic_metric_names_match_the_broker() -> None:
     from ister.broker import metrics
 
-    names = {m._name for m in (metrics.subscription_lag, metrics.messages_in, metrics.bytes_in)}
-    # prometheus_client strips the `_total` suffix of counters from `_name`
+    names = {m.name for m in (metrics.subscription_lag, metrics.messages_in, metrics.bytes_in)}
+    # a counter family's name is without the `_total` of its samples, as in prometheus_client
     assert names == {"danube_subscription_lag_messages", "danube_topic_messages_in", "danube_topic_bytes_in"}

@@ -53,3 +53,4 @@ class NonReliableSubscription(Subscription):
 
     async def close(self) -> None:
         self.end_streams()
+        metrics.forget_subscription(self.topic, self.name)

@@ -9,7 +9,6 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
-from prometheus_client import Gauge
 
 from ister.broker import metrics
 from ister.broker.nonreliable import NonReliableSubscription
@@ -56,7 +55,7 @@ class Topic:
         # Named cursors moved by readers that keep their own position (SetCursor, e.g. Spark's source):
         # subscription -> next offset. Their lag is published like a subscription's, kept fresh per append.
         self.cursors: dict[str, int] = {}
-        self._cursor_gauges: dict[str, Gauge] = {}  # their lag series, looked up once, not per append
+        self._cursor_gauges: dict[str, metrics.Child] = {}  # their lag series, looked up once, not per append
         self.gaps = GapLedger()  # offsets readers found missing: counted and logged once each
 
     def report_gap(self, first: int, end: int) -> None:
@@ -178,6 +177,7 @@ class Topic:
                 log.exception("closing subscription %s on %s failed", sub.name, self.name)
         for name in self.cursors:
             metrics.forget_subscription(self.name.full, name)  # the next owner publishes them
+        metrics.forget_topic(self.name.full)
         self.cursors.clear()
         self._cursor_gauges.clear()
         if self.wal is not None:

@@ -15,8 +15,8 @@ import uvloop
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ister.cli.main import app
-from ister.client import Client, Message
-from ister.errors import InvalidArgument, IsterError
+from ister.client import Client, Consumer, Message
+from ister.errors import InvalidArgument, IsterError, NotFound
 
 SUB_TYPES = {
     "exclusive": "exclusive",
@@ -25,6 +25,8 @@ SUB_TYPES = {
     "key-shared": "key_shared",
 }
 PROGRESS_FROM = 1_000  # show a progress bar for runs at least this long (and never with --json)
+WAIT_FOR_TOPIC_FIRST_POLL = 0.2  # `ister consume` on a topic not created yet: look again after this, ...
+WAIT_FOR_TOPIC_MAX_POLL = 2.0  # ... doubling up to this
 
 
 def parse_attributes(raw: str | None) -> dict[str, str]:
@@ -177,13 +179,23 @@ def consume(
     ] = "shared",
     count: Annotated[int | None, typer.Option("--count", min=1, help="exit after this many messages")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per message on stdout")] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            min=0.0,
+            help="seconds to wait for the topic to be created (default: until it is; 0: fail at once)",
+        ),
+    ] = None,
 ) -> None:
-    """Receive and acknowledge messages until --count (or Ctrl-C)."""
+    """Receive and acknowledge messages until --count (or Ctrl-C); waits for a topic not created yet."""
     if sub_type not in SUB_TYPES:
         raise _fail(InvalidArgument(f"--sub-type must be one of {', '.join(SUB_TYPES)}"))
     try:
         uvloop.run(
-            _consume(service_addr, topic, subscription, consumer_name, SUB_TYPES[sub_type], count, as_json)
+            _consume(
+                service_addr, topic, subscription, consumer_name, SUB_TYPES[sub_type], count, as_json, timeout
+            )
         )
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
@@ -191,11 +203,53 @@ def consume(
         raise _fail(exc) from None
 
 
+async def _subscribe(
+    client: Client, topic: str, subscription: str, name: str, sub_type: str, wait_seconds: float | None
+) -> Consumer:
+    """Subscribe, waiting (with a message on stderr) while the topic does not exist, up to `wait_seconds`."""
+    deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
+    delay = WAIT_FOR_TOPIC_FIRST_POLL
+    waiting = False
+    while True:
+        try:
+            # A lookup first: it says "no such topic" quietly (a failed subscribe logs a warning).
+            if await client.lookup_with_retry(topic) is not None:
+                consumer = await client.consumer(topic, subscription, type=sub_type, name=name)
+                break
+            missing: NotFound = NotFound(f"topic {topic} does not exist")
+        except NotFound as exc:  # deleted between the lookup and the subscribe
+            missing = exc
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            if waiting:
+                raise NotFound(f"{missing} (waited {wait_seconds:g} s for it to be created)")
+            raise missing
+        if not waiting:
+            limit = "" if wait_seconds is None else f" for up to {wait_seconds:g} s"
+            typer.echo(
+                f"topic {topic} does not exist yet: waiting{limit} for it to be created (Ctrl-C to stop)",
+                err=True,
+            )
+            waiting = True
+        await asyncio.sleep(delay if left is None else min(delay, left))
+        delay = min(delay * 2, WAIT_FOR_TOPIC_MAX_POLL)
+    if waiting:
+        typer.echo(f"topic {topic} exists now: consuming", err=True)
+    return consumer
+
+
 async def _consume(
-    url: str, topic: str, subscription: str, name: str, sub_type: str, count: int | None, as_json: bool
+    url: str,
+    topic: str,
+    subscription: str,
+    name: str,
+    sub_type: str,
+    count: int | None,
+    as_json: bool,
+    wait_seconds: float | None = None,
 ) -> None:
     async with Client(url) as client:
-        consumer = await client.consumer(topic, subscription, type=sub_type, name=name)
+        consumer = await _subscribe(client, topic, subscription, name, sub_type, wait_seconds)
         received = 0
         started = time.perf_counter()
         show = not as_json and count is not None and count >= PROGRESS_FROM

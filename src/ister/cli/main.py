@@ -64,6 +64,7 @@ def broker(
                 else None,
                 "log_level": log_level,
             },
+            warn=lambda message: typer.echo(f"warning: {message}", err=True),
         )
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -10,7 +10,7 @@ from ister.cli.main import app
 from ister.errors import IsterError
 
 pipeline_app = typer.Typer(
-    help="Data pipelines on Spark (needs the spark extra: pip install 'ister[spark]')."
+    help="Data pipelines on Spark (needs the spark extra: pip install 'ister\\[spark]')."
 )
 app.add_typer(pipeline_app, name="pipeline")
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-from prometheus_client import start_http_server
 
+from ister.broker import metrics
 from ister.broker.service import BrokerService
 from ister.config import split_host_port
-from ister.limits import GRPC_MAX_MESSAGE_BYTES
+from ister.limits import DEFAULT_METRICS_MAX_TOPICS, GRPC_MAX_MESSAGE_BYTES
 from ister.server.danube_api import add_danube_services
 from ister.server.ister_api import add_ister_service
+from ister.server.metrics_http import MetricsServer, start_metrics_server
 
 # gRPC's own size limits sit well above the message-size policy so that an oversize message gets the
 # broker's INVALID_ARGUMENT, not gRPC's RESOURCE_EXHAUSTED (which the official client retries for ever).
@@ -39,7 +40,10 @@ async def start_client_server(broker: BrokerService, addr: str) -> Any:
     return server
 
 
-def start_prometheus(addr: str) -> Any:
+def start_prometheus(
+    addr: str, *, per_topic: bool = True, max_topics: int = DEFAULT_METRICS_MAX_TOPICS
+) -> MetricsServer:
+    """The Prometheus exporter on its own thread (`server/metrics_http.py`), bounded per-topic series."""
     host, port = split_host_port(addr, "prom_exporter")
-    server, _thread = start_http_server(port, addr=host)
-    return server
+    metrics.configure(per_topic=per_topic, max_topics=max_topics)
+    return start_metrics_server(host, port)

@@ -1,0 +1,328 @@
+"""The Prometheus exporter: a small HTTP/1.1 server on one thread of its own, off the event loop.
+
+`GET /metrics` (also `HEAD`) answers the text exposition format; any other path is 404, any other method
+405. Bounded: one thread whatever the number of clients (a selector over non-blocking sockets), at most
+`max_connections` open connections (the next one gets 503 and is closed), requests up to
+`max_request_bytes`, and a connection that sends no request or takes no bytes for `idle_seconds` is
+closed. The rendering is shared: a scrape within `duty`-bounded distance of the last rendering gets that
+body (gzip-compressed when asked), the next rendering waits until the thread has been idle for
+(1 / duty - 1) times what the last one took (at least `min_cache_seconds`). So however many scrapers there
+are, rendering takes at most `duty` of one core's time (10%), and the event loop keeps the GIL for the
+rest; with few series the body is never more than a few milliseconds old.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import logging
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from prometheus_client import REGISTRY, generate_latest
+
+from ister.limits import (
+    METRICS_IDLE_SECONDS,
+    METRICS_MAX_CONNECTIONS,
+    METRICS_MAX_REQUEST_BYTES,
+    METRICS_MIN_CACHE_SECONDS,
+    METRICS_RENDER_DUTY,
+)
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+METRICS_PATH = "/metrics"
+_READ_CHUNK = 4096
+
+
+def render_registry() -> bytes:
+    return generate_latest(REGISTRY)
+
+
+@dataclass(slots=True)
+class _Conn:
+    sock: socket.socket
+    last_active: float
+    inbox: bytearray = field(default_factory=bytearray)
+    outbox: memoryview | None = None
+    close_after: bool = False
+
+
+class MetricsServer:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        render: Callable[[], bytes] = render_registry,
+        *,
+        max_connections: int = METRICS_MAX_CONNECTIONS,
+        idle_seconds: float = METRICS_IDLE_SECONDS,
+        max_request_bytes: int = METRICS_MAX_REQUEST_BYTES,
+        duty: float = METRICS_RENDER_DUTY,
+        min_cache_seconds: float = METRICS_MIN_CACHE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._render = render
+        self.max_connections = max_connections
+        self.idle_seconds = idle_seconds
+        self.max_request_bytes = max_request_bytes
+        self.duty = duty
+        self.min_cache_seconds = min_cache_seconds
+        self._cache_for = min_cache_seconds  # how long the current body is served
+        self._clock = clock
+        self._listener = socket.create_server((host, port), backlog=64)
+        self._listener.setblocking(False)
+        self.port: int = self._listener.getsockname()[1]
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._listener, selectors.EVENT_READ, None)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._conns: dict[int, _Conn] = {}
+        self._stopping = False
+        self._body: bytes = b""
+        self._gzipped: bytes | None = None
+        self._rendered_at: float | None = None
+        self.renders = 0  # how many times the body was rendered (for tests and the benchmark)
+        self._thread = threading.Thread(target=self._serve, name="ister-metrics", daemon=True)
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        return self
+
+    def shutdown(self) -> None:
+        """Stop serving, close every connection and the listening socket; waits for the thread."""
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+        if self._thread.is_alive():
+            self._thread.join(5.0)
+        else:
+            self._close_all()
+
+    # -- the loop --------------------------------------------------------------------------------------------
+    def _serve(self) -> None:
+        try:
+            while not self._stopping:
+                for key, events in self._sel.select(self._next_timeout()):
+                    if key.fileobj is self._listener:
+                        self._accept()
+                    elif key.fileobj is self._wake_r:
+                        with contextlib.suppress(OSError):
+                            self._wake_r.recv(64)
+                    else:
+                        conn = self._conns.get(key.fd)
+                        if conn is None:
+                            continue
+                        if events & selectors.EVENT_READ:
+                            self._read(conn)
+                        if events & selectors.EVENT_WRITE and key.fd in self._conns:
+                            self._write(conn)
+                self._expire()
+        except Exception:
+            log.exception("metrics server failed; Prometheus scrapes are no longer answered")
+        finally:
+            self._close_all()
+
+    def _next_timeout(self) -> float | None:
+        if not self._conns:
+            return None
+        oldest = min(c.last_active for c in self._conns.values())
+        return max(0.0, oldest + self.idle_seconds - self._clock())
+
+    def _expire(self) -> None:
+        now = self._clock()
+        for conn in [c for c in self._conns.values() if now - c.last_active >= self.idle_seconds]:
+            self._close(conn)
+
+    def _accept(self) -> None:
+        for _ in range(64):  # take what is waiting, without starving the open connections
+            try:
+                sock, _addr = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("metrics server: accept failed: %s", exc)
+                return
+            if len(self._conns) >= self.max_connections:
+                # Over the limit: a short answer on a best-effort send, then close.
+                with contextlib.suppress(OSError):
+                    sock.setblocking(False)
+                    sock.send(_response(503, b"too many connections\n", "text/plain", close=True))
+                sock.close()
+                continue
+            sock.setblocking(False)
+            conn = _Conn(sock, self._clock())
+            self._conns[sock.fileno()] = conn
+            self._sel.register(sock, selectors.EVENT_READ, None)
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(_READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if not data:
+            self._close(conn)
+            return
+        conn.last_active = self._clock()
+        conn.inbox += data
+        if conn.outbox is None:
+            self._handle(conn)
+        elif len(conn.inbox) > self.max_request_bytes:
+            self._close(conn)  # piling up requests while not reading the answers
+
+    def _handle(self, conn: _Conn) -> None:
+        """Answer the request waiting in the inbox, if a whole one is there."""
+        end = conn.inbox.find(b"\r\n\r\n")
+        if end < 0:
+            if len(conn.inbox) > self.max_request_bytes:
+                self._send(conn, _response(431, b"request too large\n", "text/plain", close=True), True)
+            return
+        head = bytes(conn.inbox[:end]).decode("latin-1")
+        del conn.inbox[: end + 4]
+        lines = head.split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            self._send(conn, _response(400, b"bad request\n", "text/plain", close=True), True)
+            return
+        method, target, version = parts
+        headers = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip().lower()
+        connection = headers.get("connection", "")
+        close = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
+        if "content-length" in headers or "transfer-encoding" in headers:
+            close = True  # a request with a body is not ours to parse: answer, then close
+        path = target.split("?", 1)[0]
+        if method not in ("GET", "HEAD"):
+            self._send(conn, _response(405, b"method not allowed\n", "text/plain", close=close), close)
+            return
+        if path != METRICS_PATH:
+            self._send(conn, _response(404, b"not found: try /metrics\n", "text/plain", close=close), close)
+            return
+        gzip_ok = "gzip" in headers.get("accept-encoding", "")
+        body = self._metrics(gzip_ok)
+        response = _response(
+            200, body, CONTENT_TYPE, close=close, gzipped=gzip_ok, head_only=method == "HEAD"
+        )
+        self._send(conn, response, close)
+
+    def _metrics(self, gzipped: bool) -> bytes:
+        now = self._clock()
+        if self._rendered_at is None or now - self._rendered_at >= self._cache_for:
+            try:
+                self._body = self._render()
+            except Exception:
+                log.exception("metrics server: rendering the metrics failed")
+                self._body = b"# rendering failed; see the broker log\n"
+            self._gzipped = None
+            self._rendered_at = self._clock()
+            took = self._rendered_at - now
+            self._cache_for = max(self.min_cache_seconds, took * (1 / self.duty - 1))
+            self.renders += 1
+        if not gzipped:
+            return self._body
+        if self._gzipped is None:
+            self._gzipped = gzip.compress(self._body, compresslevel=5)
+        return self._gzipped
+
+    def _send(self, conn: _Conn, data: bytes, close: bool) -> None:
+        conn.outbox = memoryview(data)
+        conn.close_after = close
+        self._write(conn)
+        if conn.outbox is not None and conn.sock.fileno() in self._conns:
+            self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, None)
+
+    def _write(self, conn: _Conn) -> None:
+        out = conn.outbox
+        if out is None:
+            return
+        try:
+            sent = conn.sock.send(out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if sent:
+            conn.last_active = self._clock()
+        if sent < len(out):
+            conn.outbox = out[sent:]
+            return
+        conn.outbox = None
+        if conn.close_after:
+            self._close(conn)
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.modify(conn.sock, selectors.EVENT_READ, None)
+        if conn.inbox:
+            self._handle(conn)  # a pipelined request
+
+    def _close(self, conn: _Conn) -> None:
+        fd = conn.sock.fileno()
+        if self._conns.pop(fd, None) is None:
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(conn.sock)
+        conn.sock.close()
+
+    def _close_all(self) -> None:
+        for conn in list(self._conns.values()):
+            self._close(conn)
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(sock)
+            sock.close()
+        self._sel.close()
+
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}
+
+
+def _response(
+    status: int,
+    body: bytes,
+    content_type: str,
+    *,
+    close: bool,
+    gzipped: bool = False,
+    head_only: bool = False,
+) -> bytes:
+    headers = [
+        f"HTTP/1.1 {status} {_REASONS[status]}",
+        f"Content-Type: {content_type}",
+        f"Content-Length: {len(body)}",
+        f"Connection: {'close' if close else 'keep-alive'}",
+    ]
+    if gzipped:
+        headers.append("Content-Encoding: gzip")
+    if status == 405:
+        headers.append("Allow: GET, HEAD")
+    head = ("\r\n".join(headers) + "\r\n\r\n").encode("latin-1")
+    return head if head_only else head + body
+
+
+def start_metrics_server(host: str, port: int) -> MetricsServer:
+    """Bind (OSError when the address is taken) and start serving on a thread of its own."""
+    try:
+        server = MetricsServer(host, port)
+    except OSError as exc:
+        raise OSError(f"cannot listen on {host}:{port} for metrics ({exc.strerror or exc})") from None
+    return server.start()

@@ -1,0 +1,133 @@
+"""Key-Shared with the official client, repeated (issue 14 item 0): two consumers on one subscription of a
+reliable topic, messages sent with `send_with_key`, each acked as soon as it arrives; every message must
+arrive, in order per key, and a key stays with one consumer while the consumer set does not change.
+
+Each round uses a fresh topic (so fresh consumer ids and ring placements) and sends at a different point
+of the second consumer's arrival: before it subscribes, between its subscribe and its receive, or after
+both receive. No sleeps: what is waited for is the messages themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+
+import danube
+import pytest
+
+from tests.integration.harness import BrokerProcess, client, producer
+
+pytestmark = pytest.mark.integration
+S = danube.SubType
+ROUNDS = 24
+WITHIN = 20.0  # a bound for a failure report, not a timing assertion
+_topics = itertools.count()
+
+RING_KEYS = ("k1", "k2")
+FILTERED = {"a": ["payment"], "b": ["ship*", "invoice"]}
+FILTER_KEYS = ["payment", "shipping", "payment", "invoice", "payment"]
+
+
+class Receiver:
+    """Drains one consumer's queue, acking each message as soon as it arrives."""
+
+    def __init__(self, name: str, got: list[tuple[str, str, int]]) -> None:
+        self.name = name
+        self.got = got
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self, cons: danube.Consumer, queue: asyncio.Queue) -> None:  # type: ignore[type-arg]
+        async def drain() -> None:
+            while True:
+                m = await queue.get()
+                self.got.append((self.name, m.routing_key, int(m.payload)))
+                await cons.ack(m)
+
+        self.task = asyncio.create_task(drain())
+
+
+async def _round(url: str, keys: list[str], filters: dict[str, list[str]] | None, phase: int) -> None:
+    topic = f"/default/ks_rounds_{next(_topics)}"
+    c = await client(url)
+    p = await producer(c, topic, "p", reliable=True)
+    got: list[tuple[str, str, int]] = []
+    sent = 0
+
+    async def send(upto: int) -> None:
+        nonlocal sent
+        while sent < upto:
+            await p.send_with_key(str(sent).encode(), {}, keys[sent])
+            sent += 1
+
+    def build(name: str) -> danube.Consumer:
+        b = c.new_consumer().with_topic(topic).with_consumer_name(name).with_subscription("ks")
+        b = b.with_subscription_type(S.KEY_SHARED)
+        if filters is not None:
+            b = b.with_key_filters(filters[name])
+        return b.build()
+
+    a, b = build("a"), build("b")
+    ra, rb = Receiver("a", got), Receiver("b", got)
+    await a.subscribe()
+    ra.start(a, await a.receive())
+    third = len(keys) // 3
+    if phase == 0:
+        await send(third)  # only A is there (filters: B's keys wait for B)
+    await b.subscribe()
+    if phase <= 1:
+        await send(2 * third)  # B subscribed, its stream not open yet
+    rb.start(b, await b.receive())
+    await send(len(keys))
+    try:
+        await _until(lambda: {i for _, _, i in got} == set(range(len(keys))), lambda: f"{topic}: got {got}")
+    finally:
+        for r in (ra, rb):
+            assert r.task is not None
+            r.task.cancel()
+        await a.close()
+        await b.close()
+    firsts: dict[int, tuple[str, str]] = {}
+    for name, key, i in got:
+        assert key == keys[i]
+        firsts.setdefault(i, (name, key))
+    for key in set(keys):
+        order = [i for i, (_, k) in firsts.items() if k == key]  # first arrivals, in arrival order
+        assert order == sorted(order), f"{topic}: {key} out of order: {got}"
+    if phase == 2:  # both consumers were receiving before the first send: no key moves
+        owners = {(k, name) for name, k in firsts.values()}
+        assert len(owners) == len(set(keys)), f"{topic}: a key went to both consumers: {got}"
+    if filters is not None:
+        for name, key in firsts.values():
+            assert any(_glob(f, key) for f in filters[name]), f"{topic}: {key} went to {name}: {got}"
+
+
+def _glob(pattern: str, key: str) -> bool:
+    return pattern == key or (pattern.endswith("*") and key.startswith(pattern[:-1]))
+
+
+async def _until(done: Callable[[], bool], what: Callable[[], str]) -> None:
+    deadline = time.monotonic() + WITHIN
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not every message arrived within {WITHIN} s: {what()}")
+        await asyncio.sleep(0.02)
+
+
+Round = Callable[[str, int], Awaitable[None]]
+
+
+async def _ring(url: str, n: int) -> None:
+    keys = [f"{RING_KEYS[i % 2]}-{n}" for i in range(10)]  # two keys, alternating; new names each round
+    await _round(url, keys, None, n % 3)
+
+
+async def _filters(url: str, n: int) -> None:
+    await _round(url, FILTER_KEYS, FILTERED, n % 3)
+
+
+@pytest.mark.parametrize("scenario", [_ring, _filters], ids=["ring", "filters"])
+async def test_key_shared_every_message_arrives(shared_broker: BrokerProcess, scenario: Round) -> None:
+    for n in range(ROUNDS):
+        await scenario(shared_broker.url, n)
