@@ -5,6 +5,7 @@ topics, write DataFrames of the wrong shape and mistype URLs. Real local[2] Spar
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import grpc
 import pytest
 
 from ister.client.blocking import BlockingClient
+from ister.spark import workers_python_warning
 from ister.wire.gen import DanubeAdmin_pb2 as admin_pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as admin_grpc
 from tests.integration.harness import BrokerProcess, free_port
@@ -248,3 +250,11 @@ def test_bad_urls_and_timeouts_fail_fast_and_clearly(
     with pytest.raises(Exception, match="endingOffsets applies to batch queries only") as info:
         run_available_now(spark, broker, topic, tmp_path / "s", endingOffsets="latest")
     assert "UnboundLocalError" not in str(info.value)
+
+
+def test_register_warns_when_spark_workers_run_another_python(spark: Any) -> None:
+    """Spark starts its Python workers with PYSPARK_PYTHON: without ister there, every read fails."""
+    assert spark.sparkContext.pythonExec == sys.executable  # as local_session (the export job) sets it
+    assert workers_python_warning(spark.sparkContext.pythonExec) is None
+    warning = workers_python_warning("/usr/bin/some-other-python3")
+    assert warning is not None and f"PYSPARK_PYTHON={sys.executable}" in warning
