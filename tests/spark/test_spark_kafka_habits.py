@@ -14,7 +14,11 @@ import grpc
 import pytest
 
 from ister.client.blocking import BlockingClient
+from ister.core.stream_offsets import TopicPartition
+from ister.errors import InvalidArgument
 from ister.spark import workers_python_warning
+from ister.spark.offsets import check_spec
+from ister.spark.options import SourceOptions
 from ister.wire.gen import DanubeAdmin_pb2 as admin_pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as admin_grpc
 from tests.integration.harness import BrokerProcess, free_port
@@ -258,3 +262,28 @@ def test_register_warns_when_spark_workers_run_another_python(spark: Any) -> Non
     assert workers_python_warning(spark.sparkContext.pythonExec) is None
     warning = workers_python_warning("/usr/bin/some-other-python3")
     assert warning is not None and f"PYSPARK_PYTHON={sys.executable}" in warning
+
+
+def test_url_and_offset_key_checks_without_spark() -> None:
+    """The option parsing behind the tests above, on cases too many to run through Spark."""
+    base = {"topic": "/default/t"}
+
+    def url(raw: str) -> str:
+        return SourceOptions.parse({**base, "ister.service.url": raw}, streaming=False).service_url
+
+    assert url("127.0.0.1:6650") == "http://127.0.0.1:6650"
+    assert url("https://broker.example:443/, [::1]:6650") == "https://broker.example:443,http://[::1]:6650"
+    for bad in ("not a url", "ftp://x:1", "host", "host:0", "host:99999", "http://h:1/path", "h:1?x"):
+        with pytest.raises(InvalidArgument, match="is not a broker URL"):
+            url(bad)
+    admin = {**base, "ister.service.url": "h:1", "topic": "", "topicsPattern": ".*"}
+    assert SourceOptions.parse({**admin, "ister.admin.url": "http://h:50051"}, streaming=True).admin_url == (
+        "h:50051"
+    )
+    tps = [TopicPartition("/default/a", -1), TopicPartition("/default/b", 0), TopicPartition("/default/b", 1)]
+    assert check_spec({"/default/a": {"0": 5}}, "startingOffsets", tps) == {"/default/a": {"-1": 5}}
+    with pytest.raises(InvalidArgument, match="given twice"):
+        check_spec({"/default/a": {"0": 5, "-1": 6}}, "startingOffsets", tps)
+    with pytest.raises(InvalidArgument, match=r"/default/b has no partition -1; the query has"):
+        check_spec({"/default/b": {"-1": 5}}, "startingOffsets", tps)
+    assert check_spec("earliest", "startingOffsets", tps) == "earliest"
