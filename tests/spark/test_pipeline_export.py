@@ -1,4 +1,5 @@
-"""`ister pipeline export`: killed mid-run and started again, the table has every row exactly once."""
+"""`ister pipeline export`: killed mid-batch and started again, the table has every row exactly once, as
+Spark, pyarrow.dataset and DuckDB read it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import duckdb
+import pyarrow.dataset as ds
 import pytest
 
+from ister.errors import InvalidArgument
+from ister.spark.pipeline import PARTITION_BY, ExportJob
+from ister.spark.staged import STAGING_DIR, StagedOutput
 from tests.integration.harness import BrokerProcess
 from tests.spark.test_spark_source import lag_on_broker, new_topic, produce, until
 
@@ -26,11 +32,45 @@ def export_cmd(broker: BrokerProcess, topics: list[str], out: Path) -> list[str]
 
 
 def committed_batches(out: Path) -> int:
-    log = out / "_spark_metadata"
+    """Batches in Spark's commit log of the job (its checkpoint)."""
+    log = out / "_ister_checkpoint" / "commits"
     return len([p for p in log.glob("*") if p.name.isdigit()]) if log.exists() else 0
 
 
-def test_export_killed_mid_run_then_restarted_writes_each_row_once(
+def batch_being_written(out: Path) -> bool:
+    """A staged batch that Spark is writing right now (its output committer's `_temporary`)."""
+    return any((out / STAGING_DIR).glob("*/*/_temporary"))
+
+
+def visible_files(out: Path) -> list[Path]:
+    """The data files an engine that lists the table sees (names starting with `_` or `.` are hidden)."""
+    return [
+        p
+        for p in out.rglob("*.parquet")
+        if not any(part.startswith(("_", ".")) for part in p.relative_to(out).parts)
+    ]
+
+
+def engines_agree(spark: Any, out: Path) -> list[tuple[str, int]]:
+    """The table's (topic, offset) pairs as Spark reads them; pyarrow.dataset and DuckDB read the same
+    count and the same rows, no row twice, no empty file."""
+    assert all(p.stat().st_size > 0 for p in visible_files(out))
+    got = sorted(
+        (r.topic, r.offset) for r in spark.read.parquet(str(out)).select("topic", "offset").collect()
+    )
+    assert len(set(got)) == len(got), "a row is in the table twice"
+    dataset = ds.dataset(str(out), format="parquet", partitioning="hive")
+    assert dataset.count_rows() == len(got)
+    table = dataset.to_table(columns=["topic", "offset"])
+    assert sorted(zip(table["topic"].to_pylist(), table["offset"].to_pylist(), strict=True)) == got
+    glob = f"{out}/*/*/*.parquet"  # topic=…/date=…/file, as the table is partitioned
+    query = 'SELECT count(*), count(DISTINCT (topic, "offset")) FROM read_parquet(?, hive_partitioning=true)'
+    duck = duckdb.execute(query, [glob]).fetchone()
+    assert duck == (len(got), len(got))
+    return got
+
+
+def test_export_killed_mid_batch_then_restarted_writes_each_row_once(
     spark: Any, broker: BrokerProcess, tmp_path: Path
 ) -> None:
     a, b = new_topic("export_a"), new_topic("export_b")
@@ -41,27 +81,30 @@ def test_export_killed_mid_run_then_restarted_writes_each_row_once(
     log = open(tmp_path / "export1.log", "wb")  # noqa: SIM115 - closed below
     first = subprocess.Popen(export_cmd(broker, [a, b], out), stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
-        # 4,000 offsets at 250 per batch are 16 batches: kill once a few are committed, mid-run.
-        until(lambda: committed_batches(out) >= 3 or first.poll() is not None, "three committed batches", 180)
+        # 4,000 offsets at 250 per batch are 16 batches: kill the driver while one is being written.
+        until(
+            lambda: (committed_batches(out) >= 2 and batch_being_written(out)) or first.poll() is not None,
+            "a batch being written after two committed ones",
+            180,
+        )
         assert first.poll() is None, (tmp_path / "export1.log").read_text()[-3000:]
         first.send_signal(signal.SIGKILL)
         first.wait()
     finally:
         log.close()
-    done_before = committed_batches(out)
-    assert 3 <= done_before < 16
+    assert 2 <= committed_batches(out) < 16
+    assert list((out / STAGING_DIR).glob("*/*")), "the killed batch is left in the staging area"
+    before = engines_agree(spark, out)
+    assert 500 <= len(before) < 4000
     second = subprocess.run(
         export_cmd(broker, [a, b], out), capture_output=True, text=True, env=env, timeout=300
     )
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert "exported" in second.stdout
-    table = spark.read.parquet(str(out))
-    rows = table.select("topic", "offset", "value", "date").collect()
-    by_topic: dict[str, list[int]] = {}
-    for r in rows:
-        by_topic.setdefault(r.topic, []).append(r.offset)
-    assert sorted(by_topic[a]) == list(range(3000))  # nothing lost, nothing twice
-    assert sorted(by_topic[b]) == list(range(1000))
+    after = engines_agree(spark, out)
+    assert after == sorted([(a, i) for i in range(3000)] + [(b, i) for i in range(1000)])
+    assert not list((out / STAGING_DIR).rglob("*.parquet"))  # the killed batch's files were cleaned
+    rows = spark.read.parquet(str(out)).select("topic", "date").collect()
     assert all(r.date is not None for r in rows)
     # Partitioned by topic and date, as a lakehouse table should be.
     assert {p.name.split("=")[0] for p in out.iterdir() if "=" in p.name} == {"topic"}
@@ -69,3 +112,34 @@ def test_export_killed_mid_run_then_restarted_writes_each_row_once(
     assert json.loads(logs[-1].read_text().splitlines()[-1]) == {a: {"-1": 3000}, b: {"-1": 1000}}
     # The job's named cursor caught up: no lag left on the broker for either topic.
     assert [lag_on_broker(broker, t, "lake") for t in (a, b)] == [0, 0]
+
+
+def test_staged_batches_are_repaired_and_never_written_twice(spark: Any, tmp_path: Path) -> None:
+    """The crash windows the kill above may miss: files written and closed but the write not committed
+    (no `_SUCCESS`), and a committed write killed before (or while) its files were moved."""
+    out, checkpoint = tmp_path / "table", tmp_path / "cp"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text(json.dumps({"id": "q-1"}) + "\n")
+    staged = StagedOutput(spark, str(out), str(checkpoint), "parquet", PARTITION_BY)
+
+    def batch(n: int) -> Any:
+        rows = [("/default/t", n * 10 + i, "2026-01-01") for i in range(10)]
+        return spark.createDataFrame(rows, "topic string, offset long, date string")
+
+    for n in (4, 5):  # as the export would stage them, then "crash" before moving anything
+        batch(n).write.partitionBy(*PARTITION_BY).parquet(str(out / STAGING_DIR / "q-1" / str(n)))
+    (out / STAGING_DIR / "q-1" / "5" / "_SUCCESS").unlink()  # 5 never committed: Spark writes it again
+    assert ds.dataset(str(out), format="parquet", partitioning="hive").count_rows() == 0
+    staged.recover()
+    assert engines_agree(spark, out) == [("/default/t", o) for o in range(40, 50)]
+    assert staged.published(4) and not staged.published(5)
+    assert not (out / STAGING_DIR / "q-1" / "5").exists()
+    staged.write(batch(4), 4)  # Spark replays batch 4 (its commit log did not have it): nothing twice
+    staged.write(batch(5), 5)
+    assert engines_agree(spark, out) == [("/default/t", o) for o in range(40, 60)]
+    # A table written by the old export (Spark's file sink) is refused, not mixed with staged batches.
+    old = tmp_path / "old"
+    (old / "_spark_metadata").mkdir(parents=True)
+    job = ExportJob(service_url="http://127.0.0.1:1", topics=["/default/t"], path=str(old))
+    with pytest.raises(InvalidArgument, match="older export"):
+        job.start(spark)

@@ -46,8 +46,9 @@ def export(
     master: Annotated[str, typer.Option("--master", help="Spark master")] = "local[*]",
 ) -> None:
     """Write topics to a table partitioned by topic and date, exactly once: a Structured Streaming query
-    from the `ister` source into Spark's file sink with a checkpoint. Run it again (same --to and
-    --checkpoint) to continue where it stopped."""
+    from the `ister` source whose batches are written aside and moved into the table once complete, so
+    DuckDB or pyarrow see committed files only. Run it again (same --to and --checkpoint) to continue
+    where it stopped; a crashed run is repaired first."""
     try:
         from ister.spark.pipeline import ExportJob, local_session
     except ImportError as exc:
@@ -71,7 +72,11 @@ def export(
         raise typer.Exit(2) from None
     spark = local_session(master)
     try:
-        query = job.start(spark)
+        try:
+            query = job.start(spark)
+        except IsterError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
         try:
             query.awaitTermination()
         except KeyboardInterrupt:

@@ -3,9 +3,11 @@ the driver so a typo fails the query at once with a clear message instead of ins
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from ister.core.stream_offsets import Spec, parse_spec
 from ister.errors import InvalidArgument
@@ -15,13 +17,19 @@ SERVICE_URL = "ister.service.url"
 ADMIN_URL = "ister.admin.url"
 STORAGE_URL = "ister.storage.url"
 STORAGE_PREFIX = "ister.storage."  # ister.storage.<obstore option>, e.g. ister.storage.endpoint
+CONNECT_TIMEOUT = "ister.connect.timeout"
+DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds, the client's default
+MAX_CONNECT_TIMEOUT = 600.0
 
 SOURCE_OPTIONS = {
     SERVICE_URL, ADMIN_URL, STORAGE_URL, "topic", "topics", "topicspattern", "startingoffsets",
     "endingoffsets", "minpartitions", "includeheaders", "failondataloss", "maxoffsetspertrigger",
     "valueformat", "readmode", "ister.read.maxrecords", "maxoffsetsperpartition", "predefinedsubscription",
+    CONNECT_TIMEOUT,
 }  # fmt: skip
-SINK_OPTIONS = {SERVICE_URL, "topic", "producername", "dispatchstrategy", "writeidempotencyheader"}
+SINK_OPTIONS = {
+    SERVICE_URL, CONNECT_TIMEOUT, "topic", "producername", "dispatchstrategy", "writeidempotencyheader",
+}  # fmt: skip
 BATCH_HEADER = "x-ister-spark-batch"
 
 
@@ -54,12 +62,69 @@ def _positive(opts: Mapping[str, str], key: str) -> int | None:
     return int(raw)
 
 
+def _host_port(raw: str) -> tuple[str, int] | None:
+    """`host:port` (a name, an IPv4 address or a bracketed IPv6 address) or None when it is not one."""
+    try:
+        parts = urlsplit(f"//{raw}")
+        port = parts.port
+    except ValueError:
+        return None
+    host = parts.hostname
+    if not host or port is None or port < 1 or parts.path or parts.query or parts.fragment:
+        return None
+    if not re.fullmatch(r"[A-Za-z0-9._:-]+", host):
+        return None
+    return host, port
+
+
 def _service_url(opts: Mapping[str, str]) -> str:
+    """Comma-separated brokers, each `http://host:port`, `https://host:port` or a bare `host:port`: checked
+    here, so a mistyped URL fails at once instead of after the connect timeout."""
     url = opts.get(SERVICE_URL, "").strip()
     if not url:
         raise InvalidArgument(f"option {SERVICE_URL} is required (e.g. http://127.0.0.1:6650)")
-    seeds = [u.strip() for u in url.split(",") if u.strip()]  # the client tries each in turn
-    return ",".join(u if "://" in u else f"http://{u}" for u in seeds)
+    out = []
+    for seed in (u.strip() for u in url.split(",")):
+        if not seed:
+            continue
+        scheme, sep, rest = seed.partition("://")
+        if not sep:
+            scheme, rest = "http", seed
+        if scheme.lower() not in ("http", "https") or _host_port(rest.rstrip("/")) is None:
+            raise InvalidArgument(
+                f"option {SERVICE_URL}: {seed!r} is not a broker URL (expected http://host:port, "
+                "https://host:port or host:port, comma-separated)"
+            )
+        out.append(f"{scheme.lower()}://{rest.rstrip('/')}")
+    if not out:
+        raise InvalidArgument(f"option {SERVICE_URL} is required (e.g. http://127.0.0.1:6650)")
+    return ",".join(out)  # the client tries each in turn
+
+
+def _admin_url(opts: Mapping[str, str]) -> str | None:
+    raw = opts.get(ADMIN_URL, "").strip()
+    if not raw:
+        return None
+    target = raw.split("://", 1)[1] if raw.lower().startswith(("http://", "grpc://")) else raw
+    if _host_port(target.rstrip("/")) is None:
+        raise InvalidArgument(f"option {ADMIN_URL}: expected host:port of the admin API, got {raw!r}")
+    return target.rstrip("/")
+
+
+def _connect_timeout(opts: Mapping[str, str]) -> float:
+    raw = opts.get(CONNECT_TIMEOUT)
+    if raw is None:
+        return DEFAULT_CONNECT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_CONNECT_TIMEOUT:
+        raise InvalidArgument(
+            f"option {CONNECT_TIMEOUT}: expected a number of seconds (0 < s <= {MAX_CONNECT_TIMEOUT:g}), "
+            f"got {raw!r}"
+        )
+    return value
 
 
 SPARK_OWN = {"path", "checkpointlocation"}  # options Spark itself passes through to every source and sink
@@ -88,6 +153,7 @@ class SourceOptions:
     max_records: int = 10_000
     max_offsets_per_partition: int = 250_000
     cursor_subscription: str | None = None  # predefinedSubscription: a named cursor for lag visibility
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -103,7 +169,7 @@ class SourceOptions:
                 pattern = re.compile(opts["topicspattern"])
             except re.error as exc:
                 raise InvalidArgument(f"option topicsPattern: bad regular expression ({exc})") from None
-            if not opts.get(ADMIN_URL):
+            if not opts.get(ADMIN_URL, "").strip():
                 raise InvalidArgument(f"option topicsPattern needs {ADMIN_URL} (topics are listed there)")
         else:
             names = [t.strip() for t in opts[chosen[0]].split(",") if t.strip()]
@@ -135,7 +201,7 @@ class SourceOptions:
             service_url=_service_url(opts),
             topics=topics,
             pattern=pattern,
-            admin_url=opts.get(ADMIN_URL) or None,
+            admin_url=_admin_url(opts),
             starting=starting,
             ending=ending,
             min_partitions=_positive(opts, "minPartitions"),
@@ -147,6 +213,7 @@ class SourceOptions:
             max_records=_positive(opts, "ister.read.maxRecords") or 10_000,
             max_offsets_per_partition=_positive(opts, "maxOffsetsPerPartition") or 250_000,
             cursor_subscription=cursor,
+            connect_timeout=_connect_timeout(opts),
         )
 
 
@@ -157,6 +224,7 @@ class SinkOptions:
     producer_name: str | None
     reliable: bool
     idempotency_header: bool
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -172,4 +240,5 @@ class SinkOptions:
             producer_name=opts.get("producername") or None,
             reliable=strategy == "reliable",
             idempotency_header=_bool(opts, "writeIdempotencyHeader", True),
+            connect_timeout=_connect_timeout(opts),
         )

@@ -1,12 +1,13 @@
 """The lakehouse export job: Ister topics → a Parquet table partitioned by topic and date, exactly once.
 
-A Structured Streaming query: the `ister` source (offset ranges, deterministic replays) into Spark's file
-sink (it commits each batch's files in its `_spark_metadata` log), with the checkpoint tying the two
-together. A query killed at any point and started again with the same checkpoint neither loses nor
-duplicates a row in the table as Spark reads it (files of an uncommitted batch are ignored and rewritten).
+A Structured Streaming query: the `ister` source (offset ranges, deterministic replays) into staged
+writes (`ister.spark.staged`: each micro-batch is written aside and moved into the table once complete,
+so every engine, not only Spark, sees committed files only), with the checkpoint tying the two together.
+A query killed at any point and started again with the same checkpoint neither loses nor duplicates a
+row in the table, as Spark, DuckDB or pyarrow read it.
 
-Delta Lake and Iceberg tables inside Spark need their jars (io.delta:delta-spark, iceberg-spark-runtime);
-on a cluster that has them, the same query works with `--format delta` / `iceberg`.
+Other formats than Spark's file formats (`delta`, with its jars on the cluster) go to that format's own
+streaming sink, which has its own exactly-once commit.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ister.errors import InvalidArgument
+from ister.spark.staged import StagedOutput
 
 TRIGGERS = ("availableNow", "interval")
 CHECKPOINT_DIR = "_ister_checkpoint"  # inside the table; readers skip names starting with "_"
+FILE_FORMATS = ("parquet", "orc", "json", "csv")  # written through staged batches
+PARTITION_BY = ("topic", "date")
 
 
 @dataclass(frozen=True)
@@ -64,16 +68,21 @@ class ExportJob:
         for key, value in self.options.items():
             reader = reader.option(key, value)
         rows = reader.load().withColumn("date", F.to_date(F.col("timestamp")))
-        writer = (
-            rows.writeStream.format(self.format)
-            .option("checkpointLocation", self.checkpoint_location)
-            .partitionBy("topic", "date")
-        )
+        writer = rows.writeStream.option("checkpointLocation", self.checkpoint_location)
         if self.trigger == "availableNow":
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=self.interval)
-        return writer.start(self.path)
+        if self.format not in FILE_FORMATS:
+            return writer.format(self.format).partitionBy(*PARTITION_BY).start(self.path)
+        staged = StagedOutput(spark, self.path, self.checkpoint_location, self.format, PARTITION_BY)
+        if staged.written_by_file_sink():
+            raise InvalidArgument(
+                f"{self.path} was written by an older export (Spark's file sink, _spark_metadata): "
+                "export into a new directory (and a new checkpoint)"
+            )
+        staged.recover()  # before anything else: only committed files stay visible
+        return writer.foreachBatch(staged.write).start()
 
 
 def local_session(master: str = "local[*]", **conf: str) -> Any:

@@ -35,6 +35,7 @@ class OffsetRange(InputPartition):
     start: int
     end: int
     service_url: str
+    connect_timeout: float
     include_headers: bool
     max_records: int
     # Objects (first, last, key) overlapping the range when the driver could list them, and the store.
@@ -70,7 +71,7 @@ def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
         finally:
             loop.close()
     if position < part.end:
-        client = shared_client(part.service_url)
+        client = shared_client(part.service_url, part.connect_timeout)
         for records in client.read(part.tp.name, position, part.end, max_records=part.max_records):
             if records:
                 offsets = [o for o, _ in records]

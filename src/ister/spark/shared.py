@@ -12,26 +12,27 @@ import os
 import threading
 
 from ister.client.blocking import BlockingClient
+from ister.spark.options import DEFAULT_CONNECT_TIMEOUT
 
-_clients: dict[tuple[int, str], BlockingClient] = {}
+_clients: dict[tuple[int, str, float], BlockingClient] = {}
 _lock = threading.Lock()
 
 
-def shared_client(url: str) -> BlockingClient:
+def shared_client(url: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> BlockingClient:
     """This process's client for `url` (a forked child makes its own)."""
-    key = (os.getpid(), url)
+    key = (os.getpid(), url, connect_timeout)
     with _lock:
         client = _clients.get(key)
         if client is None or client.closed:
             if not _clients:
                 atexit.register(close_all)
-            client = _clients[key] = BlockingClient(url)
+            client = _clients[key] = BlockingClient(url, connect_timeout=connect_timeout)
         return client
 
 
 def close_all() -> None:
     with _lock:
-        mine = [c for (pid, _), c in _clients.items() if pid == os.getpid()]
+        mine = [c for (pid, _, _), c in _clients.items() if pid == os.getpid()]
         _clients.clear()
     for client in mine:
         client.close()

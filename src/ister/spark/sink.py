@@ -1,10 +1,12 @@
 """`df.write.format("ister")` and `df.writeStream.format("ister")`: rows become messages.
 
 Columns: `value` (required, binary or string), `key` (routing key), `headers` (array of key/value structs
-or a map), `topic` (unless the `topic` option is set, which wins), `partition` (a partition index; null →
-the producer's routing). At-least-once, as Kafka's and Pulsar's sinks: a task retried by Spark sends its
-rows again. Every message carries `x-ister-spark-batch` = `{queryId}:{batchId}:{partitionId}:{seq}`
-(unless writeIdempotencyHeader=false), so readers can drop the duplicates of a retried task.
+or a map), `topic` (unless the `topic` option is set, which wins), `partition` (an existing partition's
+index; null or -1 → the producer's routing; a partition is never created). Their types are checked on
+the driver before any task runs; other columns are ignored (as by Kafka's sink). At-least-once, as
+Kafka's and Pulsar's sinks: a task retried by Spark sends its rows again. Every message carries
+`x-ister-spark-batch` = `{queryId}:{batchId}:{partitionId}:{seq}` (unless writeIdempotencyHeader=false),
+so readers can drop the duplicates of a retried task.
 """
 
 from __future__ import annotations
@@ -24,10 +26,19 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.types import BinaryType, StringType, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegralType,
+    MapType,
+    StringType,
+    StructType,
+)
 
 from ister.client.blocking import BlockingClient, BlockingProducer
 from ister.client.producer import Outgoing
+from ister.core.stream_offsets import NOT_PARTITIONED, TopicPartition
 from ister.errors import InvalidArgument
 from ister.ids import TopicName
 from ister.spark.options import BATCH_HEADER, SinkOptions
@@ -44,13 +55,51 @@ class Written(WriterCommitMessage):
     count: int
 
 
+HEADERS_TYPES = "array<struct<key: string, value: binary or string>> or map<string, string or binary>"
+
+
+def _text_type(dt: DataType) -> bool:
+    return isinstance(dt, BinaryType | StringType)
+
+
+def _headers_type(dt: DataType) -> bool:
+    if isinstance(dt, MapType):
+        return isinstance(dt.keyType, StringType) and _text_type(dt.valueType)
+    if isinstance(dt, ArrayType) and isinstance(dt.elementType, StructType):
+        fields = {f.name.lower(): f.dataType for f in dt.elementType.fields}
+        key, value = fields.get("key"), fields.get("value")
+        return len(fields) == 2 and isinstance(key, StringType) and value is not None and _text_type(value)
+    return False
+
+
 def check_schema(schema: StructType, opts: SinkOptions) -> None:
+    """The DataFrame's columns, checked on the driver before any task writes: a wrong type never reaches
+    a task (where it would fail after other tasks sent their rows, or be converted silently)."""
     names = {f.name.lower(): f for f in schema.fields}
     value = names.get("value")
-    if value is None or not isinstance(value.dataType, BinaryType | StringType):
-        raise InvalidArgument("the ister sink needs a 'value' column of type binary or string")
-    if opts.topic is None and "topic" not in names:
-        raise InvalidArgument("set the 'topic' option or give the rows a 'topic' column")
+    if value is None or not _text_type(value.dataType):
+        got = f", got {value.dataType.simpleString()}" if value is not None else ""
+        raise InvalidArgument(f"the ister sink needs a 'value' column of type binary or string{got}")
+    key = names.get("key")
+    if key is not None and not _text_type(key.dataType):
+        raise InvalidArgument(
+            f"key must be string or binary, got {key.dataType.simpleString()} (cast it: CAST(key AS STRING))"
+        )
+    headers = names.get("headers")
+    if headers is not None and not _headers_type(headers.dataType):
+        raise InvalidArgument(f"headers must be {HEADERS_TYPES}, got {headers.dataType.simpleString()}")
+    topic = names.get("topic")
+    if opts.topic is None:
+        if topic is None:
+            raise InvalidArgument("set the 'topic' option or give the rows a 'topic' column")
+        if not isinstance(topic.dataType, StringType):
+            raise InvalidArgument(f"topic must be a string, got {topic.dataType.simpleString()}")
+    partition = names.get("partition")
+    if partition is not None and not isinstance(partition.dataType, IntegralType):
+        raise InvalidArgument(
+            "partition must be an integer (null or -1: no partition), "
+            f"got {partition.dataType.simpleString()}"
+        )
 
 
 def _bytes(value: Any) -> bytes:
@@ -64,12 +113,15 @@ def _bytes(value: Any) -> bytes:
 
 
 def _text(value: Any, what: str) -> str:
+    """A string or binary cell (the schema was checked on the driver) as text."""
     if isinstance(value, bytes):
         try:
             return value.decode()
         except UnicodeDecodeError:
             raise InvalidArgument(f"{what} must be UTF-8 text, got {value[:32]!r}") from None
-    return str(value)
+    if isinstance(value, str):
+        return value
+    raise InvalidArgument(f"{what} must be string or binary, got {type(value).__name__}")
 
 
 def _headers(raw: Any) -> dict[str, str]:
@@ -80,7 +132,7 @@ def _headers(raw: Any) -> dict[str, str]:
     out = {}
     for item in items:
         k, v = (item["key"], item["value"]) if isinstance(item, Mapping) else item
-        out[str(k)] = "" if v is None else _text(v, f"header {k!r}")
+        out[_text(k, "a header key")] = "" if v is None else _text(v, f"header {k!r}")
     return out
 
 
@@ -100,6 +152,7 @@ class _Publisher:
         self.name = opts.producer_name or f"spark-{query_id}-{self.partition_id}"
         self.mark = f"{query_id}:{batch_id}:{self.partition_id}:"
         self.producers: dict[str, BlockingProducer] = {}
+        self.partitions: dict[str, list[int]] = {}  # a destination topic's partition indexes
         self.in_flight: deque[concurrent.futures.Future[list[int]]] = deque()
         self.count = 0
 
@@ -110,6 +163,33 @@ class _Publisher:
             producer = self.client.producer(topic, name, reliable=self.opts.reliable)
             self.producers[topic] = producer
         return producer
+
+    def destination(self, topic: str, partition: Any) -> str:
+        """The topic a row goes to: its `partition` of `topic` when one is given, which must exist."""
+        if partition is None or partition == NOT_PARTITIONED:
+            return topic
+        base = TopicName.parse(topic).full
+        indexes = self.partitions.get(base)
+        if indexes is None:
+            # [] when the topic does not exist, [-1] when it has no partitions.
+            indexes = sorted({TopicPartition.of(n).partition for n in self.client.partitions(base)})
+            self.partitions[base] = indexes
+        never = "the sink never creates partitions"
+        if not indexes:
+            raise InvalidArgument(
+                f"{base} does not exist, so it has no partition {partition} ({never}): create it with its "
+                "partitions first, or write null or -1 as the partition to let the producer route"
+            )
+        if indexes == [NOT_PARTITIONED]:
+            raise InvalidArgument(
+                f"{base} has no partitions, so no partition {partition} ({never}): write null or -1 as "
+                "the partition, or drop the column"
+            )
+        if partition not in indexes:
+            raise InvalidArgument(
+                f"{base} has no partition {partition} (it has {len(indexes)}: 0..{max(indexes)}); {never}"
+            )
+        return TopicName.parse(base).partition_topic(int(partition)).full
 
     def publish(self, batch: pa.RecordBatch) -> None:
         names = {n.lower(): i for i, n in enumerate(batch.schema.names)}
@@ -123,8 +203,8 @@ class _Publisher:
             topic = self.opts.topic or (topics[i] if topics is not None else None)
             if not topic:
                 raise InvalidArgument("a row without topic (and no 'topic' option)")
-            if partitions is not None and partitions[i] is not None:
-                topic = TopicName.parse(topic).partition_topic(int(partitions[i])).full
+            if partitions is not None:
+                topic = self.destination(topic, partitions[i])
             attributes = _headers(headers[i]) if headers is not None else {}
             if self.opts.idempotency_header:
                 attributes[BATCH_HEADER] = f"{self.mark}{self.count + i}"
@@ -154,7 +234,8 @@ def write_batches(
     opts: SinkOptions, batches: Iterator[pa.RecordBatch], query_id: str, batch_id: int | str
 ) -> Written:
     """Send every row of the task; return once all are acknowledged. Rows keep their order per topic."""
-    publisher = _Publisher(opts, shared_client(opts.service_url), query_id, str(batch_id))
+    client = shared_client(opts.service_url, opts.connect_timeout)
+    publisher = _Publisher(opts, client, query_id, str(batch_id))
     try:
         for batch in batches:
             publisher.publish(batch)

@@ -37,6 +37,7 @@ from ister.core import stream_offsets as so
 from ister.core.stream_offsets import Positions, TopicPartition
 from ister.errors import DataLoss, InvalidArgument, IsterError, NotFound
 from ister.spark import discovery
+from ister.spark.offsets import check_spec
 from ister.spark.options import SinkOptions, SourceOptions, include_headers
 from ister.spark.ranges import OffsetRange, read_range
 from ister.spark.rows import ddl
@@ -61,7 +62,12 @@ class IsterDataSource(DataSource):
         return IsterBatchReader(SourceOptions.parse(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return IsterStreamReader(SourceOptions.parse(self.options, streaming=True))
+        try:
+            opts = SourceOptions.parse(self.options, streaming=True)
+        except IsterError as exc:
+            # Raised here, PySpark's stream runner hides it behind an UnboundLocalError of its own.
+            return RefusedStreamReader(exc)
+        return IsterStreamReader(opts)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from ister.spark.sink import IsterBatchWriter
@@ -87,12 +93,13 @@ class _Planner:
         self.opts = opts
         self.described: dict[TopicPartition, TopicOffsets] = {}  # as of the last `describe`
         self._client: BlockingClient | None = None
+        self._skipped: set[str] = set()  # topicsPattern: topics already warned about
 
     @property
     def client(self) -> BlockingClient:
         """One client (and loop thread) for the reader's life, not one per planning call."""
         if self._client is None:
-            self._client = BlockingClient(self.opts.service_url)
+            self._client = BlockingClient(self.opts.service_url, connect_timeout=self.opts.connect_timeout)
         return self._client
 
     def close(self) -> None:
@@ -101,8 +108,8 @@ class _Planner:
             self._client = None
 
     def describe(self) -> dict[TopicPartition, TopicOffsets]:
-        tps = discovery.partitions(self.client, self.opts)
-        self.described = discovery.describe(self.client, tps)
+        tps = discovery.partitions(self.client, self.opts, self._skipped)
+        self.described = discovery.describe(self.client, self.opts, tps, self._skipped)
         return self.described
 
     def heads(self) -> Positions:
@@ -111,6 +118,17 @@ class _Planner:
         for tp, info in self.described.items():
             so.put(out, tp, info.next)
         return out
+
+    def first_position(self, tp: TopicPartition, start: int, info: TopicOffsets) -> int:
+        """Where a new query (or a batch read) starts, from its resolved startingOffsets: a start past the
+        head is an error, or the head with failOnDataLoss=false (nothing old to read)."""
+        if start > info.next:
+            what = f"{tp.name}: startingOffsets {start} is past the head {info.next}"
+            if self.opts.fail_on_data_loss:
+                raise DataLoss(f"{what}; set failOnDataLoss=false to start at the head instead")
+            log.warning("%s; starting at the head (failOnDataLoss=false)", what)
+            return info.next
+        return self.check_loss(tp, start, info)
 
     def check_loss(self, tp: TopicPartition, start: int, info: TopicOffsets) -> int:
         """Where reading really starts when the checkpoint is behind retention or past the head."""
@@ -146,6 +164,7 @@ class _Planner:
                     start=start,
                     end=end,
                     service_url=self.opts.service_url,
+                    connect_timeout=self.opts.connect_timeout,
                     include_headers=self.opts.include_headers,
                     max_records=self.opts.max_records,
                     objects=overlapping,
@@ -167,16 +186,21 @@ class IsterBatchReader(DataSourceReader):
             described = self.planner.describe()
         finally:
             self.planner.close()  # planned once: the executors open their own clients
+        starting = check_spec(opts.starting, "startingOffsets", described)
+        ending = check_spec(opts.ending, "endingOffsets", described)
         for tp, info in described.items():
-            start = so.resolve(opts.starting, tp, info.earliest, info.next, missing="earliest")
-            end = so.resolve(opts.ending, tp, info.earliest, info.next, missing="latest")
-            start = self.planner.check_loss(tp, start, info)
+            start = so.resolve(starting, tp, info.earliest, info.next, missing="earliest")
+            end = so.resolve(ending, tp, info.earliest, info.next, missing="latest")
+            given_end = None if isinstance(ending, str) else so.get(ending, tp)
+            if given_end is not None and 0 <= given_end < start:  # -1 (latest) is not a given end
+                raise InvalidArgument(f"{tp.name}: startingOffsets {start} is after endingOffsets {end}")
+            start = self.planner.first_position(tp, start, info)
             ranges[tp] = (start, max(start, min(end, info.next)))
         return self.planner.input_partitions(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
-        yield from read_range(partition)
+        if isinstance(partition, OffsetRange):  # Spark reads one empty partition when none was planned
+            yield from read_range(partition)
 
 
 class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -194,8 +218,11 @@ class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> Positions:
         opts = self.planner.opts
         out: Positions = {}
-        for tp, info in self.planner.describe().items():
-            so.put(out, tp, so.resolve(opts.starting, tp, info.earliest, info.next, missing="earliest"))
+        described = self.planner.describe()
+        starting = check_spec(opts.starting, "startingOffsets", described)
+        for tp, info in described.items():
+            start = so.resolve(starting, tp, info.earliest, info.next, missing="earliest")
+            so.put(out, tp, self.planner.first_position(tp, start, info))
         self._last_end = out  # the start of the first batch, for the 4.0/4.1 `latestOffset()`
         return out
 
@@ -273,8 +300,8 @@ class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.planner.input_partitions(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
-        yield from read_range(partition)
+        if isinstance(partition, OffsetRange):
+            yield from read_range(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark's checkpoint holds the position (Spark calls this one batch late); with
@@ -302,3 +329,29 @@ class IsterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         self.planner.close()
+
+
+class RefusedStreamReader(DataSourceStreamReader):
+    """A stream reader whose options were refused: every call raises that error (PySpark's runner cannot
+    report an error raised while the reader is made)."""
+
+    def __init__(self, error: IsterError) -> None:
+        self.error = error
+
+    def initialOffset(self) -> Positions:
+        raise self.error
+
+    def latestOffset(self, start: Positions | None = None, limit: ReadLimit | None = None) -> Positions:
+        raise self.error
+
+    def partitions(self, start: Positions, end: Positions) -> Sequence[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        raise self.error
+
+    def commit(self, end: dict[str, Any]) -> None:
+        raise self.error
+
+    def stop(self) -> None:
+        """Nothing was opened."""
