@@ -298,17 +298,18 @@ async def test_owner_killed_with_its_disk_skips_only_what_is_gone(
         acked = [await _send_one(p, f"a{i:0100d}".encode()) for i in range(N)]
         assert cluster.store is not None
         await cluster.until(lambda: _covered(cluster, topic, 0, 199), "closed segments exported", WAIT)
+        owner = await owner_of(cluster, topic)
+        assert owner is not None
+        dead = cluster.process_of(owner)
+        dead.kill9()
+        shutil.rmtree(dead.data_dir)
+        # What the tier holds once the owner is dead (its exporter may have run until the kill).
         exported = {
             o
             for d in await list_descriptors(cluster.store, topic)
             for o in range(d.start_offset, d.end_offset + 1)
         }
         assert 0 < len(exported) < N
-        owner = await owner_of(cluster, topic)
-        assert owner is not None
-        dead = cluster.process_of(owner)
-        dead.kill9()
-        shutil.rmtree(dead.data_dir)
         survivor = next(b for b in cluster.brokers if b is not dead)
         await cluster.until(lambda: _moved(cluster, topic, owner), "failover to the survivor", WAIT)
         p2 = await producer(await client(survivor.url), topic, "p2", reliable=True)
