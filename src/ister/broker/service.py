@@ -12,7 +12,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +28,7 @@ from ister.core.cluster.ownership import OwnerRecord, plan_load
 from ister.core.dispatch import DeadLetter, FailurePolicy, SubType
 from ister.core.dispatch.selector import MAX_KEY_FILTERS
 from ister.core.record import StoredMessage
-from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from ister.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from ister.ids import PARTITION_MARKER, TopicName, new_id, validate_client_name, validate_segment
 from ister.limits import (
     MAX_NAME_LEN,
@@ -47,7 +47,7 @@ from ister.storage.objects import (
     topic_object_prefix,
 )
 from ister.storage.objects.catalog import first_descriptor
-from ister.storage.wal import Wal, WalConfig, WalReader
+from ister.storage.wal import Wal, WalConfig, WalReader, WriterPool, hold_root
 
 if TYPE_CHECKING:
     from ister.cluster.guard import OwnershipGuard
@@ -104,6 +104,7 @@ class BrokerService:
         # check names across topics (a partition against its base name).
         self._load_locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._create_lock = asyncio.Lock()
+        self._reserved = 0  # topics being created or loaded (counted against limits.max_topics_per_broker)
         self._started_at = time.monotonic()
         self._closing = False
         self._reaper: asyncio.Task[None] | None = None
@@ -124,9 +125,18 @@ class BrokerService:
         self._retention = LocalRetention(
             keep_bytes=durable.local_retention_bytes, keep_seconds=durable.local_retention_seconds
         )
+        # Every WAL of this broker is written by one pool of threads, and one flock on <data_dir>/wal keeps
+        # other processes out of all of them (a thread and two descriptors per topic would not scale).
+        self.writers = WriterPool(
+            w.writer_threads, idle_close_s=w.idle_close_seconds, max_open_files=w.max_open_segments
+        )
+        self.wal_root = data_dir / "wal"
+        self._release_wal_root: Callable[[], None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     async def start(self) -> None:
+        # Refused (StorageError) while another process uses this data directory's WALs.
+        self._release_wal_root = await asyncio.to_thread(hold_root, self.wal_root)
         await self.store.put(keys.cluster_name(self.config.cluster_name), None)
         policy = {
             name: getattr(self.config.policies, name) for name in self.config.policies.__struct_fields__
@@ -159,6 +169,11 @@ class BrokerService:
                 log.exception("closing topic %s failed", topic.name)
         self.topics.clear()
         self._m_topics.set(0)
+        if not await asyncio.to_thread(self.writers.close):
+            log.error("WAL writer threads did not stop in time")
+        if self._release_wal_root is not None:
+            self._release_wal_root()
+            self._release_wal_root = None
 
     # -- topics --------------------------------------------------------------------------------------------
     async def topic_exists(self, name: TopicName) -> bool:
@@ -210,13 +225,23 @@ class BrokerService:
             topic = self.topics.get(name.full)
             if topic is not None:
                 return topic
+            if self.cluster is None:
+                # Standalone: the topic loads here; over the limit it is refused before anything is written.
+                with self._topic_slot(name):
+                    if await self.store.get(keys.namespace_topic(name.full)) is None:
+                        if create_as is None:
+                            raise NotFound(f"topic {name} does not exist")
+                        async with self._create_lock:
+                            if await self.store.get(keys.namespace_topic(name.full)) is None:
+                                await self._create_topic(name, create_as, internal=internal)
+                    return await self._load_and_register(name, reserved=True)
             if await self.store.get(keys.namespace_topic(name.full)) is None:
                 if create_as is None:
                     raise NotFound(f"topic {name} does not exist")
                 async with self._create_lock:
                     if await self.store.get(keys.namespace_topic(name.full)) is None:
                         await self._create_topic(name, create_as, internal=internal)
-            if self.cluster is None or self.cluster.assigned_here(name.full):
+            if self.cluster.assigned_here(name.full):
                 return await self._load_and_register(name)
         # Cluster mode, not (yet) assigned here: wait for the leader outside the lock, then try again.
         await self._check_served_here(name)
@@ -225,6 +250,25 @@ class BrokerService:
             if topic is not None:
                 return topic
             return await self._load_and_register(name)
+
+    def check_topic_room(self, count: int, what: str) -> None:
+        """Raise ResourceExhausted (before anything is written) when `count` more topics would exceed
+        limits.max_topics_per_broker on this broker."""
+        limit = self.config.limits.max_topics_per_broker
+        held = len(self.topics) + self._reserved
+        if limit and held + count > limit:
+            raise ResourceExhausted(
+                f"cannot {what}: this broker holds {held} topics and limits.max_topics_per_broker is {limit}"
+            )
+
+    @contextlib.contextmanager
+    def _topic_slot(self, name: TopicName) -> Iterator[None]:
+        self.check_topic_room(1, f"create or load topic {name}")
+        self._reserved += 1
+        try:
+            yield
+        finally:
+            self._reserved -= 1
 
     @contextlib.asynccontextmanager
     async def _topic_lock(self, name: str) -> AsyncIterator[None]:
@@ -238,8 +282,12 @@ class BrokerService:
             if users[0] == 0:
                 del self._load_locks[name]
 
-    async def _load_and_register(self, name: TopicName) -> Topic:
-        topic = await self._load_topic(name)
+    async def _load_and_register(self, name: TopicName, *, reserved: bool = False) -> Topic:
+        if reserved:
+            topic = await self._load_topic(name)
+        else:
+            with self._topic_slot(name):
+                topic = await self._load_topic(name)
         self.topics[name.full] = topic
         self._m_topics.set(len(self.topics))
         return topic
@@ -399,13 +447,18 @@ class BrokerService:
                 f"({cause}); it stays on broker {broker}"
             ) from exc
 
+    async def _wal(self, wal_dir: Path, start_offset: int = 0) -> Wal:
+        return await Wal.open(
+            wal_dir, self._wal_config, start_offset=start_offset, pool=self.writers, lock_root=self.wal_root
+        )
+
     async def _open_wal(self, name: TopicName) -> tuple[Wal, OwnershipGuard | None]:
         """The topic's WAL; in cluster mode also the ownership claim that decides where its offsets start."""
         wal_dir = self.data_dir / "wal" / name.namespace / name.topic
         sealed = await self.store.get(keys.storage_state(name.full))
         sealed_next = sealed_offset(sealed.value) if sealed is not None else None
         if self.cluster is None:
-            standalone = await Wal.open(wal_dir, self._wal_config, start_offset=sealed_next or 0)
+            standalone = await self._wal(wal_dir, start_offset=sealed_next or 0)
             if sealed is not None:
                 await self.store.compare_and_delete(sealed.key, expected_version=sealed.version)
             return standalone, None
@@ -413,7 +466,7 @@ class BrokerService:
         record, versions = await cluster.read_owner(name.full, fresh=True)  # decides where offsets start
         epoch_file = self.data_dir / "owners" / name.namespace / f"{name.topic}.epoch"
         local_epoch = read_epoch(epoch_file)
-        wal = await Wal.open(wal_dir, self._wal_config) if local_epoch is not None else None
+        wal = await self._wal(wal_dir) if local_epoch is not None else None
         if sealed is not None and (
             not isinstance(sealed.value, dict) or sealed.value.get("epoch") != record.loaded_epoch
         ):
@@ -433,10 +486,10 @@ class BrokerService:
             if wal is None:
                 if await asyncio.to_thread(superseded.archive, self.data_dir, wal_dir, name, local_epoch):
                     self._superseded_wakeup.set()  # export what only that WAL holds, then delete it
-                wal = await Wal.open(wal_dir, self._wal_config, start_offset=plan.start_offset)
+                wal = await self._wal(wal_dir, start_offset=plan.start_offset)
             elif plan.start_offset > wal.next_offset:
                 await wal.close()
-                wal = await Wal.open(wal_dir, self._wal_config, start_offset=plan.start_offset)
+                wal = await self._wal(wal_dir, start_offset=plan.start_offset)
             # Written before the claim: a crash in between leaves a WAL that is treated as stale (safe: it is
             # then exported as superseded).
             write_epoch(epoch_file, record.epoch)
@@ -523,7 +576,9 @@ class BrokerService:
             await asyncio.to_thread(superseded.remove, item.path)
             return True
         try:
-            ranges = await superseded.export_archived(item, self.objects, self.store, self._wal_config)
+            ranges = await superseded.export_archived(
+                item, self.objects, self.store, self._wal_config, self.writers
+            )
         except Exception as exc:
             log.warning(
                 "%s: exporting the superseded WAL %s failed (%s); kept, retried", item.topic, item.path, exc
