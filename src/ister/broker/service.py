@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ister.broker import metrics, superseded
+from ister.broker.exports import ExportScheduler
 from ister.broker.nonreliable import NonReliableSubscription
 from ister.broker.reliable import ReliableSubscription
 from ister.broker.sessions import ConsumerSession, ConsumerStream, ProducerSession
@@ -37,7 +37,7 @@ from ister.limits import (
     RELIABLE_CONSUMER_BUFFER,
 )
 from ister.metadata import keys
-from ister.metadata.store import MetadataStore
+from ister.metadata.store import Compare, MetadataStore, Put
 from ister.storage.objects import (
     LocalRetention,
     ObjectStore,
@@ -105,6 +105,7 @@ class BrokerService:
         self._load_locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._create_lock = asyncio.Lock()
         self._reserved = 0  # topics being created or loaded (counted against limits.max_topics_per_broker)
+        self.topics_unloaded = 0  # topics forgotten so far (broker/heap.py sweeps after many)
         self._started_at = time.monotonic()
         self._closing = False
         self._reaper: asyncio.Task[None] | None = None
@@ -124,6 +125,9 @@ class BrokerService:
         )
         self._retention = LocalRetention(
             keep_bytes=durable.local_retention_bytes, keep_seconds=durable.local_retention_seconds
+        )
+        self.exports = ExportScheduler(
+            self._retention, durable.export_interval_seconds, durable.segment_max_age_seconds
         )
         # Every WAL of this broker is written by one pool of threads, and one flock on <data_dir>/wal keeps
         # other processes out of all of them (a thread and two descriptors per topic would not scale).
@@ -169,6 +173,7 @@ class BrokerService:
                 log.exception("closing topic %s failed", topic.name)
         self.topics.clear()
         self._m_topics.set(0)
+        await self.exports.close()
         if not await asyncio.to_thread(self.writers.close):
             log.error("WAL writer threads did not stop in time")
         if self._release_wal_root is not None:
@@ -205,9 +210,15 @@ class BrokerService:
             prefix = keys.namespace_topic(name.full) + PARTITION_MARKER
             if await self.store.list(prefix):
                 raise FailedPrecondition(f"cannot create {name}: it is a partitioned topic")
-        await self.store.put(keys.topic_root(name.full), 0)
-        await self.store.put(keys.topic_delivery(name.full), delivery)
-        await self.store.put(keys.namespace_topic(name.full), None)
+        # One transaction (one metadata commit); if the admin API created it meanwhile, that one stands.
+        await self.store.txn(
+            [Compare(keys.namespace_topic(name.full), None)],
+            [
+                Put(keys.topic_root(name.full), 0),
+                Put(keys.topic_delivery(name.full), delivery),
+                Put(keys.namespace_topic(name.full), None),
+            ],
+        )
         if self.cluster is not None:
             await self.cluster.request_assignment(name.full)
         log.info("created topic %s (%s)", name, delivery)
@@ -344,6 +355,8 @@ class BrokerService:
         if loaded is None:
             return None
         self._m_topics.set(len(self.topics))
+        self.topics_unloaded += 1
+        self.exports.remove(loaded)
         self._forget_clients(loaded)
         return loaded
 
@@ -624,9 +637,7 @@ class BrokerService:
         topic.guard = guard
         if wal is not None and self.objects is not None:
             topic.exporter = SegmentExporter(name, wal, self.objects, self.store)
-            topic.tasks.append(
-                asyncio.get_running_loop().create_task(self._export_loop(topic), name=f"export {name}")
-            )
+            self.exports.add(topic)
         for p in await self.store.list(keys.topic_producers_prefix(name.full)):
             rec = p.value if isinstance(p.value, dict) else {}
             try:
@@ -643,32 +654,6 @@ class BrokerService:
             self.producers[session.id] = session
         log.info("loaded topic %s (%s)", name, delivery)
         return topic
-
-    async def _export_loop(self, topic: Topic) -> None:
-        """Export closed WAL segments, then drop local files that are in objects and past retention.
-
-        A store outage only delays this (capped exponential backoff); produce never waits for it.
-        """
-        exporter, wal = topic.exporter, topic.wal
-        assert exporter is not None and wal is not None
-        interval = self.config.storage.durable.export_interval_seconds
-        failures = 0
-        max_age = self.config.storage.durable.segment_max_age_seconds
-        while True:
-            try:
-                if max_age and await asyncio.to_thread(_idle_active_segment, wal.segments(), max_age):
-                    await wal.rotate()
-                await exporter.export_closed()
-                dropped = await wal.drop_segments(await exporter.deletable(self._retention))
-                if dropped:
-                    log.info("%s: %d WAL files are in the durable tier; deleted locally", topic.name, dropped)
-                failures = 0
-                delay = interval
-            except Exception as exc:
-                failures += 1
-                delay = min(60.0, interval * 2 ** min(failures, 6)) * random.uniform(0.75, 1.0)
-                log.warning("%s: export failed (%s); retry in %.1f s", topic.name, exc, delay)
-            await asyncio.sleep(delay)
 
     async def partitions(self, name: TopicName) -> list[str]:
         if await self.topic_exists(name):
@@ -1311,13 +1296,3 @@ def sealed_offset(value: Any) -> int | None:
         return None
     last = value.get("last_committed_offset")
     return last + 1 if isinstance(last, int) and not isinstance(last, bool) and last >= 0 else None
-
-
-def _idle_active_segment(segments: list[tuple[int, Path, int]], max_age: float) -> bool:
-    """True when the active (last) segment holds records and was not written for `max_age` seconds."""
-    if not segments or segments[-1][2] == 0:
-        return False
-    try:
-        return time.time() - segments[-1][1].stat().st_mtime >= max_age
-    except FileNotFoundError:
-        return False

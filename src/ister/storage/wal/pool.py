@@ -26,9 +26,12 @@ import os
 import resource
 import threading
 import time
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Gauge
 
 from ister.errors import ConfigError, StorageError
 
@@ -40,6 +43,8 @@ log = logging.getLogger(__name__)
 BATCH_WRITERS = 32  # writers per turn of one pool thread (their fdatasyncs run back to back, then acks)
 MAX_THREADS = 64
 Call = tuple[Callable[..., None], tuple[Any, ...]]
+
+_pools: weakref.WeakSet[WriterPool] = weakref.WeakSet()
 
 
 def default_threads() -> int:
@@ -84,6 +89,7 @@ class WriterPool:
         self._writers = 0
         self._closed = False
         self._threads: list[threading.Thread] = []
+        _pools.add(self)
 
     # ---- loop side / any thread ------------------------------------------------------------------
 
@@ -273,3 +279,15 @@ def default_pool() -> WriterPool:
         if _default is None:
             _default = WriterPool()
         return _default
+
+
+open_segment_files = Gauge(
+    "ister_wal_open_segment_files",
+    "WAL segment files open for writing (WALs written within wal.idle_close_seconds, at most "
+    "wal.max_open_segments)",
+)
+open_segment_files.set_function(lambda: sum(len(p._open) for p in list(_pools)))
+writer_threads = Gauge("ister_wal_writer_threads", "Threads of the WAL writer pool(s)")
+writer_threads.set_function(lambda: sum(len(p._threads) for p in list(_pools)))
+wal_writers = Gauge("ister_wal_writers", "Open WALs served by the writer pool(s)")
+wal_writers.set_function(lambda: sum(p._writers for p in list(_pools)))

@@ -33,6 +33,36 @@ class Wal:
     while it is not being written, no file descriptor.
     """
 
+    # slots: one per reliable topic; a __dict__ with these attributes would cost ~1 KB each
+    __slots__ = (
+        "_cache",
+        "_close_task",
+        "_closed",
+        "_closing",
+        "_committed",
+        "_config",
+        "_directory",
+        "_failed",
+        "_first_offset",
+        "_last_append",
+        "_loop",
+        "_next_offset",
+        "_queued_bytes",
+        "_read_waiters",
+        "_release",
+        "_segments",
+        "_segments_lock",
+        "_space_waiters",
+        "_stopped",
+        "_synced",
+        "_writer",
+        "damage",
+        "label",
+        "lost_ranges",
+        "offset_limit",
+        "truncated",
+    )
+
     def __init__(
         self,
         directory: Path,
@@ -54,9 +84,11 @@ class Wal:
         self._committed = recovered.next_offset
         self._synced = recovered.next_offset
         self._cache = RecordCache(config.cache_max_bytes)
+        self._last_append = loop.time()  # when records were last committed (or the WAL opened)
         self._cache.reset(recovered.next_offset)
         self._queued_bytes = 0
-        self._space_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        # appends waiting for queue space, FIFO (created when first needed: most WALs never wait)
+        self._space_waiters: deque[tuple[int, asyncio.Future[None]]] | None = None
         self._read_waiters: set[asyncio.Future[None]] = set()
         self._closing = False
         self._closed = False
@@ -71,7 +103,7 @@ class Wal:
         # one): acknowledged once, stored nowhere locally now
         self.lost_ranges: list[tuple[int, int]] = [(h.first, h.end) for h in recovered.holes if h.lost]
         self._release = recovered.release
-        self._stopped: asyncio.Future[None] = loop.create_future()
+        self._stopped: asyncio.Future[None] | None = None  # resolved by the writer at the end of close()
         self._writer = WalWriter(
             pool,
             loop,
@@ -177,6 +209,21 @@ class Wal:
         each damaged range found in `damage` (logged and counted once); returns the new ones."""
         seg = next((s for s in self._segments_snapshot() if s.first_offset == first_offset), None)
         return [] if seg is None else await verify_segment(seg, self._committed, self.damage)
+
+    @property
+    def active_bytes(self) -> int:
+        """Bytes in the active (last) segment file."""
+        with self._segments_lock:
+            return self._segments[-1].size
+
+    @property
+    def segment_count(self) -> int:
+        with self._segments_lock:
+            return len(self._segments)
+
+    def idle_seconds(self) -> float:
+        """Seconds since records were last committed (since the open, when none were)."""
+        return self._loop.time() - self._last_append
 
     def segments(self) -> list[tuple[int, Path, int]]:
         """(first_offset, path, size in bytes) of every segment file, oldest first; the last is active."""
@@ -309,6 +356,8 @@ class Wal:
 
     async def _wait_for_space(self, size: int) -> None:
         waiter: asyncio.Future[None] = self._loop.create_future()
+        if self._space_waiters is None:
+            self._space_waiters = deque()
         self._space_waiters.append((size, waiter))
         try:
             await waiter
@@ -323,6 +372,8 @@ class Wal:
 
     def _grant_space(self) -> None:
         waiters = self._space_waiters
+        if waiters is None:
+            return
         limit = self._config.max_queued_bytes
         while waiters:
             size, waiter = waiters[0]
@@ -381,6 +432,7 @@ class Wal:
                 future.set_result(entry.first_offset)
         if chunk is not None:
             self._cache.add(chunk_first, chunk, chunk_bytes)
+            self._last_append = self._loop.time()
         self._committed = committed
         self._synced = synced
         self._queued_bytes -= nbytes
@@ -413,7 +465,8 @@ class Wal:
         self._wake_readers()
 
     def _on_writer_stopped(self) -> None:
-        if not self._stopped.done():
+        self._writer.detach()  # no cycle between the two once closed (frozen objects, broker/heap.py)
+        if self._stopped is not None and not self._stopped.done():
             self._stopped.set_result(None)
 
     def _wake_readers(self) -> None:
@@ -455,9 +508,10 @@ class Wal:
         except IsterError as exc:
             log.error("WAL %s: final flush failed: %s", self._directory, exc)
         finally:
+            self._stopped = stopped = self._loop.create_future()
             self._writer.stop()
             try:
-                await asyncio.wait_for(asyncio.shield(self._stopped), self._config.close_timeout_s)
+                await asyncio.wait_for(asyncio.shield(stopped), self._config.close_timeout_s)
                 self._release()  # the directory may now be opened again
             except TimeoutError:
                 log.error(
