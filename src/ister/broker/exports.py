@@ -46,7 +46,8 @@ class ExportScheduler:
         self._topics: dict[Topic, _State] = {}
         self._task: asyncio.Task[None] | None = None
         self._slots = asyncio.Semaphore(PASS_CONCURRENCY)
-        self.passes = 0  # passes run so far (tests, metrics)
+        self.passes = 0  # passes run so far
+        self.ticks = 0  # walks over the topics so far
 
     def add(self, topic: Topic) -> None:
         """Export `topic` (it has an exporter) from now on; the first pass comes at the next tick."""
@@ -89,6 +90,7 @@ class ExportScheduler:
                 started.append(task)
             if started:
                 await asyncio.gather(*started, return_exceptions=True)
+            self.ticks += 1
             await asyncio.sleep(self.interval)
 
     def _needs_pass(self, topic: Topic, state: _State) -> bool:

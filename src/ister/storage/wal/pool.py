@@ -236,23 +236,29 @@ class WriterPool:
             writer.turn_write()
         for writer in batch:
             writer.turn_sync()
-        _flush(batch)  # every append of the batch is durable now: complete them
+        _send(_collect(batch))  # every append of the batch is durable now: complete them
         for writer in batch:
             writer.turn_after()
-        _flush(batch)
+        calls = _collect(batch)  # taken while the writers are still this thread's
         with self.lock:
             now = time.monotonic()
             for writer in batch:
                 writer.turn_end(now)
+        _send(calls)  # after turn_end: a stopped writer is out of the pool's books when its WAL hears
 
 
-def _flush(batch: list[WalWriter]) -> None:
-    """Hand the completions the batch collected to their event loops, one call per loop."""
+def _collect(batch: list[WalWriter]) -> dict[asyncio.AbstractEventLoop, list[Call]]:
+    """Take the completions the batch's writers collected, by event loop."""
     by_loop: dict[asyncio.AbstractEventLoop, list[Call]] = {}
     for writer in batch:
         if writer.posts:
             by_loop.setdefault(writer.loop, []).extend(writer.posts)
             writer.posts = []
+    return by_loop
+
+
+def _send(by_loop: dict[asyncio.AbstractEventLoop, list[Call]]) -> None:
+    """Hand completions to their event loops, one call per loop."""
     for loop, calls in by_loop.items():
         try:
             loop.call_soon_threadsafe(_run_calls, calls)
