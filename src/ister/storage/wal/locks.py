@@ -37,31 +37,47 @@ def _flock(root: str) -> int:
     return fd
 
 
+class _Release:
+    """Calling it gives back what was taken (once; later calls do nothing). A small object, not a closure:
+    a broker holds one per open WAL."""
+
+    __slots__ = ("_dir", "_done", "_root")
+
+    def __init__(self, directory: str | None, root: str) -> None:
+        self._dir = directory
+        self._root = root
+        self._done = False
+
+    def __call__(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        with _guard:
+            if self._dir is not None:
+                _open_dirs.discard(self._dir)
+            held = _roots[self._root]
+            held[1] -= 1
+            if held[1] == 0:
+                del _roots[self._root]
+                os.close(held[0])
+
+
+def _take_root(root: Path) -> str:
+    """Take or share the lock on `root` (the guard held); returns its key."""
+    root.mkdir(parents=True, exist_ok=True)
+    key = os.path.realpath(root)
+    entry = _roots.get(key)
+    if entry is None:
+        _roots[key] = entry = [_flock(key), 0]
+    entry[1] += 1
+    return key
+
+
 def hold_root(root: Path) -> Callable[[], None]:
     """Take (or share) the cross-process lock on `root`; returns its release (call it once). Raises
     StorageError when another process holds it."""
-    root.mkdir(parents=True, exist_ok=True)
-    key = os.path.realpath(root)
     with _guard:
-        entry = _roots.get(key)
-        if entry is None:
-            _roots[key] = entry = [_flock(key), 0]
-        entry[1] += 1
-    released = False
-
-    def release() -> None:
-        nonlocal released
-        if released:
-            return
-        released = True
-        with _guard:
-            held = _roots[key]
-            held[1] -= 1
-            if held[1] == 0:
-                del _roots[key]
-                os.close(held[0])
-
-    return release
+        return _Release(None, _take_root(root))
 
 
 def claim_directory(directory: Path, root: Path | None = None) -> Callable[[], None]:
@@ -72,25 +88,9 @@ def claim_directory(directory: Path, root: Path | None = None) -> Callable[[], N
     with _guard:
         if key in _open_dirs:
             raise StorageError(f"WAL directory {directory} is already open (locked by another Wal)")
+        root_key = _take_root(root if root is not None else directory)
         _open_dirs.add(key)
-    try:
-        release_root = hold_root(root if root is not None else directory)
-    except BaseException:
-        with _guard:
-            _open_dirs.discard(key)
-        raise
-    released = False
-
-    def release() -> None:
-        nonlocal released
-        if released:
-            return
-        released = True
-        with _guard:
-            _open_dirs.discard(key)
-        release_root()
-
-    return release
+        return _Release(key, root_key)
 
 
 def roots_held() -> int:
