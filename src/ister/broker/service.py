@@ -238,10 +238,12 @@ class BrokerService:
                 return topic
             if self.cluster is None:
                 # Standalone: the topic loads here; over the limit it is refused before anything is written.
+                missing = await self.store.get(keys.namespace_topic(name.full)) is None
+                if missing and create_as is None:
+                    raise NotFound(f"topic {name} does not exist")
                 with self._topic_slot(name):
-                    if await self.store.get(keys.namespace_topic(name.full)) is None:
-                        if create_as is None:
-                            raise NotFound(f"topic {name} does not exist")
+                    if missing:
+                        assert create_as is not None
                         async with self._create_lock:
                             if await self.store.get(keys.namespace_topic(name.full)) is None:
                                 await self._create_topic(name, create_as, internal=internal)
