@@ -10,6 +10,7 @@ from pathlib import Path
 
 import uvloop
 
+from ister.broker.heap import HeapKeeper
 from ister.broker.service import BrokerService
 from ister.cluster.node import ClusterNode
 from ister.config import BrokerConfig
@@ -41,6 +42,8 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
     server = None
     admin = None
     prom = None
+    heap = HeapKeeper(lambda: (len(broker.topics), broker.topics_unloaded))
+    heap_task = loop.create_task(heap.run(), name="heap-keeper")
     try:
         await broker.start()
         server = await start_client_server(broker, config.broker_addr)
@@ -65,6 +68,7 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
         await stop.wait()
         log.info("shutting down")
     finally:
+        heap_task.cancel()
         broker.end_streams()
         if admin is not None:
             await admin.stop(grace=0.5)

@@ -43,6 +43,16 @@ class WalSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     fsync_interval_ms: int = 50
     segment_max_bytes: int = 64 * MiB
     cache_max_bytes: int = 32 * MiB
+    writer_threads: int = 0  # threads writing every WAL of the broker; 0 = 2 per CPU, 2..8
+    idle_close_seconds: float = 30.0  # a WAL's segment file is closed when not written for this long
+    max_open_segments: int = 0  # segment files open for writing at most; 0 = RLIMIT_NOFILE / 4, <= 8192
+
+
+class LimitsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Broker-wide caps (0 = unlimited)."""
+
+    # Topics loaded on this broker; creating or loading one more is refused with RESOURCE_EXHAUSTED.
+    max_topics_per_broker: int = 100_000
 
 
 class DispatchSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -131,6 +141,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     storage: StorageSettings = msgspec.field(default_factory=StorageSettings)
     load_manager: LoadManagerSettings = msgspec.field(default_factory=LoadManagerSettings)
     metrics: MetricsSettings = msgspec.field(default_factory=MetricsSettings)
+    limits: LimitsSettings = msgspec.field(default_factory=LimitsSettings)
 
     def durable_url(self, data_dir: Path) -> str | None:
         """The object store URL in effect (None: no durable tier)."""
@@ -169,6 +180,12 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
     w = cfg.wal
     if w.segment_max_bytes < 1024 or w.cache_max_bytes < 0 or w.fsync_interval_ms < 1:
         raise ConfigError("wal: segment_max_bytes >= 1024, cache_max_bytes >= 0, fsync_interval_ms >= 1")
+    if not 0 <= w.writer_threads <= 64:
+        raise ConfigError("wal.writer_threads must be in 0..64 (0 = automatic)")
+    if w.idle_close_seconds <= 0 or w.max_open_segments < 0:
+        raise ConfigError("wal: idle_close_seconds > 0, max_open_segments >= 0 (0 = automatic)")
+    if cfg.limits.max_topics_per_broker < 0:
+        raise ConfigError("limits.max_topics_per_broker must be >= 0 (0 = unlimited)")
     if d.base_redelivery_delay_ms > d.max_redelivery_delay_ms:
         raise ConfigError("dispatch.base_redelivery_delay_ms must be <= dispatch.max_redelivery_delay_ms")
     if cfg.policies.max_message_size > MAX_POLICY_MESSAGE_SIZE:

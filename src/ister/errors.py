@@ -69,11 +69,15 @@ class CorruptRange(CorruptionError):
         self.end = end  # exclusive
 
 
-class DiskFull(StorageError, ResourceExhausted):
-    """The disk (or quota) is full: nothing was written; the same request may succeed once space returns.
-    Maps to RESOURCE_EXHAUSTED (retriable), not INTERNAL."""
+class StorageExhausted(StorageError, ResourceExhausted):
+    """A storage resource ran out (disk space, quota, file descriptors): nothing was written; the same
+    request may succeed once it returns. Maps to RESOURCE_EXHAUSTED (retriable), not INTERNAL."""
 
     retriable = True
+
+
+class DiskFull(StorageExhausted):
+    """The disk (or quota) is full: nothing was written; the same request may succeed once space returns."""
 
 
 class OffsetOutOfRange(StorageError):

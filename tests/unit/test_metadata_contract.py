@@ -12,6 +12,8 @@ import contextlib
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from aetcd import rpc
 from ister.errors import InvalidArgument, MetadataError, WatchLagged
 from ister.metadata import store as store_module
 from ister.metadata.cache import LocalCache
-from ister.metadata.embedded import DB_FILE, EmbeddedStore
+from ister.metadata.embedded import DB_FILE, EmbeddedStore, _Sqlite
 from ister.metadata.etcd import EtcdStore
 from ister.metadata.store import (
     MAX_TXN_OPS,
@@ -711,6 +713,55 @@ async def test_embedded_failed_write_changes_nothing(tmp_path: Path) -> None:
         assert store.revision == rev
     finally:
         await store.close()
+
+
+async def test_embedded_commits_run_off_the_loop_and_share_transactions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow commit (a busy disk) does not stop the event loop: reads answer meanwhile, and the writes
+    called meanwhile wait and then share a transaction, in call order."""
+    store = await EmbeddedStore.open(tmp_path)
+    gate = threading.Event()
+    groups: list[int] = []
+    real = _Sqlite.commit
+
+    def slow_commit(self: _Sqlite, group: list[Any]) -> None:
+        groups.append(len(group))
+        assert gate.wait(10)
+        real(self, group)
+
+    monkeypatch.setattr(_Sqlite, "commit", slow_commit)
+    gate.set()
+    try:
+        await store.put("/a", 0)
+        base = store.revision
+        gate.clear()
+        first = asyncio.ensure_future(store.put("/a", 1))
+        deadline = time.monotonic() + 10
+        while len(groups) < 2:  # the commit thread is inside the slow commit
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        assert await store.get("/a") == KeyValue("/a", 0, base)  # committed state only, loop not blocked
+        rest = [asyncio.ensure_future(store.put(f"/k/{i}", i)) for i in range(50)]
+        cas = asyncio.ensure_future(store.compare_and_set("/a", 2, expected_version=base + 1))
+        stale = asyncio.ensure_future(store.compare_and_set("/a", 3, expected_version=base))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not any(f.done() for f in [first, *rest, cas, stale])  # nothing returns before its commit
+        gate.set()
+        assert await asyncio.gather(first, *rest) == list(range(base + 1, base + 52))
+        assert await cas is True  # it waited for the put on /a, then compared with its revision
+        assert await stale is False
+        assert groups[:2] == [1, 1] and sum(groups[2:]) == 51 and len(groups) <= 4
+    finally:
+        gate.set()
+        await store.close()
+    reopened = await EmbeddedStore.open(tmp_path)
+    try:
+        assert (await reopened.get("/a")).value == 2  # type: ignore[union-attr]
+        assert len(await reopened.list("/k/")) == 50
+    finally:
+        await reopened.close()
 
 
 # --- etcd-only: namespaces, endpoints, restarts, lease minimum -------------------------------------

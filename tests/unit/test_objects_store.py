@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -200,3 +201,20 @@ def test_bad_environment_client_setting_is_invalid_argument() -> None:
         split_options({}, scheme="s3", environ={"AWS_ALLOW_HTTP": "sometimes"})
     with pytest.raises(InvalidArgument, match="AWS_TIMEOUT"):
         split_options({}, scheme="s3", environ={"AWS_TIMEOUT": "soon"})
+
+
+async def test_many_concurrent_operations_on_a_local_store_keep_threads_bounded(tmp_path: Path) -> None:
+    """obstore's local file I/O runs on a thread pool that grows with the operations in flight; the
+    wrapper runs them one at a time, so 64 concurrent callers do not cost hundreds of threads."""
+    store = open_store((tmp_path / "objects").as_uri())
+    await store.put("warm", b"x")
+    before = len(os.listdir("/proc/self/task"))
+
+    async def worker(i: int) -> None:
+        for j in range(20):
+            await store.put(f"w{i}/o{j}", b"%d" % j)
+            assert await store.get(f"w{i}/o{j}") == b"%d" % j
+
+    await asyncio.gather(*(worker(i) for i in range(64)))
+    assert len(os.listdir("/proc/self/task")) - before <= 16
+    assert len(await store.list("w1")) == 20

@@ -50,10 +50,14 @@ def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
 class BenchBroker:
     """`ister broker` on free loopback ports with its own temporary data dir. Use as a context manager."""
 
-    def __init__(self, fsync: str = "always", log_level: str = "warning") -> None:
+    def __init__(
+        self, fsync: str = "always", log_level: str = "warning", env: dict[str, str] | None = None
+    ) -> None:
         self.fsync = fsync
         self.log_level = log_level
+        self.env = env or {}  # extra environment, e.g. ISTER_LIMITS__MAX_TOPICS_PER_BROKER
         self.port = free_port()
+        self.prom_port = free_port()
         self.tmp = Path(tempfile.mkdtemp(prefix="ister-bench-"))
         self.log_path = self.tmp / "broker.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -78,14 +82,16 @@ class BenchBroker:
             "--admin-addr",
             f"127.0.0.1:{free_port()}",
             "--prom-exporter",
-            f"127.0.0.1:{free_port()}",
+            f"127.0.0.1:{self.prom_port}",
             "--fsync",
             self.fsync,
             "--log-level",
             self.log_level,
         ]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
+            )
         try:
             wait_port(self.port, self.proc, timeout, "ister broker")
         except RuntimeError as exc:

@@ -266,6 +266,8 @@ class AdminOps:
             for t in targets:
                 if await self._exists(t):
                     raise AlreadyExists(f"topic {t} already exists")
+            if self.cluster is None:  # they load here: refused before anything is written
+                self.broker.check_topic_room(len(targets), f"create {len(targets)} topic(s) {name}")
             created: list[str] = []
             for t in targets:
                 ok = await self.store.txn(

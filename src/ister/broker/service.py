@@ -10,14 +10,14 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ister.broker import metrics, superseded
+from ister.broker.exports import ExportScheduler
 from ister.broker.nonreliable import NonReliableSubscription
 from ister.broker.reliable import ReliableSubscription
 from ister.broker.sessions import ConsumerSession, ConsumerStream, ProducerSession
@@ -28,7 +28,7 @@ from ister.core.cluster.ownership import OwnerRecord, plan_load
 from ister.core.dispatch import DeadLetter, FailurePolicy, SubType
 from ister.core.dispatch.selector import MAX_KEY_FILTERS
 from ister.core.record import StoredMessage, repair_for_wire
-from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from ister.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from ister.ids import (
     PARTITION_MARKER,
     TopicName,
@@ -44,7 +44,7 @@ from ister.limits import (
     RELIABLE_CONSUMER_BUFFER,
 )
 from ister.metadata import keys
-from ister.metadata.store import MetadataStore
+from ister.metadata.store import Compare, MetadataStore, Put
 from ister.storage.objects import (
     LocalRetention,
     ObjectStore,
@@ -54,7 +54,7 @@ from ister.storage.objects import (
     topic_object_prefix,
 )
 from ister.storage.objects.catalog import first_descriptor
-from ister.storage.wal import Wal, WalConfig, WalReader
+from ister.storage.wal import Wal, WalConfig, WalReader, WriterPool, hold_root
 
 if TYPE_CHECKING:
     from ister.cluster.guard import OwnershipGuard
@@ -111,6 +111,8 @@ class BrokerService:
         # check names across topics (a partition against its base name).
         self._load_locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._create_lock = asyncio.Lock()
+        self._reserved = 0  # topics being created or loaded (counted against limits.max_topics_per_broker)
+        self.topics_unloaded = 0  # topics forgotten so far (broker/heap.py sweeps after many)
         self._started_at = time.monotonic()
         self._closing = False
         self._reaper: asyncio.Task[None] | None = None
@@ -131,9 +133,21 @@ class BrokerService:
         self._retention = LocalRetention(
             keep_bytes=durable.local_retention_bytes, keep_seconds=durable.local_retention_seconds
         )
+        self.exports = ExportScheduler(
+            self._retention, durable.export_interval_seconds, durable.segment_max_age_seconds
+        )
+        # Every WAL of this broker is written by one pool of threads, and one flock on <data_dir>/wal keeps
+        # other processes out of all of them (a thread and two descriptors per topic would not scale).
+        self.writers = WriterPool(
+            w.writer_threads, idle_close_s=w.idle_close_seconds, max_open_files=w.max_open_segments
+        )
+        self.wal_root = data_dir / "wal"
+        self._release_wal_root: Callable[[], None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     async def start(self) -> None:
+        # Refused (StorageError) while another process uses this data directory's WALs.
+        self._release_wal_root = await asyncio.to_thread(hold_root, self.wal_root)
         await self.store.put(keys.cluster_name(self.config.cluster_name), None)
         policy = {
             name: getattr(self.config.policies, name) for name in self.config.policies.__struct_fields__
@@ -166,6 +180,12 @@ class BrokerService:
                 log.exception("closing topic %s failed", topic.name)
         self.topics.clear()
         self._m_topics.set(0)
+        await self.exports.close()
+        if not await asyncio.to_thread(self.writers.close):
+            log.error("WAL writer threads did not stop in time")
+        if self._release_wal_root is not None:
+            self._release_wal_root()
+            self._release_wal_root = None
 
     # -- topics --------------------------------------------------------------------------------------------
     async def topic_exists(self, name: TopicName) -> bool:
@@ -197,9 +217,15 @@ class BrokerService:
             prefix = keys.namespace_topic(name.full) + PARTITION_MARKER
             if await self.store.list(prefix):
                 raise FailedPrecondition(f"cannot create {name}: it is a partitioned topic")
-        await self.store.put(keys.topic_root(name.full), 0)
-        await self.store.put(keys.topic_delivery(name.full), delivery)
-        await self.store.put(keys.namespace_topic(name.full), None)
+        # One transaction (one metadata commit); if the admin API created it meanwhile, that one stands.
+        await self.store.txn(
+            [Compare(keys.namespace_topic(name.full), None)],
+            [
+                Put(keys.topic_root(name.full), 0),
+                Put(keys.topic_delivery(name.full), delivery),
+                Put(keys.namespace_topic(name.full), None),
+            ],
+        )
         if self.cluster is not None:
             await self.cluster.request_assignment(name.full)
         log.info("created topic %s (%s)", name, delivery)
@@ -217,13 +243,25 @@ class BrokerService:
             topic = self.topics.get(name.full)
             if topic is not None:
                 return topic
+            if self.cluster is None:
+                # Standalone: the topic loads here; over the limit it is refused before anything is written.
+                missing = await self.store.get(keys.namespace_topic(name.full)) is None
+                if missing and create_as is None:
+                    raise NotFound(f"topic {name} does not exist")
+                with self._topic_slot(name):
+                    if missing:
+                        assert create_as is not None
+                        async with self._create_lock:
+                            if await self.store.get(keys.namespace_topic(name.full)) is None:
+                                await self._create_topic(name, create_as, internal=internal)
+                    return await self._load_and_register(name, reserved=True)
             if await self.store.get(keys.namespace_topic(name.full)) is None:
                 if create_as is None:
                     raise NotFound(f"topic {name} does not exist")
                 async with self._create_lock:
                     if await self.store.get(keys.namespace_topic(name.full)) is None:
                         await self._create_topic(name, create_as, internal=internal)
-            if self.cluster is None or self.cluster.assigned_here(name.full):
+            if self.cluster.assigned_here(name.full):
                 return await self._load_and_register(name)
         # Cluster mode, not (yet) assigned here: wait for the leader outside the lock, then try again.
         await self._check_served_here(name)
@@ -232,6 +270,25 @@ class BrokerService:
             if topic is not None:
                 return topic
             return await self._load_and_register(name)
+
+    def check_topic_room(self, count: int, what: str) -> None:
+        """Raise ResourceExhausted (before anything is written) when `count` more topics would exceed
+        limits.max_topics_per_broker on this broker."""
+        limit = self.config.limits.max_topics_per_broker
+        held = len(self.topics) + self._reserved
+        if limit and held + count > limit:
+            raise ResourceExhausted(
+                f"cannot {what}: this broker holds {held} topics and limits.max_topics_per_broker is {limit}"
+            )
+
+    @contextlib.contextmanager
+    def _topic_slot(self, name: TopicName) -> Iterator[None]:
+        self.check_topic_room(1, f"create or load topic {name}")
+        self._reserved += 1
+        try:
+            yield
+        finally:
+            self._reserved -= 1
 
     @contextlib.asynccontextmanager
     async def topic_lock(self, name: str) -> AsyncIterator[None]:
@@ -246,8 +303,12 @@ class BrokerService:
             if users[0] == 0:
                 del self._load_locks[name]
 
-    async def _load_and_register(self, name: TopicName) -> Topic:
-        topic = await self._load_topic(name)
+    async def _load_and_register(self, name: TopicName, *, reserved: bool = False) -> Topic:
+        if reserved:
+            topic = await self._load_topic(name)
+        else:
+            with self._topic_slot(name):
+                topic = await self._load_topic(name)
         self.topics[name.full] = topic
         self._m_topics.set(len(self.topics))
         return topic
@@ -304,6 +365,8 @@ class BrokerService:
         if loaded is None:
             return None
         self._m_topics.set(len(self.topics))
+        self.topics_unloaded += 1
+        self.exports.remove(loaded)
         self._forget_clients(loaded)
         return loaded
 
@@ -407,13 +470,18 @@ class BrokerService:
                 f"({cause}); it stays on broker {broker}"
             ) from exc
 
+    async def _wal(self, wal_dir: Path, start_offset: int = 0) -> Wal:
+        return await Wal.open(
+            wal_dir, self._wal_config, start_offset=start_offset, pool=self.writers, lock_root=self.wal_root
+        )
+
     async def _open_wal(self, name: TopicName) -> tuple[Wal, OwnershipGuard | None]:
         """The topic's WAL; in cluster mode also the ownership claim that decides where its offsets start."""
         wal_dir = self.data_dir / "wal" / name.namespace / name.topic
         sealed = await self.store.get(keys.storage_state(name.full))
         sealed_next = sealed_offset(sealed.value) if sealed is not None else None
         if self.cluster is None:
-            standalone = await Wal.open(wal_dir, self._wal_config, start_offset=sealed_next or 0)
+            standalone = await self._wal(wal_dir, start_offset=sealed_next or 0)
             if sealed is not None:
                 await self.store.compare_and_delete(sealed.key, expected_version=sealed.version)
             return standalone, None
@@ -421,7 +489,7 @@ class BrokerService:
         record, versions = await cluster.read_owner(name.full, fresh=True)  # decides where offsets start
         epoch_file = self.data_dir / "owners" / name.namespace / f"{name.topic}.epoch"
         local_epoch = read_epoch(epoch_file)
-        wal = await Wal.open(wal_dir, self._wal_config) if local_epoch is not None else None
+        wal = await self._wal(wal_dir) if local_epoch is not None else None
         if sealed is not None and (
             not isinstance(sealed.value, dict) or sealed.value.get("epoch") != record.loaded_epoch
         ):
@@ -441,10 +509,10 @@ class BrokerService:
             if wal is None:
                 if await asyncio.to_thread(superseded.archive, self.data_dir, wal_dir, name, local_epoch):
                     self._superseded_wakeup.set()  # export what only that WAL holds, then delete it
-                wal = await Wal.open(wal_dir, self._wal_config, start_offset=plan.start_offset)
+                wal = await self._wal(wal_dir, start_offset=plan.start_offset)
             elif plan.start_offset > wal.next_offset:
                 await wal.close()
-                wal = await Wal.open(wal_dir, self._wal_config, start_offset=plan.start_offset)
+                wal = await self._wal(wal_dir, start_offset=plan.start_offset)
             # Written before the claim: a crash in between leaves a WAL that is treated as stale (safe: it is
             # then exported as superseded).
             write_epoch(epoch_file, record.epoch)
@@ -531,7 +599,9 @@ class BrokerService:
             await asyncio.to_thread(superseded.remove, item.path)
             return True
         try:
-            ranges = await superseded.export_archived(item, self.objects, self.store, self._wal_config)
+            ranges = await superseded.export_archived(
+                item, self.objects, self.store, self._wal_config, self.writers
+            )
         except Exception as exc:
             log.warning(
                 "%s: exporting the superseded WAL %s failed (%s); kept, retried", item.topic, item.path, exc
@@ -577,9 +647,7 @@ class BrokerService:
         topic.guard = guard
         if wal is not None and self.objects is not None:
             topic.exporter = SegmentExporter(name, wal, self.objects, self.store)
-            topic.tasks.append(
-                asyncio.get_running_loop().create_task(self._export_loop(topic), name=f"export {name}")
-            )
+            self.exports.add(topic)
         for p in await self.store.list(keys.topic_producers_prefix(name.full)):
             rec = p.value if isinstance(p.value, dict) else {}
             try:
@@ -596,32 +664,6 @@ class BrokerService:
             self.producers[session.id] = session
         log.info("loaded topic %s (%s)", name, delivery)
         return topic
-
-    async def _export_loop(self, topic: Topic) -> None:
-        """Export closed WAL segments, then drop local files that are in objects and past retention.
-
-        A store outage only delays this (capped exponential backoff); produce never waits for it.
-        """
-        exporter, wal = topic.exporter, topic.wal
-        assert exporter is not None and wal is not None
-        interval = self.config.storage.durable.export_interval_seconds
-        failures = 0
-        max_age = self.config.storage.durable.segment_max_age_seconds
-        while True:
-            try:
-                if max_age and await asyncio.to_thread(_idle_active_segment, wal.segments(), max_age):
-                    await wal.rotate()
-                await exporter.export_closed()
-                dropped = await wal.drop_segments(await exporter.deletable(self._retention))
-                if dropped:
-                    log.info("%s: %d WAL files are in the durable tier; deleted locally", topic.name, dropped)
-                failures = 0
-                delay = interval
-            except Exception as exc:
-                failures += 1
-                delay = min(60.0, interval * 2 ** min(failures, 6)) * random.uniform(0.75, 1.0)
-                log.warning("%s: export failed (%s); retry in %.1f s", topic.name, exc, delay)
-            await asyncio.sleep(delay)
 
     async def partitions(self, name: TopicName) -> list[str]:
         if await self.topic_exists(name):
@@ -1267,13 +1309,3 @@ def sealed_offset(value: Any) -> int | None:
         return None
     last = value.get("last_committed_offset")
     return last + 1 if isinstance(last, int) and not isinstance(last, bool) and last >= 0 else None
-
-
-def _idle_active_segment(segments: list[tuple[int, Path, int]], max_age: float) -> bool:
-    """True when the active (last) segment holds records and was not written for `max_age` seconds."""
-    if not segments or segments[-1][2] == 0:
-        return False
-    try:
-        return time.time() - segments[-1][1].stat().st_mtime >= max_age
-    except FileNotFoundError:
-        return False

@@ -24,7 +24,7 @@ from ister.metadata.store import MetadataStore
 from ister.storage.objects import ObjectStore, SegmentExporter
 from ister.storage.objects.catalog import list_descriptors
 from ister.storage.objects.retention import covered
-from ister.storage.wal import Wal, WalConfig
+from ister.storage.wal import Wal, WalConfig, WriterPool
 from ister.storage.wal.segment import fsync_dir, list_segment_files
 
 log = logging.getLogger(__name__)
@@ -104,11 +104,15 @@ def _origin(wal_dir: Path) -> Archived | None:
 
 
 async def export_archived(
-    item: Archived, objects: ObjectStore, store: MetadataStore, wal_config: WalConfig
+    item: Archived,
+    objects: ObjectStore,
+    store: MetadataStore,
+    wal_config: WalConfig,
+    pool: WriterPool | None = None,
 ) -> list[tuple[int, int]]:
     """Export the records of an archived WAL that no object holds yet; returns its record ranges ([first,
     end)). Raises (and keeps the directory) unless every record is then in a recorded object."""
-    wal = await Wal.open(item.path, wal_config)
+    wal = await Wal.open(item.path, wal_config, pool=pool)
     try:
         ranges = wal.record_ranges()
         exporter = SegmentExporter(item.topic, wal, objects, store)

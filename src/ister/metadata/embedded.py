@@ -5,6 +5,12 @@ first committed to `<dir>/metadata.sqlite3` (WAL journal, synchronous=FULL: a wr
 kill -9), then applied to the mirror and fed synchronously to the matching watchers. One global revision
 counter, persisted with the data, numbers the mutations and keeps increasing across restarts.
 
+Commits run on one thread of their own, never on the event loop (an fsync under load takes milliseconds
+to far more), and mutations queued meanwhile share one SQLite transaction (group commit). A mutation is
+checked and given its revision when it is called, in call order: its compares are evaluated once no
+queued mutation touches the keys involved (so against committed state), and nothing awaits between that
+check and its place in the queue. Reads see committed state only.
+
 Leases live only in memory: a task deletes the keys of expired leases, and on open every key that was
 attached to a lease by an earlier process is deleted (leases never survive a restart). A lock file
 (`flock`) keeps a second process (or a second store in this one) off the same directory.
@@ -22,6 +28,7 @@ import os
 import secrets
 import sqlite3
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +59,7 @@ DB_FILE = "metadata.sqlite3"
 LOCK_FILE = "metadata.lock"
 SCHEMA_VERSION = 1
 LEASE_RETRY_SECONDS = 0.5
+MAX_GROUP = 1_000  # mutations per SQLite transaction
 MAX_LEASE_TTL_SECONDS = 365 * 24 * 3600.0
 
 _SCHEMA = """
@@ -90,6 +98,17 @@ class _Lease:
 
 
 _Row = tuple[str, bytes, int, int | None]
+_PutOp = tuple[str, bytes, int | None]  # (key, encoded value, lease)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A mutation checked and numbered, waiting for its commit."""
+
+    revision: int
+    puts: list[_PutOp]
+    deletes: list[str]
+    future: asyncio.Future[None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +167,10 @@ class _Sqlite:
 
     def __init__(self, path: Path) -> None:
         try:
-            self._conn = sqlite3.connect(str(path), timeout=METADATA_TIMEOUT_SECONDS, isolation_level=None)
+            # Used by one thread at a time: the opener, then the commit thread (see EmbeddedStore).
+            self._conn = sqlite3.connect(
+                str(path), timeout=METADATA_TIMEOUT_SECONDS, isolation_level=None, check_same_thread=False
+            )
             mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise MetadataError(f"{path}: sqlite refused WAL journal mode (got {mode!r})")
@@ -186,17 +208,20 @@ class _Sqlite:
             raise MetadataError(f"cannot read metadata database {self._path}: {exc}") from exc
         return revision, rows
 
-    def commit(self, revision: int, puts: list[_Row], deletes: list[str]) -> None:
+    def commit(self, group: list[tuple[int, list[_PutOp], list[str]]]) -> None:
+        """Commit mutations (revision, puts, deletes), in order, in one transaction (blocking)."""
         try:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                if puts:
-                    self._conn.executemany(
-                        "INSERT OR REPLACE INTO kv(key, value, revision, lease) VALUES (?, ?, ?, ?)", puts
-                    )
-                if deletes:
-                    self._conn.executemany("DELETE FROM kv WHERE key = ?", [(k,) for k in deletes])
-                self._conn.execute("UPDATE meta SET value = ? WHERE name = 'revision'", (revision,))
+                for revision, puts, deletes in group:
+                    if puts:
+                        self._conn.executemany(
+                            "INSERT OR REPLACE INTO kv(key, value, revision, lease) VALUES (?, ?, ?, ?)",
+                            [(k, raw, revision, lease) for k, raw, lease in puts],
+                        )
+                    if deletes:
+                        self._conn.executemany("DELETE FROM kv WHERE key = ?", [(k,) for k in deletes])
+                self._conn.execute("UPDATE meta SET value = ? WHERE name = 'revision'", (group[-1][0],))
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._rollback()
@@ -249,6 +274,15 @@ class EmbeddedStore:
         self._lease_wakeup = asyncio.Event()
         self._lease_task: asyncio.Task[None] | None = None
         self._closed = False
+        # Group commit (persistent stores only): mutations checked and numbered, not yet committed.
+        self._planned = 0  # the revision given to the latest mutation (== _revision when none is queued)
+        self._queue: builtins.list[_Pending] = []
+        self._pending_keys: dict[str, asyncio.Future[None]] = {}  # key -> last queued mutation touching it
+        self._pending_view: dict[str, int | None] = {}  # key -> its lease after the queue; absent: deleted
+        self._pending_gone: set[str] = set()  # keys the queue deletes
+        self._committer: asyncio.Task[None] | None = None
+        self._commit_wakeup: asyncio.Event | None = None
+        self._executor: ThreadPoolExecutor | None = None
 
     @classmethod
     def in_memory(cls) -> EmbeddedStore:
@@ -283,6 +317,7 @@ class EmbeddedStore:
             self._entries[key] = _Entry(raw, int(rev), None)
         self._keys = sorted(self._entries)
         self._revision = revision
+        self._planned = revision
 
     # --- reads ------------------------------------------------------------------------------------
 
@@ -330,22 +365,25 @@ class EmbeddedStore:
         raw = encode_value(value)
         if lease is not None:
             self._live_lease(lease)
-        return self._commit([(key, raw, lease)], [])
+        return await self._mutate([(key, raw, lease)], [])
 
     async def delete(self, key: str) -> bool:
         self._check_open()
         check_key(key)
-        if key not in self._entries:
+        await self._settle([key])
+        if not self._exists(key):
             return False
-        self._commit([], [key])
+        await self._mutate([], [key])
         return True
 
     async def delete_prefix(self, prefix: str) -> int:
         self._check_open()
         check_key(prefix, "prefix")
+        while pending := [k for k in self._pending_keys if k.startswith(prefix)]:
+            await self._settle(pending)
         keys = self._range(prefix, None, None)
         if keys:
-            self._commit([], keys)
+            await self._mutate([], keys)
         return len(keys)
 
     async def compare_and_set(
@@ -356,28 +394,31 @@ class EmbeddedStore:
         if expected_version is not None:
             _check_version(expected_version)
         raw = encode_value(value)
+        await self._settle([key])
         if lease is not None:
             self._live_lease(lease)
         entry = self._entries.get(key)
         current = None if entry is None else entry.revision
         if current != expected_version:
             return False
-        self._commit([(key, raw, lease)], [])
+        await self._mutate([(key, raw, lease)], [])
         return True
 
     async def compare_and_delete(self, key: str, *, expected_version: int) -> bool:
         self._check_open()
         check_key(key)
         _check_version(expected_version)
+        await self._settle([key])
         entry = self._entries.get(key)
         if entry is None or entry.revision != expected_version:
             return False
-        self._commit([], [key])
+        await self._mutate([], [key])
         return True
 
     async def txn(self, compares: Sequence[Compare], ops: Sequence[Op]) -> bool:
         self._check_open()
         plan = check_txn(compares, ops)
+        await self._settle([c.key for c in plan.compares] + [key for key, _, _ in plan.ops])
         for _key, raw, lease in plan.ops:
             if raw is not None and lease is not None:
                 self._live_lease(lease)
@@ -386,35 +427,136 @@ class EmbeddedStore:
             if (None if entry is None else entry.revision) != compare.version:
                 return False
         puts = [(key, raw, lease) for key, raw, lease in plan.ops if raw is not None]
-        deletes = [key for key, raw, _lease in plan.ops if raw is None and key in self._entries]
+        deletes = [key for key, raw, _lease in plan.ops if raw is None and self._exists(key)]
         if puts or deletes:
-            self._commit(puts, deletes)
+            await self._mutate(puts, deletes)
         return True
 
-    def _commit(self, puts: builtins.list[tuple[str, bytes, int | None]], deletes: builtins.list[str]) -> int:
-        """Persist, then apply to the mirror and notify watchers. One revision for the whole batch."""
-        revision = self._revision + 1
-        deletes = [k for k in deletes if k in self._entries]
-        if self._db is not None:
-            self._db.commit(revision, [(k, raw, revision, lease) for k, raw, lease in puts], deletes)
-        self._revision = revision
-        for key, raw, lease in puts:
-            old = self._entries.get(key)
-            if old is None:
-                bisect.insort(self._keys, key)
-            else:
-                self._detach(key, old.lease)
-            self._entries[key] = _Entry(raw, revision, lease)
+    # --- group commit -----------------------------------------------------------------------------
+
+    async def _settle(self, keys: Iterable[str]) -> None:
+        """Wait until no queued mutation touches `keys` (then the mirror holds their latest state)."""
+        keys = builtins.list(keys)
+        while waits := {f for k in keys if (f := self._pending_keys.get(k)) is not None}:
+            await asyncio.wait(waits)
+            self._check_open()
+
+    def _exists(self, key: str) -> bool:
+        """Whether `key` exists once everything queued is applied."""
+        if key in self._pending_gone:
+            return False
+        return key in self._pending_view or key in self._entries
+
+    def _lease_of(self, key: str) -> int | None:
+        if key in self._pending_gone:
+            return None
+        if key in self._pending_view:
+            return self._pending_view[key]
+        entry = self._entries.get(key)
+        return None if entry is None else entry.lease
+
+    async def _mutate(self, puts: builtins.list[_PutOp], deletes: builtins.list[str]) -> int:
+        revision, future = self._plan(puts, deletes)
+        if future is not None:
+            await asyncio.shield(future)  # a cancelled caller's mutation is committed all the same
+        return revision
+
+    def _plan(
+        self, puts: builtins.list[_PutOp], deletes: builtins.list[str]
+    ) -> tuple[int, asyncio.Future[None] | None]:
+        """Number a checked mutation and move lease bookkeeping to its outcome; apply it now (in-memory
+        store) or queue it for the committer (returns its future)."""
+        revision = self._planned + 1
+        self._planned = revision
+        for key, _raw, lease in puts:
+            self._detach(key, self._lease_of(key))
             if lease is not None:
                 self._leases[lease].keys.add(key)
+        for key in deletes:
+            self._detach(key, self._lease_of(key))
+        if self._db is None:
+            self._apply(revision, puts, deletes)
+            return revision, None
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._queue.append(_Pending(revision, puts, deletes, future))
+        for key, _raw, lease in puts:
+            self._pending_keys[key] = future
+            self._pending_view[key] = lease
+            self._pending_gone.discard(key)
+        for key in deletes:
+            self._pending_keys[key] = future
+            self._pending_view.pop(key, None)
+            self._pending_gone.add(key)
+        if self._committer is None:
+            self._commit_wakeup = asyncio.Event()
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="metadata-commit")
+            self._committer = loop.create_task(self._commit_loop(), name="metadata-commit")
+        assert self._commit_wakeup is not None
+        self._commit_wakeup.set()
+        return revision, future
+
+    async def _commit_loop(self) -> None:
+        assert self._commit_wakeup is not None and self._db is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._commit_wakeup.wait()
+            self._commit_wakeup.clear()
+            while self._queue:
+                group = self._queue[:MAX_GROUP]
+                del self._queue[:MAX_GROUP]
+                rows = [(p.revision, p.puts, p.deletes) for p in group]
+                try:
+                    await loop.run_in_executor(self._executor, self._db.commit, rows)
+                except BaseException as exc:
+                    self._fail_queued(group, exc)
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+                    continue
+                for pending in group:
+                    self._apply(pending.revision, pending.puts, pending.deletes)
+                    self._settled(pending)
+                    if not pending.future.done():
+                        pending.future.set_result(None)
+
+    def _settled(self, pending: _Pending) -> None:
+        for key in [k for k, _, _ in pending.puts] + pending.deletes:
+            if self._pending_keys.get(key) is pending.future:
+                del self._pending_keys[key]
+                self._pending_view.pop(key, None)
+                self._pending_gone.discard(key)
+
+    def _fail_queued(self, group: builtins.list[_Pending], exc: BaseException) -> None:
+        """The group's commit failed: it and everything queued after it (checked on top of it) fail."""
+        failed = group + self._queue
+        self._queue = []
+        self._pending_keys.clear()
+        self._pending_view.clear()
+        self._pending_gone.clear()
+        self._planned = self._revision
+        for lease in self._leases.values():  # undo the failed mutations' lease bookkeeping
+            lease.keys = {k for k, e in self._entries.items() if e.lease == lease.id}
+        err = exc if isinstance(exc, MetadataError) else MetadataError(f"metadata commit failed: {exc!r}")
+        if not isinstance(exc, asyncio.CancelledError):
+            log.error("%s (%d mutations refused)", err, len(failed))
+        for pending in failed:
+            if not pending.future.done():
+                pending.future.set_exception(MetadataError(str(err)))
+
+    def _apply(self, revision: int, puts: builtins.list[_PutOp], deletes: builtins.list[str]) -> None:
+        """A committed mutation: into the mirror, then to the watchers."""
+        self._revision = revision
+        for key, raw, lease in puts:
+            if key not in self._entries:
+                bisect.insort(self._keys, key)
+            self._entries[key] = _Entry(raw, revision, lease)
             self._notify("put", key, raw, revision)
         for key in deletes:
-            old = self._entries.pop(key)
-            self._detach(key, old.lease)
+            if self._entries.pop(key, None) is None:
+                continue
             index = bisect.bisect_left(self._keys, key)
             del self._keys[index]
             self._notify("delete", key, None, revision)
-        return revision
 
     def _detach(self, key: str, lease_id: int | None) -> None:
         if lease_id is not None and (lease := self._leases.get(lease_id)) is not None:
@@ -468,28 +610,43 @@ class EmbeddedStore:
         if lease is None:
             return
         lease.deadline = float("-inf")  # dead from now on, even if deleting its keys fails below
-        try:
-            self._expire(lease)
-        except MetadataError:
-            self._lease_wakeup.set()  # the expiry task retries the delete
-            raise
+        await self._expire(lease)  # on failure the expiry task retries the delete
 
     def _live_lease(self, lease_id: int) -> _Lease:
         if isinstance(lease_id, bool) or not isinstance(lease_id, int):
             raise InvalidArgument(f"invalid lease id {lease_id!r}")
         lease = self._leases.get(lease_id)
         if lease is not None and lease.deadline <= self._now():
-            with contextlib.suppress(MetadataError):
-                self._expire(lease)
+            self._expire_soon(lease)
             lease = None
         if lease is None:
             raise LeaseNotFound(f"lease {lease_id} not found (expired or revoked)")
         return lease
 
-    def _expire(self, lease: _Lease) -> None:
-        if lease.keys:
-            self._commit([], sorted(lease.keys))
+    def _expire_soon(self, lease: _Lease) -> asyncio.Future[None] | None:
+        """Forget a dead lease and queue the deletion of its keys (without waiting for it). Should that
+        fail, the lease is back with its keys and the expiry task retries."""
         self._leases.pop(lease.id, None)
+        keys = sorted(k for k in lease.keys if self._exists(k))
+        if not keys:
+            return None
+        _, future = self._plan([], keys)
+        if future is None:
+            return None
+
+        def undo(done: asyncio.Future[None]) -> None:
+            if (done.cancelled() or done.exception() is not None) and not self._closed:
+                self._leases.setdefault(lease.id, lease)
+                lease.keys = {k for k, e in self._entries.items() if e.lease == lease.id}
+                self._lease_wakeup.set()
+
+        future.add_done_callback(undo)
+        return future
+
+    async def _expire(self, lease: _Lease) -> None:
+        future = self._expire_soon(lease)
+        if future is not None:
+            await asyncio.shield(future)
 
     def _ensure_lease_task(self) -> None:
         if self._lease_task is None or self._lease_task.done():
@@ -503,7 +660,7 @@ class EmbeddedStore:
             retry = False
             for lease in [lease for lease in self._leases.values() if lease.deadline <= now]:
                 try:
-                    self._expire(lease)
+                    await self._expire(lease)
                 except MetadataError:
                     log.exception("expiring metadata lease %d failed; retrying", lease.id)
                     retry = True
@@ -533,7 +690,8 @@ class EmbeddedStore:
     async def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
+        self._closed = True  # new mutations are refused; the queued ones are committed first
+        await self._stop_committer()
         task, self._lease_task = self._lease_task, None
         if task is not None:
             task.cancel()
@@ -543,12 +701,30 @@ class EmbeddedStore:
             watch.finish()
         self._watches.clear()
         self._leases.clear()
-        if self._db is not None:
+        if self._db is not None and self._committer is None:  # else closed on the commit thread
             self._db.close()
-            self._db = None
+        self._db = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    async def _stop_committer(self) -> None:
+        committer, executor, db = self._committer, self._executor, self._db
+        if committer is None or executor is None or db is None:
+            return
+        waiting = {p.future for p in self._queue} | set(self._pending_keys.values())
+        if waiting:
+            _, late = await asyncio.wait(waiting, timeout=METADATA_TIMEOUT_SECONDS)
+            if late:
+                log.error("metadata store closed with %d mutations not committed", len(late))
+        committer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await committer
+        try:  # after any commit still running there (a cancelled wait does not stop it)
+            await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(executor, db.close), 10.0)
+        except TimeoutError:
+            log.error("metadata store: the commit thread did not finish; database left open")
+        executor.shutdown(wait=False)
 
 
 def _check_version(version: object) -> None:

@@ -15,8 +15,10 @@ Errors:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
-from collections.abc import AsyncIterable, Mapping
+import weakref
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -40,6 +42,10 @@ MIN_PART_SIZE = 5 * MiB
 DEFAULT_OP_TIMEOUT = 60.0  # seconds for one operation on a small object
 UPLOAD_SECONDS_PER_MIB = 1.0  # added to the deadline of puts and whole-object gets, per MiB
 MULTIPART_CONCURRENCY = 4  # parts in flight (bounds memory: about this many x part size)
+# Operations at once on a local (file://) store. obstore does local file I/O on a thread pool of its own
+# that grows with the operations in flight (about 8 threads per concurrent operation, 250+ at 64); one at
+# a time keeps it to a few threads and still does about 2,000 small operations a second.
+LOCAL_CONCURRENCY = 1
 MAX_LIST_RESULTS = 100_000
 MAX_KEY_BYTES = 1024  # S3's limit
 
@@ -132,6 +138,10 @@ class ObjectStore:
             raise InvalidArgument("object store multipart_threshold must be >= part_size")
         self._store = store
         self.url = url
+        self._local = isinstance(store, LocalStore)
+        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
         self.op_timeout = op_timeout
         self.multipart_threshold = multipart_threshold
         self.part_size = part_size
@@ -142,13 +152,27 @@ class ObjectStore:
     def _deadline(self, nbytes: int = 0) -> float:
         return self.op_timeout + UPLOAD_SECONDS_PER_MIB * nbytes / MiB
 
+    @contextlib.asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
+        """Local stores: wait for one of LOCAL_CONCURRENCY turns (each operation is bounded by its own
+        deadline, so the wait is too). Other stores: at once."""
+        if not self._local:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        gate = self._gates.get(loop)
+        if gate is None:
+            gate = self._gates[loop] = asyncio.Semaphore(LOCAL_CONCURRENCY)
+        async with gate:
+            yield
+
     async def put(self, key: str, data: bytes | bytearray | memoryview) -> PutInfo:
         """Write a whole object atomically (a multipart upload above `multipart_threshold`)."""
         check_key(key)
         size = len(data)
         what = f"put {key!r} ({size} bytes) to {self.url}"
         try:
-            async with asyncio.timeout(self._deadline(size)):
+            async with self._turn(), asyncio.timeout(self._deadline(size)):
                 result = await obstore.put_async(
                     self._store,
                     key,
@@ -178,7 +202,7 @@ class ObjectStore:
                 yield chunk
 
         try:
-            async with asyncio.timeout(self._deadline(size_hint)):
+            async with self._turn(), asyncio.timeout(self._deadline(size_hint)):
                 result = await obstore.put_async(
                     self._store,
                     key,
@@ -198,10 +222,11 @@ class ObjectStore:
         check_key(key)
         what = f"get {key!r} from {self.url}"
         try:
-            async with asyncio.timeout(self.op_timeout):
-                result = await obstore.get_async(self._store, key)
-            async with asyncio.timeout(self._deadline(int(result.meta["size"]))):
-                return bytes(await result.bytes_async())
+            async with self._turn():
+                async with asyncio.timeout(self.op_timeout):
+                    result = await obstore.get_async(self._store, key)
+                async with asyncio.timeout(self._deadline(int(result.meta["size"]))):
+                    return bytes(await result.bytes_async())
         except Exception as exc:
             _raise(exc, what)
 
@@ -212,7 +237,7 @@ class ObjectStore:
             raise InvalidArgument(f"invalid byte range [{start}, {end})")
         what = f"get {key!r} bytes [{start}, {end}) from {self.url}"
         try:
-            async with asyncio.timeout(self._deadline(end - start)):
+            async with self._turn(), asyncio.timeout(self._deadline(end - start)):
                 return bytes(await obstore.get_range_async(self._store, key, start=start, end=end))
         except Exception as exc:
             _raise(exc, what)
@@ -224,7 +249,7 @@ class ObjectStore:
             raise InvalidArgument("tail length must be >= 1")
         what = f"get the last {length} bytes of {key!r} from {self.url}"
         try:
-            async with asyncio.timeout(self._deadline(length)):
+            async with self._turn(), asyncio.timeout(self._deadline(length)):
                 result = await obstore.get_async(self._store, key, options={"range": {"suffix": length}})
                 data = bytes(await result.bytes_async())
                 size = int(result.meta["size"])
@@ -238,7 +263,7 @@ class ObjectStore:
         check_key(key)
         what = f"head {key!r} in {self.url}"
         try:
-            async with asyncio.timeout(self.op_timeout):
+            async with self._turn(), asyncio.timeout(self.op_timeout):
                 meta = await obstore.head_async(self._store, key)
         except Exception as exc:
             _raise(exc, what)
@@ -253,7 +278,7 @@ class ObjectStore:
         what = f"list {prefix!r} in {self.url}"
         found: list[ObjectInfo] = []
         try:
-            async with asyncio.timeout(self.op_timeout):
+            async with self._turn(), asyncio.timeout(self.op_timeout):
                 stream = obstore.list(self._store, prefix.rstrip("/") or None, chunk_size=1000)
                 async for batch in stream:
                     for meta in batch:
@@ -272,7 +297,7 @@ class ObjectStore:
         check_key(key)
         what = f"delete {key!r} from {self.url}"
         try:
-            async with asyncio.timeout(self.op_timeout):
+            async with self._turn(), asyncio.timeout(self.op_timeout):
                 await obstore.delete_async(self._store, key)
         except FileNotFoundError:
             return

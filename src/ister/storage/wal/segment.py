@@ -5,10 +5,10 @@ A segment is `<dir>/<first_offset:020d>.wal` holding frames first_offset, first_
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,11 +20,12 @@ from ister.core.frames import (
     payload_crc,
     scan_frames,
 )
-from ister.errors import CorruptionError, StorageError
+from ister.errors import CorruptionError
 from ister.limits import MiB
 
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .holes import Hole
+from .locks import claim_directory
 
 log = logging.getLogger(__name__)
 
@@ -150,41 +151,33 @@ class Recovered:
     holes: list[Hole] = field(default_factory=list)  # lost and damaged ranges, by first offset
     mark: int | None = None  # the high-water checkpoint read at open (None: none, or unreadable)
     new_lost: bool = False  # recovery recorded a lost range: write the checkpoint before appending
-    lock_fd: int = -1  # the directory, flock'ed exclusively: close it to release the WAL
+    release: Callable[[], None] = lambda: None  # gives the directory back (see locks.py)
 
 
 def _new_index(every_frames: int, every_bytes: int) -> SparseIndex:
     return SparseIndex(every_frames, every_bytes)
 
 
-def lock_directory(directory: Path) -> int:
-    """Take an exclusive flock on the directory (one Wal per directory, across processes too)."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StorageError(f"WAL directory {directory} is already open (locked by another Wal)") from None
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 def recover(
-    directory: Path, start_offset: int, *, index_every_frames: int, index_every_bytes: int
+    directory: Path,
+    start_offset: int,
+    *,
+    index_every_frames: int,
+    index_every_bytes: int,
+    lock_root: Path | None = None,
 ) -> Recovered:
-    """Lock, scan, repair and index the segment files of `directory`; leave an active segment named
-    next_offset (or ending exactly at next_offset) ready for appends."""
+    """Claim (locks.py: `lock_root` is the cross-process lock, the directory itself by default), scan,
+    repair and index the segment files of `directory`; leave an active segment named next_offset (or
+    ending exactly at next_offset) ready for appends."""
     directory.mkdir(parents=True, exist_ok=True)
     fsync_dir(directory.parent)
-    lock_fd = lock_directory(directory)
+    release = claim_directory(directory, lock_root)
     try:
         recovered = _recover(directory, start_offset, index_every_frames, index_every_bytes)
     except BaseException:
-        os.close(lock_fd)
+        release()
         raise
-    recovered.lock_fd = lock_fd
+    recovered.release = release
     if recovered.new_lost or recovered.next_offset > (recovered.mark or 0):
         # Before any append: the next open must not start below this, and must know the holes. (The
         # active segment's name already keeps the offset; if this fails, the writer retries.)

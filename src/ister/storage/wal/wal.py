@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -12,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from ister.core.frames import HEADER_SIZE, encode_frames
-from ister.errors import DiskFull, Fenced, IsterError, OffsetOutOfRange, StorageError
+from ister.errors import Fenced, IsterError, OffsetOutOfRange, StorageError, StorageExhausted
 
 from .cache import RecordCache
 from .config import WalConfig
 from .holes import Hole, Holes
+from .pool import WriterPool, default_pool
 from .reader import WalReader, verify_segment
 from .segment import Recovered, Segment, fsync_dir, recover
 from .writer import Entry, WalWriter
@@ -29,7 +29,39 @@ class Wal:
 
     All methods must be called from the event loop the WAL was opened on. Offsets are assigned at call time
     in call order; an append resolves once its frames are durable (fsync=always) or written (interval).
+    Writing is done by a `WriterPool` shared with other WALs (pool.py); an open WAL costs no thread and,
+    while it is not being written, no file descriptor.
     """
+
+    # slots: one per reliable topic; a __dict__ with these attributes would cost ~1 KB each
+    __slots__ = (
+        "_cache",
+        "_close_task",
+        "_closed",
+        "_closing",
+        "_committed",
+        "_config",
+        "_directory",
+        "_failed",
+        "_first_offset",
+        "_last_append",
+        "_loop",
+        "_next_offset",
+        "_queued_bytes",
+        "_read_waiters",
+        "_release",
+        "_segments",
+        "_segments_lock",
+        "_space_waiters",
+        "_stopped",
+        "_synced",
+        "_writer",
+        "damage",
+        "label",
+        "lost_ranges",
+        "offset_limit",
+        "truncated",
+    )
 
     def __init__(
         self,
@@ -38,6 +70,7 @@ class Wal:
         recovered: Recovered,
         loop: asyncio.AbstractEventLoop,
         label: str,
+        pool: WriterPool,
     ) -> None:
         self._directory = directory
         self._config = config
@@ -51,9 +84,11 @@ class Wal:
         self._committed = recovered.next_offset
         self._synced = recovered.next_offset
         self._cache = RecordCache(config.cache_max_bytes)
+        self._last_append = loop.time()  # when records were last committed (or the WAL opened)
         self._cache.reset(recovered.next_offset)
         self._queued_bytes = 0
-        self._space_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        # appends waiting for queue space, FIFO (created when first needed: most WALs never wait)
+        self._space_waiters: deque[tuple[int, asyncio.Future[None]]] | None = None
         self._read_waiters: set[asyncio.Future[None]] = set()
         self._closing = False
         self._closed = False
@@ -67,8 +102,10 @@ class Wal:
         # (first, end) ranges lost below the high-water mark (found at this open or recorded by an earlier
         # one): acknowledged once, stored nowhere locally now
         self.lost_ranges: list[tuple[int, int]] = [(h.first, h.end) for h in recovered.holes if h.lost]
-        self._lock_fd = recovered.lock_fd
+        self._release = recovered.release
+        self._stopped: asyncio.Future[None] | None = None  # resolved by the writer at the end of close()
         self._writer = WalWriter(
+            pool,
             loop,
             config,
             directory,
@@ -76,7 +113,8 @@ class Wal:
             self._segments_lock,
             self._on_commit,
             self._on_failure,
-            self._on_disk_full,
+            self._on_refused,
+            self._on_writer_stopped,
             self.damage.lost_ranges,
             0 if recovered.mark is None else recovered.mark,  # None: an empty new WAL, nothing to keep
         )
@@ -89,11 +127,16 @@ class Wal:
         *,
         start_offset: int = 0,
         label: str | None = None,
+        pool: WriterPool | None = None,
+        lock_root: Path | None = None,
     ) -> Wal:
         """Open (creating if needed) and recover the WAL in `directory`. See docs/formats.md.
 
         `label` names the WAL in logs and in the `topic` label of its metrics; by default
         `/<parent dir>/<dir>`, which is the topic's full name in the broker's `wal/<ns>/<topic>` layout.
+        `pool` writes it (default: the process-wide pool). `lock_root` is the directory whose `flock` keeps
+        other processes out (locks.py; default: `directory` itself; a broker passes `<data_dir>/wal`, one
+        descriptor for all its WALs). A second `Wal` on the same directory raises StorageError.
         """
         if start_offset < 0:
             raise ValueError("start_offset must be >= 0")
@@ -106,13 +149,14 @@ class Wal:
             start_offset,
             index_every_frames=config.index_every_frames,
             index_every_bytes=config.index_every_bytes,
+            lock_root=lock_root,
         )
         try:
             label = label or f"/{directory.parent.name}/{directory.name}"
-            wal = cls(directory, config, recovered, loop, label)
+            wal = cls(directory, config, recovered, loop, label, pool or default_pool())
             wal._writer.start()
         except BaseException:
-            os.close(recovered.lock_fd)
+            recovered.release()
             raise
         return wal
 
@@ -165,6 +209,21 @@ class Wal:
         each damaged range found in `damage` (logged and counted once); returns the new ones."""
         seg = next((s for s in self._segments_snapshot() if s.first_offset == first_offset), None)
         return [] if seg is None else await verify_segment(seg, self._committed, self.damage)
+
+    @property
+    def active_bytes(self) -> int:
+        """Bytes in the active (last) segment file."""
+        with self._segments_lock:
+            return self._segments[-1].size
+
+    @property
+    def segment_count(self) -> int:
+        with self._segments_lock:
+            return len(self._segments)
+
+    def idle_seconds(self) -> float:
+        """Seconds since records were last committed (since the open, when none were)."""
+        return self._loop.time() - self._last_append
 
     def segments(self) -> list[tuple[int, Path, int]]:
         """(first_offset, path, size in bytes) of every segment file, oldest first; the last is active."""
@@ -242,8 +301,9 @@ class Wal:
         max_queued_bytes behind), so concurrent callers get increasing offsets in call order. Resolves after
         fdatasync (fsync="always") or after write (fsync="interval"). Raises ValueError for an empty list or
         an oversize payload and StorageError after close() or a writer failure; in those cases no offset is
-        consumed. Raises DiskFull (retriable) while the disk is full: nothing of the append stays on disk and
-        its offsets are handed back (never acknowledged, they go to later appends). If the caller is
+        consumed. Raises DiskFull (retriable) while the disk is full, StorageExhausted (retriable) while no
+        file descriptor is left to open a segment: nothing of the append stays on disk and its offsets are
+        handed back (never acknowledged, they go to later appends). If the caller is
         cancelled after the offsets were assigned, the records are still written.
         """
         count = len(payloads)
@@ -296,6 +356,8 @@ class Wal:
 
     async def _wait_for_space(self, size: int) -> None:
         waiter: asyncio.Future[None] = self._loop.create_future()
+        if self._space_waiters is None:
+            self._space_waiters = deque()
         self._space_waiters.append((size, waiter))
         try:
             await waiter
@@ -310,6 +372,8 @@ class Wal:
 
     def _grant_space(self) -> None:
         waiters = self._space_waiters
+        if waiters is None:
+            return
         limit = self._config.max_queued_bytes
         while waiters:
             size, waiter = waiters[0]
@@ -368,6 +432,7 @@ class Wal:
                 future.set_result(entry.first_offset)
         if chunk is not None:
             self._cache.add(chunk_first, chunk, chunk_bytes)
+            self._last_append = self._loop.time()
         self._committed = committed
         self._synced = synced
         self._queued_bytes -= nbytes
@@ -376,14 +441,14 @@ class Wal:
         if self._read_waiters:
             self._wake_readers()
 
-    def _on_disk_full(self, entries: list[Entry], err: DiskFull, resume: int) -> None:
+    def _on_refused(self, entries: list[Entry], err: StorageExhausted, resume: int) -> None:
         # Every entry at or after `resume` is in `entries` (the writer refuses new ones until accept()).
         nbytes = 0
         for entry in entries:
             nbytes += len(entry.data)
             future = entry.future
             if future is not None and not future.done():
-                future.set_exception(DiskFull(str(err)))
+                future.set_exception(type(err)(str(err)))
         self._queued_bytes -= nbytes
         self._next_offset = resume
         self._writer.accept()
@@ -398,6 +463,11 @@ class Wal:
                 future.set_exception(StorageError(str(err)))
         self._fail_space_waiters(err)
         self._wake_readers()
+
+    def _on_writer_stopped(self) -> None:
+        self._writer.detach()  # no cycle between the two once closed (frozen objects, broker/heap.py)
+        if self._stopped is not None and not self._stopped.done():
+            self._stopped.set_result(None)
 
     def _wake_readers(self) -> None:
         waiters = list(self._read_waiters)
@@ -422,7 +492,7 @@ class Wal:
     # ---- shutdown --------------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Flush, fsync and stop the writer thread. Idempotent; later appends raise StorageError."""
+        """Flush, fsync and stop the writer. Idempotent; later appends raise StorageError."""
         if self._close_task is None:
             self._closing = True  # from now on appends are refused (before any offset is assigned)
             self._close_task = self._loop.create_task(self._close())
@@ -438,13 +508,14 @@ class Wal:
         except IsterError as exc:
             log.error("WAL %s: final flush failed: %s", self._directory, exc)
         finally:
+            self._stopped = stopped = self._loop.create_future()
             self._writer.stop()
-            stopped = await asyncio.to_thread(self._writer.join, self._config.close_timeout_s)
-            if stopped:
-                os.close(self._lock_fd)  # the directory may now be opened again
-            else:
+            try:
+                await asyncio.wait_for(asyncio.shield(stopped), self._config.close_timeout_s)
+                self._release()  # the directory may now be opened again
+            except TimeoutError:
                 log.error(
-                    "WAL %s: writer thread did not stop within %.1fs",
+                    "WAL %s: writer did not stop within %.1fs",
                     self._directory,
                     self._config.close_timeout_s,
                 )

@@ -1,13 +1,16 @@
-"""The WAL writer thread: group commit of queued frames into the active segment.
+"""One WAL's writer: group commit of queued frames into the active segment, run by the shared pool.
 
-The event loop encodes frames, assigns offsets and queues one `Entry` per append call (in offset order).
-The thread takes everything queued (up to max_write_bytes), issues one write of the joined buffer and one
-fdatasync, then reports the whole group back to the loop with a single call_soon_threadsafe.
+The event loop encodes frames, assigns offsets and queues one `Entry` per append call (in offset order),
+then asks the pool (`pool.py`) for a turn. In a turn a pool thread takes everything queued (up to
+max_write_bytes), issues one write of the joined buffer, fdatasyncs it (with the other files of its batch),
+then reports the whole group back to the loop in one callback. The active segment's file descriptor is
+opened for a write and closed again when the pool says the WAL has been idle (or too many are open).
 
-A full disk (ENOSPC, EDQUOT) while writing a group is not a failure of the WAL: the partly written bytes
-are cut off again, the group and everything queued behind it are refused with `DiskFull` (their offsets
-are handed back, none was acknowledged), and the next append tries again. At most once a second (and on
-stop) the thread also records the committed offset in the high-water checkpoint (`checkpoint.py`).
+A full disk (ENOSPC, EDQUOT) while writing a group is not a failure of the WAL, nor is running out of
+file descriptors (EMFILE, ENFILE) when opening a segment: the partly written bytes are cut off again, the
+group and everything queued behind it are refused with `DiskFull` / `StorageExhausted` (their offsets are
+handed back, none was acknowledged), and the next append tries again. At most once a second (and on stop)
+a turn also records the committed offset in the high-water checkpoint (`checkpoint.py`).
 """
 
 from __future__ import annotations
@@ -19,26 +22,28 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ister.core.frames import SparseIndex
-from ister.errors import DiskFull, StorageError
+from ister.errors import DiskFull, StorageError, StorageExhausted
 
 from .checkpoint import Checkpoint, write_checkpoint
 from .config import WalConfig
+from .pool import Call, WriterPool
 from .segment import Segment, fsync_dir, segment_name
 
 log = logging.getLogger(__name__)
 
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+NO_FD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+EXHAUSTED_ERRNOS = DISK_FULL_ERRNOS | NO_FD_ERRNOS
 CHECKPOINT_INTERVAL_S = 1.0  # the high-water checkpoint lags the committed offset by at most about this
 
 
 class _NoSpace(Exception):
-    """Internal: a group could not be written for lack of space; nothing of it is left in the file."""
+    """Internal: a group could not be written for lack of space (or of a file descriptor); nothing of it
+    is left in the file."""
 
     def __init__(self, cause: OSError) -> None:
         super().__init__(str(cause))
@@ -71,13 +76,62 @@ class Entry:
 CommitCallback = Callable[[list[Entry], int, int, int], None]
 # (entries that will never be written, error) -> None, run on the loop thread
 FailureCallback = Callable[[list[Entry], StorageError], None]
-# (entries refused for lack of space, error, offset the next append must get) -> None, run on the loop thread
-DiskFullCallback = Callable[[list[Entry], DiskFull, int], None]
+# (entries refused for lack of space or descriptors, error, offset the next append must get) -> None
+RefusedCallback = Callable[[list[Entry], StorageExhausted, int], None]
 
 
 class WalWriter:
+    # slots: a broker holds one per reliable topic (100,000 of them), a __dict__ each would cost ~1.5 KB
+    __slots__ = (
+        "_active",
+        "_active_since",
+        "_always",
+        "_checkpoint_error",
+        "_close_now",
+        "_config",
+        "_directory",
+        "_failed",
+        "_fd",
+        "_final",
+        "_full_refused",
+        "_full_since",
+        "_full_what",
+        "_group",
+        "_interval",
+        "_last_checkpoint",
+        "_last_sync",
+        "_lock",
+        "_lost_ranges",
+        "_mark",
+        "_nbytes",
+        "_on_commit",
+        "_on_failure",
+        "_on_refused",
+        "_on_stopped",
+        "_queue",
+        "_refusing",
+        "_segments",
+        "_segments_lock",
+        "_stopped",
+        "_stopping",
+        "_sync_requested",
+        "_synced_end",
+        "_written",
+        "_written_end",
+        "_wrote",
+        "busy",
+        "close_requested",
+        "loop",
+        "pool",
+        "posts",
+        "registered",
+        "rotate_requested",
+        "timer_at",
+    )
+
     def __init__(
         self,
+        pool: WriterPool,
         loop: asyncio.AbstractEventLoop,
         config: WalConfig,
         directory: Path,
@@ -85,11 +139,13 @@ class WalWriter:
         segments_lock: threading.Lock,
         on_commit: CommitCallback,
         on_failure: FailureCallback,
-        on_disk_full: DiskFullCallback,
+        on_refused: RefusedCallback,
+        on_stopped: Callable[[], None],
         lost_ranges: Callable[[], tuple[tuple[int, int], ...]],
         mark: int,
     ) -> None:
-        self._loop = loop
+        self.pool = pool
+        self.loop = loop
         self._config = config
         self._always = config.fsync == "always"
         self._interval = config.fsync_interval_ms / 1000.0
@@ -98,51 +154,59 @@ class WalWriter:
         self._segments_lock = segments_lock
         self._on_commit = on_commit
         self._on_failure = on_failure
-        self._on_disk_full = on_disk_full
+        self._on_refused = on_refused
+        self._on_stopped = on_stopped
         self._lost_ranges = lost_ranges
-        # _lock guards _queue, _idle, _stopping and _failed. The writer sleeps on _wake (a lock used as a
-        # binary semaphore, held while nobody signalled); whoever finds _idle set under _lock clears it and
-        # releases _wake exactly once. Only C-level lock operations on the event-loop side.
-        self._lock = threading.Lock()
-        self._wake = threading.Lock()
-        self._wake.acquire()
-        self._queue: deque[Entry] = deque()
-        self._idle = False
+        # Guarded by the pool's lock: the queue, the flags below and the pool's bookkeeping of this writer.
+        self._lock = pool.lock
+        self._queue: list[Entry] = []  # a list, not a deque: an empty deque costs ~600 bytes per WAL
+        self.busy = False  # in the pool's ready queue or in a batch
+        self.timer_at: float | None = None  # the deadline armed in the pool's timer heap
+        self.close_requested = False  # the pool wants the segment file closed (idle, or too many open)
         self._stopping = False
+        self._stopped = False
         self._failed: StorageError | None = None
-        self._refusing: DiskFull | None = None  # set while the loop has not taken back refused offsets
+        self._refusing: StorageExhausted | None = None  # set while the loop has not taken offsets back
         self._active = segments[-1]
         self._active_since = time.monotonic()
         self.rotate_requested = False  # set by the loop (Wal.rotate), honoured before the next group
-        self._fd = os.open(self._active.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        self._fd: int | None = None  # the active segment, open only while it is being written
         self._written_end = self._active.end_offset
         self._synced_end = self._written_end
         self._last_sync = time.monotonic()
         self._mark = mark  # the committed offset the checkpoint file holds
         self._last_checkpoint = 0.0
         self._checkpoint_error: str | None = None
-        self._full_since: float | None = None  # monotonic start of the current disk-full episode
+        self._full_since: float | None = None  # monotonic start of the current refusal episode
         self._full_refused = 0
-        self._thread = threading.Thread(target=self._run, name=f"wal-writer:{directory.name}", daemon=True)
+        self._full_what = "disk space"
+        self.registered = False  # counted in the pool's writers (between start() and the end of stop())
+        # One turn (pool thread, while this writer is in a batch): set by take(), used by the turn_* steps.
+        self._group: list[Entry] = []
+        self._nbytes = 0
+        self._sync_requested = False
+        self._close_now = False
+        self._final = False  # stopping and nothing queued behind this group
+        self._written: Segment | None = None  # the group is in this segment's file, not yet accounted for
+        self._wrote = False
+        self.posts: list[Call] = []  # completions for the loop, handed over by the pool after each step
 
     # ---- loop side -------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread.start()
+        self.pool.register(self)
 
     def submit(self, entry: Entry) -> None:
         """Queue an entry; raises StorageError (queueing nothing) if the writer failed or is stopping."""
         with self._lock:
             if self._failed is not None:
                 raise StorageError(f"wal failed: {self._failed}")
-            if self._stopping:
+            if self._stopping or self.pool.closed:
                 raise StorageError("wal closed")
             if self._refusing is not None:
-                raise DiskFull(str(self._refusing))
+                raise type(self._refusing)(str(self._refusing))
             self._queue.append(entry)
-            if self._idle:
-                self._idle = False
-                self._wake.release()
+            self.pool.wake(self)
 
     def accept(self) -> None:
         """The loop took back the offsets of refused appends: accept new entries again."""
@@ -150,93 +214,146 @@ class WalWriter:
             self._refusing = None
 
     def stop(self) -> None:
+        """Finish what is queued, fdatasync, write the checkpoint, close the file; then on_stopped runs."""
         with self._lock:
             self._stopping = True
-            if self._idle:
-                self._idle = False
-                self._wake.release()
+            if not self.pool.closed:
+                self.pool.wake(self)
+                return
+        self._stop_without_pool()
 
-    def join(self, timeout: float) -> bool:
-        """Wait for the thread to end; True if it did."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    # ---- writer thread ---------------------------------------------------------------------------
-
-    def _post(self, callback: Callable[..., None], *args: Any) -> None:
+    def _stop_without_pool(self) -> None:
+        """The pool is gone (closed before this WAL): finish here, on the caller's thread."""
         try:
-            self._loop.call_soon_threadsafe(callback, *args)
-        except RuntimeError:  # the loop is closed: nobody is waiting any more
-            log.debug("wal writer: event loop closed, dropping a completion")
-
-    def _run(self) -> None:
-        group: list[Entry] = []
-        try:
-            while True:
-                group, nbytes, sync_requested, stopping = self._take()
-                if group:
-                    try:
-                        self._write_group(group, nbytes, sync_requested)
-                    except _NoSpace as exc:
-                        self._refuse(group, exc.cause)
-                    group = []
-                elif self._synced_end < self._written_end:
-                    self._sync()  # interval mode: the idle deadline passed (or we are stopping)
-                    self._post(self._on_commit, [], self._written_end, self._synced_end, 0)
-                self._checkpoint(final=False)
-                if stopping and not group:
-                    with self._lock:
-                        if not self._queue:
-                            break
-            if self._synced_end < self._written_end:
+            if self._failed is None and self._fd is not None and self._synced_end < self._written_end:
                 self._sync()
             self._checkpoint(final=True)
-        except BaseException as exc:  # OSError mostly; anything else must not leave appends hanging
-            self._fail(exc, group)
-        finally:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
+        except OSError as exc:
+            log.error("WAL %s: final fdatasync failed: %s", self._directory, exc)
+        self._close_fd()
+        self._stopped = True
+        self._on_stopped()
 
-    def _take(self) -> tuple[list[Entry], int, bool, bool]:
-        """Wait for work, then take a group (everything queued, up to max_write_bytes)."""
-        lock = self._lock
+    # ---- pool thread: one turn -------------------------------------------------------------------
+
+    def take(self, now: float) -> None:
+        """Start a turn (pool lock held): take a group (everything queued, up to max_write_bytes)."""
         queue = self._queue
-        while True:
-            with lock:
-                if queue or self._stopping:
-                    break
-                timeout = -1.0
-                deadline = self._deadline()
-                if deadline is not None:
-                    timeout = deadline - time.monotonic()
-                    if timeout <= 0:
-                        break  # time to fdatasync what was written (interval mode) or to checkpoint
-                self._idle = True
-            if not self._wake.acquire(timeout=timeout):
-                with lock:
-                    if self._idle:
-                        self._idle = False
-                        continue
-                self._wake.acquire()  # a release raced with the timeout: consume it
-        with lock:
-            group: list[Entry] = []
-            nbytes = 0
-            sync_requested = False
-            limit = self._config.max_write_bytes
-            while queue:
-                entry = queue[0]
-                if entry.count == 0:
-                    sync_requested = True
-                elif nbytes and nbytes + len(entry.data) > limit:
-                    break
-                else:
-                    nbytes += len(entry.data)
-                queue.popleft()
-                group.append(entry)
-            return group, nbytes, sync_requested, self._stopping
+        nbytes = 0
+        sync_requested = False
+        limit = self._config.max_write_bytes
+        taken = 0
+        for entry in queue:
+            if entry.count == 0:
+                sync_requested = True
+            elif nbytes and nbytes + len(entry.data) > limit:
+                break
+            else:
+                nbytes += len(entry.data)
+            taken += 1
+        if taken == len(queue):
+            group, self._queue = queue, []
+            queue = self._queue
+        else:
+            group = queue[:taken]
+            del queue[:taken]
+        self._group = group
+        self._nbytes = nbytes
+        self._sync_requested = sync_requested
+        self._close_now = self.close_requested
+        self._final = self._stopping and not queue
+        self._wrote = False
 
-    def _deadline(self) -> float | None:
-        """When the idle thread must wake up by itself (monotonic), or None."""
+    def turn_write(self) -> None:
+        if self._stopped or self._failed is not None or not self._group:
+            return
+        try:
+            self._write_group(self._group, self._nbytes, self._sync_requested)
+        except _NoSpace as exc:
+            self._refuse(exc.cause)
+        except BaseException as exc:  # OSError mostly; anything else must not leave appends hanging
+            self._fail(exc)
+
+    def turn_sync(self) -> None:
+        """Make the written group durable (fsync=always) and report it; fdatasync what interval mode owes."""
+        if self._stopped or self._failed is not None:
+            return
+        try:
+            seg = self._written
+            synced_before = self._synced_end
+            if seg is not None:
+                if self._always:
+                    try:
+                        self._fdatasync()
+                    except OSError as exc:
+                        if exc.errno not in DISK_FULL_ERRNOS:
+                            raise
+                        assert self._fd is not None
+                        os.ftruncate(self._fd, seg.size)  # nothing of the group stays behind
+                        raise _NoSpace(exc) from exc
+                self._written = None
+                self._account(seg, self._group)
+            now = time.monotonic()
+            if self._synced_end < self._written_end and (
+                self._sync_requested
+                or self._final
+                or (self._close_now and not self._wrote)
+                or now - self._last_sync >= self._interval
+            ):
+                self._sync()
+            if self._group or self._synced_end != synced_before:
+                committed = self._synced_end if self._always else self._written_end
+                self.posts.append((self._on_commit, (self._group, committed, self._synced_end, self._nbytes)))
+        except _NoSpace as exc:
+            self._refuse(exc.cause)
+        except BaseException as exc:
+            self._fail(exc)
+        self._group = []
+
+    def turn_after(self) -> None:
+        """After the completions went out: the checkpoint when due; close the file when idle or stopping."""
+        if self._stopped:
+            return
+        try:
+            if self._failed is None:
+                self._checkpoint(final=self._final)
+        except BaseException as exc:
+            self._fail(exc)
+        if self._final or self._failed is not None:
+            if self._final or self._stopping:
+                self._close_fd()
+                self._stopped = True
+                self.posts.append((self._on_stopped, ()))
+        elif self._close_now and not self._wrote:
+            self._close_fd()
+
+    def turn_end(self, now: float) -> None:
+        """End the turn (pool lock held): another turn now, a timer, or nothing."""
+        pool = self.pool
+        if self._stopped:
+            pool.finished(self, stopped=True)
+            return
+        if self._fd is None:
+            pool.note_closed(self)
+        elif self._wrote:
+            pool.note_open(self, now)
+            self.close_requested = False  # written just now: not idle after all
+        if self._close_now:
+            self.close_requested = False
+        if self._failed is not None and not self._stopping:
+            pool.finished(self, stopped=False)  # nothing to do until stop()
+            return
+        deadline = self.deadline()
+        due = deadline is not None and deadline <= now
+        if self._queue or self.close_requested or self._stopping or due:
+            pool.requeue(self)
+        else:
+            pool.finished(self, stopped=False)
+
+    def deadline(self) -> float | None:
+        """When this writer needs a turn without new appends (monotonic), or None."""
+        if self._failed is not None:
+            return None
         deadline = None
         if not self._always and self._synced_end < self._written_end:
             deadline = self._last_sync + self._interval
@@ -246,63 +363,82 @@ class WalWriter:
             deadline = at if deadline is None else min(deadline, at)
         return deadline
 
+    # ---- writing ---------------------------------------------------------------------------------
+
     def _write_group(self, group: list[Entry], nbytes: int, sync_requested: bool) -> None:
+        """Write the group's frames (one write); turn_sync makes them durable and accounts for them."""
         if self.rotate_requested:
             self.rotate_requested = False
             if self._active.size > 0:
-                self._rotate(self._written_end)  # close the active segment so it can be exported
-        if nbytes:
-            first = next(e for e in group if e.count)
-            seg = self._active
-            max_age = self._config.segment_max_age_s
-            if seg.size > 0 and (
-                seg.size >= self._config.segment_max_bytes
-                or (max_age and time.monotonic() - self._active_since >= max_age)
-            ):
-                seg = self._rotate(first.first_offset)
-            buf = group[0].data if len(group) == 1 else b"".join([e.data for e in group if e.count])
-            try:
-                self._write_all(buf)
-                if self._always:
-                    self._fdatasync()
-            except OSError as exc:
-                if exc.errno not in DISK_FULL_ERRNOS:
-                    raise
-                os.ftruncate(self._fd, seg.size)  # no torn frame stays behind; O_APPEND writes go there
-                raise _NoSpace(exc) from exc
-            if self._full_since is not None:
-                log.warning(
-                    "WAL %s: disk space is available again; writes resumed after %.1f s (%d appends refused)",
-                    self._directory,
-                    time.monotonic() - self._full_since,
-                    self._full_refused,
-                )
-                self._full_since = None
-                self._full_refused = 0
-            index = seg.index
-            pos = seg.size
-            end = seg.end_offset
-            for e in group:
-                if e.count:
-                    index.note(e.first_offset, pos)
-                    pos += len(e.data)
-                    end = e.first_offset + e.count
-            seg.size = pos
-            seg.end_offset = end
-            self._written_end = end
-            if self._always:
-                self._synced_end = end
-                self._last_sync = time.monotonic()
-        now = time.monotonic()
-        if self._synced_end < self._written_end and (
-            self._always or sync_requested or now - self._last_sync >= self._interval
+                # close the active segment so it can be exported
+                self._rotate(self._written_end, keep_open=nbytes > 0)
+        if not nbytes:
+            return
+        first = next(e for e in group if e.count)
+        seg = self._active
+        max_age = self._config.segment_max_age_s
+        if seg.size > 0 and (
+            seg.size >= self._config.segment_max_bytes
+            or (max_age and time.monotonic() - self._active_since >= max_age)
         ):
-            self._sync()
-        committed = self._synced_end if self._always else self._written_end
-        self._post(self._on_commit, group, committed, self._synced_end, nbytes)
+            seg = self._rotate(first.first_offset, keep_open=True)
+        buf = group[0].data if len(group) == 1 else b"".join([e.data for e in group if e.count])
+        fd = self._open_active()
+        try:
+            self._write_all(buf)
+        except OSError as exc:
+            if exc.errno not in DISK_FULL_ERRNOS:
+                raise
+            os.ftruncate(fd, seg.size)  # no torn frame stays behind; O_APPEND writes go there
+            raise _NoSpace(exc) from exc
+        self._written = seg
+        self._wrote = True
+
+    def _account(self, seg: Segment, group: list[Entry]) -> None:
+        """The group's frames are in `seg` (and durable with fsync=always): index them, move the ends."""
+        if self._full_since is not None:
+            log.warning(
+                "WAL %s: %s is available again; writes resumed after %.1f s (%d appends refused)",
+                self._directory,
+                self._full_what,
+                time.monotonic() - self._full_since,
+                self._full_refused,
+            )
+            self._full_since = None
+            self._full_refused = 0
+        index = seg.index
+        pos = seg.size
+        end = seg.end_offset
+        for e in group:
+            if e.count:
+                index.note(e.first_offset, pos)
+                pos += len(e.data)
+                end = e.first_offset + e.count
+        seg.size = pos
+        seg.end_offset = end
+        self._written_end = end
+        if self._always:
+            self._synced_end = end
+            self._last_sync = time.monotonic()
+
+    def _open_active(self) -> int:
+        if self._fd is None:
+            try:
+                self._fd = os.open(self._active.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            except OSError as exc:
+                if exc.errno in EXHAUSTED_ERRNOS:
+                    raise _NoSpace(exc) from exc
+                raise
+        return self._fd
+
+    def _close_fd(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _write_all(self, buf: bytes) -> None:
-        fd = self._fd
+        fd = self._open_active()
         n = os.write(fd, buf)
         if n == len(buf):
             return
@@ -314,21 +450,21 @@ class WalWriter:
             n += written
 
     def _fdatasync(self) -> None:
-        os.fdatasync(self._fd)
+        os.fdatasync(self._open_active())
 
     def _sync(self) -> None:
         self._fdatasync()
         self._synced_end = self._written_end
         self._last_sync = time.monotonic()
 
-    def _rotate(self, first_offset: int) -> Segment:
+    def _rotate(self, first_offset: int, *, keep_open: bool) -> Segment:
         if self._synced_end < self._written_end:
             self._sync()
         path = self._directory / segment_name(first_offset)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            if exc.errno in DISK_FULL_ERRNOS:
+            if exc.errno in EXHAUSTED_ERRNOS:
                 raise _NoSpace(exc) from exc
             raise
         try:
@@ -337,12 +473,14 @@ class WalWriter:
             os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(path)  # a retry creates it again
-            if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+            if isinstance(exc, OSError) and exc.errno in EXHAUSTED_ERRNOS:
                 raise _NoSpace(exc) from exc
             raise
-        old_fd = self._fd
-        self._fd = fd
-        os.close(old_fd)
+        self._close_fd()
+        if keep_open:
+            self._fd = fd
+        else:
+            os.close(fd)  # nothing to write yet: the file is opened again by the next write
         old = self._active
         index = SparseIndex(old.index.every_frames, old.index.every_bytes)
         seg = Segment(first_offset, path, size=0, end_offset=first_offset, index=index)
@@ -352,21 +490,41 @@ class WalWriter:
         self._active_since = time.monotonic()
         return seg
 
-    def _refuse(self, group: list[Entry], cause: OSError) -> None:
-        """Disk full: refuse this group and everything queued behind it until the loop takes their offsets
-        back (Wal._on_disk_full, then accept()); the next append tries the disk again."""
-        err = DiskFull(f"disk full: cannot write to the WAL in {self._directory}: {cause.strerror or cause}")
+    def _refuse(self, cause: OSError) -> None:
+        """Out of space (or descriptors): refuse this group and everything queued behind it until the loop
+        takes their offsets back (Wal._on_refused, then accept()); the next append tries again."""
+        self._written = None
+        err: StorageExhausted
+        if cause.errno in NO_FD_ERRNOS:
+            what = "a file descriptor"
+            err = StorageExhausted(
+                f"too many open files: cannot open a WAL segment in {self._directory}: "
+                f"{cause.strerror or cause}"
+            )
+        else:
+            what = "disk space"
+            err = DiskFull(
+                f"disk full: cannot write to the WAL in {self._directory}: {cause.strerror or cause}"
+            )
         with self._lock:
             self._refusing = err
             rest = list(self._queue)
             self._queue.clear()
-        entries = group + rest
+        entries = self._group + rest
+        self._group = []
         refused = sum(1 for e in entries if e.count)
         if self._full_since is None:
-            log.error("WAL %s: %s; appends are refused (retriable) until space returns", self._directory, err)
+            self._full_what = what
+            log.error(
+                "WAL %s: %s; appends are refused (retriable) until %s is available",
+                self._directory,
+                err,
+                what,
+            )
             self._full_since = time.monotonic()
         self._full_refused += refused
-        self._post(self._on_disk_full, entries, err, self._written_end)
+        self._final = False  # a stop behind the refused entries gets its own turn
+        self.posts.append((self._on_refused, (entries, err, self._written_end)))
 
     def _checkpoint(self, *, final: bool) -> None:
         """Record the committed offset in the high-water checkpoint, at most once per interval (and when
@@ -390,11 +548,31 @@ class WalWriter:
             self._checkpoint_error = None
         self._mark = committed
 
-    def _fail(self, exc: BaseException, group: list[Entry]) -> None:
+    def _fail(self, exc: BaseException) -> None:
         err = StorageError(f"WAL writer failed in {self._directory}: {exc!r}")
         log.error("%s", err)
+        self._written = None
         with self._lock:
             self._failed = err
             rest = list(self._queue)
             self._queue.clear()
-        self._post(self._on_failure, group + rest, err)
+        entries = self._group + rest
+        self._group = []
+        self._close_fd()
+        self.posts.append((self._on_failure, (entries, err)))
+
+    def detach(self) -> None:
+        """Drop the references to the WAL (its callbacks) once stopped, so the two form no cycle."""
+        self._on_commit = _ignore
+        self._on_failure = _ignore
+        self._on_refused = _ignore
+        self._on_stopped = _ignore
+        self._lost_ranges = _no_ranges
+
+
+def _ignore(*args: object) -> None:
+    return None
+
+
+def _no_ranges() -> tuple[tuple[int, int], ...]:
+    return ()

@@ -1,0 +1,295 @@
+"""Many reliable topics on one broker (issue 14 item 2): threads, file descriptors, memory, responsiveness,
+and publish throughput to many topics at once.
+
+usage: python bench/topic_count_bench.py [--topics 100000] [--concurrency 64] [--idle 40]
+                                         [--messages 2000000] [--partitions 1000] [--skip-count]
+                                         [--skip-throughput] [--json]
+
+* count: one `ister broker` process (standalone, fsync always, default settings except the topic limit,
+  which is raised above N); `--concurrency` tasks of one Ister client create N reliable topics
+  `/default/tc-<i>`, each through its own producer (batch API: lookup, PublishOpen, one message, close).
+  Then the broker stays idle for `--idle` seconds (longer than wal.idle_close_seconds = 30). A probe in
+  another process sends a Danube HealthCheck every 50 ms (latency = its round trip) and reads the
+  broker's /proc/<pid>/status (Threads, VmRSS) and /proc/<pid>/fd every 0.5 s, plus the broker's
+  `ister_wal_open_segment_files` gauge (segment files open for writing) every 2 s. Afterwards 200 random
+  topics are checked to hold exactly one message.
+* throughput: a fresh broker; one producer publishes `--messages` 100-byte messages with send_batch, first
+  to a topic of one partition, then to a topic of `--partitions` partitions (each partition is a reliable
+  topic with its own WAL; consecutive batches go to consecutive partitions, so every partition has a batch
+  in flight at once). Batches of 1,024 messages, 8 in flight per partition for the single topic
+  (as `ister bench`), 1 per partition otherwise; msg/s from the first send to the last ack.
+
+Not a test; numbers depend on the machine and its load. Results go to docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import random
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ister.benchmark.broker import BenchBroker
+from ister.benchmark.stats import PAYLOAD, host_cpu_share, host_cpu_ticks, latency_us, pct
+from ister.client import Client
+
+HEALTH_EVERY_S = 0.05
+PROC_EVERY_S = 0.5
+GAUGE_EVERY_S = 2.0
+HEALTH_TIMEOUT_S = 5.0
+BATCH = 1024
+
+
+# ---- the probe (its own process, so the bench client's work does not delay its calls) ----------------
+
+
+def _proc_sample(pid: int) -> tuple[int, int, int]:
+    """(threads, open fds, RSS bytes) of a process."""
+    threads = rss = 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                threads = int(line.split()[1])
+            elif line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) * 1024
+    return threads, len(os.listdir(f"/proc/{pid}/fd")), rss
+
+
+def _gauge(prom_port: int, name: str) -> float | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def probe(pid: int, port: int, prom_port: int, stop: Any, out: Any) -> None:
+    import grpc  # in the probe process only
+
+    from ister.wire.gen import DanubeApi_pb2 as pb
+    from ister.wire.gen import DanubeApi_pb2_grpc as rpc
+
+    async def run() -> dict[str, Any]:
+        health: list[float] = []
+        failures = 0
+        procs: list[tuple[float, int, int, int]] = []
+        gauges: list[tuple[float, float]] = []
+        t0 = time.monotonic()
+        next_proc = next_gauge = t0
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = rpc.HealthCheckStub(channel)
+            request = pb.HealthCheckRequest(request_id=1, client=pb.HealthCheckRequest.Producer, id=1)
+            while not stop.is_set():
+                start = time.perf_counter()
+                try:
+                    await stub.HealthCheck(request, timeout=HEALTH_TIMEOUT_S)
+                    health.append(time.perf_counter() - start)
+                except grpc.aio.AioRpcError:
+                    failures += 1
+                now = time.monotonic()
+                if now >= next_proc:
+                    next_proc = now + PROC_EVERY_S
+                    try:
+                        procs.append((now - t0, *_proc_sample(pid)))
+                    except OSError:
+                        break  # the broker is gone
+                if now >= next_gauge:
+                    next_gauge = now + GAUGE_EVERY_S
+                    value = await asyncio.to_thread(_gauge, prom_port, "ister_wal_open_segment_files")
+                    if value is not None:
+                        gauges.append((now - t0, value))
+                await asyncio.sleep(max(0.0, HEALTH_EVERY_S - (time.perf_counter() - start)))
+        return {"health": health, "failures": failures, "procs": procs, "gauges": gauges}
+
+    out.put(asyncio.run(run()))
+
+
+class Probe:
+    def __init__(self, broker: BenchBroker) -> None:
+        ctx = mp.get_context("spawn")
+        self._stop = ctx.Event()
+        self._out = ctx.Queue()
+        self._proc = ctx.Process(
+            target=probe, args=(broker.pid, broker.port, broker.prom_port, self._stop, self._out), daemon=True
+        )
+        self.started = time.monotonic()
+
+    def __enter__(self) -> Probe:
+        self._proc.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc.is_alive():
+            self._proc.kill()
+
+    def result(self) -> dict[str, Any]:
+        self._stop.set()
+        data: dict[str, Any] = self._out.get(timeout=60)
+        self._proc.join(10)
+        return data
+
+
+def mark(probe_start: float) -> float:
+    return time.monotonic() - probe_start
+
+
+# ---- count ---------------------------------------------------------------------------------------------
+
+
+async def create_topics(url: str, n: int, concurrency: int, progress: bool) -> dict[str, Any]:
+    async with Client(url) as client:
+        next_index = 0
+        done = 0
+        started = time.monotonic()
+
+        async def worker() -> None:
+            nonlocal next_index, done
+            while next_index < n:
+                i = next_index
+                next_index += 1
+                producer = await client.producer(f"/default/tc-{i:06d}", "tc", reliable=True, linger_ms=0)
+                await producer.send(PAYLOAD)
+                await producer.close()
+                done += 1
+                if progress and done % 10_000 == 0:
+                    elapsed = time.monotonic() - started
+                    print(f"  {done} topics in {elapsed:.0f} s ({done / elapsed:.0f}/s)", file=sys.stderr)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.monotonic() - started
+        checked = random.Random(14).sample(range(n), min(200, n))
+        for i in checked:
+            offsets = await client.offsets(f"/default/tc-{i:06d}")
+            if (offsets.earliest, offsets.next) != (0, 1):
+                raise AssertionError(f"topic tc-{i:06d} holds offsets {offsets.earliest}..{offsets.next - 1}")
+    return {"seconds": elapsed, "topics_per_s": n / elapsed, "checked_topics": len(checked)}
+
+
+def summarize_window(data: dict[str, Any], since: float, until: float) -> dict[str, Any]:
+    procs = [p for p in data["procs"] if since <= p[0] <= until]
+    gauges = [g for g in data["gauges"] if since <= g[0] <= until]
+    return {
+        "max_threads": max((p[1] for p in procs), default=0),
+        "max_fds": max((p[2] for p in procs), default=0),
+        "max_rss_mib": max((p[3] for p in procs), default=0) / 2**20,
+        "max_open_segment_files": max((g[1] for g in gauges), default=0),
+        "max_fds_minus_2x_open_files": max(
+            (p[2] - 2 * _open_files_at(gauges, p[0]) for p in procs), default=0
+        ),
+    }
+
+
+def _open_files_at(gauges: list[tuple[float, float]], t: float) -> float:
+    """The open-segment gauge nearest before time t (the largest of the two around it, to be safe)."""
+    before = [g[1] for g in gauges if g[0] <= t][-1:]
+    after = [g[1] for g in gauges if g[0] >= t][:1]
+    return max(before + after, default=0.0)
+
+
+async def count_case(args: argparse.Namespace) -> dict[str, Any]:
+    env = {"ISTER_LIMITS__MAX_TOPICS_PER_BROKER": str(args.topics + 100)}
+    with BenchBroker(env=env) as broker, Probe(broker) as probe:
+        t0 = probe.started
+        baseline = _proc_sample(broker.pid)
+        created = await create_topics(broker.url, args.topics, args.concurrency, not args.json)
+        t_created = mark(t0)
+        await asyncio.sleep(args.idle)  # the broker idles; the probe keeps sampling
+        t_end = mark(t0)
+        end_sample = _proc_sample(broker.pid)
+        data = probe.result()
+    health = data["health"]
+    return {
+        "topics": args.topics,
+        "concurrency": args.concurrency,
+        "create": created,
+        "baseline": {"threads": baseline[0], "fds": baseline[1], "rss_mib": baseline[2] / 2**20},
+        "while_creating": summarize_window(data, 0.0, t_created),
+        "idle": summarize_window(data, t_created, t_end),
+        "after_idle": {"threads": end_sample[0], "fds": end_sample[1], "rss_mib": end_sample[2] / 2**20},
+        "health": {
+            **latency_us(health),
+            "over_50ms": sum(1 for h in health if h > 0.05),
+            "failures": data["failures"],
+            "p999_ms": pct(health, 99.9) * 1e3 if health else None,
+        },
+    }
+
+
+# ---- throughput ---------------------------------------------------------------------------------------
+
+
+async def publish(url: str, topic: str, partitions: int, messages: int) -> dict[str, Any]:
+    async with Client(url) as client:
+        in_flight = 8 if partitions == 1 else 1
+        producer = await client.producer(
+            topic,
+            "tp",
+            reliable=True,
+            partitions=partitions if partitions > 1 else None,
+            max_batch_messages=BATCH,
+            max_inflight_batches=in_flight,
+            max_buffered_messages=max(262_144, 2 * BATCH * in_flight * partitions),
+            max_buffered_bytes=1 << 30,
+        )
+        per_call = BATCH * (partitions if partitions > 1 else in_flight)
+        chunk = [PAYLOAD] * per_call
+        await producer.send_batch(chunk)  # warm-up: every partition's stream and WAL file is open
+        cpu0 = host_cpu_ticks()
+        start = time.monotonic()
+        sent = 0
+        while sent < messages:
+            await producer.send_batch(chunk)
+            sent += per_call
+        elapsed = time.monotonic() - start
+        share = host_cpu_share(cpu0, host_cpu_ticks())
+        await producer.close()
+    return {
+        "topics": partitions,
+        "messages": sent,
+        "seconds": elapsed,
+        "msgs_per_s": sent / elapsed,
+        "host_cpu": share,
+    }
+
+
+async def throughput_case(args: argparse.Namespace) -> dict[str, Any]:
+    with BenchBroker() as broker:
+        one = await publish(broker.url, "/default/tp-one", 1, args.messages)
+        many = await publish(broker.url, "/default/tp-many", args.partitions, args.messages)
+    return {"one_topic": one, "many_topics": many, "ratio": many["msgs_per_s"] / one["msgs_per_s"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--topics", type=int, default=100_000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--idle", type=float, default=40.0)
+    parser.add_argument("--messages", type=int, default=2_000_000)
+    parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--skip-count", action="store_true")
+    parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result: dict[str, Any] = {"load_average": os.getloadavg()}
+    if not args.skip_count:
+        result["count"] = asyncio.run(count_case(args))
+    if not args.skip_throughput:
+        result["throughput"] = asyncio.run(throughput_case(args))
+    print(json.dumps(result, indent=None if args.json else 2, default=str))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    main()

@@ -1,0 +1,149 @@
+"""Export scheduling: one task runs the durable-tier passes of every reliable topic of the broker.
+
+A pass (as before: rotate an idle active segment, export the closed segments, delete local files the tier
+holds past retention) runs only for a topic that needs one: its WAL changed since its last pass, or that
+pass left work that time alone can finish (an active segment waiting to be idle long enough to rotate,
+closed files that retention may later delete, a failed pass waiting for its retry). A quiet topic whose
+records are exported costs nothing until it is written again: no task, timer, thread or file per topic.
+
+Each tick (every `storage.durable.export_interval_seconds`) walks the topics in slices (yielding to the
+loop between slices) and runs the passes due with at most PASS_CONCURRENCY at once. A failed pass backs
+off exponentially (up to 60 s) for that topic alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from dataclasses import dataclass
+
+from ister.broker.topic import Topic
+from ister.storage.objects import LocalRetention
+
+log = logging.getLogger(__name__)
+
+PASS_CONCURRENCY = 4
+SLICE = 2_000  # topics looked at between two yields to the event loop
+MAX_BACKOFF_SECONDS = 60.0
+
+
+@dataclass(slots=True)
+class _State:
+    seen: tuple[int, int, int] = (-1, -1, -1)  # (committed offset, first offset, segments) at the last pass
+    pending: bool = True  # the last pass left work that needs no new append to be done
+    not_before: float = 0.0  # loop time; a failed pass is retried no earlier than this
+    failures: int = 0
+    running: asyncio.Task[None] | None = None
+
+
+class ExportScheduler:
+    def __init__(self, retention: LocalRetention, interval: float, segment_max_age: float) -> None:
+        self.retention = retention
+        self.interval = interval
+        self.segment_max_age = segment_max_age
+        self._topics: dict[Topic, _State] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._slots = asyncio.Semaphore(PASS_CONCURRENCY)
+        self.passes = 0  # passes run so far
+        self.ticks = 0  # walks over the topics so far
+
+    def add(self, topic: Topic) -> None:
+        """Export `topic` (it has an exporter) from now on; the first pass comes at the next tick."""
+        self._topics[topic] = _State()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="durable-export")
+
+    def remove(self, topic: Topic) -> None:
+        """Stop exporting `topic` (a pass under way is cancelled by `Topic.close`, which awaits it)."""
+        self._topics.pop(topic, None)
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def __len__(self) -> int:
+        return len(self._topics)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started: list[asyncio.Task[None]] = []
+            for i, (topic, state) in enumerate(list(self._topics.items())):
+                if i and i % SLICE == 0:
+                    await asyncio.sleep(0)
+                if state.running is not None or topic.closing or self._topics.get(topic) is not state:
+                    continue
+                if loop.time() < state.not_before or not self._needs_pass(topic, state):
+                    continue
+                await self._slots.acquire()
+                if topic.closing or self._topics.get(topic) is not state:
+                    self._slots.release()
+                    continue
+                task = loop.create_task(self._pass(topic, state), name=f"export {topic.name}")
+                state.running = task
+                topic.tasks.append(task)  # Topic.close cancels and awaits it
+                started.append(task)
+            if started:
+                await asyncio.gather(*started, return_exceptions=True)
+            self.ticks += 1
+            await asyncio.sleep(self.interval)
+
+    def _needs_pass(self, topic: Topic, state: _State) -> bool:
+        wal = topic.wal
+        if wal is None or wal.closed:
+            return False
+        return state.pending or state.seen != _snapshot(topic)
+
+    async def _pass(self, topic: Topic, state: _State) -> None:
+        exporter, wal = topic.exporter, topic.wal
+        assert exporter is not None and wal is not None
+        try:
+            seen = _snapshot(topic)
+            max_age = self.segment_max_age
+            if max_age and wal.active_bytes > 0 and wal.idle_seconds() >= max_age:
+                await wal.rotate()
+                seen = _snapshot(topic)
+            await exporter.export_closed()
+            dropped = await wal.drop_segments(await exporter.deletable(self.retention))
+            if dropped:
+                log.info("%s: %d WAL files are in the durable tier; deleted locally", topic.name, dropped)
+            state.seen = seen
+            state.pending = self._work_left(topic)
+            state.failures = 0
+            self.passes += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            state.failures += 1
+            delay = min(MAX_BACKOFF_SECONDS, self.interval * 2 ** min(state.failures, 6))
+            delay *= random.uniform(0.75, 1.0)
+            state.not_before = asyncio.get_running_loop().time() + delay
+            state.pending = True
+            log.warning("%s: export failed (%s); retry in %.1f s", topic.name, exc, delay)
+        finally:
+            state.running = None
+            task = asyncio.current_task()
+            if task is not None and task in topic.tasks:
+                topic.tasks.remove(task)
+            self._slots.release()
+
+    def _work_left(self, topic: Topic) -> bool:
+        """Whether time alone can make more work for this topic (no new append needed)."""
+        wal = topic.wal
+        assert wal is not None
+        if self.segment_max_age and wal.active_bytes > 0:
+            return True  # the active segment rotates once idle long enough
+        sizes = [size for _, _, size in wal.segments()]
+        # A closed file may be deleted later only if the files after it hold keep_bytes (retention.py).
+        return len(sizes) > 1 and sum(sizes[1:]) >= self.retention.keep_bytes
+
+
+def _snapshot(topic: Topic) -> tuple[int, int, int]:
+    wal = topic.wal
+    assert wal is not None
+    return (wal.committed_offset, wal.first_offset, wal.segment_count)

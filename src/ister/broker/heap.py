@@ -1,0 +1,69 @@
+"""Short garbage-collector pauses with a large long-lived heap (many loaded topics).
+
+CPython's cyclic collector walks every tracked object in a full (generation 2) collection, and runs one
+each time the long-lived objects grew by a quarter. A broker with 100,000 topics tracks millions of
+objects (about 70 per reliable topic), so a full collection would stop the event loop for a second while
+topics are being loaded. The broker therefore moves objects that have lived through a collection into
+CPython's permanent generation (`gc.freeze()`) once enough of them piled up: later collections only walk
+what is newer, so their pauses stay in the milliseconds whatever the topic count.
+
+Frozen objects are still freed by reference counting; only a reference cycle among them is never
+collected. Closing a topic breaks the cycles it knows of, and after many unloads (at least 1,000, and a
+tenth of the topics still loaded) a full collection unfreezes and sweeps everything once, a pause of
+about 0.1 s per million objects, logged with its length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+CHECK_SECONDS = 2.0
+FREEZE_AFTER_OBJECTS = 20_000  # unfrozen long-lived objects that trigger a collect-then-freeze
+SWEEP_AFTER_UNLOADS = 1_000
+
+
+class HeapKeeper:
+    """Run `run()` as a task in the broker process (not in tests: freezing affects the whole process).
+
+    `counts` returns (topics loaded now, topics unloaded so far)."""
+
+    def __init__(self, counts: Callable[[], tuple[int, int]]) -> None:
+        self._counts = counts
+        self._unloaded_at_sweep = 0
+        self.freezes = 0
+        self.sweeps = 0
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(CHECK_SECONDS)
+            self.step()
+
+    def step(self) -> None:
+        loaded, unloaded = self._counts()
+        if unloaded - self._unloaded_at_sweep >= max(SWEEP_AFTER_UNLOADS, loaded // 10):
+            self._unloaded_at_sweep = unloaded
+            self._sweep()
+        elif len(gc.get_objects(2)) >= FREEZE_AFTER_OBJECTS:
+            gc.collect(2)  # walks only the unfrozen objects: the frozen ones are not looked at
+            gc.freeze()
+            self.freezes += 1
+
+    def _sweep(self) -> None:
+        frozen = gc.get_freeze_count()
+        start = time.perf_counter()
+        gc.unfreeze()
+        found = gc.collect()
+        gc.freeze()
+        self.sweeps += 1
+        log.info(
+            "full garbage collection after topic unloads: %d of %d objects were garbage, %.0f ms",
+            found,
+            frozen,
+            (time.perf_counter() - start) * 1e3,
+        )

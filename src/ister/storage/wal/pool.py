@@ -1,0 +1,299 @@
+"""The WAL writer pool: a few threads, shared by every WAL of the process, do all writes and fdatasyncs.
+
+Each WAL's `WalWriter` queues its appends on the event loop and asks the pool for a turn. A pool thread
+takes a batch of writers that have work (at most BATCH_WRITERS, spread over the idle threads) and runs
+one turn for all of them: it writes each one's group, then fdatasyncs every file that needs it in one
+pass, then hands all their completions to the event loop (one `call_soon_threadsafe` per loop and batch),
+then writes the checkpoints that are due. A writer is in at most one batch at a time and its turns run in
+queue order, so each WAL keeps its own order and group commit; fsyncs of different WALs share a pass.
+
+Timers (the `fsync: interval` deadline, the high-water checkpoint) give a writer a turn when they are due.
+File descriptors: a writer opens its active segment when it has something to write; the pool has it
+closed again once the segment was not written for `idle_close_s`, or, least recently written first, when
+more than `max_open_files` are open. So a process holds one descriptor per recently written WAL, never one
+per WAL.
+
+All writer state shared with the loop (queues, flags, timers, the open-file list) is guarded by the one
+pool lock (`WriterPool.lock`, a Condition the idle threads wait on), held only for O(1) steps per writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import os
+import resource
+import threading
+import time
+import weakref
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Gauge
+
+from ister.errors import ConfigError, StorageError
+
+if TYPE_CHECKING:
+    from .writer import WalWriter
+
+log = logging.getLogger(__name__)
+
+BATCH_WRITERS = 32  # writers per turn of one pool thread (their fdatasyncs run back to back, then acks)
+MAX_THREADS = 64
+Call = tuple[Callable[..., None], tuple[Any, ...]]
+
+_pools: weakref.WeakSet[WriterPool] = weakref.WeakSet()
+
+
+def default_threads() -> int:
+    """2 per CPU, at least 2 and at most 8: fdatasyncs of different files overlap well up to about that."""
+    return max(2, min(8, 2 * (os.cpu_count() or 1)))
+
+
+def default_max_open_files() -> int:
+    """A quarter of the process's file descriptor limit, at most 8,192."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, min(8192, soft // 4))
+
+
+class WriterPool:
+    def __init__(
+        self,
+        threads: int = 0,
+        *,
+        idle_close_s: float = 30.0,
+        max_open_files: int = 0,
+        name: str = "wal-writer",
+    ) -> None:
+        """`threads` 0: default_threads(); `max_open_files` 0: default_max_open_files()."""
+        if not 0 <= threads <= MAX_THREADS:
+            raise ConfigError(f"wal.writer_threads must be in 0..{MAX_THREADS} (0 = automatic)")
+        if idle_close_s <= 0:
+            raise ConfigError("wal.idle_close_seconds must be > 0")
+        if max_open_files < 0:
+            raise ConfigError("wal.max_open_segments must be >= 0 (0 = automatic)")
+        self.threads = threads or default_threads()
+        self.idle_close_s = idle_close_s
+        self.max_open_files = max_open_files or default_max_open_files()
+        self.name = name
+        self.lock = threading.Condition(threading.Lock())
+        self._ready: deque[WalWriter] = deque()  # writers waiting for a turn (each at most once)
+        self._timers: list[tuple[float, int, WalWriter]] = []  # heap; stale entries are skipped
+        self._seq = 0
+        self._open: OrderedDict[WalWriter, float] = OrderedDict()  # fd open -> last written (monotonic)
+        self._waiting = 0  # threads waiting on the lock's condition
+        self._writers = 0
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        _pools.add(self)
+
+    # ---- loop side / any thread ------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def stats(self) -> dict[str, int]:
+        with self.lock:
+            return {
+                "threads": len(self._threads),
+                "writers": self._writers,
+                "open_files": len(self._open),
+                "ready": len(self._ready),
+            }
+
+    def register(self, writer: WalWriter) -> None:
+        """A new writer joins (the threads start with the first one)."""
+        with self.lock:
+            if self._closed:
+                raise StorageError("the WAL writer pool is closed")
+            writer.registered = True
+            self._writers += 1
+            self.finished(writer, stopped=False)  # arms its timer (a checkpoint owed since the open)
+            if not self._threads:
+                for i in range(self.threads):
+                    thread = threading.Thread(target=self._run, name=f"{self.name}-{i}", daemon=True)
+                    self._threads.append(thread)
+                    thread.start()
+            elif self._waiting:
+                self.lock.notify()  # a waiting thread must see the new timer
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """Stop the threads once no turn is pending (close every WAL first); True if they all ended."""
+        with self.lock:
+            self._closed = True
+            self.lock.notify_all()
+            threads = list(self._threads)
+        deadline = time.monotonic() + timeout
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
+
+    # ---- called with `lock` held -----------------------------------------------------------------
+
+    def wake(self, writer: WalWriter) -> None:
+        """Give `writer` a turn (unless it has one already)."""
+        if not writer.busy:
+            writer.busy = True
+            self._ready.append(writer)
+            if self._waiting:
+                self.lock.notify()
+
+    def finished(self, writer: WalWriter, *, stopped: bool) -> None:
+        """`writer`'s turn ended and it wants no other now: arm its timer, or forget it when stopped."""
+        writer.busy = False
+        if stopped:
+            writer.timer_at = None
+            self._open.pop(writer, None)
+            if writer.registered:
+                writer.registered = False
+                self._writers -= 1
+            return
+        at = writer.deadline()
+        if at is not None and at != writer.timer_at:
+            writer.timer_at = at
+            self._seq += 1
+            heapq.heappush(self._timers, (at, self._seq, writer))
+
+    def requeue(self, writer: WalWriter) -> None:
+        """`writer` wants another turn right away (it stays busy)."""
+        self._ready.append(writer)
+        if self._waiting:
+            self.lock.notify()
+
+    def note_open(self, writer: WalWriter, now: float) -> None:
+        """`writer` wrote to its open segment file now (it becomes the most recently written)."""
+        self._open[writer] = now
+        self._open.move_to_end(writer)
+
+    def note_closed(self, writer: WalWriter) -> None:
+        self._open.pop(writer, None)
+
+    # ---- pool threads ----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                batch = self._take_batch()
+            if batch is None:
+                return
+            self._turn(batch)
+
+    def _take_batch(self) -> list[WalWriter] | None:
+        ready = self._ready
+        while True:
+            now = time.monotonic()
+            self._due(now)
+            if ready:
+                share = -(-len(ready) // (self._waiting + 1))  # leave work for the threads still idle
+                n = min(BATCH_WRITERS, share)
+                batch = [ready.popleft() for _ in range(n)]
+                for writer in batch:
+                    writer.take(now)
+                if ready and self._waiting:
+                    self.lock.notify()
+                return batch
+            if self._closed:
+                return None
+            wait = self._next_due(now)
+            self._waiting += 1
+            try:
+                self.lock.wait(wait)
+            finally:
+                self._waiting -= 1
+
+    def _due(self, now: float) -> None:
+        """Turns for writers whose timer is due, and for those whose file must be closed."""
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            at, _, writer = heapq.heappop(timers)
+            if writer.timer_at == at:
+                writer.timer_at = None
+                self.wake(writer)
+        opened = self._open
+        idle_before = now - self.idle_close_s
+        while opened:
+            writer, last = next(iter(opened.items()))
+            if last > idle_before and len(opened) <= self.max_open_files:
+                break
+            del opened[writer]
+            writer.close_requested = True
+            self.wake(writer)
+
+    def _next_due(self, now: float) -> float | None:
+        at = self._timers[0][0] if self._timers else None
+        if self._open:
+            idle_at = next(iter(self._open.values())) + self.idle_close_s
+            at = idle_at if at is None else min(at, idle_at)
+        return None if at is None else max(0.0, at - now)
+
+    def _turn(self, batch: list[WalWriter]) -> None:
+        for writer in batch:
+            writer.turn_write()
+        for writer in batch:
+            writer.turn_sync()
+        _send(_collect(batch))  # every append of the batch is durable now: complete them
+        for writer in batch:
+            writer.turn_after()
+        calls = _collect(batch)  # taken while the writers are still this thread's
+        with self.lock:
+            now = time.monotonic()
+            for writer in batch:
+                writer.turn_end(now)
+        _send(calls)  # after turn_end: a stopped writer is out of the pool's books when its WAL hears
+
+
+def _collect(batch: list[WalWriter]) -> dict[asyncio.AbstractEventLoop, list[Call]]:
+    """Take the completions the batch's writers collected, by event loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[Call]] = {}
+    for writer in batch:
+        if writer.posts:
+            by_loop.setdefault(writer.loop, []).extend(writer.posts)
+            writer.posts = []
+    return by_loop
+
+
+def _send(by_loop: dict[asyncio.AbstractEventLoop, list[Call]]) -> None:
+    """Hand completions to their event loops, one call per loop."""
+    for loop, calls in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_run_calls, calls)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            log.debug("wal writer pool: event loop closed, dropping %d completions", len(calls))
+
+
+def _run_calls(calls: list[Call]) -> None:
+    for callback, args in calls:
+        try:
+            callback(*args)
+        except Exception:
+            log.exception("WAL completion callback failed")
+
+
+_default_lock = threading.Lock()
+_default: WriterPool | None = None
+
+
+def default_pool() -> WriterPool:
+    """The process-wide pool `Wal.open` uses when given none (never closed; its threads are daemons)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = WriterPool()
+        return _default
+
+
+open_segment_files = Gauge(
+    "ister_wal_open_segment_files",
+    "WAL segment files open for writing (WALs written within wal.idle_close_seconds, at most "
+    "wal.max_open_segments)",
+)
+open_segment_files.set_function(lambda: sum(len(p._open) for p in list(_pools)))
+writer_threads = Gauge("ister_wal_writer_threads", "Threads of the WAL writer pool(s)")
+writer_threads.set_function(lambda: sum(len(p._threads) for p in list(_pools)))
+wal_writers = Gauge("ister_wal_writers", "Open WALs served by the writer pool(s)")
+wal_writers.set_function(lambda: sum(p._writers for p in list(_pools)))

@@ -1,0 +1,255 @@
+"""The shared WAL writer pool: many WALs on a few threads, segment files open only while written, one lock
+root for many WALs, and running out of file descriptors refused as retriable (issue 14 item 2)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from ister.core.frames import scan_frames
+from ister.errors import StorageError
+from ister.storage.wal import Wal, WalConfig, WriterPool
+from ister.wire.status import status_for
+
+
+def wal_fds(root: Path) -> list[str]:
+    """This process's open descriptors on files or directories under `root`."""
+    found = []
+    prefix = os.path.realpath(root) + os.sep
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(prefix) or target == prefix[:-1]:
+            found.append(target)
+    return found
+
+
+def file_records(directory: Path) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    for path in sorted(directory.glob("*.wal")):
+        res = scan_frames(path.read_bytes(), expect_offset=int(path.stem))
+        assert res.stop == "end", (path, res.stop)
+        out.extend((o, bytes(p)) for o, p, _ in res.frames)
+    return out
+
+
+async def wait_until(check: object, what: str, limit_s: float = 10.0) -> None:
+    """Poll `check()` (a condition the pool reaches by itself) until true, or fail after `limit_s`."""
+    assert callable(check)
+    deadline = time.monotonic() + limit_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def pool() -> object:
+    pool = WriterPool(3, idle_close_s=30.0)
+    yield pool
+    assert pool.close(10)
+
+
+async def test_many_wals_share_the_pool_threads_and_keep_their_order(
+    tmp_path: Path, pool: WriterPool
+) -> None:
+    threads_before = threading.active_count()
+    wals = [
+        await Wal.open(tmp_path / f"w{i}", WalConfig(), pool=pool, lock_root=tmp_path) for i in range(300)
+    ]
+    try:
+
+        async def writer(i: int, wal: Wal) -> list[int]:
+            offsets = []
+            for j in range(0, 20, 4):  # groups of appends in flight at once, several WALs per pool turn
+                offsets += await asyncio.gather(*(wal.append([b"%d-%d" % (i, j + k)]) for k in range(4)))
+            return offsets
+
+        results = await asyncio.gather(*(writer(i, w) for i, w in enumerate(wals)))
+        assert all(offsets == list(range(20)) for offsets in results)
+        # a fixed number of threads whatever the number of WALs: the pool's, and asyncio's bounded
+        # executor (recovery at open runs there)
+        assert pool.stats()["threads"] == 3
+        assert threading.active_count() <= threads_before + 3 + min(32, (os.cpu_count() or 1) + 4)
+        assert pool.stats()["writers"] == 300
+        for i, wal in enumerate(wals[:20]):
+            assert file_records(wal.directory) == [(j, b"%d-%d" % (i, j)) for j in range(20)]
+    finally:
+        for wal in wals:
+            await wal.close()
+    assert pool.stats()["writers"] == 0
+
+
+async def test_idle_segment_files_are_closed_and_reopened_on_demand(tmp_path: Path) -> None:
+    pool = WriterPool(2, idle_close_s=0.2)
+    wals = [await Wal.open(tmp_path / f"w{i}", WalConfig(), pool=pool, lock_root=tmp_path) for i in range(20)]
+    try:
+        # open, never written: one descriptor for all of them (the lock root), none per WAL
+        assert len(wal_fds(tmp_path)) == 1
+        for wal in wals:
+            assert await wal.append([b"first"]) == 0
+        await wait_until(lambda: len(wal_fds(tmp_path)) == 1, "idle segment files to be closed")
+        assert pool.stats()["open_files"] == 0
+        for wal in wals:  # reopened for the next write
+            assert await wal.append([b"second"]) == 1
+        for wal in wals:
+            assert file_records(wal.directory) == [(0, b"first"), (1, b"second")]
+            assert await wal.reader(0).read(timeout=1) == [(0, b"first"), (1, b"second")]
+    finally:
+        for wal in wals:
+            await wal.close()
+        assert pool.close(10)
+    assert wal_fds(tmp_path) == []  # the last close releases the lock root too
+
+
+async def test_idle_close_in_interval_mode_syncs_first(tmp_path: Path) -> None:
+    pool = WriterPool(2, idle_close_s=0.1)
+    config = WalConfig(fsync="interval", fsync_interval_ms=60_000)  # no timed fdatasync in this test
+    wal = await Wal.open(tmp_path / "w", config, pool=pool, lock_root=tmp_path)
+    try:
+        assert await wal.append([b"a", b"b"]) == 0
+        assert wal.synced_offset == 0  # written, not yet fdatasync'd
+        await wait_until(lambda: wal.synced_offset == 2, "the idle close's fdatasync")
+        await wait_until(lambda: len(wal_fds(tmp_path)) == 1, "the idle close")
+        assert await wal.append([b"c"]) == 2
+        await wal.flush()
+        assert file_records(tmp_path / "w") == [(0, b"a"), (1, b"b"), (2, b"c")]
+    finally:
+        await wal.close()
+        assert pool.close(10)
+
+
+async def test_open_segment_files_are_capped(tmp_path: Path) -> None:
+    pool = WriterPool(2, idle_close_s=3600.0, max_open_files=8)
+    wals = [await Wal.open(tmp_path / f"w{i}", WalConfig(), pool=pool, lock_root=tmp_path) for i in range(40)]
+    try:
+        for round_ in range(3):
+            for wal in wals:
+                assert await wal.append([b"r%d" % round_]) == round_
+            # the least recently written beyond the cap are closed (right after their turn)
+            await wait_until(lambda: pool.stats()["open_files"] <= 8, "the open-file cap")
+            await wait_until(lambda: len(wal_fds(tmp_path)) <= 8 + 1, "descriptors under the cap")
+        for wal in wals:
+            assert file_records(wal.directory) == [(0, b"r0"), (1, b"r1"), (2, b"r2")]
+    finally:
+        for wal in wals:
+            await wal.close()
+        assert pool.close(10)
+
+
+async def test_a_lock_root_keeps_other_processes_out_of_every_wal_under_it(tmp_path: Path) -> None:
+    pool = WriterPool(1)
+    a = await Wal.open(tmp_path / "ns" / "a", WalConfig(), pool=pool, lock_root=tmp_path)
+    b = await Wal.open(tmp_path / "ns" / "b", WalConfig(), pool=pool, lock_root=tmp_path)
+    script = textwrap.dedent(
+        """
+        import asyncio, sys
+        from pathlib import Path
+        from ister.errors import StorageError
+        from ister.storage.wal import Wal
+        async def main():
+            root = Path(sys.argv[1])
+            try:
+                wal = await Wal.open(root / "ns" / "c", lock_root=root)
+            except StorageError as exc:
+                print("refused:", exc)
+                return
+            await wal.append([b"x"])
+            await wal.close()
+            print("opened")
+        asyncio.run(main())
+        """
+    )
+
+    def other_process() -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    try:
+        assert len(wal_fds(tmp_path)) == 1  # one flock for both WALs
+        assert "refused" in other_process() and "already open" in other_process()
+        with pytest.raises(StorageError, match="already open"):
+            await Wal.open(tmp_path / "ns" / "a", WalConfig(), pool=pool, lock_root=tmp_path)
+        await a.close()
+        assert "refused" in other_process()  # b still holds the root
+    finally:
+        await a.close()
+        await b.close()
+        assert pool.close(10)
+    assert other_process().strip() == "opened"
+
+
+def test_out_of_file_descriptors_is_refused_as_retriable_and_recovers(tmp_path: Path) -> None:
+    """With the process at its descriptor limit, an append that must open its segment file is refused with
+    RESOURCE_EXHAUSTED (offsets handed back, the WAL not failed); once descriptors are free it succeeds."""
+    script = textwrap.dedent(
+        """
+        import asyncio, os, resource, sys
+        from pathlib import Path
+        from ister.errors import StorageExhausted
+        from ister.storage.wal import Wal, WalConfig, WriterPool
+        from ister.wire.status import status_for
+
+        async def main():
+            pool = WriterPool(1, idle_close_s=0.05)
+            wal = await Wal.open(Path(sys.argv[1]), WalConfig(), pool=pool)
+            assert await wal.append([b"a"]) == 0
+            def segment_open():
+                return any(
+                    os.readlink(f"/proc/self/fd/{fd}").endswith(".wal")
+                    for fd in os.listdir("/proc/self/fd")
+                    if os.path.exists(f"/proc/self/fd/{fd}")
+                )
+            while segment_open():
+                await asyncio.sleep(0.02)  # the idle segment file gets closed
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+            hog = []
+            try:
+                while True:
+                    hog.append(os.open("/dev/null", os.O_RDONLY))
+            except OSError:
+                pass
+            try:
+                await wal.append([b"b"])
+                print("no error")
+            except StorageExhausted as exc:
+                print("refused", exc.retriable, status_for(exc).name, wal.failed is None, wal.next_offset)
+            for fd in hog:
+                os.close(fd)
+            print("after", await wal.append([b"c"]), wal.committed_offset)
+            await wal.close()
+            pool.close(10)
+
+        asyncio.run(main())
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "w")], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "refused True RESOURCE_EXHAUSTED True 1", out.stdout + out.stderr
+    assert lines[1] == "after 1 2"
+    assert "too many open files" in out.stderr  # logged once for the episode
+
+
+def test_storage_exhausted_maps_to_resource_exhausted() -> None:
+    from ister.errors import DiskFull, StorageExhausted
+
+    for err in (StorageExhausted("x"), DiskFull("y")):
+        assert err.retriable
+        assert status_for(err) == grpc.StatusCode.RESOURCE_EXHAUSTED
