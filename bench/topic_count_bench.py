@@ -2,7 +2,7 @@
 and publish throughput to many topics at once.
 
 usage: python bench/topic_count_bench.py [--topics 100000] [--concurrency 64] [--idle 40]
-                                         [--messages 2000000] [--partitions 1000] [--skip-count]
+                                         [--messages 4000000] [--partitions 1000] [--runs 3] [--skip-count]
                                          [--skip-throughput] [--json]
 
 * count: one `ister broker` process (standalone, fsync always, default settings except the topic limit,
@@ -13,11 +13,11 @@ usage: python bench/topic_count_bench.py [--topics 100000] [--concurrency 64] [-
   broker's /proc/<pid>/status (Threads, VmRSS) and /proc/<pid>/fd every 0.5 s, plus the broker's
   `ister_wal_open_segment_files` gauge (segment files open for writing) every 2 s. Afterwards 200 random
   topics are checked to hold exactly one message.
-* throughput: a fresh broker; one producer publishes `--messages` 100-byte messages with send_batch, first
-  to a topic of one partition, then to a topic of `--partitions` partitions (each partition is a reliable
-  topic with its own WAL; consecutive batches go to consecutive partitions, so every partition has a batch
-  in flight at once). Batches of 1,024 messages, 8 in flight per partition for the single topic
-  (as `ister bench`), 1 per partition otherwise; msg/s from the first send to the last ack.
+* throughput: one producer publishes `--messages` 100-byte messages with send_batch in batches of 1,024,
+  to a topic of one partition (8 batches in flight), or to a topic of `--partitions` partitions (each
+  partition is a reliable topic with its own WAL; consecutive batches go to consecutive partitions; 2
+  batches in flight per partition). msg/s from the first send after a warm-up batch to the last ack.
+  `--runs` pairs, alternating, each case on a fresh broker; the medians and their ratio.
 
 Not a test; numbers depend on the machine and its load. Results go to docs/benchmarks.md.
 """
@@ -229,8 +229,11 @@ async def count_case(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def publish(url: str, topic: str, partitions: int, messages: int) -> dict[str, Any]:
+    """`messages` 100-byte messages in batches of BATCH through one producer: to one topic with 8 batches
+    in flight (8 send_batch calls of one batch each), or to `partitions` topics with 2 batches in flight
+    per topic (2 send_batch calls of one batch per topic each)."""
+    in_flight = 8 if partitions == 1 else 2
     async with Client(url) as client:
-        in_flight = 8 if partitions == 1 else 1
         producer = await client.producer(
             topic,
             "tp",
@@ -241,15 +244,20 @@ async def publish(url: str, topic: str, partitions: int, messages: int) -> dict[
             max_buffered_messages=max(262_144, 2 * BATCH * in_flight * partitions),
             max_buffered_bytes=1 << 30,
         )
-        per_call = BATCH * (partitions if partitions > 1 else in_flight)
+        per_call = BATCH * partitions
         chunk = [PAYLOAD] * per_call
         await producer.send_batch(chunk)  # warm-up: every partition's stream and WAL file is open
         cpu0 = host_cpu_ticks()
         start = time.monotonic()
         sent = 0
-        while sent < messages:
-            await producer.send_batch(chunk)
-            sent += per_call
+
+        async def worker() -> None:
+            nonlocal sent
+            while sent < messages:
+                sent += per_call
+                await producer.send_batch(chunk)
+
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
         elapsed = time.monotonic() - start
         share = host_cpu_share(cpu0, host_cpu_ticks())
         await producer.close()
@@ -263,10 +271,22 @@ async def publish(url: str, topic: str, partitions: int, messages: int) -> dict[
 
 
 async def throughput_case(args: argparse.Namespace) -> dict[str, Any]:
-    with BenchBroker() as broker:
-        one = await publish(broker.url, "/default/tp-one", 1, args.messages)
-        many = await publish(broker.url, "/default/tp-many", args.partitions, args.messages)
-    return {"one_topic": one, "many_topics": many, "ratio": many["msgs_per_s"] / one["msgs_per_s"]}
+    """`--runs` pairs, alternating, each on a fresh broker (the machine's noise moves single runs a lot)."""
+    runs = []
+    for _ in range(args.runs):
+        with BenchBroker() as broker:
+            one = await publish(broker.url, "/default/tp-one", 1, args.messages)
+        with BenchBroker() as broker:
+            many = await publish(broker.url, "/default/tp-many", args.partitions, args.messages)
+        runs.append({"one_topic": one, "many_topics": many, "ratio": many["msgs_per_s"] / one["msgs_per_s"]})
+    ones = sorted(r["one_topic"]["msgs_per_s"] for r in runs)
+    manys = sorted(r["many_topics"]["msgs_per_s"] for r in runs)
+    return {
+        "runs": runs,
+        "median_one_topic": ones[len(ones) // 2],
+        "median_many_topics": manys[len(manys) // 2],
+        "median_ratio": manys[len(manys) // 2] / ones[len(ones) // 2],
+    }
 
 
 def main() -> None:
@@ -276,8 +296,9 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=100_000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--idle", type=float, default=40.0)
-    parser.add_argument("--messages", type=int, default=2_000_000)
+    parser.add_argument("--messages", type=int, default=4_000_000)
     parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-count", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--json", action="store_true")
