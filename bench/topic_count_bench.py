@@ -75,6 +75,7 @@ def probe(pid: int, port: int, stop: Any, out: Any) -> None:
 
     async def run() -> dict[str, Any]:
         health: list[float] = []
+        slow: list[tuple[float, float]] = []  # (seconds since the probe started, ms) of checks over 50 ms
         failures = 0
         procs: list[tuple[float, int, int, int, int]] = []
         t0 = time.monotonic()
@@ -86,7 +87,10 @@ def probe(pid: int, port: int, stop: Any, out: Any) -> None:
                 start = time.perf_counter()
                 try:
                     await stub.HealthCheck(request, timeout=HEALTH_TIMEOUT_S)
-                    health.append(time.perf_counter() - start)
+                    took = time.perf_counter() - start
+                    health.append(took)
+                    if took > 0.05:
+                        slow.append((round(time.monotonic() - t0, 1), round(took * 1e3, 1)))
                 except grpc.aio.AioRpcError:
                     failures += 1
                 now = time.monotonic()
@@ -97,7 +101,7 @@ def probe(pid: int, port: int, stop: Any, out: Any) -> None:
                     except OSError:
                         break  # the broker is gone
                 await asyncio.sleep(max(0.0, HEALTH_EVERY_S - (time.perf_counter() - start)))
-        return {"health": health, "failures": failures, "procs": procs}
+        return {"health": health, "slow": slow, "failures": failures, "procs": procs}
 
     out.put(asyncio.run(run()))
 
@@ -203,6 +207,8 @@ async def count_case(args: argparse.Namespace) -> dict[str, Any]:
         "health": {
             **latency_us(health),
             "over_50ms": sum(1 for h in health if h > 0.05),
+            "over_50ms_at": data["slow"],  # (s since start, ms); creation ended at created_at_s
+            "created_at_s": round(t_created, 1),
             "failures": data["failures"],
             "p999_ms": pct(health, 99.9) * 1e3 if health else None,
         },
