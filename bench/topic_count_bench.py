@@ -2,7 +2,7 @@
 and publish throughput to many topics at once.
 
 usage: python bench/topic_count_bench.py [--topics 100000] [--concurrency 64] [--idle 40]
-                                         [--messages 2000000] [--partitions 1000] [--skip-count]
+                                         [--messages 4000000] [--partitions 1000] [--runs 3] [--skip-count]
                                          [--skip-throughput] [--json]
 
 * count: one `ister broker` process (standalone, fsync always, default settings except the topic limit,
@@ -10,14 +10,14 @@ usage: python bench/topic_count_bench.py [--topics 100000] [--concurrency 64] [-
   `/default/tc-<i>`, each through its own producer (batch API: lookup, PublishOpen, one message, close).
   Then the broker stays idle for `--idle` seconds (longer than wal.idle_close_seconds = 30). A probe in
   another process sends a Danube HealthCheck every 50 ms (latency = its round trip) and reads the
-  broker's /proc/<pid>/status (Threads, VmRSS) and /proc/<pid>/fd every 0.5 s, plus the broker's
-  `ister_wal_open_segment_files` gauge (segment files open for writing) every 2 s. Afterwards 200 random
-  topics are checked to hold exactly one message.
-* throughput: a fresh broker; one producer publishes `--messages` 100-byte messages with send_batch, first
-  to a topic of one partition, then to a topic of `--partitions` partitions (each partition is a reliable
-  topic with its own WAL; consecutive batches go to consecutive partitions, so every partition has a batch
-  in flight at once). Batches of 1,024 messages, 8 in flight per partition for the single topic
-  (as `ister bench`), 1 per partition otherwise; msg/s from the first send to the last ack.
+  broker's /proc/<pid>/status (Threads, VmRSS) and /proc/<pid>/fd (all descriptors, and those on `.wal`
+  segment files: the files open for writing) every 0.5 s. (No Prometheus scrapes: with 100,000 topics
+  one takes seconds of the broker's CPU.) Afterwards 200 random topics are checked to hold one message.
+* throughput: one producer publishes `--messages` 100-byte messages with send_batch in batches of 1,024,
+  to a topic of one partition (8 batches in flight), or to a topic of `--partitions` partitions (each
+  partition is a reliable topic with its own WAL; consecutive batches go to consecutive partitions; 2
+  batches in flight per partition). msg/s from the first send after a warm-up batch to the last ack.
+  `--runs` pairs, alternating, each case on a fresh broker; the medians and their ratio.
 
 Not a test; numbers depend on the machine and its load. Results go to docs/benchmarks.md.
 """
@@ -32,7 +32,6 @@ import os
 import random
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,6 @@ from ister.client import Client
 
 HEALTH_EVERY_S = 0.05
 PROC_EVERY_S = 0.5
-GAUGE_EVERY_S = 2.0
 HEALTH_TIMEOUT_S = 5.0
 BATCH = 1024
 
@@ -50,8 +48,8 @@ BATCH = 1024
 # ---- the probe (its own process, so the bench client's work does not delay its calls) ----------------
 
 
-def _proc_sample(pid: int) -> tuple[int, int, int]:
-    """(threads, open fds, RSS bytes) of a process."""
+def _proc_sample(pid: int) -> tuple[int, int, int, int]:
+    """(threads, open fds, RSS bytes, fds on WAL segment files) of a process."""
     threads = rss = 0
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -59,21 +57,17 @@ def _proc_sample(pid: int) -> tuple[int, int, int]:
                 threads = int(line.split()[1])
             elif line.startswith("VmRSS:"):
                 rss = int(line.split()[1]) * 1024
-    return threads, len(os.listdir(f"/proc/{pid}/fd")), rss
+    fds = os.listdir(f"/proc/{pid}/fd")
+    segments = 0
+    for fd in fds:
+        try:
+            segments += os.readlink(f"/proc/{pid}/fd/{fd}").endswith(".wal")
+        except OSError:
+            continue
+    return threads, len(fds), rss, segments
 
 
-def _gauge(prom_port: int, name: str) -> float | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/metrics", timeout=5) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith(name + " "):
-                    return float(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def probe(pid: int, port: int, prom_port: int, stop: Any, out: Any) -> None:
+def probe(pid: int, port: int, stop: Any, out: Any) -> None:
     import grpc  # in the probe process only
 
     from ister.wire.gen import DanubeApi_pb2 as pb
@@ -81,11 +75,11 @@ def probe(pid: int, port: int, prom_port: int, stop: Any, out: Any) -> None:
 
     async def run() -> dict[str, Any]:
         health: list[float] = []
+        slow: list[tuple[float, float]] = []  # (seconds since the probe started, ms) of checks over 50 ms
         failures = 0
-        procs: list[tuple[float, int, int, int]] = []
-        gauges: list[tuple[float, float]] = []
+        procs: list[tuple[float, int, int, int, int]] = []
         t0 = time.monotonic()
-        next_proc = next_gauge = t0
+        next_proc = t0
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = rpc.HealthCheckStub(channel)
             request = pb.HealthCheckRequest(request_id=1, client=pb.HealthCheckRequest.Producer, id=1)
@@ -93,7 +87,10 @@ def probe(pid: int, port: int, prom_port: int, stop: Any, out: Any) -> None:
                 start = time.perf_counter()
                 try:
                     await stub.HealthCheck(request, timeout=HEALTH_TIMEOUT_S)
-                    health.append(time.perf_counter() - start)
+                    took = time.perf_counter() - start
+                    health.append(took)
+                    if took > 0.05:
+                        slow.append((round(time.monotonic() - t0, 1), round(took * 1e3, 1)))
                 except grpc.aio.AioRpcError:
                     failures += 1
                 now = time.monotonic()
@@ -103,13 +100,8 @@ def probe(pid: int, port: int, prom_port: int, stop: Any, out: Any) -> None:
                         procs.append((now - t0, *_proc_sample(pid)))
                     except OSError:
                         break  # the broker is gone
-                if now >= next_gauge:
-                    next_gauge = now + GAUGE_EVERY_S
-                    value = await asyncio.to_thread(_gauge, prom_port, "ister_wal_open_segment_files")
-                    if value is not None:
-                        gauges.append((now - t0, value))
                 await asyncio.sleep(max(0.0, HEALTH_EVERY_S - (time.perf_counter() - start)))
-        return {"health": health, "failures": failures, "procs": procs, "gauges": gauges}
+        return {"health": health, "slow": slow, "failures": failures, "procs": procs}
 
     out.put(asyncio.run(run()))
 
@@ -120,7 +112,7 @@ class Probe:
         self._stop = ctx.Event()
         self._out = ctx.Queue()
         self._proc = ctx.Process(
-            target=probe, args=(broker.pid, broker.port, broker.prom_port, self._stop, self._out), daemon=True
+            target=probe, args=(broker.pid, broker.port, self._stop, self._out), daemon=True
         )
         self.started = time.monotonic()
 
@@ -177,23 +169,14 @@ async def create_topics(url: str, n: int, concurrency: int, progress: bool) -> d
 
 def summarize_window(data: dict[str, Any], since: float, until: float) -> dict[str, Any]:
     procs = [p for p in data["procs"] if since <= p[0] <= until]
-    gauges = [g for g in data["gauges"] if since <= g[0] <= until]
     return {
         "max_threads": max((p[1] for p in procs), default=0),
         "max_fds": max((p[2] for p in procs), default=0),
         "max_rss_mib": max((p[3] for p in procs), default=0) / 2**20,
-        "max_open_segment_files": max((g[1] for g in gauges), default=0),
-        "max_fds_minus_2x_open_files": max(
-            (p[2] - 2 * _open_files_at(gauges, p[0]) for p in procs), default=0
-        ),
+        "max_open_segment_files": max((p[4] for p in procs), default=0),
+        # the target: fds <= 2 x segment files open for writing + a constant; this is the constant
+        "max_fds_minus_2x_segment_files": max((p[2] - 2 * p[4] for p in procs), default=0),
     }
-
-
-def _open_files_at(gauges: list[tuple[float, float]], t: float) -> float:
-    """The open-segment gauge nearest before time t (the largest of the two around it, to be safe)."""
-    before = [g[1] for g in gauges if g[0] <= t][-1:]
-    after = [g[1] for g in gauges if g[0] >= t][:1]
-    return max(before + after, default=0.0)
 
 
 async def count_case(args: argparse.Namespace) -> dict[str, Any]:
@@ -215,10 +198,17 @@ async def count_case(args: argparse.Namespace) -> dict[str, Any]:
         "baseline": {"threads": baseline[0], "fds": baseline[1], "rss_mib": baseline[2] / 2**20},
         "while_creating": summarize_window(data, 0.0, t_created),
         "idle": summarize_window(data, t_created, t_end),
-        "after_idle": {"threads": end_sample[0], "fds": end_sample[1], "rss_mib": end_sample[2] / 2**20},
+        "after_idle": {
+            "threads": end_sample[0],
+            "fds": end_sample[1],
+            "rss_mib": end_sample[2] / 2**20,
+            "segment_files": end_sample[3],
+        },
         "health": {
             **latency_us(health),
             "over_50ms": sum(1 for h in health if h > 0.05),
+            "over_50ms_at": data["slow"],  # (s since start, ms); creation ended at created_at_s
+            "created_at_s": round(t_created, 1),
             "failures": data["failures"],
             "p999_ms": pct(health, 99.9) * 1e3 if health else None,
         },
@@ -229,8 +219,11 @@ async def count_case(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def publish(url: str, topic: str, partitions: int, messages: int) -> dict[str, Any]:
+    """`messages` 100-byte messages in batches of BATCH through one producer: to one topic with 8 batches
+    in flight (8 send_batch calls of one batch each), or to `partitions` topics with 2 batches in flight
+    per topic (2 send_batch calls of one batch per topic each)."""
+    in_flight = 8 if partitions == 1 else 2
     async with Client(url) as client:
-        in_flight = 8 if partitions == 1 else 1
         producer = await client.producer(
             topic,
             "tp",
@@ -241,15 +234,20 @@ async def publish(url: str, topic: str, partitions: int, messages: int) -> dict[
             max_buffered_messages=max(262_144, 2 * BATCH * in_flight * partitions),
             max_buffered_bytes=1 << 30,
         )
-        per_call = BATCH * (partitions if partitions > 1 else in_flight)
+        per_call = BATCH * partitions
         chunk = [PAYLOAD] * per_call
         await producer.send_batch(chunk)  # warm-up: every partition's stream and WAL file is open
         cpu0 = host_cpu_ticks()
         start = time.monotonic()
         sent = 0
-        while sent < messages:
-            await producer.send_batch(chunk)
-            sent += per_call
+
+        async def worker() -> None:
+            nonlocal sent
+            while sent < messages:
+                sent += per_call
+                await producer.send_batch(chunk)
+
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
         elapsed = time.monotonic() - start
         share = host_cpu_share(cpu0, host_cpu_ticks())
         await producer.close()
@@ -263,10 +261,22 @@ async def publish(url: str, topic: str, partitions: int, messages: int) -> dict[
 
 
 async def throughput_case(args: argparse.Namespace) -> dict[str, Any]:
-    with BenchBroker() as broker:
-        one = await publish(broker.url, "/default/tp-one", 1, args.messages)
-        many = await publish(broker.url, "/default/tp-many", args.partitions, args.messages)
-    return {"one_topic": one, "many_topics": many, "ratio": many["msgs_per_s"] / one["msgs_per_s"]}
+    """`--runs` pairs, alternating, each on a fresh broker (the machine's noise moves single runs a lot)."""
+    runs = []
+    for _ in range(args.runs):
+        with BenchBroker() as broker:
+            one = await publish(broker.url, "/default/tp-one", 1, args.messages)
+        with BenchBroker() as broker:
+            many = await publish(broker.url, "/default/tp-many", args.partitions, args.messages)
+        runs.append({"one_topic": one, "many_topics": many, "ratio": many["msgs_per_s"] / one["msgs_per_s"]})
+    ones = sorted(r["one_topic"]["msgs_per_s"] for r in runs)
+    manys = sorted(r["many_topics"]["msgs_per_s"] for r in runs)
+    return {
+        "runs": runs,
+        "median_one_topic": ones[len(ones) // 2],
+        "median_many_topics": manys[len(manys) // 2],
+        "median_ratio": manys[len(manys) // 2] / ones[len(ones) // 2],
+    }
 
 
 def main() -> None:
@@ -276,8 +286,9 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=100_000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--idle", type=float, default=40.0)
-    parser.add_argument("--messages", type=int, default=2_000_000)
+    parser.add_argument("--messages", type=int, default=4_000_000)
     parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-count", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--json", action="store_true")

@@ -43,7 +43,7 @@ class WalSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     fsync_interval_ms: int = 50
     segment_max_bytes: int = 64 * MiB
     cache_max_bytes: int = 32 * MiB
-    writer_threads: int = 0  # threads writing every WAL of the broker; 0 = 2 per CPU, 2..8
+    writer_threads: int = 8  # threads writing and fdatasync-ing every WAL of the broker
     idle_close_seconds: float = 30.0  # a WAL's segment file is closed when not written for this long
     max_open_segments: int = 0  # segment files open for writing at most; 0 = RLIMIT_NOFILE / 4, <= 8192
 
@@ -180,8 +180,8 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
     w = cfg.wal
     if w.segment_max_bytes < 1024 or w.cache_max_bytes < 0 or w.fsync_interval_ms < 1:
         raise ConfigError("wal: segment_max_bytes >= 1024, cache_max_bytes >= 0, fsync_interval_ms >= 1")
-    if not 0 <= w.writer_threads <= 64:
-        raise ConfigError("wal.writer_threads must be in 0..64 (0 = automatic)")
+    if not 1 <= w.writer_threads <= 64:
+        raise ConfigError("wal.writer_threads must be in 1..64")
     if w.idle_close_seconds <= 0 or w.max_open_segments < 0:
         raise ConfigError("wal: idle_close_seconds > 0, max_open_segments >= 0 (0 = automatic)")
     if cfg.limits.max_topics_per_broker < 0:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ister.broker.heap import FREEZE_AFTER_OBJECTS, SWEEP_AFTER_UNLOADS, HeapKeeper
+from ister.broker.heap import FREEZE_AFTER_TOPICS, SWEEP_AFTER_UNLOADS, HeapKeeper
 
 
 @pytest.fixture(autouse=True)
@@ -17,19 +17,21 @@ def unfrozen() -> Iterator[None]:
     gc.unfreeze()  # give the test process its collector back
 
 
-def test_long_lived_objects_are_frozen_once_enough_piled_up() -> None:
-    keeper = HeapKeeper(lambda: (0, 0))
-    keeper.step()  # whatever the test process holds already
-    kept = [[i] for i in range(2 * FREEZE_AFTER_OBJECTS)]
-    gc.collect()  # they survive a collection: now long-lived (generation 2)
+def test_long_lived_objects_are_frozen_after_many_topic_loads() -> None:
+    counts = [0, 0]
+    keeper = HeapKeeper(lambda: (counts[0], counts[1]))
+    kept = [[i] for i in range(50_000)]  # long-lived objects, as loaded topics make
+    gc.collect()
     frozen = gc.get_freeze_count()
+    counts[0] = FREEZE_AFTER_TOPICS - 1
     keeper.step()
-    assert keeper.freezes >= 1
-    assert gc.get_freeze_count() >= frozen + len(kept)
-    assert len(gc.get_objects(2)) < FREEZE_AFTER_OBJECTS  # full collections walk only newer objects
-    freezes = keeper.freezes
-    keeper.step()  # nothing new piled up: nothing to do
-    assert keeper.freezes == freezes
+    assert keeper.freezes == 0 and gc.get_freeze_count() == frozen  # not yet: nothing is even looked at
+    counts[0] = FREEZE_AFTER_TOPICS
+    keeper.step()
+    assert keeper.freezes == 1
+    assert gc.get_freeze_count() >= frozen + len(kept)  # full collections no longer walk them
+    keeper.step()  # no more topics since: nothing to do
+    assert keeper.freezes == 1
 
 
 def test_a_full_sweep_after_many_unloads_collects_frozen_cycles() -> None:

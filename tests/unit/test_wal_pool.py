@@ -253,3 +253,35 @@ def test_storage_exhausted_maps_to_resource_exhausted() -> None:
     for err in (StorageExhausted("x"), DiskFull("y")):
         assert err.retriable
         assert status_for(err) == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_the_checkpoint_budget_spaces_out_checkpoints_beyond_a_burst() -> None:
+    from ister.storage.wal.pool import CHECKPOINTS_PER_SECOND
+
+    pool = WriterPool(1)
+    now = 1000.0
+    slots = [pool.reserve_checkpoint(now) for _ in range(CHECKPOINTS_PER_SECOND + 50)]
+    assert slots[:CHECKPOINTS_PER_SECOND] == [now] * CHECKPOINTS_PER_SECOND  # a second's worth at once
+    step = 1.0 / CHECKPOINTS_PER_SECOND
+    assert slots[-1] == pytest.approx(now + 50 * step)  # then spaced out
+    assert pool.reserve_checkpoint(now + 10) == now + 10  # the budget refills
+
+
+async def test_every_wal_gets_its_checkpoint_when_many_are_written_at_once(tmp_path: Path) -> None:
+    from ister.storage.wal.checkpoint import read_checkpoint
+
+    pool = WriterPool(4)
+    wals = [
+        await Wal.open(tmp_path / f"w{i}", WalConfig(), pool=pool, lock_root=tmp_path) for i in range(150)
+    ]
+    try:
+        await asyncio.gather(*(wal.append([b"x"]) for wal in wals))
+
+        def all_recorded() -> bool:
+            return all((c := read_checkpoint(w.directory)) is not None and c.next_offset == 1 for w in wals)
+
+        await wait_until(all_recorded, "every WAL's checkpoint")
+    finally:
+        for wal in wals:
+            await wal.close()
+        assert pool.close(10)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from ister.storage.objects import LocalRetention
 log = logging.getLogger(__name__)
 
 PASS_CONCURRENCY = 4
-SLICE = 2_000  # topics looked at between two yields to the event loop
+SLICE = 1_000  # topics looked at between two yields to the event loop
 MAX_BACKOFF_SECONDS = 60.0
 
 
@@ -72,24 +73,28 @@ class ExportScheduler:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            started: list[asyncio.Task[None]] = []
-            for i, (topic, state) in enumerate(list(self._topics.items())):
+            # A list of the topics, not of (topic, state) pairs: 100,000 fresh tuples living through the
+            # walk would be promoted and walked by the garbage collector.
+            for i, topic in enumerate(list(self._topics)):
                 if i and i % SLICE == 0:
                     await asyncio.sleep(0)
-                if state.running is not None or topic.closing or self._topics.get(topic) is not state:
+                state = self._topics.get(topic)
+                if state is None or state.running is not None or topic.closing:
                     continue
                 if loop.time() < state.not_before or not self._needs_pass(topic, state):
                     continue
                 await self._slots.acquire()
-                if topic.closing or self._topics.get(topic) is not state:
+                if topic.closing or self._topics.get(topic) is not state:  # removed meanwhile
                     self._slots.release()
                     continue
                 task = loop.create_task(self._pass(topic, state), name=f"export {topic.name}")
+                task.add_done_callback(functools.partial(self._pass_done, topic, state))
                 state.running = task
-                topic.tasks.append(task)  # Topic.close cancels and awaits it
-                started.append(task)
-            if started:
-                await asyncio.gather(*started, return_exceptions=True)
+                topic.tasks.append(task)  # Topic.close cancels and awaits it (and keeps it referenced)
+            for _ in range(PASS_CONCURRENCY):  # the walk's passes are done when every slot is free
+                await self._slots.acquire()
+            for _ in range(PASS_CONCURRENCY):
+                self._slots.release()
             self.ticks += 1
             await asyncio.sleep(self.interval)
 
@@ -125,12 +130,13 @@ class ExportScheduler:
             state.not_before = asyncio.get_running_loop().time() + delay
             state.pending = True
             log.warning("%s: export failed (%s); retry in %.1f s", topic.name, exc, delay)
-        finally:
-            state.running = None
-            task = asyncio.current_task()
-            if task is not None and task in topic.tasks:
-                topic.tasks.remove(task)
-            self._slots.release()
+
+    def _pass_done(self, topic: Topic, state: _State, task: asyncio.Task[None]) -> None:
+        """A pass ended (or was cancelled, possibly before it started): free its slot."""
+        state.running = None
+        if task in topic.tasks:
+            topic.tasks.remove(task)
+        self._slots.release()
 
     def _work_left(self, topic: Topic) -> bool:
         """Whether time alone can make more work for this topic (no new append needed)."""

@@ -111,6 +111,7 @@ class BrokerService:
         # check names across topics (a partition against its base name).
         self._load_locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._create_lock = asyncio.Lock()
+        self._creating: set[str] = set()  # topics whose creation was checked and is being written
         self._reserved = 0  # topics being created or loaded (counted against limits.max_topics_per_broker)
         self.topics_unloaded = 0  # topics forgotten so far (broker/heap.py sweeps after many)
         self._started_at = time.monotonic()
@@ -208,24 +209,38 @@ class BrokerService:
             )
         if not self.config.auto_create_topics:
             raise NotFound(f"topic {name} does not exist and auto_create_topics is off")
-        part = name.partition
-        if part is not None:
-            base = TopicName(name.namespace, part[0])
-            if await self.store.get(keys.namespace_topic(base.full)) is not None:
-                raise FailedPrecondition(f"cannot create partition {name}: a plain topic {base} exists")
-        else:
-            prefix = keys.namespace_topic(name.full) + PARTITION_MARKER
-            if await self.store.list(prefix):
-                raise FailedPrecondition(f"cannot create {name}: it is a partitioned topic")
-        # One transaction (one metadata commit); if the admin API created it meanwhile, that one stands.
-        await self.store.txn(
-            [Compare(keys.namespace_topic(name.full), None)],
-            [
-                Put(keys.topic_root(name.full), 0),
-                Put(keys.topic_delivery(name.full), delivery),
-                Put(keys.namespace_topic(name.full), None),
-            ],
-        )
+        # The checks across names (a partition against its plain base name) run under the creation lock,
+        # counting creations still being written; the write itself does not hold it, so creations share
+        # metadata commits instead of waiting for each other's.
+        async with self._create_lock:
+            if await self.store.get(keys.namespace_topic(name.full)) is not None:
+                return  # created meanwhile (the admin API)
+            part = name.partition
+            if part is not None:
+                base = TopicName(name.namespace, part[0])
+                if base.full in self._creating or (
+                    await self.store.get(keys.namespace_topic(base.full)) is not None
+                ):
+                    raise FailedPrecondition(f"cannot create partition {name}: a plain topic {base} exists")
+            else:
+                marker = name.full + PARTITION_MARKER
+                if any(t.startswith(marker) for t in self._creating) or await self.store.list(
+                    keys.namespace_topic(name.full) + PARTITION_MARKER, limit=1
+                ):
+                    raise FailedPrecondition(f"cannot create {name}: it is a partitioned topic")
+            self._creating.add(name.full)
+        try:
+            # One transaction (one metadata commit); if the admin API created it meanwhile, that one stands.
+            await self.store.txn(
+                [Compare(keys.namespace_topic(name.full), None)],
+                [
+                    Put(keys.topic_root(name.full), 0),
+                    Put(keys.topic_delivery(name.full), delivery),
+                    Put(keys.namespace_topic(name.full), None),
+                ],
+            )
+        finally:
+            self._creating.discard(name.full)
         if self.cluster is not None:
             await self.cluster.request_assignment(name.full)
         log.info("created topic %s (%s)", name, delivery)
@@ -251,16 +266,12 @@ class BrokerService:
                 with self._topic_slot(name):
                     if missing:
                         assert create_as is not None
-                        async with self._create_lock:
-                            if await self.store.get(keys.namespace_topic(name.full)) is None:
-                                await self._create_topic(name, create_as, internal=internal)
+                        await self._create_topic(name, create_as, internal=internal)
                     return await self._load_and_register(name, reserved=True)
             if await self.store.get(keys.namespace_topic(name.full)) is None:
                 if create_as is None:
                     raise NotFound(f"topic {name} does not exist")
-                async with self._create_lock:
-                    if await self.store.get(keys.namespace_topic(name.full)) is None:
-                        await self._create_topic(name, create_as, internal=internal)
+                await self._create_topic(name, create_as, internal=internal)
             if self.cluster.assigned_here(name.full):
                 return await self._load_and_register(name)
         # Cluster mode, not (yet) assigned here: wait for the leader outside the lock, then try again.

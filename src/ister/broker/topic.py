@@ -164,9 +164,10 @@ class Topic:
     async def close(self) -> None:
         """Stop accepting publishes, persist cursors, end streams, close the WAL."""
         self.closing = True
-        for task in self.tasks:
+        tasks = list(self.tasks)  # a task's done callback may take itself off the list meanwhile
+        for task in tasks:
             task.cancel()
-        for task in self.tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self.tasks.clear()

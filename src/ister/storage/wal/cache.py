@@ -8,6 +8,7 @@ offset; eviction drops the oldest chunks.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 
 from ister.core.frames import HEADER_SIZE
 
@@ -20,7 +21,9 @@ class RecordCache:
     def __init__(self, max_bytes: int) -> None:
         self._max_bytes = max_bytes
         self._firsts: list[int] = []
-        self._chunks: list[list[bytes]] = []
+        # Tuples, not lists: a tuple of payloads (no references to other objects) drops out of the cyclic
+        # garbage collector at its first collection, so a full collection never walks cached records.
+        self._chunks: list[tuple[bytes, ...]] = []
         self._sizes: list[int] = []
         self._head = 0  # index of the oldest live chunk (lists are compacted lazily)
         self._bytes = 0
@@ -47,13 +50,13 @@ class RecordCache:
         self._bytes = 0
         self._end = end_offset
 
-    def add(self, first_offset: int, payloads: list[bytes], payload_bytes: int) -> None:
+    def add(self, first_offset: int, payloads: Sequence[bytes], payload_bytes: int) -> None:
         """Append a committed chunk; it must start at end_offset (otherwise the cache restarts there)."""
         if first_offset != self._end:
             self.reset(first_offset)
         size = payload_bytes + HEADER_SIZE * len(payloads) + CHUNK_OVERHEAD
         self._firsts.append(first_offset)
-        self._chunks.append(payloads)
+        self._chunks.append(tuple(payloads))
         self._sizes.append(size)
         self._bytes += size
         self._end = first_offset + len(payloads)
@@ -64,7 +67,7 @@ class RecordCache:
         n = len(self._firsts)
         while self._bytes > self._max_bytes and head < n:
             self._bytes -= self._sizes[head]
-            self._chunks[head] = []
+            self._chunks[head] = ()
             head += 1
         self._head = head
         if head == n:

@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 NO_FD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 EXHAUSTED_ERRNOS = DISK_FULL_ERRNOS | NO_FD_ERRNOS
-CHECKPOINT_INTERVAL_S = 1.0  # the high-water checkpoint lags the committed offset by at most about this
+# The high-water checkpoint lags the committed offset by about this at most, or longer while the pool's
+# checkpoint budget (pool.CHECKPOINTS_PER_SECOND) is spent by many WALs written at once.
+CHECKPOINT_INTERVAL_S = 1.0
 
 
 class _NoSpace(Exception):
@@ -87,6 +89,7 @@ class WalWriter:
         "_active_since",
         "_always",
         "_checkpoint_error",
+        "_checkpoint_slot",
         "_close_now",
         "_config",
         "_directory",
@@ -176,6 +179,7 @@ class WalWriter:
         self._last_sync = time.monotonic()
         self._mark = mark  # the committed offset the checkpoint file holds
         self._last_checkpoint = 0.0
+        self._checkpoint_slot: float | None = None  # when the pool's budget lets the next one be written
         self._checkpoint_error: str | None = None
         self._full_since: float | None = None  # monotonic start of the current refusal episode
         self._full_refused = 0
@@ -360,6 +364,8 @@ class WalWriter:
         committed = self._synced_end if self._always else self._written_end
         if committed > self._mark:
             at = self._last_checkpoint + CHECKPOINT_INTERVAL_S
+            if self._checkpoint_slot is not None:
+                at = max(at, self._checkpoint_slot)
             deadline = at if deadline is None else min(deadline, at)
         return deadline
 
@@ -533,8 +539,14 @@ class WalWriter:
         if committed <= self._mark:
             return
         now = time.monotonic()
-        if not final and now - self._last_checkpoint < CHECKPOINT_INTERVAL_S:
-            return
+        if not final:
+            if now - self._last_checkpoint < CHECKPOINT_INTERVAL_S:
+                return
+            if self._checkpoint_slot is None:
+                self._checkpoint_slot = self.pool.reserve_checkpoint(now)
+            if self._checkpoint_slot > now:
+                return  # the pool's budget is spent for now: the timer brings this writer back then
+        self._checkpoint_slot = None
         self._last_checkpoint = now
         try:
             write_checkpoint(self._directory, Checkpoint(committed, self._lost_ranges()))
