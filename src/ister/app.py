@@ -11,14 +11,18 @@ from pathlib import Path
 import uvloop
 
 from ister.broker.heap import HeapKeeper
+from ister.broker.ownership import Ownership
 from ister.broker.service import BrokerService
+from ister.broker.standalone import StandaloneOwnership
 from ister.cluster.node import ClusterNode
+from ister.cluster.ownership import ClusterOwnership
 from ister.config import BrokerConfig
 from ister.limits import SHUTDOWN_GRACE_SECONDS
 from ister.metadata.embedded import EmbeddedStore
 from ister.metadata.store import MetadataStore
 from ister.server.admin_api import start_admin_server
 from ister.server.grpc_server import start_client_server, start_prometheus
+from ister.storage.topic_storage import TopicStorage
 
 log = logging.getLogger("ister")
 
@@ -33,8 +37,13 @@ async def open_store(config: BrokerConfig, data_dir: Path) -> MetadataStore:
 
 async def serve(config: BrokerConfig, data_dir: Path) -> None:
     store = await open_store(config, data_dir)
-    cluster = ClusterNode(config, store, data_dir) if config.mode == "cluster" else None
-    broker = BrokerService(config, store, data_dir, cluster)
+    storage = TopicStorage(config, store, data_dir)
+    ownership: Ownership
+    if config.mode == "cluster":
+        ownership = ClusterOwnership(ClusterNode(config, store, data_dir), config, store, storage)
+    else:
+        ownership = StandaloneOwnership(config, store)
+    broker = BrokerService(config, store, data_dir, ownership, storage)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -48,9 +57,8 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
         await broker.start()
         server = await start_client_server(broker, config.broker_addr)
         admin = await start_admin_server(broker, config.admin_addr)
-        if cluster is not None:
-            # After the server is up: the watcher may load topics and clients may be redirected here at once.
-            await cluster.start(broker)
+        # After the server is up: the cluster's watcher may load topics and redirect clients here at once.
+        await ownership.start()
         if config.prom_exporter:
             prom = start_prometheus(
                 config.prom_exporter,
@@ -58,12 +66,12 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
                 max_topics=config.metrics.max_topics,
             )
         log.info(
-            "ister broker ready: %s mode, client %s, data %s, fsync %s%s",
+            "ister broker ready: %s mode, client %s, data %s, fsync %s, broker id %d",
             config.mode,
             config.broker_url,
             data_dir,
             config.wal.fsync,
-            f", broker id {cluster.broker_id}" if cluster is not None else "",
+            ownership.broker_id,
         )
         await stop.wait()
         log.info("shutting down")
@@ -78,12 +86,11 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
             await asyncio.wait_for(broker.close(), SHUTDOWN_GRACE_SECONDS)
         except TimeoutError:
             log.error("shutdown did not finish within %.0f s", SHUTDOWN_GRACE_SECONDS)
-        if cluster is not None:
-            # Revokes the lease last: cursors were flushed while still the owner.
-            try:
-                await asyncio.wait_for(cluster.close(), SHUTDOWN_GRACE_SECONDS)
-            except TimeoutError:
-                log.error("leaving the cluster did not finish within %.0f s", SHUTDOWN_GRACE_SECONDS)
+        # Leaves the cluster (revokes the lease) last: cursors were flushed while still the owner.
+        try:
+            await asyncio.wait_for(ownership.close(), SHUTDOWN_GRACE_SECONDS)
+        except TimeoutError:
+            log.error("leaving the cluster did not finish within %.0f s", SHUTDOWN_GRACE_SECONDS)
         await store.close()
         if prom is not None:
             prom.shutdown()

@@ -232,6 +232,11 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
     return cfg
 
 
+def http_url(addr: str) -> str:
+    """An address as a URL (http:// unless it names a scheme)."""
+    return addr if "://" in addr else f"http://{addr}"
+
+
 def split_host_port(value: str, what: str = "address") -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:

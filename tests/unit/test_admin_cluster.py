@@ -9,15 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from ister.broker.admin_ops import FOLLOWER_ROLE, LEADER_ROLE, AdminOps
+from ister.broker.admin_ops import AdminOps
+from ister.broker.ownership import FOLLOWER_ROLE, LEADER_ROLE
 from ister.broker.service import BrokerService
 from ister.cluster.node import ClusterNode
+from ister.cluster.ownership import ClusterOwnership
 from ister.config import load_config
 from ister.core.dispatch import SubType
 from ister.errors import AlreadyExists, FailedPrecondition, NotFound
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
+from ister.storage.topic_storage import TopicStorage
 
 WAIT_SECONDS = 10.0
 
@@ -57,9 +60,10 @@ async def start_member(
     )
     await asyncio.to_thread(data.mkdir)
     cluster = ClusterNode(config, store, data)
-    broker = BrokerService(config, store, data, cluster)
+    storage = TopicStorage(config, store, data)
+    broker = BrokerService(config, store, data, ClusterOwnership(cluster, config, store, storage), storage)
     await broker.start()
-    await cluster.start(broker)
+    await broker.ownership.start()
     return broker, cluster
 
 
@@ -77,17 +81,18 @@ async def nodes(tmp_path: Path) -> AsyncIterator[list[Node]]:
     finally:
         for node in out:
             await node.broker.close()
-            await close_cluster(node.cluster)
+            await close_cluster(node.cluster, node.broker)
         await store.close()
 
 
-async def close_cluster(cluster: ClusterNode) -> None:
-    """`ClusterNode.close()`, re-cancelling its loops until they end.
+async def close_cluster(cluster: ClusterNode, broker: BrokerService | None = None) -> None:
+    """`ClusterNode.close()` (through the broker's ownership, when given), re-cancelling its loops until they
+    end.
 
     On Python 3.11 `asyncio.wait_for` returns normally, swallowing the cancellation, when the awaited event
     was set just before the cancel arrives; `ClusterNode._run` then loops on and `close()` waits for ever.
     """
-    closing = asyncio.ensure_future(cluster.close())
+    closing = asyncio.ensure_future(broker.ownership.close() if broker is not None else cluster.close())
     while not closing.done():
         for task in cluster._tasks:
             task.cancel()

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from ister.broker.admin_ops import AdminOps
-from ister.broker.service import CONSUMER_INDEX, BrokerService
+from ister.broker.service import BrokerService
 from ister.config import load_config
 from ister.core.dispatch import SubType
 from ister.core.record import StoredMessage
@@ -189,7 +189,7 @@ async def test_delete_topic_removes_every_trace(admin: Admin, tmp_path: Path) ->
     assert "/default/gone" not in b.topics
     assert pid not in b.producers and cid not in b.consumers
     assert await topic_keys(admin, "/default/gone") == []
-    assert await b.store.get(CONSUMER_INDEX + str(cid)) is None
+    assert await b.store.get(keys.consumer_index(cid)) is None
     assert not (tmp_path / "wal" / "default" / "gone").exists()
     assert [o.key for o in await b.objects.list("default/")] == ["default/gone2/data-0-0.dnb1"]
     assert await status_of(admin.topics.DescribeTopic(pb.DescribeTopicRequest(name="/default/gone"))) == (
@@ -248,7 +248,7 @@ async def test_unsubscribe_refuses_active_consumers(admin: Admin) -> None:
     assert "s" not in b.topics["/default/t"].subscriptions
     assert cid not in b.consumers
     assert await b.store.list(keys.subscriptions_prefix("/default/t")) == []
-    assert await b.store.get(CONSUMER_INDEX + str(cid)) is None
+    assert await b.store.get(keys.consumer_index(cid)) is None
     assert await status_of(admin.topics.Unsubscribe(req)) == Code.NOT_FOUND
     bad = pb.SubscriptionRequest(topic="/default/t", subscription="a/b")
     assert await status_of(admin.topics.Unsubscribe(bad)) == Code.INVALID_ARGUMENT

@@ -63,7 +63,7 @@ async def members(tmp_path: Path) -> AsyncIterator[list[Member]]:
         for m in out:
             await m.server.stop(0)
             await m.broker.close()
-            await close_cluster(m.cluster)
+            await close_cluster(m.cluster, m.broker)
         await store.close()
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ister.broker.service import CONSUMER_INDEX, BrokerService
+from ister.broker.service import BrokerService
 from ister.config import load_config
 from ister.core.dispatch import SubType
 from ister.core.record import StoredMessage
@@ -33,11 +33,11 @@ def _msg(payload: bytes) -> StoredMessage:
 async def test_idle_consumers_are_forgotten(broker: BrokerService) -> None:
     await broker.create_producer("/default/t", "p", reliable=True, access_mode=0)
     cid = await broker.subscribe("/default/t", "s", "c", SubType.SHARED, [])
-    assert await broker.store.get(CONSUMER_INDEX + str(cid)) is not None
+    assert await broker.store.get(keys.consumer_index(cid)) is not None
     assert await broker.reap_consumers(time.monotonic() - 60) == 0  # seen just now: kept
     assert await broker.reap_consumers(time.monotonic() + 1) == 1
     assert cid not in broker.consumers
-    assert await broker.store.get(CONSUMER_INDEX + str(cid)) is None
+    assert await broker.store.get(keys.consumer_index(cid)) is None
     again = await broker.subscribe("/default/t", "s", "c", SubType.SHARED, [])
     assert again != cid
 

@@ -13,31 +13,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ister.broker.service import CONSUMER_INDEX, BrokerService
+from ister.broker.ownership import BrokerInfo
+from ister.broker.service import BrokerService
 from ister.broker.topic import NON_RELIABLE, RELIABLE
-from ister.cluster.membership import http_url
 from ister.core.dispatch import FailurePolicy
 from ister.errors import AlreadyExists, FailedPrecondition, InvalidArgument, IsterError, NotFound
 from ister.ids import PARTITION_MARKER, TopicName, shown, validate_client_name, validate_segment
 from ister.limits import MAX_NAME_LEN, MAX_WINDOW, MIN_WINDOW
 from ister.metadata import keys
-from ister.metadata.store import Compare, KeyValue, Put
+from ister.metadata.store import Compare, KeyValue, Put, list_all
 from ister.storage.objects import list_segments, topic_object_prefix
 
 log = logging.getLogger(__name__)
 
-STANDALONE_BROKER_ID = 0
 MAX_PARTITIONS = 1_000
-LIST_PAGE = 1_000
 READ_CONCURRENCY = 32
-LEADER_ROLE = "Cluster_Leader"
-FOLLOWER_ROLE = "Cluster_Follower"
-NO_ROLE = "None"
 NO_LEADER = "not_found"
 DLQ_SUFFIX_LEN = len("-DLQ")
 
@@ -57,16 +51,6 @@ class TopicDescription:
     subscriptions: list[str]
     partitions: list[str] = field(default_factory=list)  # a partitioned topic's `-part-N` topics
     schema_subject: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerInfo:
-    broker_id: int
-    broker_url: str
-    admin_addr: str
-    metrics_addr: str
-    role: str
-    status: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,24 +77,16 @@ class AdminOps:
     def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
         self.store = broker.store
-        self.cluster = broker.cluster
+        self.ownership = broker.ownership
         self._lock = asyncio.Lock()  # admin creations and deletions, one at a time
 
     # -- helpers ------------------------------------------------------------------------------------------
     @property
     def broker_id(self) -> int:
-        return self.cluster.broker_id if self.cluster is not None else STANDALONE_BROKER_ID
+        return self.ownership.broker_id
 
     async def _list_all(self, prefix: str) -> list[KeyValue]:
-        """Every key under the prefix, page by page (no `ListTooLarge`)."""
-        out: list[KeyValue] = []
-        after: str | None = None
-        while True:
-            page = await self.store.list(prefix, limit=LIST_PAGE, start_after=after)
-            out.extend(page)
-            if len(page) < LIST_PAGE:
-                return out
-            after = page[-1].key
+        return await list_all(self.store, prefix)
 
     async def _require_namespace(self, ns: str) -> dict[str, Any]:
         validate_segment(ns, "namespace")
@@ -153,27 +129,6 @@ class AdminOps:
             )
         return name
 
-    async def _assignments(self) -> dict[str, int]:
-        """topic -> owner broker, from the assignment keys (exact names; state keys skipped)."""
-        if self.cluster is None:
-            return {}
-        return keys.assignments(kv.key for kv in await self._list_all(keys.BROKERS_PREFIX))
-
-    async def _owner(self, name: TopicName) -> int | None:
-        if self.cluster is None:
-            return STANDALONE_BROKER_ID
-        kv = await self.store.get(keys.owner(name))
-        if kv is not None and isinstance(kv.value, dict):
-            candidate = kv.value.get("broker_id")
-            if (
-                isinstance(candidate, int)
-                and 0 <= candidate <= keys.U64_MAX
-                and await self.store.get(keys.broker_topic(candidate, name)) is not None
-            ):
-                return candidate
-        # No (matching) owner record: fall back to the assignment keys themselves.
-        return (await self._assignments()).get(name.full)
-
     async def _delivery_of(self, name: TopicName) -> str:
         loaded = self.broker.topics.get(name.full)
         if loaded is not None:
@@ -192,14 +147,10 @@ class AdminOps:
 
     async def _topic_infos(self, names: Iterable[str]) -> list[TopicInfo]:
         topics = [TopicName.parse(n) for n in sorted(set(names))]
-        owners = await self._assignments()
+        owners = await self.ownership.owners(topics)
         deliveries = await self._deliveries(topics)
         return [
-            TopicInfo(
-                t.full,
-                owners.get(t.full) if self.cluster is not None else STANDALONE_BROKER_ID,
-                delivery,
-            )
+            TopicInfo(t.full, owners.get(t.full), delivery)
             for t, delivery in zip(topics, deliveries, strict=True)
         ]
 
@@ -215,18 +166,7 @@ class AdminOps:
 
     async def list_broker_topics(self, broker_id: str | int) -> list[TopicInfo]:
         bid = parse_broker_id(broker_id) if isinstance(broker_id, str) else broker_id
-        if self.cluster is None:
-            if bid != STANDALONE_BROKER_ID:
-                raise NotFound(f"broker {bid} does not exist (standalone: the only broker is 0)")
-            names: list[str] = []
-            for ns in await self.list_namespaces():
-                names.extend(await self._namespace_topics(ns))
-            return await self._topic_infos(names)
-        listing = await self._list_all(keys.broker_topics_prefix(bid))
-        topics = keys.broker_topics((kv.key for kv in listing), bid)
-        if not topics and await self.store.get(keys.broker_register(bid)) is None:
-            raise NotFound(f"broker {bid} is not registered and owns no topics")
-        infos = await self._topic_infos(topics)
+        infos = await self._topic_infos(await self.ownership.broker_topics(bid))
         return [TopicInfo(i.name, bid, i.delivery) for i in infos]
 
     async def create_topic(
@@ -266,8 +206,8 @@ class AdminOps:
             for t in targets:
                 if await self._exists(t):
                     raise AlreadyExists(f"topic {t} already exists")
-            if self.cluster is None:  # they load here: refused before anything is written
-                self.broker.check_topic_room(len(targets), f"create {len(targets)} topic(s) {name}")
+            # When they load here at once, over the topic limit they are refused before anything is written.
+            self.ownership.check_room_for_new(len(targets), f"create {len(targets)} topic(s) {name}")
             created: list[str] = []
             for t in targets:
                 ok = await self.store.txn(
@@ -281,10 +221,9 @@ class AdminOps:
                 if not ok:  # created by a producer meanwhile
                     raise AlreadyExists(f"topic {t} already exists")
                 created.append(t.full)
-                if self.cluster is not None:
-                    await self.cluster.request_assignment(t.full)
+                await self.ownership.topics_created([t])
                 log.info("admin: created topic %s (%s)", t, delivery)
-        if self.cluster is None:
+        if self.ownership.loads_new_topics_here:
             for t in targets:
                 await self.broker.get_topic(t)
         return created
@@ -307,26 +246,19 @@ class AdminOps:
     async def _delete_one(self, name: TopicName) -> None:
         # Gone for lookups and new producers first, then away from its owner, then every trace of it.
         await self.store.delete(keys.namespace_topic(name))
-        if self.cluster is not None:
-            # Deleting the assignment makes the owner fence the topic at once and unload it.
-            for key in [kv.key for kv in await self._list_all(keys.BROKERS_PREFIX)]:
-                if keys.assignments([key]).get(name.full) is not None:
-                    await self.store.delete(key)
-            await self.store.delete(keys.unassigned(name))
+        await self.ownership.topic_deleted(name)
         # A load that began before the delete (a producer, a CreateTopic) finishes first: then it is
         # unloaded here, and its WAL is never removed from under it.
         async with self.broker.topic_lock(name.full):
             if name.full in self.broker.topics:
                 await self.broker.unload(name.full, "deleted")
-            if self.cluster is None:
-                # A standalone topic of the same name created later must not find this one's messages.
-                wal_dir = self.broker.data_dir / "wal" / name.namespace / name.topic
-                await asyncio.to_thread(shutil.rmtree, wal_dir, True)
+            # A topic of the same name created later must not find this one's messages.
+            await self.broker.storage.remove_local(name)
         await self.store.delete_prefix(keys.topic_prefix(name))
         await self.store.delete(keys.topic_root(name))
         await self.store.delete(keys.owner(name))
         await self.store.delete_prefix(keys.storage_topic_prefix(name))
-        for kv in await self._list_all(CONSUMER_INDEX):
+        for kv in await self._list_all(keys.CONSUMER_INDEX_PREFIX):
             if isinstance(kv.value, dict) and kv.value.get("topic") == name.full:
                 await self.store.delete(kv.key)
         await self._delete_objects(name)
@@ -378,13 +310,13 @@ class AdminOps:
             subject = kv.value if kv is not None and isinstance(kv.value, str) else None
             return TopicDescription(
                 name.full,
-                await self._owner(name),
+                await self.ownership.owner(name),
                 await self._delivery_of(name),
                 subscriptions,
                 schema_subject=subject,
             )
         deliveries = set(await self._deliveries(targets))
-        owners = {await self._owner(t) for t in targets}
+        owners = {await self.ownership.owner(t) for t in targets}
         return TopicDescription(
             name.full,
             owners.pop() if len(owners) == 1 else None,
@@ -406,8 +338,8 @@ class AdminOps:
         """Remove a subscription with its cursor and policies; refused while a consumer is connected."""
         name = await self._require_topic(raw)
         await self._require_subscription(name, sub)
-        if self.cluster is not None and name.full not in self.broker.topics:
-            owner = await self._owner(name)
+        if name.full not in self.broker.topics:
+            owner = await self.ownership.owner(name)
             if owner is not None and owner != self.broker_id:
                 where = await self._admin_addr_of(owner)
                 raise FailedPrecondition(
@@ -426,7 +358,7 @@ class AdminOps:
     async def _delete_subscription_keys(self, name: TopicName, sub: str) -> None:
         await self.store.delete_prefix(keys.subscription_prefix(name, sub))
         await self.store.delete(keys.subscription(name, sub))
-        for kv in await self._list_all(CONSUMER_INDEX):
+        for kv in await self._list_all(keys.CONSUMER_INDEX_PREFIX):
             value = kv.value
             if (
                 isinstance(value, dict)
@@ -532,52 +464,13 @@ class AdminOps:
 
     # -- brokers ------------------------------------------------------------------------------------------
     async def _admin_addr_of(self, broker_id: int) -> str:
-        kv = await self.store.get(keys.broker_register(broker_id))
-        addr = kv.value.get("admin_addr") if kv is not None and isinstance(kv.value, dict) else None
-        return addr if isinstance(addr, str) else "unknown admin address"
+        return await self.ownership.admin_addr_of(broker_id)
 
     async def leader(self) -> int | None:
-        if self.cluster is None:
-            return STANDALONE_BROKER_ID
-        kv = await self.store.get(keys.LEADER)
-        value = kv.value if kv is not None else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return await self.ownership.leader()
 
     async def list_brokers(self) -> list[BrokerInfo]:
-        config = self.broker.config
-        if self.cluster is None:
-            return [
-                BrokerInfo(
-                    STANDALONE_BROKER_ID,
-                    self.broker.broker_url,
-                    http_url(config.admin_addr),
-                    config.prom_exporter or "",
-                    LEADER_ROLE,
-                    "active",
-                )
-            ]
-        leader = await self.leader()
-        out: list[BrokerInfo] = []
-        for kv in await self._list_all(keys.REGISTER_PREFIX):
-            ids = keys.broker_ids([kv.key])
-            if not ids:
-                continue
-            bid = ids[0]
-            reg = kv.value if isinstance(kv.value, dict) else {}
-            state = await self.store.get(keys.broker_state(bid))
-            mode = state.value.get("mode") if state is not None and isinstance(state.value, dict) else None
-            role = NO_ROLE if leader is None else LEADER_ROLE if bid == leader else FOLLOWER_ROLE
-            out.append(
-                BrokerInfo(
-                    bid,
-                    str(reg.get("broker_url") or reg.get("broker_addr") or ""),
-                    str(reg.get("admin_addr") or ""),
-                    str(reg.get("prom_exporter") or ""),
-                    role,
-                    mode if isinstance(mode, str) else "active",
-                )
-            )
-        return sorted(out, key=lambda b: b.broker_id)
+        return await self.ownership.brokers()
 
 
 def policies_json(policies: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ from ister.broker.nonreliable import NonReliableSubscription
 from ister.broker.reliable import ReliableSubscription
 from ister.broker.sessions import ProducerSession
 from ister.broker.subscription import Subscription
+from ister.core.lifecycle import Event, TopicLifecycle
 from ister.core.missing_offsets import GapLedger
 from ister.core.record import StoredMessage, encode_message
 from ister.errors import InvalidArgument, Timeout, Unavailable
@@ -23,7 +24,7 @@ from ister.limits import PUBLISH_TIMEOUT_SECONDS
 from ister.storage.wal import Wal
 
 if TYPE_CHECKING:
-    from ister.cluster.guard import OwnershipGuard
+    from ister.broker.ownership import TopicClaim
     from ister.storage.objects import SegmentExporter
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,15 @@ NON_RELIABLE = "NonReliable"
 
 
 class Topic:
-    def __init__(self, name: TopicName, *, delivery: str, max_message_size: int, wal: Wal | None) -> None:
+    def __init__(
+        self,
+        name: TopicName,
+        *,
+        delivery: str,
+        max_message_size: int,
+        wal: Wal | None,
+        claim: TopicClaim,
+    ) -> None:
         if (delivery == RELIABLE) != (wal is not None):
             raise ValueError("a reliable topic needs a WAL and a non-reliable one must not have one")
         self.name = name
@@ -42,8 +51,10 @@ class Topic:
         self.wal = wal
         self.producers: dict[int, ProducerSession] = {}
         self.subscriptions: dict[str, Subscription] = {}
-        self.closing = False
-        self.guard: OwnershipGuard | None = None  # cluster mode: fences appends of a stale owner
+        # Storage is open and the claim committed when a Topic is built: it serves from here on.
+        self.lifecycle = TopicLifecycle()
+        self.lifecycle.handle(Event.CLAIMED)
+        self.claim = claim  # fences appends and owner-only metadata writes (a stale owner's land nowhere)
         self.exporter: SegmentExporter | None = None  # durable tier: exports closed WAL segments
         self.tasks: list[asyncio.Task[None]] = []  # background work that ends with the topic
         self.messages_in = 0
@@ -69,6 +80,11 @@ class Topic:
                 a,
                 b - 1,
             )
+
+    @property
+    def closing(self) -> bool:
+        """Appends are refused (sealing for a move, fenced, closed)."""
+        return not self.lifecycle.accepts_appends
 
     @property
     def reliable(self) -> bool:
@@ -99,11 +115,10 @@ class Topic:
         Reliable topics return only once every record is durable; returns the first offset. The offsets are
         assigned before the first suspension point, so concurrent calls keep their call order.
         """
-        if self.closing:
-            raise Unavailable(f"topic {self.name} is closing")
-        guard = self.guard
-        if guard is not None:
-            guard.check(len(records))
+        if not self.lifecycle.accepts_appends:
+            raise Unavailable(f"topic {self.name} is {self.lifecycle.state}; redo the lookup")
+        claim = self.claim
+        claim.check(len(records))
         self._m_in.inc(len(records))
         self._m_bytes.inc(payload_bytes)
         self.messages_in += len(records)  # cumulative, for load reports (rates are deltas of these)
@@ -113,8 +128,7 @@ class Topic:
                 async with asyncio.timeout(PUBLISH_TIMEOUT_SECONDS):
                     # msgspec.Raw is a buffer over the client's record bytes: framed without a copy
                     offset = await self.wal.append(records)
-                if guard is not None:
-                    guard.appended()
+                claim.appended()
                 if self.cursors:
                     self._cursor_lag_changed()
             except TimeoutError:
@@ -162,8 +176,14 @@ class Topic:
             self._cursor_gauges[sub].set(max(0, head - next_offset))
 
     async def close(self) -> None:
-        """Stop accepting publishes, persist cursors, end streams, close the WAL."""
-        self.closing = True
+        """Stop accepting publishes, persist cursors, end streams, close the WAL; the topic is forgotten."""
+        await self.release()
+        self.lifecycle.handle(Event.CLOSE)
+
+    async def release(self) -> None:
+        """Persist cursors, end streams, close the WAL (appends must be refused already, or are now)."""
+        if self.lifecycle.accepts_appends:
+            self.lifecycle.handle(Event.CLOSE)
         tasks = list(self.tasks)  # a task's done callback may take itself off the list meanwhile
         for task in tasks:
             task.cancel()

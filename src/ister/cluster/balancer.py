@@ -228,7 +228,7 @@ class Balancer:
 
 
 async def set_broker_mode(node: ClusterNode, broker: int, mode: str, reason: str) -> None:
-    """Admin: drain (`draining`) or reactivate (`active`) a registered broker."""
-    if mode not in (ACTIVE, DRAINING):
+    """Admin: drain (`draining`; `drained` when it owns nothing) or reactivate (`active`) a broker."""
+    if mode not in (ACTIVE, DRAINING, DRAINED):
         raise ValueError(mode)
     await node.store.put(keys.broker_state(broker), {"mode": mode, "reason": reason})

@@ -10,22 +10,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import psutil
 
-
-class TopicStats(Protocol):
-    """What a loaded topic exposes for the report (ister.broker.topic.Topic)."""
-
-    messages_in: int
-    bytes_in: int
-
-    @property
-    def producers(self) -> dict[int, Any]: ...
-
-    @property
-    def subscriptions(self) -> dict[str, Any]: ...
+from ister.broker.ownership import TopicStats
 
 
 @dataclass

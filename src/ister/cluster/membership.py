@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from ister.config import BrokerConfig
+from ister.config import BrokerConfig, http_url
 from ister.core.cluster.planner import ACTIVE, BROKER_MODES
 from ister.errors import ConfigError, MetadataError
 from ister.ids import new_id
@@ -60,10 +60,6 @@ class LeaseClock:
 
     def expire(self) -> None:
         self.valid_until = 0.0
-
-
-def http_url(addr: str) -> str:
-    return addr if "://" in addr else f"http://{addr}"
 
 
 class Membership:

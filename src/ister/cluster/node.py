@@ -18,15 +18,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
+from ister.broker.ownership import TopicHost
 from ister.cluster import metrics as cluster_metrics
 from ister.cluster.balancer import Balancer
 from ister.cluster.guard import OwnershipGuard
-from ister.cluster.load_report import LoadReporter, TopicStats
+from ister.cluster.load_report import LoadReporter
 from ister.cluster.membership import LeaseClock, Membership, load_broker_id
 from ister.cluster.view import ClusterView
 from ister.config import BrokerConfig
@@ -46,20 +46,6 @@ SWEEP_SECONDS = 1.0  # re-check even without a change (lease clocks, retries aft
 LOAD_CONCURRENCY = 8
 RECENT_ASSIGNMENT_SECONDS = 30.0  # a leader's own assignments count until its cache shows them
 ASSIGN_CONCURRENCY = 32
-
-
-class TopicHost(Protocol):
-    """What the node needs from the broker service."""
-
-    def is_loaded(self, topic: str) -> bool: ...
-
-    def load_snapshot(self) -> Iterable[tuple[str, TopicStats, int]]: ...
-
-    async def load_assigned(self, topic: str) -> None: ...
-
-    async def unload(self, topic: str, reason: str) -> None: ...
-
-    async def seal(self, topic: str, reason: str) -> None: ...
 
 
 UNLOAD_POLL_SECONDS = 0.1  # how often an admin unload checks for the owner's answer

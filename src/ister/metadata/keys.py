@@ -33,6 +33,8 @@ STORAGE_TOPICS_PREFIX = "/danube-data/storage/topics/"
 OWNERS_PREFIX = "/ister/owners/"
 # Why the last move of a topic failed (the owner could not seal it): the load manager backs off from it.
 MOVE_FAILURES_PREFIX = "/ister/move-failures/"
+# Index of consumer ids so a consumer survives a broker restart (an Ister addition, see docs/metadata.md).
+CONSUMER_INDEX_PREFIX = "/ister/consumers/"
 
 BROKER_STATE = "state"
 OBJECTS_CUR = "cur"
@@ -121,6 +123,10 @@ def unassigned_prefix() -> str:
 
 def owner(topic: TopicLike) -> str:
     return f"{OWNERS_PREFIX}{_topic(topic).path}"
+
+
+def consumer_index(consumer_id: int) -> str:
+    return f"{CONSUMER_INDEX_PREFIX}{consumer_id}"
 
 
 def move_failure(topic: TopicLike) -> str:

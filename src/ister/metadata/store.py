@@ -276,3 +276,18 @@ class MetadataStore(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+LIST_PAGE = 1_000
+
+
+async def list_all(store: MetadataStore, prefix: str) -> list[KeyValue]:
+    """Every key under the prefix, page by page (never `ListTooLarge`)."""
+    out: list[KeyValue] = []
+    after: str | None = None
+    while True:
+        page = await store.list(prefix, limit=LIST_PAGE, start_after=after)
+        out.extend(page)
+        if len(page) < LIST_PAGE:
+            return out
+        after = page[-1].key

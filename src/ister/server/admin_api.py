@@ -1,38 +1,29 @@
 """Servicers of the Danube admin contract (package `danube_admin`) and the admin gRPC server (port 50051).
 
-The RPCs call `AdminOps`; errors map to gRPC statuses through the same decorator as the client API. RPCs
-Ister does not implement (Raft membership, security, broker drain and rebalancing) answer UNIMPLEMENTED with
-a message saying so. Behaviour and status codes: docs/admin.md.
+The servicers only convert between protobuf and the admin operations (`AdminOps` and the broker's
+`Ownership` for drain and rebalancing); errors map to gRPC statuses through the same decorator as the client
+API. RPCs Ister does not implement (Raft membership, security) answer UNIMPLEMENTED with a message saying so.
+Behaviour and status codes: docs/admin.md.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
 from ister.broker.admin_ops import NO_LEADER, AdminOps, SubscriptionPolicy, TopicInfo, policies_json
 from ister.broker.service import BrokerService
-from ister.cluster.balancer import set_broker_mode
 from ister.config import split_host_port
-from ister.core.cluster.load import imbalance, rank
-from ister.core.cluster.planner import ACTIVE, DRAINED, DRAINING
-from ister.core.cluster.rebalance import Move
 from ister.core.dispatch import FailurePolicy
 from ister.core.dispatch.policy import BackoffStrategy, PoisonPolicy
-from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
-from ister.ids import shown
-from ister.metadata import keys
+from ister.errors import InvalidArgument
 from ister.server.errors import unary
 from ister.server.handlers import add_service
 from ister.wire.enums import reliable_from_wire
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
-
-if TYPE_CHECKING:
-    from ister.cluster.node import ClusterNode
 
 Ctx = Any  # grpc.aio.ServicerContext (untyped library)
 
@@ -266,83 +257,53 @@ class BrokerAdminServicer(pb_grpc.BrokerAdminServicer):  # type: ignore[misc]
     async def ListNamespaces(self, request: pb.Empty, context: Ctx) -> pb.NamespaceListResponse:
         return pb.NamespaceListResponse(namespaces=await self.ops.list_namespaces())
 
-    def _node(self) -> ClusterNode:
-        node = self.ops.broker.cluster
-        if node is None:
-            raise FailedPrecondition("broker drain and rebalancing exist in cluster mode only")
-        return node
-
-    @staticmethod
-    def _broker_id(text: str, node: ClusterNode) -> int:
-        if not text.isdigit():
-            raise InvalidArgument(f"broker id must be a decimal number, got {shown(text)}")
-        broker = int(text)
-        if node.cache.get(keys.broker_register(broker)) is None:
-            raise NotFound(f"broker {broker} is not registered")
-        return broker
-
     @unary
     async def UnloadBroker(self, request: pb.UnloadBrokerRequest, context: Ctx) -> pb.UnloadBrokerResponse:
         """Drain: the broker gets no new topics and the leader moves its topics away one at a time."""
-        node = self._node()
-        broker = self._broker_id(request.broker_id, node)
-        state, _, _ = node.snapshot()
-        owned = [t for t, b in state.assignments.items() if b == broker]
-        if request.dry_run:
-            return pb.UnloadBrokerResponse(started=False, total=len(owned), pending=len(owned))
-        if not state.active() - {broker}:
-            raise FailedPrecondition(f"cannot drain broker {broker}: no other active broker")
-        await set_broker_mode(node, broker, DRAINING if owned else DRAINED, "admin_unload")
-        return pb.UnloadBrokerResponse(started=True, total=len(owned), pending=len(owned))
+        plan = await self.ops.ownership.drain(request.broker_id, request.dry_run)
+        return pb.UnloadBrokerResponse(started=plan.started, total=plan.total, pending=plan.pending)
 
     @unary
     async def ActivateBroker(
         self, request: pb.ActivateBrokerRequest, context: Ctx
     ) -> pb.ActivateBrokerResponse:
-        node = self._node()
-        broker = self._broker_id(request.broker_id, node)
-        await set_broker_mode(node, broker, ACTIVE, request.reason or "admin_activate")
+        await self.ops.ownership.activate(request.broker_id, request.reason)
         return pb.ActivateBrokerResponse(success=True)
 
     @unary
     async def GetClusterBalance(
         self, request: pb.ClusterBalanceRequest, context: Ctx
     ) -> pb.ClusterBalanceResponse:
-        node = self._node()
-        balancer = node.balancer
-        state, _, _ = node.snapshot()
-        reports = balancer.reports()
-        rankings = rank(balancer.strategy, reports)
-        imb = imbalance(rankings, state.active())
+        b = await self.ops.ownership.balance()
         return pb.ClusterBalanceResponse(
-            coefficient_of_variation=imb.cv,
-            mean_load=imb.mean,
-            max_load=imb.max_load,
-            min_load=imb.min_load,
-            std_deviation=imb.std_dev,
-            broker_count=imb.broker_count,
+            coefficient_of_variation=b.coefficient_of_variation,
+            mean_load=b.mean_load,
+            max_load=b.max_load,
+            min_load=b.min_load,
+            std_deviation=b.std_deviation,
+            broker_count=b.broker_count,
             brokers=[
                 pb.BrokerLoadInfo(
-                    broker_id=b,
-                    load=score,
-                    topic_count=sum(1 for owner in state.assignments.values() if owner == b),
-                    is_overloaded=b in imb.overloaded,
-                    is_underloaded=b in imb.underloaded,
+                    broker_id=x.broker_id,
+                    load=x.load,
+                    topic_count=x.topic_count,
+                    is_overloaded=x.overloaded,
+                    is_underloaded=x.underloaded,
                 )
-                for b, score in rankings
+                for x in b.brokers
             ],
-            assignment_strategy=balancer.strategy,
+            assignment_strategy=b.strategy,
         )
 
     @unary
     async def TriggerRebalance(self, request: pb.RebalanceRequest, context: Ctx) -> pb.RebalanceResponse:
         """Dry run: the moves rebalancing would make. Otherwise start one move now (pacing applies)."""
-        node = self._node()
-        now = time.time()
         max_moves = request.max_moves if request.HasField("max_moves") else None
-
-        def proposed(moves: list[Move]) -> list[pb.ProposedMove]:
-            return [
+        result = await self.ops.ownership.rebalance(request.dry_run, max_moves)
+        return pb.RebalanceResponse(
+            success=True,
+            moves_executed=result.executed,
+            proposed_moves=[
                 pb.ProposedMove(
                     topic_name=m.topic,
                     from_broker=m.from_broker,
@@ -350,24 +311,9 @@ class BrokerAdminServicer(pb_grpc.BrokerAdminServicer):  # type: ignore[misc]
                     estimated_load=m.estimated_load,
                     reason=m.reason,
                 )
-                for m in moves
-            ]
-
-        if request.dry_run:
-            plan = node.balancer.dry_run(now, max_moves)
-            return pb.RebalanceResponse(
-                success=True, proposed_moves=proposed(plan.moves), error_message=plan.detail
-            )
-        leader = node.cache.get(keys.LEADER)
-        if leader is None:
-            raise Unavailable("no cluster leader right now; retry")
-        decision = await node.balancer.check(leader, now, manual=True)
-        moves = [decision.move] if decision.move is not None else []
-        return pb.RebalanceResponse(
-            success=True,
-            moves_executed=len(moves),
-            proposed_moves=proposed(moves),
-            error_message=decision.detail,
+                for m in result.moves
+            ],
+            error_message=result.detail,
         )
 
 

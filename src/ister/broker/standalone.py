@@ -1,0 +1,168 @@
+"""Ownership of a standalone broker: it is the only broker, so it serves every topic, claims never
+conflict, and a move is a seal followed by a reload here on next use."""
+
+from __future__ import annotations
+
+from ister.broker.ownership import (
+    LEADER_ROLE,
+    BrokerInfo,
+    ClusterBalance,
+    DrainPlan,
+    RebalanceResult,
+    TopicHost,
+)
+from ister.config import BrokerConfig, http_url
+from ister.errors import FailedPrecondition, Fenced, NotFound
+from ister.ids import TopicName
+from ister.metadata import keys
+from ister.metadata.records import SealedState
+from ister.metadata.store import MetadataStore, list_all
+from ister.storage.topic_storage import TopicStorage
+from ister.storage.wal import Wal
+
+STANDALONE_BROKER_ID = 0
+_CLUSTER_ONLY = "broker drain and rebalancing exist in cluster mode only"
+
+
+class LocalClaim:
+    """A standalone topic's claim: only its own revocation (a seal) fences it."""
+
+    __slots__ = ("revoked", "store", "topic")
+
+    def __init__(self, topic: str, store: MetadataStore) -> None:
+        self.topic = topic
+        self.store = store
+        self.revoked: str | None = None
+
+    @property
+    def epoch(self) -> int:
+        return 0
+
+    def check(self, count: int = 1) -> None:
+        if self.revoked is not None:
+            raise Fenced(f"topic {self.topic} is no longer served here ({self.revoked}); redo the lookup")
+
+    def appended(self) -> None:
+        return None
+
+    def revoke(self, reason: str) -> None:
+        if self.revoked is None:
+            self.revoked = reason
+
+    async def guarded_put(self, key: str, value: object) -> None:
+        await self.store.put(key, value)
+
+
+class StandaloneOwnership:
+    def __init__(self, config: BrokerConfig, store: MetadataStore) -> None:
+        self.config = config
+        self.store = store
+        self._host: TopicHost | None = None
+
+    @property
+    def broker_id(self) -> int:
+        return STANDALONE_BROKER_ID
+
+    @property
+    def moves_need_export(self) -> bool:
+        return False
+
+    @property
+    def loads_new_topics_here(self) -> bool:
+        return True
+
+    def bind(self, host: TopicHost) -> None:
+        self._host = host
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    # -- serving ----------------------------------------------------------------------------------------
+    def serves(self, topic: str) -> bool:
+        return True
+
+    async def ensure_served_here(self, name: TopicName) -> None:
+        return None
+
+    async def locate(self, name: TopicName) -> str | None:
+        return None
+
+    def not_served_error(self, what: str) -> Exception:
+        return NotFound(f"{what} does not exist on this broker")
+
+    async def topics_created(self, names: list[TopicName]) -> None:
+        return None
+
+    def check_room_for_new(self, count: int, what: str) -> None:
+        assert self._host is not None
+        self._host.check_topic_room(count, what)
+
+    # -- claiming ---------------------------------------------------------------------------------------
+    async def open_reliable(self, name: TopicName, storage: TopicStorage) -> tuple[Wal, LocalClaim]:
+        """The local WAL, continued; after a seal (admin unload) it starts no lower than the sealed end."""
+        kv = await self.store.get(keys.storage_state(name.full))
+        sealed = SealedState.parse(kv.value) if kv is not None else None
+        wal = await storage.open_wal(name, start_offset=(sealed.next_offset or 0) if sealed else 0)
+        if kv is not None:
+            await self.store.compare_and_delete(kv.key, expected_version=kv.version)
+        return wal, LocalClaim(name.full, self.store)
+
+    async def claim_volatile(self, name: TopicName) -> LocalClaim:
+        return LocalClaim(name.full, self.store)
+
+    async def request_unload(self, name: TopicName) -> None:
+        assert self._host is not None
+        await self._host.seal(name.full, "admin unload")
+
+    async def topic_deleted(self, name: TopicName) -> None:
+        return None
+
+    # -- the admin API's view ---------------------------------------------------------------------------
+    async def owners(self, names: list[TopicName]) -> dict[str, int | None]:
+        return {n.full: STANDALONE_BROKER_ID for n in names}
+
+    async def owner(self, name: TopicName) -> int | None:
+        return STANDALONE_BROKER_ID
+
+    async def broker_topics(self, broker_id: int) -> list[str]:
+        if broker_id != STANDALONE_BROKER_ID:
+            raise NotFound(f"broker {broker_id} does not exist (standalone: the only broker is 0)")
+        names: list[str] = []
+        for ns in keys.namespace_names(kv.key for kv in await list_all(self.store, keys.NAMESPACES_PREFIX)):
+            listing = await list_all(self.store, keys.namespace_topics_prefix(ns))
+            names.extend(keys.topics_in_namespace((kv.key for kv in listing), ns))
+        return names
+
+    async def leader(self) -> int | None:
+        return STANDALONE_BROKER_ID
+
+    async def brokers(self) -> list[BrokerInfo]:
+        c = self.config
+        return [
+            BrokerInfo(
+                STANDALONE_BROKER_ID,
+                c.broker_url,
+                http_url(c.admin_addr),
+                c.prom_exporter or "",
+                LEADER_ROLE,
+                "active",
+            )
+        ]
+
+    async def admin_addr_of(self, broker_id: int) -> str:
+        return http_url(self.config.admin_addr)
+
+    async def drain(self, broker: str, dry_run: bool) -> DrainPlan:
+        raise FailedPrecondition(_CLUSTER_ONLY)
+
+    async def activate(self, broker: str, reason: str) -> None:
+        raise FailedPrecondition(_CLUSTER_ONLY)
+
+    async def balance(self) -> ClusterBalance:
+        raise FailedPrecondition(_CLUSTER_ONLY)
+
+    async def rebalance(self, dry_run: bool, max_moves: int | None) -> RebalanceResult:
+        raise FailedPrecondition(_CLUSTER_ONLY)

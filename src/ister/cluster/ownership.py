@@ -1,0 +1,390 @@
+"""`ClusterOwnership`: the broker's `Ownership` in cluster mode, over the `ClusterNode`.
+
+Serving: a topic is served by the broker its assignment key names; others send clients there. Claiming a
+reliable topic decides where its offsets continue (`core.cluster.ownership.plan_load`): the local WAL when it
+was the last one loaded, else after the sealed state or the last reservation; a local WAL another owner went
+on without is archived as superseded and given back to the durable tier by a periodic sweep. Moves go
+through the unload marker, and the admin API's cluster views (owners, brokers, drain, balance) live here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from ister.broker.ownership import (
+    FOLLOWER_ROLE,
+    LEADER_ROLE,
+    NO_ROLE,
+    BrokerInfo,
+    BrokerLoad,
+    ClusterBalance,
+    DrainPlan,
+    RebalanceResult,
+    TopicHost,
+)
+from ister.cluster.balancer import set_broker_mode
+from ister.cluster.guard import OwnershipGuard
+from ister.cluster.node import ClusterNode
+from ister.config import BrokerConfig
+from ister.core.cluster.load import imbalance, rank
+from ister.core.cluster.ownership import OwnerRecord, plan_load
+from ister.core.cluster.planner import ACTIVE, DRAINED, DRAINING
+from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from ister.ids import TopicName, shown
+from ister.metadata import keys
+from ister.metadata.records import SealedState
+from ister.metadata.store import MetadataStore, list_all
+from ister.storage.topic_storage import TopicStorage
+from ister.storage.wal import Wal
+
+log = logging.getLogger(__name__)
+
+ASSIGNMENT_WAIT_SECONDS = 3.0  # how long a call for an unassigned topic waits for the leader
+UNLOAD_WAIT_SECONDS = 65.0  # admin unload: the owner's answer (two bounds on exporting the tail, + 5 s)
+SUPERSEDED_FIRST_SWEEP_SECONDS = 2.0  # after start: the cluster view is loaded by then
+SUPERSEDED_SWEEP_SECONDS = 10.0  # a topic this broker lost (paused, fenced) is given back this soon after
+SUPERSEDED_RETRY_SECONDS = 10.0  # while an archive could not be exported yet
+
+
+class ClusterOwnership:
+    def __init__(
+        self, node: ClusterNode, config: BrokerConfig, store: MetadataStore, storage: TopicStorage
+    ) -> None:
+        self.node = node
+        self.config = config
+        self.store = store
+        self.storage = storage
+        self._host: TopicHost | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._wakeup = asyncio.Event()
+
+    @property
+    def broker_id(self) -> int:
+        return self.node.broker_id
+
+    @property
+    def moves_need_export(self) -> bool:
+        return True
+
+    @property
+    def loads_new_topics_here(self) -> bool:
+        return False
+
+    def bind(self, host: TopicHost) -> None:
+        self._host = host
+
+    async def start(self) -> None:
+        """Join the cluster (after the servers are up: the watcher may load topics at once)."""
+        assert self._host is not None
+        if self.storage.objects is None:
+            log.warning(
+                "cluster mode without a durable tier (storage.durable): a reliable topic's records live only "
+                "on its owner's disk. Moves of reliable topics that hold records are refused (unload, drain "
+                "and rebalancing leave them where they are), and after a broker dies its unexported records "
+                "are unreadable until it returns. Configure a shared object store to move topics freely."
+            )
+        self._sweeper = asyncio.create_task(self._superseded_loop(), name="superseded-wals")
+        await self.node.start(self._host)
+
+    async def close(self) -> None:
+        """Leave the cluster last (the lease is revoked after cursors were flushed as the owner)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        await self.node.close()
+
+    # -- serving ----------------------------------------------------------------------------------------
+    def serves(self, topic: str) -> bool:
+        return self.node.assigned_here(topic)
+
+    async def _owner_now(self, name: TopicName) -> int | None:
+        """The owner; an unassigned topic is queued for the leader and waited for briefly, so the usual
+        case needs no client retry."""
+        owner = self.node.owner_of(name.full)
+        if owner is None:
+            await self.node.request_assignment(name.full)
+            owner = await self.node.wait_owner(name.full, ASSIGNMENT_WAIT_SECONDS)
+        return owner
+
+    async def ensure_served_here(self, name: TopicName) -> None:
+        if self.node.assigned_here(name.full):
+            return
+        owner = await self._owner_now(name)
+        if owner == self.node.broker_id:
+            return
+        where = f"served by broker {owner}" if owner is not None else "waiting for an owner"
+        raise Unavailable(f"topic {name} is {where}; redo the lookup")
+
+    async def locate(self, name: TopicName) -> str | None:
+        owner = await self._owner_now(name)
+        if owner is None:
+            raise Unavailable(f"topic {name} is waiting for an owner; retry the lookup")
+        if owner == self.node.broker_id:
+            return None
+        url = self.node.url_of(owner)
+        if url is None:
+            raise Unavailable(f"the owner of {name} (broker {owner}) is gone; retry while it is reassigned")
+        return url
+
+    def not_served_error(self, what: str) -> Exception:
+        # Its topic moved (or this broker restarted): the client must look it up again.
+        return Unavailable(f"{what} is not served by this broker; redo the lookup")
+
+    async def topics_created(self, names: list[TopicName]) -> None:
+        for name in names:
+            await self.node.request_assignment(name.full)
+
+    def check_room_for_new(self, count: int, what: str) -> None:
+        return None  # the leader places new topics; each broker checks its limit when it loads them
+
+    # -- claiming ---------------------------------------------------------------------------------------
+    async def open_reliable(self, name: TopicName, storage: TopicStorage) -> tuple[Wal, OwnershipGuard]:
+        """The topic's WAL opened where its offsets continue, and the committed claim that fences it."""
+        node = self.node
+        sealed_kv = await self.store.get(keys.storage_state(name.full))
+        sealed = SealedState.parse(sealed_kv.value) if sealed_kv is not None else None
+        record, versions = await node.read_owner(name.full, fresh=True)  # decides where offsets start
+        local_epoch = storage.read_epoch(name)
+        wal = await storage.open_wal(name) if local_epoch is not None else None
+        # Only a seal by the last loader vouches for where offsets stopped.
+        sealed_next = (
+            sealed.next_offset if sealed is not None and sealed.epoch == record.loaded_epoch else None
+        )
+        plan = plan_load(
+            record,
+            local_epoch,
+            wal.next_offset if wal is not None else None,
+            sealed_next,
+            self.config.cluster.offset_reservation,
+        )
+        epoch_written = False
+        try:
+            if wal is not None and not plan.keep_local:
+                await wal.close()
+                wal = None
+            if wal is None:
+                if await storage.archive_superseded(name, local_epoch):
+                    self._wakeup.set()  # export what only that WAL holds, then delete it
+                wal = await storage.open_wal(name, start_offset=plan.start_offset)
+            elif plan.start_offset > wal.next_offset:
+                await wal.close()
+                wal = await storage.open_wal(name, start_offset=plan.start_offset)
+            # Written before the claim: a crash in between leaves a WAL that is treated as stale (safe: it is
+            # then exported as superseded).
+            storage.write_epoch(name, record.epoch)
+            epoch_written = True
+            guard = await node.commit_claim(name.full, versions, plan.record)
+        except BaseException:
+            if wal is not None:
+                await wal.close()
+            if epoch_written and plan.keep_local and local_epoch is not None:
+                # The claim did not land: this WAL is still the one `loaded_epoch` names. Without this it
+                # would look superseded at the next load although it holds the newest records.
+                storage.write_epoch(name, local_epoch)
+            raise
+        guard.bind(wal)
+        if sealed_kv is not None:
+            await self.store.compare_and_delete(sealed_kv.key, expected_version=sealed_kv.version)
+        log.info(
+            "claimed %s at epoch %d: offsets from %d (%s), reserved below %d",
+            name,
+            record.epoch,
+            wal.next_offset,
+            "local WAL continued" if plan.keep_local else "new WAL",
+            plan.record.reserved_until,
+        )
+        return wal, guard
+
+    async def claim_volatile(self, name: TopicName) -> OwnershipGuard:
+        """A non-reliable topic's claim: from the cached owner record first (two fewer round trips per
+        load), from the store when the cached one was stale."""
+        for fresh in (False, True):
+            record, versions = await self.node.read_owner(name.full, fresh=fresh)
+            plan = plan_load(record, None, None, None, self.config.cluster.offset_reservation)
+            try:
+                return await self.node.commit_claim(name.full, versions, plan.record)
+            except Unavailable:
+                if fresh:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def request_unload(self, name: TopicName) -> None:
+        # Waits for the owner's seal, so the caller hears when the move cannot happen and why.
+        await self.node.request_unload(name.full, wait_seconds=UNLOAD_WAIT_SECONDS)
+
+    async def topic_deleted(self, name: TopicName) -> None:
+        # Deleting the assignment makes the owner fence the topic at once and unload it.
+        for kv in await list_all(self.store, keys.BROKERS_PREFIX):
+            if keys.assignments([kv.key]).get(name.full) is not None:
+                await self.store.delete(kv.key)
+        await self.store.delete(keys.unassigned(name))
+
+    # -- superseded WALs --------------------------------------------------------------------------------
+    async def _superseded_loop(self) -> None:
+        """Give back what only this broker holds: at start, when a load archived a WAL, and periodically."""
+        delay = SUPERSEDED_FIRST_SWEEP_SECONDS
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wakeup.wait()
+            self._wakeup.clear()
+            try:
+                pending = await self.sweep_superseded()
+            except Exception as exc:  # the store or etcd is down: the files stay, the next sweep retries
+                log.warning("superseded WALs: sweep failed (%s); retrying", exc)
+                pending = 1
+            delay = SUPERSEDED_RETRY_SECONDS if pending else SUPERSEDED_SWEEP_SECONDS
+
+    async def sweep_superseded(self) -> int:
+        """Archive local WALs of topics another broker has loaded since, export archived WALs into the
+        durable tier and delete them once every record is there. Returns how many archives remain."""
+        host = self._host
+        assert host is not None
+        storage = self.storage
+        for name, local_epoch in await storage.local_epochs():
+            if host.is_loaded(name.full) or self.node.assigned_here(name.full):
+                continue
+            exists = await self.store.get(keys.namespace_topic(name.full)) is not None
+            kv = await self.store.get(keys.owner(name.full))
+            record = OwnerRecord.parse(kv.value) if kv is not None else None
+            if exists and (record is None or record.loaded_epoch == local_epoch):
+                continue  # nobody loaded it since: this WAL is still the newest copy (it may come back here)
+            async with host.topic_lock(name.full):
+                if host.is_loaded(name.full):
+                    continue
+                await storage.archive_superseded(name, local_epoch)
+                await storage.forget_epoch(name)
+        remaining = 0
+        for item in await storage.archived():
+            exists = await self.store.get(keys.namespace_topic(item.topic.full)) is not None
+            if not await storage.give_back(item, exists):
+                remaining += 1
+        return remaining
+
+    # -- the admin API's view ---------------------------------------------------------------------------
+    async def _assignments(self) -> dict[str, int]:
+        """topic -> owner broker, from the assignment keys (exact names; state keys skipped)."""
+        return keys.assignments(kv.key for kv in await list_all(self.store, keys.BROKERS_PREFIX))
+
+    async def owners(self, names: list[TopicName]) -> dict[str, int | None]:
+        assigned = await self._assignments()
+        return {n.full: assigned.get(n.full) for n in names}
+
+    async def owner(self, name: TopicName) -> int | None:
+        kv = await self.store.get(keys.owner(name))
+        record = OwnerRecord.parse(kv.value) if kv is not None else None
+        if (
+            record is not None
+            and record.broker_id <= keys.U64_MAX
+            and await self.store.get(keys.broker_topic(record.broker_id, name)) is not None
+        ):
+            return record.broker_id
+        # No (matching) owner record: fall back to the assignment keys themselves.
+        return (await self._assignments()).get(name.full)
+
+    async def broker_topics(self, broker_id: int) -> list[str]:
+        listing = await list_all(self.store, keys.broker_topics_prefix(broker_id))
+        topics = keys.broker_topics((kv.key for kv in listing), broker_id)
+        if not topics and await self.store.get(keys.broker_register(broker_id)) is None:
+            raise NotFound(f"broker {broker_id} is not registered and owns no topics")
+        return topics
+
+    async def leader(self) -> int | None:
+        kv = await self.store.get(keys.LEADER)
+        value = kv.value if kv is not None else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    async def brokers(self) -> list[BrokerInfo]:
+        leader = await self.leader()
+        out: list[BrokerInfo] = []
+        for kv in await list_all(self.store, keys.REGISTER_PREFIX):
+            ids = keys.broker_ids([kv.key])
+            if not ids:
+                continue
+            bid = ids[0]
+            reg = kv.value if isinstance(kv.value, dict) else {}
+            state = await self.store.get(keys.broker_state(bid))
+            mode = state.value.get("mode") if state is not None and isinstance(state.value, dict) else None
+            role = NO_ROLE if leader is None else LEADER_ROLE if bid == leader else FOLLOWER_ROLE
+            out.append(
+                BrokerInfo(
+                    bid,
+                    str(reg.get("broker_url") or reg.get("broker_addr") or ""),
+                    str(reg.get("admin_addr") or ""),
+                    str(reg.get("prom_exporter") or ""),
+                    role,
+                    mode if isinstance(mode, str) else "active",
+                )
+            )
+        return sorted(out, key=lambda b: b.broker_id)
+
+    async def admin_addr_of(self, broker_id: int) -> str:
+        kv = await self.store.get(keys.broker_register(broker_id))
+        addr = kv.value.get("admin_addr") if kv is not None and isinstance(kv.value, dict) else None
+        return addr if isinstance(addr, str) else "unknown admin address"
+
+    def _registered(self, text: str) -> int:
+        if not text.isdigit():
+            raise InvalidArgument(f"broker id must be a decimal number, got {shown(text)}")
+        broker = int(text)
+        if self.node.cache.get(keys.broker_register(broker)) is None:
+            raise NotFound(f"broker {broker} is not registered")
+        return broker
+
+    async def drain(self, broker: str, dry_run: bool) -> DrainPlan:
+        """The broker gets no new topics and the leader moves its topics away one at a time."""
+        bid = self._registered(broker)
+        state, _, _ = self.node.snapshot()
+        owned = [t for t, b in state.assignments.items() if b == bid]
+        if dry_run:
+            return DrainPlan(started=False, total=len(owned), pending=len(owned))
+        if not state.active() - {bid}:
+            raise FailedPrecondition(f"cannot drain broker {bid}: no other active broker")
+        await set_broker_mode(self.node, bid, DRAINING if owned else DRAINED, "admin_unload")
+        return DrainPlan(started=True, total=len(owned), pending=len(owned))
+
+    async def activate(self, broker: str, reason: str) -> None:
+        await set_broker_mode(self.node, self._registered(broker), ACTIVE, reason or "admin_activate")
+
+    async def balance(self) -> ClusterBalance:
+        balancer = self.node.balancer
+        state, _, _ = self.node.snapshot()
+        rankings = rank(balancer.strategy, balancer.reports())
+        imb = imbalance(rankings, state.active())
+        return ClusterBalance(
+            coefficient_of_variation=imb.cv,
+            mean_load=imb.mean,
+            max_load=imb.max_load,
+            min_load=imb.min_load,
+            std_deviation=imb.std_dev,
+            broker_count=imb.broker_count,
+            brokers=[
+                BrokerLoad(
+                    broker_id=b,
+                    load=score,
+                    topic_count=sum(1 for owner in state.assignments.values() if owner == b),
+                    overloaded=b in imb.overloaded,
+                    underloaded=b in imb.underloaded,
+                )
+                for b, score in rankings
+            ],
+            strategy=balancer.strategy,
+        )
+
+    async def rebalance(self, dry_run: bool, max_moves: int | None) -> RebalanceResult:
+        """Dry run: the moves rebalancing would make. Otherwise start one move now (pacing applies)."""
+        now = time.time()
+        balancer = self.node.balancer
+        if dry_run:
+            plan = balancer.dry_run(now, max_moves)
+            return RebalanceResult(executed=0, moves=list(plan.moves), detail=plan.detail)
+        leader = self.node.cache.get(keys.LEADER)
+        if leader is None:
+            raise Unavailable("no cluster leader right now; retry")
+        decision = await balancer.check(leader, now, manual=True)
+        moves = [decision.move] if decision.move is not None else []
+        return RebalanceResult(executed=len(moves), moves=moves, detail=decision.detail)

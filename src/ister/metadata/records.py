@@ -1,0 +1,88 @@
+"""Typed values of the metadata keys the broker reads back (docs/metadata.md lists the keys).
+
+Each record is parsed once where it is read: `parse` returns None for a value that is not a valid record
+(written by another tool or an older version), and callers decide what that means. Field names are the
+stored JSON names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+R = TypeVar("R", bound="Record")
+
+
+class Record(msgspec.Struct, kw_only=True, frozen=True):
+    @classmethod
+    def parse(cls: type[R], value: Any) -> R | None:
+        if not isinstance(value, dict):
+            return None
+        try:
+            return msgspec.convert(value, cls, strict=True)
+        except msgspec.ValidationError:
+            return None
+
+    def to_json(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
+
+
+class SealedState(Record, frozen=True):
+    """`/storage/topics/{ns}/{topic}/state`: where the last owner stopped appending when it sealed."""
+
+    sealed: bool
+    last_committed_offset: int
+    broker_id: int = 0
+    timestamp: int = 0
+    epoch: int | None = None  # the sealing owner's epoch (None: standalone or older versions)
+
+    @property
+    def next_offset(self) -> int | None:
+        """last_committed_offset + 1, None when this is not a usable sealed state."""
+        if not self.sealed or self.last_committed_offset < 0:
+            return None
+        return self.last_committed_offset + 1
+
+
+class ProducerRecord(Record, frozen=True):
+    """`/topics/{ns}/{topic}/producers/{id}`."""
+
+    producer_id: int
+    producer_name: str
+    topic_name: str = ""
+    access_mode: int = 0
+    status: bool = True
+
+
+class SubscriptionRecord(Record, frozen=True):
+    """`/topics/{ns}/{topic}/subscriptions/{name}`; `start_offset` only for reliable topics."""
+
+    subscription_name: str = ""
+    subscription_type: int = 0
+    consumer_id: int | None = None
+    consumer_name: str = ""
+    key_filters: list[str] = msgspec.field(default_factory=list)
+    start_offset: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = msgspec.to_builtins(self)
+        if self.start_offset is None:
+            del out["start_offset"]
+        return out  # type: ignore[no-any-return]
+
+
+class ConsumerIndexRecord(Record, frozen=True):
+    """`/ister/consumers/{id}`: lets a consumer id survive a broker restart (an Ister addition)."""
+
+    topic: str
+    subscription: str
+    consumer_name: str
+    subscription_type: int
+    key_filters: list[str] = msgspec.field(default_factory=list)
+
+
+class DispatchConfigRecord(Record, frozen=True):
+    """`/topics/{ns}/{topic}/subscriptions/{name}/dispatch_config`."""
+
+    max_unacked_messages: int
