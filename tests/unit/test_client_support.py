@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,15 +26,10 @@ from ister.errors import InvalidArgument
 from ister.ids import TopicName
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
+from tests.support import free_port
 
 _decode_records = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode
 _decode_record = msgspec.msgpack.Decoder(StoredMessage).decode
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -271,16 +265,6 @@ class FakeServer:
         if down_for:
             await asyncio.sleep(down_for)  # the broker is down for a while (not an assertion)
         await self.start()
-
-
-async def wait_until(predicate: Callable[[], bool], within: float = 5.0, what: str = "condition") -> None:
-    """Poll `predicate` until true; fail after `within` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"{what} not reached within {within} s")
-        await asyncio.sleep(0.01)
 
 
 def stored_messages(fake: FakeIster, topic: str) -> list[StoredMessage]:
