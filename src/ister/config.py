@@ -92,8 +92,8 @@ class DurableSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
 
 
 class LoadManagerSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Seed 002's `load_manager:` block (cluster mode). `rebalancing` is validated by
-    `ister.core.cluster.rebalance` when the load manager starts."""
+    """The `load_manager:` block (cluster mode; docs/configuration.md, docs/architecture.md §13).
+    `rebalancing` is validated by `ister.core.cluster.rebalance` when the load manager starts."""
 
     assignment_strategy: Literal["fair", "balanced", "weighted_load"] = "fair"
     load_report_interval_seconds: float = 30.0
