@@ -43,6 +43,38 @@ class SubState:
     acked: set[int] = field(default_factory=set)
     nacked: list[int] = field(default_factory=list)
 
+    def apply(self, req: Any) -> None:
+        """An Ack or Nack frame from the consumer (anything else is ignored)."""
+        kind = req.WhichOneof("kind")
+        if kind == "ack":
+            self.ack_frames += 1
+            for r in req.ack.ranges:
+                for off in range(r.first, r.last + 1):
+                    self.unacked.discard(off)
+                    self.acked.add(off)
+            if req.ack.HasField("upto"):
+                for off in [x for x in self.unacked if x <= req.ack.upto]:
+                    self.unacked.discard(off)
+                    self.acked.add(off)
+        elif kind == "nack":
+            for r in req.nack.ranges:
+                for off in range(r.first, r.last + 1):
+                    if off in self.unacked:
+                        self.nacked.append(off)
+                        self.redeliver.append(off)
+
+    def next_delivery(self, stored: int) -> list[int]:
+        """The offsets to send next within the window: redeliveries first, then new records (not yet
+        marked unacked)."""
+        room = self.window - len(self.unacked - set(self.redeliver))
+        out: list[int] = []
+        while self.redeliver and len(out) < max(room, 0):
+            out.append(self.redeliver.pop(0))
+        while self.next_offset < stored and len(out) < room:
+            out.append(self.next_offset)
+            self.next_offset += 1
+        return out
+
 
 class FakeIster(pb_grpc.IsterServicer):  # type: ignore[misc]
     def __init__(self) -> None:
@@ -190,35 +222,13 @@ class FakeIster(pb_grpc.IsterServicer):  # type: ignore[misc]
                 req = await context.read()
                 if req is grpc.aio.EOF:
                     return
-                kind = req.WhichOneof("kind")
-                if kind == "ack":
-                    sub.ack_frames += 1
-                    for r in req.ack.ranges:
-                        for off in range(r.first, r.last + 1):
-                            sub.unacked.discard(off)
-                            sub.acked.add(off)
-                    if req.ack.HasField("upto"):
-                        for off in [x for x in sub.unacked if x <= req.ack.upto]:
-                            sub.unacked.discard(off)
-                            sub.acked.add(off)
-                elif kind == "nack":
-                    for r in req.nack.ranges:
-                        for off in range(r.first, r.last + 1):
-                            if off in sub.unacked:
-                                sub.nacked.append(off)
-                                sub.redeliver.append(off)
+                sub.apply(req)
                 poke.set()
 
         task = asyncio.create_task(reader())
         try:
             while not task.done():
-                room = sub.window - len(sub.unacked - set(sub.redeliver))
-                out: list[int] = []
-                while sub.redeliver and len(out) < max(room, 0):
-                    out.append(sub.redeliver.pop(0))
-                while sub.next_offset < len(store) and len(out) < room:
-                    out.append(sub.next_offset)
-                    sub.next_offset += 1
+                out = sub.next_delivery(len(store))
                 if out:
                     sub.unacked.update(out)
                     frames = b"".join(encode_frame(off, store[off]) for off in out)
