@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,31 +33,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, for tests.support
+
+from tests import support
+
+from ister.benchmark.broker import free_port, wait_port
 from ister.client import Client
 from ister.core.cluster.ownership import OwnerRecord
 from ister.errors import MetadataError
 from ister.metadata import keys
 from ister.metadata.etcd import EtcdStore
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def wait_port(port: int, what: str, proc: subprocess.Popen[bytes], seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not port_open(port):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not start")
-        time.sleep(0.05)
 
 
 def start_etcd(root: Path, quota_bytes: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
@@ -78,7 +62,7 @@ def start_etcd(root: Path, quota_bytes: int | None = None) -> tuple[subprocess.P
         ],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    wait_port(cport, "etcd", proc)
+    wait_port(cport, proc, 30.0, "etcd")
     return proc, cport
 
 
@@ -107,7 +91,7 @@ class Broker:
     def start(self) -> None:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        wait_port(self.port, "broker", self.proc)
+        wait_port(self.port, self.proc, 30.0, "broker")
 
     def kill(self) -> None:
         if self.proc is not None:
@@ -116,15 +100,9 @@ class Broker:
             self.proc = None
 
 
-async def until(check: Any, seconds: float = 60.0) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        await asyncio.sleep(0.01)
+async def until(check: Any, what: str, seconds: float = 60.0) -> Any:
+    """The tests' `until` polling every 10 ms: the times this benchmark reports are measured with it."""
+    return await support.until(check, what, seconds, poll=0.01)
 
 
 async def connect(endpoint: str) -> EtcdStore | None:
@@ -163,8 +141,8 @@ async def failover(brokers: list[Broker], store: EtcdStore, trials: int) -> dict
             found = keys.broker_ids(kv.key for kv in await store.list(keys.REGISTER_PREFIX))
             return set(found) == live
 
-        await until(all_live)
-        leader = (await until(lambda: store.get(keys.LEADER))).value
+        await until(all_live, "every broker registered")
+        leader = (await until(lambda: store.get(keys.LEADER), "a leader")).value
         # Create topics until one lands on a non-leader (round-robin makes that the first or second).
         for n in range(10):
             topic = f"/default/fo{trial}x{n}"
@@ -207,7 +185,7 @@ async def assignment(store: EtcdStore, count: int, broker_ids: list[int]) -> dic
         found = keys.assignments(kv.key for kv in await store.list(keys.BROKERS_PREFIX))
         return found if all(t in found for t in topics) else None
 
-    owners = await until(assigned, 300)
+    owners = await until(assigned, "every topic assigned", 300)
     assign_s = time.monotonic() - start
 
     async def loaded() -> bool:
@@ -217,7 +195,7 @@ async def assignment(store: EtcdStore, count: int, broker_ids: list[int]) -> dic
             n += rec is not None and kv.key.split("/")[-1].startswith("as") and rec.loaded_epoch == rec.epoch
         return n >= count
 
-    await until(loaded, 300)
+    await until(loaded, "every topic loaded by its owner", 300)
     load_s = time.monotonic() - start
     spread = Counter(owners[t] for t in topics)
     return {
@@ -243,7 +221,7 @@ async def main() -> None:
     brokers: list[Broker] = []
     store = None
     try:
-        store = await until(lambda: connect(f"127.0.0.1:{cport}"), 20)
+        store = await until(lambda: connect(f"127.0.0.1:{cport}"), "etcd answering", 20)
         brokers = [Broker(root, i, f"127.0.0.1:{cport}", args.lease_ttl) for i in range(3)]
         for b in brokers:
             b.start()

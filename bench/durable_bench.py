@@ -104,7 +104,7 @@ async def catch_up(store: EtcdStore, broker: Broker, count: int) -> dict[str, An
             return bool(found) and found[-1].end_offset >= count - 1
 
         t_export = time.monotonic()
-        await until(exported, 600)
+        await until(exported, "the topic exported", 600)
         export_wait = time.monotonic() - t_export
         await store.put(
             keys.subscription(topic, "history"),
@@ -168,7 +168,7 @@ async def main() -> None:
     store = None
     result: dict[str, Any] = {"loadavg": os.getloadavg()}
     try:
-        store = await until(lambda: connect(f"127.0.0.1:{cport}"), 20)
+        store = await until(lambda: connect(f"127.0.0.1:{cport}"), "etcd answering", 20)
         if args.s3:
             sys.path.insert(0, REPO)
             from tests.seaweed_server import SeaweedServer
@@ -187,11 +187,11 @@ async def main() -> None:
         for b in brokers:
             b.args += ["--config-file", str(config)]
             b.start()
-        await until(lambda: _all_registered(store, 3))
+        await until(lambda: _all_registered(store, 3), "three brokers registered")
         result["move"] = await moves(store, brokers, args.moves)
         for b in brokers[1:]:
             b.kill()
-        await until(lambda: _all_registered(store, 1))
+        await until(lambda: _all_registered(store, 1), "one broker registered")
         result["catch_up"] = await catch_up(store, brokers[0], args.messages)
         result["export"] = await export_rate(url, options, args.messages, root, f"127.0.0.1:{cport}")
     finally:

@@ -80,7 +80,7 @@ async def assign_many(
         found = await assignments(store)
         return found if all(t in found for t in topics) else None
 
-    owners = await until(all_assigned, 900)
+    owners = await until(all_assigned, "every topic assigned", 900)
     assigned = time.monotonic() - start
 
     async def all_loaded() -> bool:
@@ -96,7 +96,7 @@ async def assign_many(
 
     loaded = None
     if wait_loaded:
-        await until(all_loaded, 1800)
+        await until(all_loaded, "every topic loaded by its owner", 1800)
         loaded = round(time.monotonic() - start, 2)
     counts = Counter(owners[t] for t in topics)
     per = [counts.get(b.broker_id, 0) for b in brokers]
@@ -116,14 +116,14 @@ async def converge(store: EtcdStore, brokers: list[Broker], count: int) -> dict[
     topics = [f"/default/conv{i}" for i in range(count)]
     for b in brokers[:3]:
         b.start()
-    await until(lambda: registered(store, 3), 60)
+    await until(lambda: registered(store, 3), "three brokers registered", 60)
     await create(store, topics, "NonReliable")
 
     async def placed() -> dict[str, int] | None:
         found = await assignments(store)
         return found if all(t in found for t in topics) else None
 
-    await until(placed, 300)
+    await until(placed, "every topic placed", 300)
     before = len(await store.list(keys.REBALANCING_HISTORY_PREFIX))
     start = time.monotonic()
     for b in brokers[3:]:
@@ -139,7 +139,7 @@ async def converge(store: EtcdStore, brokers: list[Broker], count: int) -> dict[
         done = all(t in found for t in topics) and not moving and min(per) > 0 and cv(per) <= 0.20
         return per if done else None
 
-    per = await until(even, 900)
+    per = await until(even, "an even spread", 900)
     elapsed = time.monotonic() - start
     moves = len(await store.list(keys.REBALANCING_HISTORY_PREFIX)) - before
     return {
@@ -162,7 +162,7 @@ async def run_phase(
     brokers: list[Broker] = []
     store = None
     try:
-        store = await until(lambda: connect(f"127.0.0.1:{cport}"), 20)
+        store = await until(lambda: connect(f"127.0.0.1:{cport}"), "etcd answering", 20)
         cfg = root / "ister.yml"
         cfg.write_text(yaml.safe_dump(config))
         brokers = [Broker(root, i, f"127.0.0.1:{cport}", 5) for i in range(n_brokers)]
@@ -171,7 +171,7 @@ async def run_phase(
         if phase == "assign":
             for b in brokers:
                 b.start()
-            await until(lambda: registered(store, n_brokers), 60)
+            await until(lambda: registered(store, n_brokers), "every broker registered", 60)
             return await assign_many(store, count, brokers, wait_loaded)
         return await converge(store, brokers, count)
     finally:

@@ -43,13 +43,8 @@ from danube.proto import DanubeApi_pb2_grpc as dpb_grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from ister.benchmark.broker import free_port, wait_port  # noqa: E402
 from ister.client import Client  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -69,15 +64,7 @@ class Broker:
         ]  # fmt: skip
         full_env = {**os.environ, "PYTHONPATH": str(src), **env}
         self.proc = subprocess.Popen(cmd, env=full_env)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.prom)) == 0:
-                    return
-            if self.proc.poll() is not None:
-                raise RuntimeError("broker exited at start")
-            time.sleep(0.1)
-        raise TimeoutError("broker did not start")
+        wait_port(self.prom, self.proc, 60.0, "broker")
 
     def threads(self) -> int:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

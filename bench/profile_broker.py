@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 BUCKETS = [  # (bucket, regex on a frame "function (file:line)"), first match from the innermost frame wins
     ("prometheus_client metrics", r"\(prometheus_client/"),
@@ -143,6 +144,50 @@ def perf_dsos(data: Path) -> dict[str, float]:
     return out
 
 
+def wait_for_case(stderr: Any, case: str) -> int:
+    """Read `ister bench`'s progress until it names the broker's pid and starts `case`; the pid."""
+    pid = 0
+    marker = "batch API: consume" if case == "consume" else "batch API:"
+    for line in stderr:
+        if m := re.search(r"broker pid (\d+)", line):
+            pid = int(m.group(1))
+        if pid and marker in line:
+            break
+    if not pid:
+        raise SystemExit("no broker pid in the bench output")
+    return pid
+
+
+def print_report(
+    report: dict[str, Any], result: dict[str, Any], pid: int, wall: float, total: int, dsos: dict[str, float]
+) -> None:
+    """The human-readable form of `report` (--json prints the report itself)."""
+    figures = ", ".join(
+        f"{k} {v['msgs_per_s']:,.0f} msg/s, broker CPU {v.get('broker_cpu_us_per_msg', 0):.1f} us/msg"
+        for k, v in result["cases"].items()
+    )
+    print(f"case {report['case']}: {figures}")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"broker pid {pid}, {wall:.1f} s profiled, load average {load} at the end")
+    print("broker threads, % of one core:")
+    for name, pct in report["thread_cpu_pct"].items():
+        if pct >= 0.5:
+            print(f"  {pct:6.1f} %  {name}")
+    print(f"event-loop thread, {total} py-spy samples:")
+    for name, pct in report["loop_buckets_pct"].items():
+        print(f"  {pct:6.1f} %  {name}")
+    for label, frames in report["other_threads_samples"].items():
+        print(
+            f"{label}, py-spy samples by innermost Ister frame: "
+            + "; ".join(f"{f} {n}" for f, n in frames.items())
+        )
+    if dsos:
+        print("event-loop thread, perf samples by shared object (C and kernel included):")
+        for dso, pct in dsos.items():
+            if pct >= 0.5:
+                print(f"  {pct:6.1f} %  {dso}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", required=True, choices=["publish", "consume", "latency"])
@@ -170,15 +215,7 @@ def main() -> None:
     ]
     bench = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert bench.stderr is not None and bench.stdout is not None
-    pid = 0
-    marker = "batch API: consume" if args.case == "consume" else "batch API:"
-    for line in bench.stderr:
-        if m := re.search(r"broker pid (\d+)", line):
-            pid = int(m.group(1))
-        if pid and marker in line:
-            break
-    if not pid:
-        raise SystemExit("no broker pid in the bench output")
+    pid = wait_for_case(bench.stderr, args.case)
     stderr_rest: list[str] = []
     threading.Thread(target=lambda: stderr_rest.extend(bench.stderr or []), daemon=True).start()
     time.sleep(args.delay)
@@ -242,30 +279,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    figures = ", ".join(
-        f"{k} {v['msgs_per_s']:,.0f} msg/s, broker CPU {v.get('broker_cpu_us_per_msg', 0):.1f} us/msg"
-        for k, v in result["cases"].items()
-    )
-    print(f"case {args.case}: {figures}")
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"broker pid {pid}, {wall:.1f} s profiled, load average {load} at the end")
-    print("broker threads, % of one core:")
-    for name, pct in report["thread_cpu_pct"].items():
-        if pct >= 0.5:
-            print(f"  {pct:6.1f} %  {name}")
-    print(f"event-loop thread, {total} py-spy samples:")
-    for name, pct in report["loop_buckets_pct"].items():
-        print(f"  {pct:6.1f} %  {name}")
-    for label, frames in report["other_threads_samples"].items():
-        print(
-            f"{label}, py-spy samples by innermost Ister frame: "
-            + "; ".join(f"{f} {n}" for f, n in frames.items())
-        )
-    if dsos:
-        print("event-loop thread, perf samples by shared object (C and kernel included):")
-        for dso, pct in dsos.items():
-            if pct >= 0.5:
-                print(f"  {pct:6.1f} %  {dso}")
+    print_report(report, result, pid, wall, total, dsos)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,18 +39,13 @@ from typing import Any
 
 import yaml
 
+from ister.benchmark.broker import free_port, wait_port
 from ister.client import Client
 from ister.spark.pipeline import ExportJob, local_session
 from ister.storage.objects.segment import list_segments
 from ister.storage.objects.store import open_store
 
 TOPIC = "/default/spark_bench"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_broker(root: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -79,13 +73,8 @@ def start_broker(root: Path) -> tuple[subprocess.Popen[bytes], str]:
          "--prom-exporter", f"127.0.0.1:{free_port()}", "--log-level", "warning"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc, f"http://127.0.0.1:{port}"
-        time.sleep(0.05)
-    raise RuntimeError("broker did not start")
+    wait_port(port, proc, 30.0, "broker")
+    return proc, f"http://127.0.0.1:{port}"
 
 
 async def produce(url: str, count: int) -> float:

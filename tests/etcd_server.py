@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -13,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
-from tests.server_process import ServerProcess
+from tests.support import ServerProcess, free_port
 
 START_SECONDS = 20.0  # etcd answers in about 1 s here; this bound only stops a broken start hanging the run
 PORT_ATTEMPTS = 3  # a freshly picked port can be taken by someone else before etcd binds it
@@ -24,12 +23,6 @@ def etcd_binary() -> str | None:
     return shutil.which("etcd") or next(
         (p for p in ("/usr/bin/etcd", "/usr/local/bin/etcd") if os.access(p, os.X_OK)), None
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class EtcdServer(ServerProcess):

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from tests.server_process import ServerProcess
+from tests.support import ServerProcess
 
 START_SECONDS = 30.0  # mini answers S3 in about 1-2 s here; this only stops a broken start hanging the run
 PORT_ATTEMPTS = 3

@@ -92,8 +92,8 @@ class DurableSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
 
 
 class LoadManagerSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Seed 002's `load_manager:` block (cluster mode). `rebalancing` is validated by
-    `ister.core.cluster.rebalance` when the load manager starts."""
+    """The `load_manager:` block (cluster mode; docs/configuration.md, docs/architecture.md §13).
+    `rebalancing` is validated by `ister.core.cluster.rebalance` when the load manager starts."""
 
     assignment_strategy: Literal["fair", "balanced", "weighted_load"] = "fair"
     load_report_interval_seconds: float = 30.0
@@ -160,11 +160,36 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
 
 
 def _check(cfg: BrokerConfig) -> BrokerConfig:
+    """Every cross-field and range rule, section by section, in a fixed order (the first broken rule is
+    the error)."""
+    _check_addresses(cfg)
+    _check_dispatch_lower_bounds(cfg.dispatch)
+    _check_wal(cfg.wal)
+    if cfg.limits.max_topics_per_broker < 0:
+        raise ConfigError("limits.max_topics_per_broker must be >= 0 (0 = unlimited)")
+    d = cfg.dispatch
+    if d.base_redelivery_delay_ms > d.max_redelivery_delay_ms:
+        raise ConfigError("dispatch.base_redelivery_delay_ms must be <= dispatch.max_redelivery_delay_ms")
+    _check_policies(cfg.policies)
+    _check_names(cfg)
+    _check_durable(cfg)
+    if not 0.1 <= cfg.load_manager.load_report_interval_seconds <= 3600:
+        raise ConfigError("load_manager.load_report_interval_seconds must be in 0.1..3600")
+    if not 0 <= cfg.metrics.max_topics <= MAX_METRICS_TOPICS:
+        raise ConfigError(f"metrics.max_topics must be in 0..{MAX_METRICS_TOPICS}")
+    _check_cluster(cfg.cluster)
+    _check_dispatch_upper_bounds(d)
+    return cfg
+
+
+def _check_addresses(cfg: BrokerConfig) -> None:
     for field, value in (("broker_addr", cfg.broker_addr), ("admin_addr", cfg.admin_addr)):
         split_host_port(value, field)
     if cfg.prom_exporter:
         split_host_port(cfg.prom_exporter, "prom_exporter")
-    d = cfg.dispatch
+
+
+def _check_dispatch_lower_bounds(d: DispatchSettings) -> None:
     if not MIN_WINDOW <= d.max_unacked_messages <= MAX_WINDOW:
         raise ConfigError(f"dispatch.max_unacked_messages must be in {MIN_WINDOW}..{MAX_WINDOW}")
     for name in (
@@ -177,22 +202,34 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
             raise ConfigError(f"dispatch.{name} must be >= 0")
     if d.ack_timeout_ms == 0:
         raise ConfigError("dispatch.ack_timeout_ms must be > 0")
-    w = cfg.wal
+
+
+def _check_dispatch_upper_bounds(d: DispatchSettings) -> None:
+    if d.max_redelivery_count > 1_000:
+        raise ConfigError("dispatch.max_redelivery_count must be <= 1000")
+    for name in ("ack_timeout_ms", "base_redelivery_delay_ms", "max_redelivery_delay_ms"):
+        if getattr(d, name) > 86_400_000:
+            raise ConfigError(f"dispatch.{name} must be <= 86400000 (one day)")
+
+
+def _check_wal(w: WalSettings) -> None:
     if w.segment_max_bytes < 1024 or w.cache_max_bytes < 0 or w.fsync_interval_ms < 1:
         raise ConfigError("wal: segment_max_bytes >= 1024, cache_max_bytes >= 0, fsync_interval_ms >= 1")
     if not 1 <= w.writer_threads <= 64:
         raise ConfigError("wal.writer_threads must be in 1..64")
     if w.idle_close_seconds <= 0 or w.max_open_segments < 0:
         raise ConfigError("wal: idle_close_seconds > 0, max_open_segments >= 0 (0 = automatic)")
-    if cfg.limits.max_topics_per_broker < 0:
-        raise ConfigError("limits.max_topics_per_broker must be >= 0 (0 = unlimited)")
-    if d.base_redelivery_delay_ms > d.max_redelivery_delay_ms:
-        raise ConfigError("dispatch.base_redelivery_delay_ms must be <= dispatch.max_redelivery_delay_ms")
-    if cfg.policies.max_message_size > MAX_POLICY_MESSAGE_SIZE:
+
+
+def _check_policies(policies: Policies) -> None:
+    if policies.max_message_size > MAX_POLICY_MESSAGE_SIZE:
         raise ConfigError(f"policies.max_message_size must be <= {MAX_POLICY_MESSAGE_SIZE} (gRPC's limit)")
     for name in Policies.__struct_fields__:
-        if getattr(cfg.policies, name) < 0:
+        if getattr(policies, name) < 0:
             raise ConfigError(f"policies.{name} must be >= 0")
+
+
+def _check_names(cfg: BrokerConfig) -> None:
     if not cfg.bootstrap_namespaces:
         raise ConfigError("bootstrap_namespaces must not be empty")
     for ns in [*cfg.bootstrap_namespaces, cfg.cluster_name]:
@@ -200,6 +237,9 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
             validate_segment(ns, "name")
         except InvalidArgument as exc:
             raise ConfigError(f"bootstrap_namespaces/cluster_name: {exc}") from None
+
+
+def _check_durable(cfg: BrokerConfig) -> None:
     dur = cfg.storage.durable
     if dur.export_interval_seconds <= 0 or dur.segment_max_age_seconds < 0:
         raise ConfigError("storage.durable: export_interval_seconds > 0, segment_max_age_seconds >= 0")
@@ -209,11 +249,9 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
         raise ConfigError("storage.durable: local retention limits must be >= 0")
     if dur.url is not None and dur.url != "none" and "://" not in dur.url:
         raise ConfigError(f"storage.durable.url: expected a URL like s3://bucket/prefix, got {dur.url!r}")
-    if not 0.1 <= cfg.load_manager.load_report_interval_seconds <= 3600:
-        raise ConfigError("load_manager.load_report_interval_seconds must be in 0.1..3600")
-    if not 0 <= cfg.metrics.max_topics <= MAX_METRICS_TOPICS:
-        raise ConfigError(f"metrics.max_topics must be in 0..{MAX_METRICS_TOPICS}")
-    c = cfg.cluster
+
+
+def _check_cluster(c: ClusterSettings) -> None:
     if not c.etcd_endpoints:
         raise ConfigError("cluster.etcd_endpoints must not be empty")
     for endpoint in c.etcd_endpoints:
@@ -224,12 +262,6 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
         raise ConfigError("cluster.offset_reservation must be in 1000..100000000")
     if c.etcd_namespace and (not c.etcd_namespace.startswith("/") or c.etcd_namespace.endswith("/")):
         raise ConfigError("cluster.etcd_namespace must start with '/' and not end with '/' (e.g. /prod)")
-    if d.max_redelivery_count > 1_000:
-        raise ConfigError("dispatch.max_redelivery_count must be <= 1000")
-    for name in ("ack_timeout_ms", "base_redelivery_delay_ms", "max_redelivery_delay_ms"):
-        if getattr(d, name) > 86_400_000:
-            raise ConfigError(f"dispatch.{name} must be <= 86400000 (one day)")
-    return cfg
 
 
 def http_url(addr: str) -> str:

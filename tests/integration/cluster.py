@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -18,6 +16,7 @@ from ister.metadata import keys
 from ister.metadata.etcd import EtcdStore
 from ister.metadata.store import Compare, Delete, Put
 from tests.integration.harness import BrokerProcess
+from tests.support import until
 
 WAIT = 20.0  # generous upper bound for cluster reactions (lease TTL is 2 s in these tests)
 LEASE_TTL = 2
@@ -136,16 +135,7 @@ class Cluster:
 
     async def until(self, check: Callable[[], Awaitable[Any] | Any], what: str, within: float = WAIT) -> Any:
         """Poll `check` (sync or async) until it returns something truthy; its value."""
-        deadline = time.monotonic() + within
-        while True:
-            result = check()
-            if asyncio.iscoroutine(result):
-                result = await result
-            if result:
-                return result
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {within} s waiting for: {what}")
-            await asyncio.sleep(0.05)
+        return await until(check, what, within, poll=0.05)
 
 
 async def lookup(url: str, topic: str) -> tuple[str, str]:

@@ -5,30 +5,18 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import danube
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support import free_port, stop_process, wait_port
+
 ISTER = [sys.executable, "-m", "ister.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 class BrokerProcess:
@@ -78,14 +66,10 @@ class BrokerProcess:
             env=env,
         )
         log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
-            if _port_open(self.port):
-                return
-            time.sleep(0.05)
-        raise TimeoutError(f"broker did not open port {self.port}:\n{self.log()}")
+        try:
+            wait_port(self.port, self.proc, timeout, "broker")
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}:\n{self.log()}") from None
 
     def log(self) -> str:
         try:
@@ -103,14 +87,11 @@ class BrokerProcess:
 
     def kill9(self) -> None:
         assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(10)
+        stop_process(self.proc)
         self.proc = None
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        stop_process(self.proc)
         self.proc = None
 
 
@@ -187,12 +168,3 @@ def subscription_metric(url: str, name: str, topic: str, sub: str) -> float | No
             if s.name == name and s.labels.get("topic") == topic and s.labels.get("subscription") == sub:
                 return float(s.value)
     return None
-
-
-async def until(predicate: Callable[[], bool], what: str, within: float = 30.0) -> None:
-    """Poll `predicate` until it holds; fail naming `what` after `within` seconds."""
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)

@@ -16,7 +16,8 @@ from ister.client.blocking import BlockingClient
 from ister.core.record import decode_message
 from ister.storage.objects.segment import parse_object_name
 from ister.storage.wal.segment import parse_segment_name
-from tests.integration.harness import BrokerProcess, until
+from tests.integration.harness import BrokerProcess
+from tests.support import until
 
 pytestmark = pytest.mark.integration
 
@@ -90,8 +91,10 @@ async def test_read_history_from_objects_and_tail_from_the_wal(broker: BrokerPro
     async with Client(broker.url) as client:
         sent = await publish(client, topic, 0, 300)
         # The broker exports the idle segment and deletes the local file: 0..299 only exist as objects.
-        await until(lambda: exported_through(broker.data_dir, topic) == 299, "0..299 exported")
-        await until(lambda: wal_first_offset(broker.data_dir, topic) == 300, "local WAL files dropped")
+        await until(lambda: exported_through(broker.data_dir, topic) == 299, "0..299 exported", within=30)
+        await until(
+            lambda: wal_first_offset(broker.data_dir, topic) == 300, "local WAL files dropped", within=30
+        )
         sent += await publish(client, topic, 300, 50)
         span = await client.offsets(topic)
         assert (span.earliest, span.next) == (0, 350)

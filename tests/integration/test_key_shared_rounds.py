@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import Awaitable, Callable
 
 import danube
 import pytest
 
 from tests.integration.harness import BrokerProcess, client, producer
+from tests.support import until
 
 pytestmark = pytest.mark.integration
 S = danube.SubType
@@ -81,7 +81,11 @@ async def _round(url: str, keys: list[str], filters: dict[str, list[str]] | None
     rb.start(b, await b.receive())
     await send(len(keys))
     try:
-        await _until(lambda: {i for _, _, i in got} == set(range(len(keys))), lambda: f"{topic}: got {got}")
+        await until(
+            lambda: {i for _, _, i in got} == set(range(len(keys))),
+            lambda: f"every message on {topic}; got {got}",
+            WITHIN,
+        )
     finally:
         for r in (ra, rb):
             assert r.task is not None
@@ -105,14 +109,6 @@ async def _round(url: str, keys: list[str], filters: dict[str, list[str]] | None
 
 def _glob(pattern: str, key: str) -> bool:
     return pattern == key or (pattern.endswith("*") and key.startswith(pattern[:-1]))
-
-
-async def _until(done: Callable[[], bool], what: Callable[[], str]) -> None:
-    deadline = time.monotonic() + WITHIN
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not every message arrived within {WITHIN} s: {what()}")
-        await asyncio.sleep(0.02)
 
 
 Round = Callable[[str, int], Awaitable[None]]

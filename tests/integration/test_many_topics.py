@@ -13,7 +13,8 @@ import pytest
 
 from ister import errors
 from ister.client import Client
-from tests.integration.harness import BrokerProcess, until
+from tests.integration.harness import BrokerProcess
+from tests.support import until
 
 TOPICS = 600
 MAX_OPEN = 64
@@ -74,8 +75,12 @@ async def test_many_topics_bounded_threads_and_descriptors_then_the_limit(broker
         assert most_fds <= fds_at_start + MAX_OPEN + 40  # + client connections, metadata, object store
 
         # idle: the segment files are closed again
-        await until(lambda: gauge(broker.metrics_url, "ister_wal_open_segment_files") == 0, "idle closes")
-        await until(lambda: proc_counts(pid)[1] <= fds_at_start + 20, "descriptors back near the start")
+        await until(
+            lambda: gauge(broker.metrics_url, "ister_wal_open_segment_files") == 0, "idle closes", within=30
+        )
+        await until(
+            lambda: proc_counts(pid)[1] <= fds_at_start + 20, "descriptors back near the start", within=30
+        )
 
         # the limit: the next topic is refused before anything is written, the existing ones still work
         with pytest.raises(errors.ResourceExhausted, match="max_topics_per_broker"):

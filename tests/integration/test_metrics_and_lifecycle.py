@@ -20,11 +20,11 @@ from tests.integration.harness import (
     BrokerProcess,
     client,
     consumer,
-    free_port,
     nothing_within,
     producer,
     take,
 )
+from tests.support import free_port
 
 pytestmark = pytest.mark.integration
 S = danube.SubType

@@ -12,7 +12,8 @@ import pytest
 from ister import errors
 from ister.client import Client
 from ister.client.blocking import BlockingClient
-from tests.integration.harness import BrokerProcess, subscription_metric, until
+from tests.integration.harness import BrokerProcess, subscription_metric
+from tests.support import until
 
 pytestmark = pytest.mark.integration
 LAG = "danube_subscription_lag_messages"
@@ -39,7 +40,9 @@ async def test_a_named_cursor_shows_lag_and_is_where_a_consumer_starts(
         assert await client.set_cursor(topic, "spark-lag", 60) == 40
         assert lag_of(broker, topic, "spark-lag") == 40
         await producer.send_batch([b"m%d" % i for i in range(100, 110)])
-        await until(lambda: lag_of(broker, topic, "spark-lag") == 50, "lag 50 after 10 more messages")
+        await until(
+            lambda: lag_of(broker, topic, "spark-lag") == 50, "lag 50 after 10 more messages", within=30
+        )
         assert await client.set_cursor(topic, "spark-lag", 110) == 0  # forward to the head
         assert await client.set_cursor(topic, "spark-lag", 70) == 40  # and back (a replayed checkpoint)
 

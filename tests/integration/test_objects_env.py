@@ -12,8 +12,9 @@ import pytest
 from ister.client import Client
 from ister.core.record import decode_message
 from ister.storage.objects import open_store
-from tests.integration.harness import BrokerProcess, until
+from tests.integration.harness import BrokerProcess
 from tests.seaweed_server import ACCESS_KEY, REGION, SECRET_KEY, SeaweedServer
+from tests.support import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

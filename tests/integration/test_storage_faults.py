@@ -19,7 +19,8 @@ from ister import errors
 from ister.client import Client, Consumer
 from ister.core.frames import HEADER_SIZE, scan_frames
 from ister.core.record import decode_message
-from tests.integration.harness import BrokerProcess, until
+from tests.integration.harness import BrokerProcess
+from tests.support import until
 
 pytestmark = pytest.mark.integration
 # The broker answers DATA_LOSS; ister.client raises errors.DataLoss for it.
@@ -117,7 +118,11 @@ async def test_damaged_closed_segment_is_read_from_the_durable_tier(tmp_path: Pa
             objects = broker.data_dir / "objects" / ns / name
             closed = wal_files(broker, topic)[:-1]
             assert len(closed) >= 5
-            await until(lambda: len(list(objects.glob("*.dnb1"))) >= len(closed), "closed segments exported")
+            await until(
+                lambda: len(list(objects.glob("*.dnb1"))) >= len(closed),
+                "closed segments exported",
+                within=30,
+            )
         assert broker.terminate() == 0
         victim = wal_files(broker, topic)[len(closed) // 2]
         bad, pos = frames(victim)[7]

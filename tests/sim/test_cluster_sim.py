@@ -42,6 +42,7 @@ with `run(seed)`.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -687,60 +688,85 @@ class Sim:
         b = rng.choice(alive)
         if rng.random() < 0.6:
             self.refresh(b)
-        if event == "produce":
-            # any loaded topic anywhere, not only the chosen broker's; often one of a cut-off broker, whose
-            # clients keep producing while its lease clock (maybe a faulty one) still trusts the lease
-            cut_off = [p for p in alive if not self.reachable(p)]
-            producers = cut_off if cut_off and rng.random() < 0.5 else alive
-            loaded = [(p, t) for p in producers for t in sorted(p.guards)]
-            if loaded:
-                producer, topic = rng.choice(loaded)
-                self.produce(producer, topic, rng.randint(1, self.max_batch))
-        elif event == "lead":
-            # mostly the broker that holds the leader key: its loop runs at least once a second
-            leader = self.store.get(LEADER)
-            if leader is not None and self.brokers[leader.value].alive and rng.random() < 0.75:
-                b = self.brokers[leader.value]
-                if rng.random() < 0.6:
-                    self.refresh(b)
-            self.lead_once(b)
-        elif event == "watch":
-            self.watch_once(b)
-        elif event == "load":
-            if b.loading:
-                self.load_commit(b, rng.choice(sorted(b.loading)))
-        elif event == "extend":
-            if b.extensions:
-                self.run_extension(b, rng.randrange(len(b.extensions)))
-        elif event == "create":
-            if len(self.topics) < 24:
-                self.create_topic()
-        elif event == "lookup":
-            if self.topics:
-                self.request_assignment(b, rng.choice(self.topics))
-        elif event == "crash":
-            self.crash(b)
-        elif event == "restart":
-            if dead:
-                target = rng.choice(dead)
-                self.start(target)
-                self.note(f"restart {target.id}")
-        elif event == "join":
-            if len(self.brokers) < 7:
-                self.join()
-        elif event == "leave":
-            self.leave(b)
-        elif event == "partition":
-            owners = [p for p in alive if p.guards]
-            if owners and rng.random() < 0.7:
-                b = rng.choice(owners)
-            b.partitioned_until = max(b.partitioned_until, self.now + rng.randint(1, 4 * TTL))
-            self.note(f"partition {b.id} until {b.partitioned_until}")
-        else:
-            target = rng.choice(list(self.brokers.values()))
-            mode = rng.choice([ACTIVE, ACTIVE, DRAINING, DRAINED])
-            self.store.put(mode_key(target.id), {"mode": mode, "reason": "admin"})
-            self.note(f"mode {target.id} {mode}")
+        handlers: dict[str, Callable[[Broker, list[Broker], list[Broker]], None]] = {
+            "produce": self._on_produce,
+            "lead": self._on_lead,
+            "watch": lambda b, alive, dead: self.watch_once(b),
+            "load": self._on_load,
+            "extend": self._on_extend,
+            "create": self._on_create,
+            "lookup": self._on_lookup,
+            "crash": lambda b, alive, dead: self.crash(b),
+            "restart": self._on_restart,
+            "join": self._on_join,
+            "leave": lambda b, alive, dead: self.leave(b),
+            "partition": self._on_partition,
+            "mode": self._on_mode,
+        }
+        handlers[event](b, alive, dead)
+
+    # One scheduled event each, on the broker `b` the step picked (alive: the live brokers, dead: the others).
+    def _on_produce(self, b: Broker, alive: list[Broker], dead: list[Broker]) -> None:
+        # any loaded topic anywhere, not only the chosen broker's; often one of a cut-off broker, whose
+        # clients keep producing while its lease clock (maybe a faulty one) still trusts the lease
+        rng = self.rng
+        cut_off = [p for p in alive if not self.reachable(p)]
+        producers = cut_off if cut_off and rng.random() < 0.5 else alive
+        loaded = [(p, t) for p in producers for t in sorted(p.guards)]
+        if loaded:
+            producer, topic = rng.choice(loaded)
+            self.produce(producer, topic, rng.randint(1, self.max_batch))
+
+    def _on_lead(self, b: Broker, alive: list[Broker], dead: list[Broker]) -> None:
+        # mostly the broker that holds the leader key: its loop runs at least once a second
+        rng = self.rng
+        leader = self.store.get(LEADER)
+        if leader is not None and self.brokers[leader.value].alive and rng.random() < 0.75:
+            b = self.brokers[leader.value]
+            if rng.random() < 0.6:
+                self.refresh(b)
+        self.lead_once(b)
+
+    def _on_load(self, b: Broker, alive: list[Broker], dead: list[Broker]) -> None:
+        if b.loading:
+            self.load_commit(b, self.rng.choice(sorted(b.loading)))
+
+    def _on_extend(self, b: Broker, alive: list[Broker], dead: list[Broker]) -> None:
+        if b.extensions:
+            self.run_extension(b, self.rng.randrange(len(b.extensions)))
+
+    def _on_create(self, b: Broker, alive: list[Broker], dead: list[Broker]) -> None:
+        if len(self.topics) < 24:
+            self.create_topic()
+
+    def _on_lookup(self, b: Broker, alive: list[Broker], dead: list[Broker]) -> None:
+        if self.topics:
+            self.request_assignment(b, self.rng.choice(self.topics))
+
+    def _on_restart(self, b: Broker, alive: list[Broker], dead: list[Broker]) -> None:
+        if dead:
+            target = self.rng.choice(dead)
+            self.start(target)
+            self.note(f"restart {target.id}")
+
+    def _on_join(self, b: Broker, alive: list[Broker], dead: list[Broker]) -> None:
+        if len(self.brokers) < 7:
+            self.join()
+
+    def _on_partition(self, b: Broker, alive: list[Broker], dead: list[Broker]) -> None:
+        rng = self.rng
+        owners = [p for p in alive if p.guards]
+        if owners and rng.random() < 0.7:
+            b = rng.choice(owners)
+        b.partitioned_until = max(b.partitioned_until, self.now + rng.randint(1, 4 * TTL))
+        self.note(f"partition {b.id} until {b.partitioned_until}")
+
+    def _on_mode(self, b: Broker, alive: list[Broker], dead: list[Broker]) -> None:
+        rng = self.rng
+        target = rng.choice(list(self.brokers.values()))
+        mode = rng.choice([ACTIVE, ACTIVE, DRAINING, DRAINED])
+        self.store.put(mode_key(target.id), {"mode": mode, "reason": "admin"})
+        self.note(f"mode {target.id} {mode}")
 
     def settle(self) -> None:
         """Heal the network, undrain, keep one broker up, and run every loop until nothing changes."""

@@ -488,6 +488,16 @@ class Sim:
         rng = self.rng
         roll = rng.random()
         cid = rng.choice(CONSUMERS)
+        if roll < 0.65:
+            self.consumer_event(roll, cid)
+        else:
+            self.broker_event(roll)
+        if rng.random() < 0.7:
+            self.poll()
+
+    def consumer_event(self, roll: float, cid: int) -> None:
+        """What a step with `roll` below 0.65 does: publishing, consumers coming and going, acks, nacks."""
+        rng = self.rng
         if roll < 0.13:
             self.offer(rng.randint(1, 4))
         elif roll < 0.20:
@@ -508,9 +518,13 @@ class Sim:
             self.nack(cid)
         elif roll < 0.62:
             self.nack_range(*self.random_span())
-        elif roll < 0.65:
+        else:
             self.checked_ack(max(self.start - 1, self.random_offset()))  # bogus or late
-        elif roll < 0.78:
+
+    def broker_event(self, roll: float) -> None:
+        """What a step with `roll` from 0.65 on does: time passing, dead letters, window changes, gaps."""
+        rng = self.rng
+        if roll < 0.78:
             self.now += rng.choice([1, 10, 60, 250, 600])
             if rng.random() < 0.5:
                 self.tick()
@@ -524,8 +538,6 @@ class Sim:
                 self.skip()
             else:
                 self.read_with_holes()
-        if rng.random() < 0.7:
-            self.poll()
 
     def ack_all(self, ds: list[Delivery]) -> None:
         if self.quiesce_mode == "single" or not ds:

@@ -19,7 +19,8 @@ from ister.errors import InvalidArgument
 from ister.spark.pipeline import PARTITION_BY, ExportJob
 from ister.spark.staged import STAGING_DIR, StagedOutput
 from tests.integration.harness import BrokerProcess
-from tests.spark.test_spark_source import lag_on_broker, new_topic, produce, until
+from tests.spark.test_spark_source import lag_on_broker, new_topic, produce
+from tests.support import until_sync
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -82,7 +83,7 @@ def test_export_killed_mid_batch_then_restarted_writes_each_row_once(
     first = subprocess.Popen(export_cmd(broker, [a, b], out), stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         # 4,000 offsets at 250 per batch are 16 batches: kill the driver while one is being written.
-        until(
+        until_sync(
             lambda: (committed_batches(out) >= 2 and batch_being_written(out)) or first.poll() is not None,
             "a batch being written after two committed ones",
             180,

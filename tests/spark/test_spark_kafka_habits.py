@@ -21,8 +21,9 @@ from ister.spark.offsets import check_spec
 from ister.spark.options import SourceOptions
 from ister.wire.gen import DanubeAdmin_pb2 as admin_pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as admin_grpc
-from tests.integration.harness import BrokerProcess, free_port
+from tests.integration.harness import BrokerProcess
 from tests.spark.test_spark_source import new_topic, produce, read, run_available_now
+from tests.support import free_port
 
 pytestmark = pytest.mark.timeout(300)
 

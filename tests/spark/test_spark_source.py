@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -14,21 +12,10 @@ from ister.client.blocking import BlockingClient
 from ister.spark.options import BATCH_HEADER
 from ister.storage.objects.segment import parse_object_name
 from tests.integration.harness import BrokerProcess, subscription_metric
+from tests.support import until_sync
 
 pytestmark = pytest.mark.timeout(300)
-T = TypeVar("T")
 _seq = iter(range(10**6))
-
-
-def until(check: Callable[[], T], what: str, within: float = 60.0) -> T:
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def new_topic(name: str) -> str:
@@ -64,7 +51,9 @@ def test_batch_read_spans_objects_and_the_wal_tail(spark: Any, broker: BrokerPro
     offsets = [o for start in range(0, 3000, 100) for o in produce(broker.url, topic, start, 100)]
     assert offsets == list(range(3000))
     # Full segments are exported within a second; the active segment (the tail) is not.
-    exported = until(lambda: [o for o in objects_of(broker, topic) if o[1] >= 1000], "objects up to 1000")
+    exported = until_sync(
+        lambda: [o for o in objects_of(broker, topic) if o[1] >= 1000], "objects up to 1000", 60
+    )
     assert exported[-1][1] < 2999, "the newest offsets must still be WAL-only for this test"
     rows = read(spark, broker, topic, includeHeaders="true").orderBy("offset").collect()
     assert [r.offset for r in rows] == list(range(3000))
@@ -280,11 +269,11 @@ def test_predefined_subscription_makes_the_lag_visible_on_the_broker(
     produce(broker.url, topic, 0, 300)
     options = {"maxOffsetsPerTrigger": "100", "predefinedSubscription": "spark-q1"}
     run_available_now(spark, broker, topic, out, **options)
-    until(lambda: lag_on_broker(broker, topic, "spark-q1") == 0, "lag 0 after the run", 10)
+    until_sync(lambda: lag_on_broker(broker, topic, "spark-q1") == 0, "lag 0 after the run", 10)
     produce(broker.url, topic, 300, 50)  # lag 50 = head 350 - the cursor Spark left at 300
-    until(lambda: lag_on_broker(broker, topic, "spark-q1") == 50, "lag 50 with Spark stopped", 10)
+    until_sync(lambda: lag_on_broker(broker, topic, "spark-q1") == 50, "lag 50 with Spark stopped", 10)
     run_available_now(spark, broker, topic, out, predefinedSubscription="spark-q1")
-    until(lambda: lag_on_broker(broker, topic, "spark-q1") == 0, "lag 0 after the second run", 10)
+    until_sync(lambda: lag_on_broker(broker, topic, "spark-q1") == 0, "lag 0 after the second run", 10)
     offsets = sorted(r.offset for r in spark.read.parquet(str(out)).select("offset").collect())
     assert offsets == list(range(350))  # the cursor never steers reading: the checkpoint does
     with pytest.raises(Exception, match="streaming queries only"):

@@ -13,7 +13,8 @@ import yaml
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import Cluster
 from tests.integration.harness import BrokerProcess
-from tests.spark.test_spark_source import new_topic, produce, run_available_now, until
+from tests.spark.test_spark_source import new_topic, produce, run_available_now
+from tests.support import until_sync
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -70,12 +71,12 @@ async def test_a_topic_moved_between_brokers_during_a_streaming_query(
             .trigger(processingTime="500 milliseconds")
             .start(str(out))
         )
-        until(lambda: len(parquet_offsets(spark, out)) >= 400, "the first batches", 120)
+        until_sync(lambda: len(parquet_offsets(spark, out)) >= 400, "the first batches", 120)
         before = (await cluster.assignments())[topic]
         await cluster.unload(topic)
         await cluster.until(lambda: _moved(cluster, topic, before), "the topic assigned to the other broker")
         produce(url, topic, 1500, 1000)  # the producer follows the move; offsets continue at 1500
-        until(lambda: len(parquet_offsets(spark, out)) >= 2500 or query.exception(), "all rows", 180)
+        until_sync(lambda: len(parquet_offsets(spark, out)) >= 2500 or query.exception(), "all rows", 180)
         assert query.exception() is None
         query.stop()
         assert parquet_offsets(spark, out) == list(range(2500))  # every offset once, across the move

@@ -4,7 +4,7 @@ in-memory metadata store (leases, watches and transactions as etcd would give th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,8 +21,7 @@ from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
 from ister.storage.topic_storage import TopicStorage
-
-WAIT_SECONDS = 10.0
+from tests.support import until
 
 
 class Node:
@@ -34,14 +33,6 @@ class Node:
     @property
     def id(self) -> int:
         return self.cluster.broker_id
-
-
-async def until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def start_member(

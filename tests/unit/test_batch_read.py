@@ -25,8 +25,8 @@ from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
 from ister.storage.objects import list_descriptors, read_segment
 from ister.wire.gen import ister_v1_pb2 as pb
+from tests.support import free_port
 from tests.unit.isolation import run_module_in_child, skip_if_sharing, start_client_server
-from tests.unit.test_client_support import free_port
 
 
 @pytest.fixture(autouse=True)

@@ -19,9 +19,9 @@ from ister.core.record import decode_message
 from ister.ids import TopicName
 from ister.metadata.embedded import EmbeddedStore
 from ister.wire.gen import ister_v1_pb2 as pb
+from tests.support import free_port, until
 from tests.unit.isolation import run_module_in_child, skip_if_sharing, start_client_server
-from tests.unit.test_admin_cluster import close_cluster, start_member, until
-from tests.unit.test_client_support import free_port
+from tests.unit.test_admin_cluster import close_cluster, start_member
 
 
 @pytest.fixture(autouse=True)

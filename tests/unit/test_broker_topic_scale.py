@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -24,17 +23,13 @@ from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
 from ister.storage.objects import list_descriptors
 from ister.wire.status import status_for
+from tests.support import until
+
+WAIT = 15.0  # a bound for a failure report, not a timing assertion
 
 
 def _msg(payload: bytes) -> StoredMessage:
     return StoredMessage(payload=payload, publish_time=1, producer_id=1, producer_name="p")
-
-
-async def wait_until(check: Callable[[], bool], what: str, limit_s: float = 15.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 def fds_under(root: Path) -> int:
@@ -120,7 +115,7 @@ async def test_two_thousand_topics_cost_no_thread_and_no_file_each(
         most_threads = max(most_threads, threading.active_count())
         # at most max_open_segments segment files open for writing (the least recently written are
         # closed right after their turn), plus the one lock on <data_dir>/wal
-        await wait_until(lambda: fds_under(wal_root) <= 64 + 1, "the open segment files to be capped")
+        await until(lambda: fds_under(wal_root) <= 64 + 1, "the open segment files to be capped", WAIT)
         assert broker.writers.stats()["open_files"] <= 64
     assert len(broker.topics) == 2000
     assert most_threads <= 64
@@ -137,7 +132,7 @@ async def test_idle_topics_hold_no_segment_file_open(make_broker: Callable[..., 
     wal_root = tmp_path / "wal"
     await asyncio.gather(*(publish_one(broker, f"/default/t{i}") for i in range(300)))
     # idle: every segment file closed, one descriptor left for all 300 WALs (the lock root)
-    await wait_until(lambda: fds_under(wal_root) == 1, "idle segment files to be closed")
+    await until(lambda: fds_under(wal_root) == 1, "idle segment files to be closed", WAIT)
     assert broker.writers.stats()["open_files"] == 0
     await publish_one(broker, "/default/t7")
     topic = broker.topics["/default/t7"]
@@ -162,15 +157,13 @@ async def test_quiet_exported_topics_get_no_export_passes(
         found = [await list_descriptors(broker.store, TopicName.parse(n)) for n in names]
         return all(d and d[-1].end_offset == 0 for d in found)
 
-    deadline = time.monotonic() + 20
-    while not await exported():  # each topic's record rotates out of its idle segment, then exports
-        assert time.monotonic() < deadline, "records not exported"
-        await asyncio.sleep(0.05)
+    # each topic's record rotates out of its idle segment, then exports
+    await until(exported, "the records exported", 20, poll=0.05)
     exports = broker.exports
     ticks = exports.ticks
-    await wait_until(lambda: exports.ticks >= ticks + 2, "two walks")  # the last passes settle
+    await until(lambda: exports.ticks >= ticks + 2, "two walks", WAIT)  # the last passes settle
     ticks, passes = exports.ticks, exports.passes
-    await wait_until(lambda: exports.ticks >= ticks + 10, "ten walks over the quiet topics")
+    await until(lambda: exports.ticks >= ticks + 10, "ten walks over the quiet topics", WAIT)
     assert exports.passes == passes  # nothing to do for any of them: no pass, no I/O
     await publish_one(broker, names[0])  # written again: that topic (alone) gets passes again
-    await wait_until(lambda: exports.passes > passes, "a pass for the written topic")
+    await until(lambda: exports.passes > passes, "a pass for the written topic", WAIT)

@@ -10,7 +10,8 @@ import pytest
 
 from ister import errors
 from ister.client import Client, SubType
-from tests.unit.test_client_support import FakeServer, wait_until
+from tests.support import until
+from tests.unit.test_client_support import FakeServer
 
 
 @pytest.fixture
@@ -60,7 +61,7 @@ async def test_iterate_and_ack(server: FakeServer, client: Client) -> None:
     )
     assert m.publish_time > 1_600_000_000_000
     sub = server.servicer.subs[("/default/t", "sub")]
-    await wait_until(lambda: sub.acked == {0, 1}, what="acks")
+    await until(lambda: sub.acked == {0, 1}, "acks")
     await c.close()
     assert [x async for x in c] == []  # iteration ends once closed
 
@@ -72,7 +73,7 @@ async def test_acks_are_coalesced_into_ranges_with_gaps(server: FakeServer, clie
     got = await take(c, 3000)
     await c.ack_batch([m for m in got if m.offset % 10 != 3])
     sub = server.servicer.subs[("/default/t", "sub")]
-    await wait_until(lambda: len(sub.acked) == 2700, what="acks")
+    await until(lambda: len(sub.acked) == 2700, "acks")
     assert sub.ack_frames <= 5  # thousands of acks in a handful of frames
     assert sub.unacked == {o for o in range(3000) if o % 10 == 3}
 
@@ -86,13 +87,13 @@ async def test_unacked_are_redelivered_after_reconnect(server: FakeServer, clien
         if m.offset % 2 == 0:
             await m.ack()
     sub = server.servicer.subs[("/default/t", "sub")]
-    await wait_until(lambda: len(sub.acked) == 5, what="acks")
+    await until(lambda: len(sub.acked) == 5, "acks")
     await server.restart(down_for=0.2)
     again = await take(c, 5, within=10.0)
     assert sorted(m.offset for m in again) == [1, 3, 5, 7, 9]
     assert all(m.redelivered for m in again)
     await c.ack_batch(again)
-    await wait_until(lambda: not sub.unacked, what="all acked")
+    await until(lambda: not sub.unacked, "all acked")
     assert server.servicer.consume_opens == 2
 
 
@@ -107,7 +108,7 @@ async def test_acks_made_while_disconnected_are_sent_after_reconnect(
     await c.ack_batch(got)  # buffered: the stream is down
     await server.start()
     sub = server.servicer.subs[("/default/t", "sub")]
-    await wait_until(lambda: sub.acked == {0, 1, 2, 3}, within=10.0, what="acks after reconnect")
+    await until(lambda: sub.acked == {0, 1, 2, 3}, "acks after reconnect", 10.0)
 
 
 async def test_nack_redelivers(server: FakeServer, client: Client) -> None:
@@ -139,9 +140,9 @@ async def test_ack_upto(server: FakeServer, client: Client) -> None:
     got = await take(c, 20)
     await c.ack_upto(got[14])
     sub = server.servicer.subs[("/default/t", "sub")]
-    await wait_until(lambda: sub.acked == set(range(15)), what="cumulative ack")
+    await until(lambda: sub.acked == set(range(15)), "cumulative ack")
     await c.ack_upto(19)
-    await wait_until(lambda: not sub.unacked, what="cumulative ack by offset")
+    await until(lambda: not sub.unacked, "cumulative ack by offset")
 
 
 async def test_partitioned_consumer_merges(server: FakeServer, client: Client) -> None:
@@ -157,7 +158,7 @@ async def test_partitioned_consumer_merges(server: FakeServer, client: Client) -
     await c.ack_batch(got)
     for part in c.partitions:
         sub = server.servicer.subs[(part, "sub")]
-        await wait_until(lambda sub=sub: not sub.unacked, what=f"acks on {part}")  # type: ignore[misc]
+        await until(lambda sub=sub: not sub.unacked, f"acks on {part}")  # type: ignore[misc]
 
 
 async def test_consumer_errors(server: FakeServer, client: Client) -> None:
@@ -201,5 +202,5 @@ async def test_many_ranges_are_split_across_frames(server: FakeServer, client: C
     got = await take(c, 10_000)
     await c.ack_batch([m for m in got if m.offset % 2 == 0])  # 5,000 separate ranges
     sub = server.servicer.subs[("/default/t", "sub")]
-    await wait_until(lambda: len(sub.acked) == 5_000, what="acks")
+    await until(lambda: len(sub.acked) == 5_000, "acks")
     assert sub.ack_frames >= 2

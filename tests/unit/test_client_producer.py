@@ -12,7 +12,8 @@ import pytest
 from ister import errors
 from ister.client import Client
 from ister.client.routing import fnv1a_64
-from tests.unit.test_client_support import FakeServer, stored_messages, stored_payloads, wait_until
+from tests.support import until
+from tests.unit.test_client_support import FakeServer, stored_messages, stored_payloads
 
 
 @pytest.fixture
@@ -255,5 +256,5 @@ async def test_producer_id_change_reencodes(server: FakeServer, client: Client) 
     await p.send(b"1")
     server.servicer.producer_ids[("/default/t", "same")] = 999  # the broker hands out a new id
     await server.restart()
-    await wait_until(lambda: server.servicer.opens >= 1)
+    await until(lambda: server.servicer.opens >= 1, "the stream opened")
     assert await p.send(b"2") == 1  # the fake asserts records carry the id of PublishOpened

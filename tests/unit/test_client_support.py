@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,15 +26,10 @@ from ister.errors import InvalidArgument
 from ister.ids import TopicName
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
+from tests.support import free_port
 
 _decode_records = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode
 _decode_record = msgspec.msgpack.Decoder(StoredMessage).decode
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -48,6 +42,38 @@ class SubState:
     ack_frames: int = 0
     acked: set[int] = field(default_factory=set)
     nacked: list[int] = field(default_factory=list)
+
+    def apply(self, req: Any) -> None:
+        """An Ack or Nack frame from the consumer (anything else is ignored)."""
+        kind = req.WhichOneof("kind")
+        if kind == "ack":
+            self.ack_frames += 1
+            for r in req.ack.ranges:
+                for off in range(r.first, r.last + 1):
+                    self.unacked.discard(off)
+                    self.acked.add(off)
+            if req.ack.HasField("upto"):
+                for off in [x for x in self.unacked if x <= req.ack.upto]:
+                    self.unacked.discard(off)
+                    self.acked.add(off)
+        elif kind == "nack":
+            for r in req.nack.ranges:
+                for off in range(r.first, r.last + 1):
+                    if off in self.unacked:
+                        self.nacked.append(off)
+                        self.redeliver.append(off)
+
+    def next_delivery(self, stored: int) -> list[int]:
+        """The offsets to send next within the window: redeliveries first, then new records (not yet
+        marked unacked)."""
+        room = self.window - len(self.unacked - set(self.redeliver))
+        out: list[int] = []
+        while self.redeliver and len(out) < max(room, 0):
+            out.append(self.redeliver.pop(0))
+        while self.next_offset < stored and len(out) < room:
+            out.append(self.next_offset)
+            self.next_offset += 1
+        return out
 
 
 class FakeIster(pb_grpc.IsterServicer):  # type: ignore[misc]
@@ -196,35 +222,13 @@ class FakeIster(pb_grpc.IsterServicer):  # type: ignore[misc]
                 req = await context.read()
                 if req is grpc.aio.EOF:
                     return
-                kind = req.WhichOneof("kind")
-                if kind == "ack":
-                    sub.ack_frames += 1
-                    for r in req.ack.ranges:
-                        for off in range(r.first, r.last + 1):
-                            sub.unacked.discard(off)
-                            sub.acked.add(off)
-                    if req.ack.HasField("upto"):
-                        for off in [x for x in sub.unacked if x <= req.ack.upto]:
-                            sub.unacked.discard(off)
-                            sub.acked.add(off)
-                elif kind == "nack":
-                    for r in req.nack.ranges:
-                        for off in range(r.first, r.last + 1):
-                            if off in sub.unacked:
-                                sub.nacked.append(off)
-                                sub.redeliver.append(off)
+                sub.apply(req)
                 poke.set()
 
         task = asyncio.create_task(reader())
         try:
             while not task.done():
-                room = sub.window - len(sub.unacked - set(sub.redeliver))
-                out: list[int] = []
-                while sub.redeliver and len(out) < max(room, 0):
-                    out.append(sub.redeliver.pop(0))
-                while sub.next_offset < len(store) and len(out) < room:
-                    out.append(sub.next_offset)
-                    sub.next_offset += 1
+                out = sub.next_delivery(len(store))
                 if out:
                     sub.unacked.update(out)
                     frames = b"".join(encode_frame(off, store[off]) for off in out)
@@ -271,16 +275,6 @@ class FakeServer:
         if down_for:
             await asyncio.sleep(down_for)  # the broker is down for a while (not an assertion)
         await self.start()
-
-
-async def wait_until(predicate: Callable[[], bool], within: float = 5.0, what: str = "condition") -> None:
-    """Poll `predicate` until true; fail after `within` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"{what} not reached within {within} s")
-        await asyncio.sleep(0.01)
 
 
 def stored_messages(fake: FakeIster, topic: str) -> list[StoredMessage]:

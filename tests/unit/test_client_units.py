@@ -189,7 +189,8 @@ def test_encode_records_array_headers() -> None:
 async def test_seed_urls_skip_a_dead_broker() -> None:
     from ister.client import Client
     from ister.errors import InvalidArgument, Unavailable
-    from tests.unit.test_client_support import FakeServer, free_port
+    from tests.support import free_port
+    from tests.unit.test_client_support import FakeServer
 
     server = FakeServer()
     await server.start()

@@ -40,7 +40,8 @@ from ister.metadata.store import (
     Watch,
     WatchEvent,
 )
-from tests.etcd_server import EtcdServer, etcd_binary, free_port
+from tests.etcd_server import EtcdServer, etcd_binary
+from tests.support import free_port
 
 WAIT = 5.0  # upper bound for anything we wait on; tests normally finish far sooner
 ETCD_MIN_TTL = 2.0  # etcd raises shorter lease TTLs to ceil(1.5 x election timeout) = 2 s by default

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from ister.storage.objects.retention import LocalRetention, deletable
 from ister.storage.objects.segment import object_key, object_name, read_segment
 from ister.storage.objects.store import ObjectStore, ObjectStoreUnavailable, PutInfo, open_store
 from ister.storage.wal import Wal, WalConfig
+from tests.support import until
 
 TOPIC = "/default/orders"
 SMALL = WalConfig(segment_max_bytes=1024)
@@ -60,13 +60,6 @@ class FlakyObjects(ObjectStore):
         if self.down:
             raise ObjectStoreUnavailable("injected: store down")
         return await super().put(key, data)
-
-
-async def until(condition: Callable[[], bool], seconds: float = 5.0) -> None:
-    """Poll a condition that no event signals (the exporter's health counters)."""
-    async with asyncio.timeout(seconds):
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
 
 
 def payload(i: int) -> bytes:
@@ -306,11 +299,14 @@ async def test_run_backs_off_while_the_store_is_down_and_catches_up(tmp_path: Pa
     task = asyncio.create_task(exporter.run(0.02, initial_backoff=0.01, max_backoff=0.05))
     try:
         await fill(wal, 150)  # producing is never blocked by the exporter
-        await until(lambda: exporter.failures >= 3)
+        await until(lambda: exporter.failures >= 3, "three failed export attempts")
         assert isinstance(exporter.last_error, ObjectStoreUnavailable)
         assert await list_descriptors(meta, TOPIC) == []
         objects.down = False
-        await until(lambda: exporter.failures == 0 and len(exporter.descriptors) == len(wal.segments()) - 1)
+        await until(
+            lambda: exporter.failures == 0 and len(exporter.descriptors) == len(wal.segments()) - 1,
+            "every closed segment exported after the store came back",
+        )
         assert exporter.failures == 0 and exporter.last_error is None
         assert_contiguous(await list_descriptors(meta, TOPIC), 0, wal.segments()[-1][0] - 1)
     finally:

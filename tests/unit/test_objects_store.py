@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from ister.errors import InvalidArgument, NotFound, StorageError
 from ister.limits import MiB
 from ister.storage.objects.options import split_options
 from ister.storage.objects.store import ObjectStore, ObjectStoreUnavailable, open_store
+from tests.support import free_port
 
 
 @pytest.fixture(params=["memory", "file"])
@@ -129,17 +129,11 @@ def test_file_store_creates_its_directory(tmp_path: Path) -> None:
     assert target.is_dir()
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_unreachable_endpoint_is_retriable() -> None:
     store = open_store(
         "s3://bucket",
         {
-            "endpoint": f"http://127.0.0.1:{_closed_port()}",
+            "endpoint": f"http://127.0.0.1:{free_port()}",
             "access_key_id": "a",
             "secret_access_key": "b",
             "region": "us-east-1",

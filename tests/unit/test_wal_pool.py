@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import grpc
@@ -19,6 +18,7 @@ from ister.core.frames import scan_frames
 from ister.errors import StorageError
 from ister.storage.wal import Wal, WalConfig, WriterPool
 from ister.wire.status import status_for
+from tests.support import until
 
 
 def wal_fds(root: Path) -> list[str]:
@@ -42,15 +42,6 @@ def file_records(directory: Path) -> list[tuple[int, bytes]]:
         assert res.stop == "end", (path, res.stop)
         out.extend((o, bytes(p)) for o, p, _ in res.frames)
     return out
-
-
-async def wait_until(check: object, what: str, limit_s: float = 10.0) -> None:
-    """Poll `check()` (a condition the pool reaches by itself) until true, or fail after `limit_s`."""
-    assert callable(check)
-    deadline = time.monotonic() + limit_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -98,7 +89,7 @@ async def test_idle_segment_files_are_closed_and_reopened_on_demand(tmp_path: Pa
         assert len(wal_fds(tmp_path)) == 1
         for wal in wals:
             assert await wal.append([b"first"]) == 0
-        await wait_until(lambda: len(wal_fds(tmp_path)) == 1, "idle segment files to be closed")
+        await until(lambda: len(wal_fds(tmp_path)) == 1, "idle segment files to be closed")
         assert pool.stats()["open_files"] == 0
         for wal in wals:  # reopened for the next write
             assert await wal.append([b"second"]) == 1
@@ -119,8 +110,8 @@ async def test_idle_close_in_interval_mode_syncs_first(tmp_path: Path) -> None:
     try:
         assert await wal.append([b"a", b"b"]) == 0
         assert wal.synced_offset == 0  # written, not yet fdatasync'd
-        await wait_until(lambda: wal.synced_offset == 2, "the idle close's fdatasync")
-        await wait_until(lambda: len(wal_fds(tmp_path)) == 1, "the idle close")
+        await until(lambda: wal.synced_offset == 2, "the idle close's fdatasync")
+        await until(lambda: len(wal_fds(tmp_path)) == 1, "the idle close")
         assert await wal.append([b"c"]) == 2
         await wal.flush()
         assert file_records(tmp_path / "w") == [(0, b"a"), (1, b"b"), (2, b"c")]
@@ -137,8 +128,8 @@ async def test_open_segment_files_are_capped(tmp_path: Path) -> None:
             for wal in wals:
                 assert await wal.append([b"r%d" % round_]) == round_
             # the least recently written beyond the cap are closed (right after their turn)
-            await wait_until(lambda: pool.stats()["open_files"] <= 8, "the open-file cap")
-            await wait_until(lambda: len(wal_fds(tmp_path)) <= 8 + 1, "descriptors under the cap")
+            await until(lambda: pool.stats()["open_files"] <= 8, "the open-file cap")
+            await until(lambda: len(wal_fds(tmp_path)) <= 8 + 1, "descriptors under the cap")
         for wal in wals:
             assert file_records(wal.directory) == [(0, b"r0"), (1, b"r1"), (2, b"r2")]
     finally:
@@ -280,7 +271,7 @@ async def test_every_wal_gets_its_checkpoint_when_many_are_written_at_once(tmp_p
         def all_recorded() -> bool:
             return all((c := read_checkpoint(w.directory)) is not None and c.next_offset == 1 for w in wals)
 
-        await wait_until(all_recorded, "every WAL's checkpoint")
+        await until(all_recorded, "every WAL's checkpoint")
     finally:
         for wal in wals:
             await wal.close()

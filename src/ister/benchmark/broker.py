@@ -41,10 +41,11 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float, what: st
     raise RuntimeError(f"{what} did not open port {port} within {timeout:.0f} s")
 
 
-def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
+def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
+    """SIGKILL `proc` if it still runs, and reap it."""
     if proc is not None and proc.poll() is None:
         proc.kill()
-        proc.wait(10)
+        proc.wait(timeout)
 
 
 class BenchBroker:

@@ -1,4 +1,4 @@
-"""Prometheus metrics with Danube's names where Danube has one (reference §9, storage-dispatch §3.18).
+"""Prometheus metrics with Danube's names where Danube has one (docs/architecture.md §9).
 
 Broker-wide metrics are plain prometheus_client metrics. Per-topic and per-subscription series (labels
 `topic`, `subscription`) are kept here instead, in `TopicFamily`s: an increment is an integer add on the

@@ -248,7 +248,8 @@ class ReliableSubscription(Subscription):
             self._skip(reader.next_offset, now)
 
     def _offer_across_gaps(self, records: Sequence[tuple[int, object]], keys: list[str], now: int) -> None:
-        """Offer records that skip offsets (DESIGN §2, invariant 9): each gap is skipped, each run offered."""
+        """Offer records that skip offsets (gaps never wedge: docs/architecture.md §12): each gap is skipped,
+        each run offered."""
         state = self._state
         run_start = 0
         for i in range(1, len(records) + 1):

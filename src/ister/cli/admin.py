@@ -1,6 +1,6 @@
 """`ister admin ...`: topics, namespaces and brokers through the admin gRPC API (package `danube_admin`).
 
-Command names follow danube-admin (reference §6.2). Every command takes `--admin-addr HOST:PORT` (env
+Command names follow danube-admin (docs/admin.md). Every command takes `--admin-addr HOST:PORT` (env
 `ISTER_ADMIN_ADDR`, default 127.0.0.1:50051) and `--output table|json`. Failures print `error: <message>` and
 exit 1; usage errors exit 2. Documented in docs/admin.md.
 """

@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from ister import errors
-from ister.client._conn import RetryBudget
-from ister.client.errors import ConnectionLost, exhausted, to_ister_error
+from ister.client.errors import ConnectionLost
+from ister.client.reconnect import ReconnectingStream
 from ister.client.records import RECORD_OVERHEAD, Batch, Payload
 from ister.client.streams import raise_call_status, run_until_first_error
 from ister.wire.gen import ister_v1_pb2 as pb
@@ -53,7 +53,7 @@ DEFAULT_INFLIGHT = 16  # when the broker names no limit
 ACK_TIMEOUT_SECONDS = 45.0  # the broker fails a publish whose fsync takes 30 s; this is the backstop
 
 
-class PartitionPublisher:
+class PartitionPublisher(ReconnectingStream):
     """The publish stream of one topic. Created and driven by `Producer`; not thread-safe."""
 
     def __init__(
@@ -216,45 +216,29 @@ class PartitionPublisher:
         return b, index, stop, added
 
     # -- the stream -----------------------------------------------------------------------------------------
-    async def _run(self) -> None:
-        budget = RetryBudget(self.client.retry)
-        while not self._closing:
-            try:
-                await self._session()
-                return  # closing
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                err = to_ister_error(exc)
-            if self._closing:
-                return
-            if not err.retriable:
-                if self._phase == "stream" and self._inflight:
-                    bad = self._inflight.popleft()
-                    log.warning("%s: batch %d rejected: %s", self.topic, bad.seq, err)
-                    self._release(bad)
-                    bad.fail(err)
-                    budget.reset()
-                    continue  # re-open at once and re-send the batches after it
-                await self._give_up(err)
-                budget.reset()
-                continue
-            if self._acked_in_session or (self._phase == "stream" and not self._inflight and not self._queue):
-                budget.reset()  # the stream made progress (or had nothing to lose): a fresh failure
-            delay = budget.next_delay()
-            if delay is None:
-                await self._give_up(exhausted(err, budget, f"{self.topic}: publishing"))
-                budget.reset()
-                continue
-            log.info(
-                "%s: publish stream failed in %s (%s); retry %d in %.2f s",
-                self.topic,
-                self._phase,
-                err,
-                budget.attempts,
-                delay,
-            )
-            await asyncio.sleep(delay)
+    # The reconnect loop (ReconnectingStream._run) calls these.
+    def _progressed(self) -> bool:
+        return bool(self._acked_in_session) or (
+            self._phase == "stream" and not self._inflight and not self._queue
+        )
+
+    async def _rejected(self, err: errors.IsterError) -> None:
+        if self._phase == "stream" and self._inflight:
+            bad = self._inflight.popleft()
+            log.warning("%s: batch %d rejected: %s", self.topic, bad.seq, err)
+            self._release(bad)
+            bad.fail(err)
+            return  # re-open at once and re-send the batches after it
+        await self._give_up(err)
+
+    async def _exhausted(self, err: errors.IsterError) -> None:
+        await self._give_up(err)
+
+    def _activity(self) -> str:
+        return f"{self.topic}: publishing"
+
+    def _failure(self) -> str:
+        return f"publish stream failed in {self._phase}"
 
     async def _give_up(self, err: errors.IsterError) -> None:
         """Fail everything pending with `err`, then wait until there is new work (or the first open)."""
@@ -295,23 +279,8 @@ class PartitionPublisher:
         try:
             delivery = pb.RELIABLE if self._reliable else pb.NON_RELIABLE
             opening = pb.PublishOpen(topic=self.topic, producer_name=self.name, delivery=delivery)
-            timeout = self.client.connect_timeout
-            try:
-                async with asyncio.timeout(timeout):
-                    try:
-                        await call.write(pb.PublishRequest(open=opening))
-                    except grpc.aio.AioRpcError:
-                        raise
-                    except Exception:
-                        await raise_call_status(call, f"opening the publish stream on {url} failed")
-                    resp = await call.read()
-            except TimeoutError:
-                raise errors.Unavailable(
-                    f"{self.topic}: no answer to PublishOpen from {url} within {timeout:g} s"
-                ) from None
-            if resp is grpc.aio.EOF or resp.WhichOneof("kind") != "opened":
-                await raise_call_status(call, "the broker did not answer PublishOpen")
-            self._opened(resp.opened)
+            request = pb.PublishRequest(open=opening)
+            self._opened(await self._open(call, request, url, "publish", "PublishOpen"))
             self._phase = "stream"
             # Everything unacknowledged goes out again on this stream, in order; the first batch alone
             # until it is acked, so that if it is the one that broke the last stream its rejection comes

@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from ister import errors
-from ister.client._conn import RetryBudget
-from ister.client.errors import exhausted, to_ister_error
 from ister.client.messages import Message, decode_batch, offset_ranges
+from ister.client.reconnect import ReconnectingStream
 from ister.client.streams import raise_call_status, run_until_first_error
 from ister.wire.gen import ister_v1_pb2 as pb
 
@@ -45,7 +44,7 @@ MAX_RANGES_PER_FRAME = 4096  # the broker accepts up to 10,000 ranges in one Ack
 STABLE_SECONDS = 5.0  # a stream that lived this long before failing resets the retry count
 
 
-class Subscriber:
+class Subscriber(ReconnectingStream):
     """The consume stream of one topic, feeding a shared queue. Created and driven by `Consumer`."""
 
     def __init__(
@@ -148,33 +147,23 @@ class Subscriber:
         self._ack_wake.set()
 
     # -- the stream -----------------------------------------------------------------------------------------
-    async def _run(self) -> None:
-        budget = RetryBudget(self.client.retry)
-        while not self._closing:
-            try:
-                await self._session()
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                err = to_ister_error(exc)
-            if self._closing:
-                return
-            if not err.retriable:
-                self._fail(err)
-                return
-            if self._opened_at is not None and (
-                self._delivered_in_session or self._loop.time() - self._opened_at > STABLE_SECONDS
-            ):
-                budget.reset()  # the stream worked: this is a fresh failure
-            delay = budget.next_delay()
-            if delay is None:
-                self._fail(exhausted(err, budget, f"{self.topic}: consuming {self.subscription}"))
-                return
-            log.info(
-                "%s: consume stream failed (%s); retry %d in %.2f s", self.topic, err, budget.attempts, delay
-            )
-            await asyncio.sleep(delay)
+    # The reconnect loop (ReconnectingStream._run) calls these.
+    def _progressed(self) -> bool:
+        return self._opened_at is not None and (
+            bool(self._delivered_in_session) or self._loop.time() - self._opened_at > STABLE_SECONDS
+        )
+
+    async def _rejected(self, err: errors.IsterError) -> None:
+        self._fail(err)
+
+    async def _exhausted(self, err: errors.IsterError) -> None:
+        self._fail(err)
+
+    def _activity(self) -> str:
+        return f"{self.topic}: consuming {self.subscription}"
+
+    def _failure(self) -> str:
+        return "consume stream failed"
 
     def _fail(self, err: errors.IsterError) -> None:
         log.warning("%s/%s: consumer failed: %s", self.topic, self.subscription, err)
@@ -206,24 +195,9 @@ class Subscriber:
                 key_filters=list(self._key_filters),
                 window=self._window,
             )
-            timeout = self.client.connect_timeout
-            try:
-                async with asyncio.timeout(timeout):
-                    try:
-                        await call.write(pb.ConsumeRequest(open=opening))
-                    except grpc.aio.AioRpcError:
-                        raise
-                    except Exception:
-                        await raise_call_status(call, f"opening the consume stream on {url} failed")
-                    resp = await call.read()
-            except TimeoutError:
-                raise errors.Unavailable(
-                    f"{self.topic}: no answer to ConsumeOpen from {url} within {timeout:g} s"
-                ) from None
-            if resp is grpc.aio.EOF or resp.WhichOneof("kind") != "opened":
-                await raise_call_status(call, "the broker did not answer ConsumeOpen")
-            self.consumer_id = int(resp.opened.consumer_id)
-            self.window = int(resp.opened.window) or self._window
+            opened = await self._open(call, pb.ConsumeRequest(open=opening), url, "consume", "ConsumeOpen")
+            self.consumer_id = int(opened.consumer_id)
+            self.window = int(opened.window) or self._window
             self._opened_at = self._loop.time()
             if not self._ready.done():
                 self._ready.set_result(None)

@@ -1,4 +1,5 @@
-"""The leader's load manager loop (seed 002): balance metrics, automated rebalancing and broker drain.
+"""The leader's load manager loop (docs/architecture.md §13): balance metrics, automated rebalancing and
+broker drain.
 
 Every move — rebalancing or drain — goes through the unload path of the durable tier: one transaction
 deletes the assignment and writes `{"reason":"unload","from_broker","to_broker"?,"ready":false}`; the owner

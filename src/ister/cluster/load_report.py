@@ -1,5 +1,5 @@
-"""The load report each cluster broker writes to `/cluster/load/{broker_id}` (seed 002; fields as
-Danube v0.15's report): resource usage from psutil, per-topic rates and client counts, totals.
+"""The load report each cluster broker writes to `/cluster/load/{broker_id}` (docs/architecture.md §13;
+fields as Danube v0.15's report): resource usage from psutil, per-topic rates and client counts, totals.
 
 Rates are deltas of cumulative counters between two reports divided by the elapsed time; the first
 report of a topic has rate 0.

@@ -84,7 +84,8 @@ class Membership:
     def registration(self) -> dict[str, Any]:
         url = self.config.broker_url
         value: dict[str, Any] = {
-            # Danube v0.15 field names, then seed 003's, so tools of either era can read it.
+            # Danube v0.15 field names, then the older layout's (docs/metadata.md, `/cluster/register`),
+            # so tools of either era can read it.
             "broker_url": url,
             "connect_url": url,
             "admin_addr": http_url(self.config.admin_addr),

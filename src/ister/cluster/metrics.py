@@ -1,4 +1,5 @@
-"""Cluster metrics with seed 002's names. Balance gauges are set by the leader only."""
+"""Cluster metrics with Danube's names (docs/architecture.md §9, §13). Balance gauges are set by the leader
+only."""
 
 from __future__ import annotations
 

@@ -315,9 +315,31 @@ class ClusterNode:
         topics. Everything is re-checked once per SWEEP_SECONDS too (retries after failed hand-offs)."""
         host = self._host
         assert host is not None
+        reset, added, suspects = self._assignment_changes()
+        owners_reset, owners_changed = self._owners_feed.drain()
+        for key in owners_changed:
+            if (topic := keys.owner_topic_from_key(key)) is not None and topic in self.guards:
+                suspects.add(topic)
+        now = time.monotonic()
+        sweep = reset or owners_reset or now - self._swept >= SWEEP_SECONDS
+        if sweep:
+            self._swept = now
+        for topic in list(self.guards) if sweep else sorted(suspects & self.guards.keys()):
+            await self._recheck_guard(topic)
+        await self._answer_unload_markers(sweep)
+        if not self.clock.valid():
+            return  # do not claim anything while the lease may be gone
+        mine = self._mine
+        for topic in sorted(mine if sweep else added & mine):
+            if topic not in self._loading and not host.is_loaded(topic):
+                self._loading[topic] = asyncio.get_running_loop().create_task(self._load(topic))
+
+    def _assignment_changes(self) -> tuple[bool, set[str], set[str]]:
+        """Apply the changes of this broker's assignment keys to `_mine`: (whether the feed was reset,
+        topics assigned here, loaded topics whose assignment went away)."""
         reset, changed = self._mine_feed.drain()
         added: set[str] = set()
-        suspects: set[str] = set()  # loaded topics whose assignment or owner record changed
+        suspects: set[str] = set()
         if reset:
             prefix = keys.broker_topics_prefix(self.broker_id)
             self._mine = {
@@ -335,30 +357,26 @@ class ClusterNode:
             else:
                 self._mine.add(topic)
                 added.add(topic)
-        owners_reset, owners_changed = self._owners_feed.drain()
-        for key in owners_changed:
-            if (topic := keys.owner_topic_from_key(key)) is not None and topic in self.guards:
-                suspects.add(topic)
-        now = time.monotonic()
-        sweep = reset or owners_reset or now - self._swept >= SWEEP_SECONDS
-        if sweep:
-            self._swept = now
-        mine = self._mine
-        for topic in list(self.guards) if sweep else sorted(suspects & self.guards.keys()):
-            guard = self.guards.get(topic)
-            if guard is None:
-                continue
-            kv = self.cache.get(keys.owner(topic))
-            record = OwnerRecord.parse(kv.value) if kv is not None else None
-            if topic not in mine:
-                marker_kv = self.cache.get(keys.unassigned(topic))
-                if marker_kv is not None and self._unload_marker(topic) is not None:
-                    await self._hand_off(topic, marker_kv)  # a move: seal, then let the leader reassign
-                else:
-                    await self._release(topic, "assignment removed")
-            elif record is not None and record.epoch > guard.epoch:
-                await self._release(topic, f"reassigned at epoch {record.epoch}")
-        # Unload markers for topics not loaded here (rare): the changed ones now, all of them on a sweep.
+        return reset, added, suspects
+
+    async def _recheck_guard(self, topic: str) -> None:
+        """A topic loaded here: hand it off when a move asks for it, release it when it was taken away."""
+        guard = self.guards.get(topic)
+        if guard is None:
+            return
+        kv = self.cache.get(keys.owner(topic))
+        record = OwnerRecord.parse(kv.value) if kv is not None else None
+        if topic not in self._mine:
+            marker_kv = self.cache.get(keys.unassigned(topic))
+            if marker_kv is not None and self._unload_marker(topic) is not None:
+                await self._hand_off(topic, marker_kv)  # a move: seal, then let the leader reassign
+            else:
+                await self._release(topic, "assignment removed")
+        elif record is not None and record.epoch > guard.epoch:
+            await self._release(topic, f"reassigned at epoch {record.epoch}")
+
+    async def _answer_unload_markers(self, sweep: bool) -> None:
+        """Unload markers for topics not loaded here (rare): the changed ones now, all of them on a sweep."""
         markers_reset, markers_changed = self._markers_feed.drain()
         if sweep or markers_reset:
             marker_kvs = self.cache.list(keys.UNASSIGNED_PREFIX)
@@ -371,16 +389,11 @@ class ClusterNode:
             waiting = keys.unassigned_topic_from_key(kv.key)
             if (
                 waiting is not None
-                and waiting not in mine
+                and waiting not in self._mine
                 and waiting not in self.guards
                 and self._unload_marker(waiting) is not None
             ):
                 await self._hand_off(waiting, kv)  # not loaded here: nothing to seal, just say ready
-        if not self.clock.valid():
-            return  # do not claim anything while the lease may be gone
-        for topic in sorted(mine if sweep else added & mine):
-            if topic not in self._loading and not host.is_loaded(topic):
-                self._loading[topic] = asyncio.get_running_loop().create_task(self._load(topic))
 
     async def _load(self, topic: str) -> None:
         host = self._host

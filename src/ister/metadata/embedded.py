@@ -37,14 +37,11 @@ from ister.errors import InvalidArgument, MetadataError
 from ister.limits import METADATA_TIMEOUT_SECONDS
 from ister.metadata.store import (
     DEFAULT_WATCH_QUEUE,
-    MAX_TXN_OPS,
     Compare,
-    Delete,
     KeyValue,
     LeaseNotFound,
     ListTooLarge,
     Op,
-    Put,
     Watch,
     WatchEvent,
     check_key,
@@ -52,6 +49,7 @@ from ister.metadata.store import (
     decode_value,
     encode_value,
 )
+from ister.metadata.txn import check_txn, check_version
 
 log = logging.getLogger(__name__)
 
@@ -109,57 +107,6 @@ class _Pending:
     puts: list[_PutOp]
     deletes: list[str]
     future: asyncio.Future[None]
-
-
-@dataclass(frozen=True, slots=True)
-class TxnPlan:
-    """A validated transaction: compares, then ops in the caller's order (`raw` None for a delete)."""
-
-    compares: list[Compare]
-    ops: list[tuple[str, bytes | None, int | None]]  # (key, encoded value or None, lease)
-
-
-def check_txn(compares: Sequence[Compare], ops: Sequence[Op]) -> TxnPlan:
-    """Validate a transaction's input (shared by the backends); InvalidArgument before anything changes.
-
-    At most MAX_TXN_OPS compares and MAX_TXN_OPS ops, valid keys and versions, JSON-encodable values,
-    integer leases, and each key at most once among the ops. Lease liveness is the backend's to check.
-    """
-    if isinstance(compares, str | bytes) or isinstance(ops, str | bytes):
-        raise InvalidArgument("txn compares and ops must be sequences of Compare and Put/Delete")
-    try:
-        compare_list = builtins.list(compares)
-        op_list = builtins.list(ops)
-    except TypeError as exc:
-        raise InvalidArgument(f"txn compares and ops must be sequences: {exc}") from exc
-    for what, items in (("compares", compare_list), ("ops", op_list)):
-        if len(items) > MAX_TXN_OPS:
-            raise InvalidArgument(f"txn has {len(items)} {what}, limit {MAX_TXN_OPS}")
-    for compare in compare_list:
-        if not isinstance(compare, Compare):
-            raise InvalidArgument(f"invalid txn compare {compare!r}: expected a Compare")
-        check_key(compare.key)
-        if compare.version is not None:
-            _check_version(compare.version)
-    planned: builtins.list[tuple[str, bytes | None, int | None]] = []
-    seen: set[str] = set()
-    for op in op_list:
-        if isinstance(op, Put):
-            check_key(op.key)
-            raw: bytes | None = encode_value(op.value)
-            if op.lease is not None and (isinstance(op.lease, bool) or not isinstance(op.lease, int)):
-                raise InvalidArgument(f"invalid lease id {op.lease!r}")
-            lease = op.lease
-        elif isinstance(op, Delete):
-            check_key(op.key)
-            raw, lease = None, None
-        else:
-            raise InvalidArgument(f"invalid txn op {op!r}: expected a Put or a Delete")
-        if op.key in seen:
-            raise InvalidArgument(f"txn touches key {op.key!r} more than once")
-        seen.add(op.key)
-        planned.append((op.key, raw, lease))
-    return TxnPlan(compare_list, planned)
 
 
 class _Sqlite:
@@ -392,7 +339,7 @@ class EmbeddedStore:
         self._check_open()
         check_key(key)
         if expected_version is not None:
-            _check_version(expected_version)
+            check_version(expected_version)
         raw = encode_value(value)
         await self._settle([key])
         if lease is not None:
@@ -407,7 +354,7 @@ class EmbeddedStore:
     async def compare_and_delete(self, key: str, *, expected_version: int) -> bool:
         self._check_open()
         check_key(key)
-        _check_version(expected_version)
+        check_version(expected_version)
         await self._settle([key])
         entry = self._entries.get(key)
         if entry is None or entry.revision != expected_version:
@@ -725,8 +672,3 @@ class EmbeddedStore:
         except TimeoutError:
             log.error("metadata store: the commit thread did not finish; database left open")
         executor.shutdown(wait=False)
-
-
-def _check_version(version: object) -> None:
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise InvalidArgument(f"invalid expected_version {version!r}: expected a positive revision")

@@ -40,7 +40,6 @@ from aetcd import rpc
 
 from ister.errors import InvalidArgument, MetadataError, WatchLagged
 from ister.limits import METADATA_TIMEOUT_SECONDS
-from ister.metadata.embedded import check_txn
 from ister.metadata.store import (
     DEFAULT_WATCH_QUEUE,
     Compare,
@@ -55,6 +54,7 @@ from ister.metadata.store import (
     decode_value,
     encode_value,
 )
+from ister.metadata.txn import check_txn, check_version
 
 log = logging.getLogger(__name__)
 
@@ -388,7 +388,7 @@ class EtcdStore:
         self._current()
         check_key(key)
         if expected_version is not None:
-            _check_version(expected_version)
+            check_version(expected_version)
         raw = encode_value(value)
         put = rpc.PutRequest(key=self._key(key), value=raw, lease=self._lease_for_put(lease))
         return await self._txn(
@@ -398,7 +398,7 @@ class EtcdStore:
     async def compare_and_delete(self, key: str, *, expected_version: int) -> bool:
         self._current()
         check_key(key)
-        _check_version(expected_version)
+        check_version(expected_version)
         delete = rpc.DeleteRangeRequest(key=self._key(key))
         return await self._txn(
             "compare_and_delete",
@@ -594,11 +594,6 @@ class EtcdStore:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._timeout):
                     await conn.close()
-
-
-def _check_version(version: object) -> None:
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise InvalidArgument(f"invalid expected_version {version!r}: expected a positive revision")
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""The metadata key layout (seed 003), as pure functions, plus parsers for listings.
+"""The metadata key layout (Danube's, docs/metadata.md "Keys"), as pure functions, plus parsers for listings.
 
 Every builder validates what it is given (topic names through `TopicName`, client-chosen names through
 `validate_client_name`, ids as u64), so a key can never gain or lose a `/` segment because of user input.

@@ -1,4 +1,5 @@
-"""The error ⇄ gRPC status table. Codes follow what the official Danube client depends on (DESIGN §4)."""
+"""The error ⇄ gRPC status table. Codes follow what the official Danube client depends on
+(docs/architecture.md §7)."""
 
 from __future__ import annotations
 

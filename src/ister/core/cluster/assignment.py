@@ -1,4 +1,5 @@
-"""Choosing a broker for a topic (seed 002, Fair strategy) with round-robin among near-equal brokers.
+"""Choosing a broker for a topic (the Fair strategy, docs/architecture.md §13) with round-robin among
+near-equal brokers.
 
 Scores are integers (topic counts for Fair); lower is better. The brokers within the round-robin threshold
 of the lowest score take turns, so a burst of new topics spreads evenly instead of piling onto the broker

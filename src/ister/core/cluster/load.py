@@ -1,8 +1,10 @@
-"""Broker load (seed 002): the report each broker writes at `/cluster/load/{broker_id}`, the per-second rates
-it is built from, the three ranking strategies and the cluster's imbalance metrics. Pure: times are passed in.
+"""Broker load (docs/architecture.md §13): the report each broker writes at `/cluster/load/{broker_id}`,
+the per-second rates it is built from, the three ranking strategies and the cluster's imbalance metrics.
+Pure: times are passed in.
 
 Scores are integers, lower is less loaded, ties broken by broker id, so the rankings plug straight into
-`BrokerSelector.choose`. Where the seed and Danube's code differ the seed wins (see each function).
+`BrokerSelector.choose`. Where Danube's load-manager specification and Danube's code differ the
+specification wins (see each function; docs/architecture.md §13 gives the formulas).
 """
 
 from __future__ import annotations
@@ -243,9 +245,10 @@ class RateTracker:
 
 # -- rankings ----------------------------------------------------------------------------------------------
 def topic_load_score(topic: TopicLoad) -> float:
-    """Seed: 0.2·topic_count + 0.3·throughput_mbps + 0.3·connections + 0.2·backlog/10000, for one topic.
+    """Specification: 0.2·topic_count + 0.3·throughput_mbps + 0.3·connections + 0.2·backlog/10000, for one
+    topic.
 
-    (Danube's code drops the count term and weighs MB/s 0.5; the seed's formula is used.)
+    (Danube's code drops the count term and weighs MB/s 0.5; the specification's formula is used.)
     """
     return (
         0.2
@@ -256,16 +259,17 @@ def topic_load_score(topic: TopicLoad) -> float:
 
 
 def weighted_topic_load(report: LoadReport) -> float:
-    """The seed's weighted topic load of a broker: the sum of its topics' load scores (0 without topics).
+    """The specification's weighted topic load of a broker: the sum of its topics' load scores (0 without
+    topics).
 
-    The seed writes the backlog term as `backlog * 0.2` here and `backlog/10000 * 0.2` for topic scores;
-    both use the /10000 scale so a broker's topic load is exactly the sum of its topics' scores.
+    The specification writes the backlog term as `backlog * 0.2` here and `backlog/10000 * 0.2` for topic
+    scores; both use the /10000 scale so a broker's topic load is exactly the sum of its topics' scores.
     """
     return sum(topic_load_score(t) for t in report.topics)
 
 
 def rank_fair(reports: Mapping[int, LoadReport]) -> Rankings:
-    """Seed Fair: score = number of topics."""
+    """Fair: score = number of topics."""
     return fair_rankings({b: r.topic_count for b, r in reports.items()})
 
 
@@ -276,7 +280,7 @@ def _ranked(scores: Mapping[int, float]) -> Rankings:
 
 
 def rank_balanced(reports: Mapping[int, LoadReport]) -> Rankings:
-    """Seed Balanced: trunc(0.3·weighted_topic_load + 0.35·CPU% + 0.35·Memory%).
+    """Balanced: trunc(0.3·weighted_topic_load + 0.35·CPU% + 0.35·Memory%).
 
     When no broker reports any CPU or memory usage (no resource monitor) the score is the topic count, as in
     Danube: otherwise the truncation would flatten every broker to (nearly) zero.
@@ -316,7 +320,7 @@ def weighted_load_metrics(reports: Mapping[int, LoadReport]) -> dict[int, tuple[
 
 
 def weighted_load_score(metrics: Sequence[float]) -> float:
-    """Seed WeightedLoad for one broker: if its bottleneck (largest normalised metric) is above 70 % it
+    """WeightedLoad for one broker: if its bottleneck (largest normalised metric) is above 70 % it
     weighs 50 % and the others share the rest evenly; otherwise every metric weighs the same (25 % each)."""
     bottleneck = max(metrics)
     if bottleneck > BOTTLENECK and len(metrics) > 1:
@@ -325,7 +329,7 @@ def weighted_load_score(metrics: Sequence[float]) -> float:
 
 
 def rank_weighted_load(reports: Mapping[int, LoadReport]) -> Rankings:
-    """Seed WeightedLoad: score = trunc(100 · weighted_load_score(normalised metrics))."""
+    """WeightedLoad: score = trunc(100 · weighted_load_score(normalised metrics))."""
     return _ranked({b: 100 * weighted_load_score(m) for b, m in weighted_load_metrics(reports).items()})
 
 
@@ -342,7 +346,7 @@ def rank(strategy: Strategy, reports: Mapping[int, LoadReport]) -> Rankings:
 # -- imbalance ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Imbalance:
-    """Spread of the ranking scores over the active brokers (seed 002, "Imbalance Detection")."""
+    """Spread of the ranking scores over the active brokers (the specification's "Imbalance Detection")."""
 
     loads: dict[int, float]  # active broker -> score
     mean: float = 0.0
@@ -363,9 +367,9 @@ class Imbalance:
 
 
 def imbalance(rankings: Rankings, active: Collection[int]) -> Imbalance:
-    """Seed: mean, population std-dev, CV = std/mean; overloaded above mean + std; underloaded below
-    mean - std and below half the mean. (Danube's code floors the std and halves it when CV > 0.3; the seed's
-    rule is used.)"""
+    """Specification: mean, population std-dev, CV = std/mean; overloaded above mean + std; underloaded below
+    mean - std and below half the mean. (Danube's code floors the std and halves it when CV > 0.3; the
+    specification's rule is used.)"""
     return imbalance_of({b: s for b, s in rankings if b in active})
 
 

@@ -1,8 +1,8 @@
 """Failed moves: the note an owner leaves when it cannot seal a topic, and how long the load manager waits.
 
-A move hands a topic off only once everything acknowledged is readable by the next owner (DESIGN §2,
-invariant 8). When the owner cannot make it so (no durable tier, the object store down), the topic stays
-where it is and the owner records why; the load manager then leaves the topic alone for a backoff that
+A move hands a topic off only once everything acknowledged is readable by the next owner (docs/architecture.md
+§12, "Unload / move"). When the owner cannot make it so (no durable tier, the object store down), the topic
+stays where it is and the owner records why; the load manager then leaves the topic alone for a backoff that
 doubles with each failure in a row, and a successful move clears the note.
 """
 

@@ -1,11 +1,11 @@
-"""Automated rebalancing (seed 002): the `load_manager.rebalancing` settings and the planner that picks at
-most one topic move per check. Pure and deterministic: load reports, topic ages, the move history and the
-current time are passed in; the caller persists the history and executes a move through the unload path
-(an unload marker naming `to_broker`, so the owner seals before the target loads; `Move.marker()` gives the
-plain `rebalance` marker, which `BrokerSelector.choose` also honours), never by deleting the topic. The
-caller passes as `owners` only topics that are not already moving.
+"""Automated rebalancing (docs/architecture.md §13): the `load_manager.rebalancing` settings and the planner
+that picks at most one topic move per check. Pure and deterministic: load reports, topic ages, the move
+history and the current time are passed in; the caller persists the history and executes a move through
+the unload path (an unload marker naming `to_broker`, so the owner seals before the target loads;
+`Move.marker()` gives the plain `rebalance` marker, which `BrokerSelector.choose` also honours), never by
+deleting the topic. The caller passes as `owners` only topics that are not already moving.
 
-Rules, in order (seed, with Danube's faults fixed):
+Rules, in order (Danube's load-manager specification, with Danube's faults fixed):
 
 1. At least `min_brokers_for_rebalance` *active* brokers (Danube counted inactive ones too).
 2. Imbalance over the active brokers' ranking scores; rebalance only if CV > the level's threshold.
@@ -13,11 +13,11 @@ Rules, in order (seed, with Danube's faults fixed):
    `cooldown_seconds` (Danube slept after a move instead, and a manual trigger bypassed the hourly cap).
 4. Sources: the overloaded brokers, most loaded first. When none is overloaded (two brokers never are, and
    after a broker joins only the newcomer stands out as underloaded) every broker above the mean is a source,
-   most loaded first: otherwise the seed's own "add brokers" scenario would never rebalance.
+   most loaded first: otherwise the specification's own "add brokers" scenario would never rebalance.
 5. Candidates on a source: topics its report lists that it still owns, not blacklisted, at least
    `min_topic_age_seconds` old (from their first-seen time), and not moved within max(cooldown, min topic
    age): a moved topic is young again on its new broker, so it can never bounce back within the cooldown.
-   Lightest first by the seed's topic load score.
+   Lightest first by the topic load score (`load.topic_load_score`).
 6. Target: the least loaded active broker other than the source. The move is made only if it narrows the
    gap: the topic's estimated share of the source's score is smaller than the source/target difference
    (so the pair's spread shrinks and moves cannot ping-pong). If the lightest candidate does not fit, the
@@ -185,7 +185,7 @@ class Move(msgspec.Struct, frozen=True, kw_only=True):
     from_broker: int
     to_broker: int
     reason: str = MOVE_REASON
-    estimated_load: float = 0.0  # the topic's load score (seed formula)
+    estimated_load: float = 0.0  # the topic's load score (`load.topic_load_score`)
     timestamp: float = 0.0  # when it was planned (the `now` given to the planner), seconds
 
     def marker(self) -> Marker:

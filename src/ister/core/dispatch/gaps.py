@@ -1,4 +1,5 @@
-"""Splitting what a log read returned into contiguous record runs and gaps (DESIGN §2 invariant 9).
+"""Splitting what a log read returned into contiguous record runs and gaps (docs/architecture.md §12, "Gaps
+never wedge").
 
 A read from offset `expected_next` returns records with ascending offsets; where offsets are missing (a
 dead broker's unexported tail, a damaged WAL range) the log has no records there. The broker feeds a

@@ -16,7 +16,8 @@ Choices where Danube differs (deliberately):
   matching consumer attaches.
 - Attaching a consumer that is already attached (a new stream taking over) resends its in-flight messages.
 
-Gaps (DESIGN §2 invariant 9): offers are strict (each must be `next_offset`). Where the log has no records
+Gaps (they never wedge a subscription: docs/architecture.md §12): offers are strict (each must be
+`next_offset`). Where the log has no records
 (a dead broker's unexported tail, a damaged WAL range) the broker calls `skip(first, end)` for the range
 instead; `split_runs` (`gaps.py`) splits a read into record runs and gaps. A skipped offset is never held,
 never delivered and takes no window slot; the cursor passes it as soon as everything below it is resolved.

@@ -1,7 +1,7 @@
 """The window of a reliable subscription and its cursor.
 
 The cursor is the highest offset below which everything is acknowledged or resolved. It never moves
-backwards and never passes an offset that is still unresolved (DESIGN §2 invariant 4).
+backwards and never passes an offset that is still unresolved (docs/architecture.md §8, invariant 4).
 
 `CursorTracker` is the standalone rule (offsets acknowledged out of order wait in a set until the gap below
 them closes); `HeldWindow` is what the state machine uses: it knows every held offset, so its cursor simply

@@ -48,7 +48,8 @@ _NAME = re.compile(r"^data-(0|[1-9]\d{0,19})-(0|[1-9]\d{0,19})\.dnb1$")
 
 
 def object_name(start: int, end: int) -> str:
-    """`data-<start>-<end>.dnb1`: the first and last offset (inclusive) in decimal, as in seed 003."""
+    """`data-<start>-<end>.dnb1`: the first and last offset (inclusive) in decimal (docs/formats.md, "Object
+    names")."""
     if not 0 <= start <= end <= MAX_OFFSET:
         raise InvalidArgument(f"invalid object range {start}..{end}")
     return f"data-{start}-{end}{SUFFIX}"
@@ -71,8 +72,9 @@ def object_key(prefix_for_topic: str, start: int, end: int) -> str:
 
 
 def topic_object_prefix(namespace: str, topic: str) -> str:
-    """The default key prefix of a topic's objects, `<namespace>/<topic>` (seed 000), relative to the
-    store URL (so `s3://bucket/ister` puts them under `ister/<namespace>/<topic>/` in the bucket)."""
+    """The default key prefix of a topic's objects, `<namespace>/<topic>` (docs/formats.md, "Object names"),
+    relative to the store URL (so `s3://bucket/ister` puts them under `ister/<namespace>/<topic>/` in the
+    bucket)."""
     return f"{namespace}/{topic}"
 
 

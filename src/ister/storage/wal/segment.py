@@ -206,49 +206,10 @@ def _recover(
         index = _new_index(index_every_frames, index_every_bytes)
         scan = scan_segment_file(path, first, verify_crc=last, index=index)
         if scan.stop != "end":
-            where = f"{path} at byte {scan.valid_size} (offset {scan.end_offset})"
-            if not last:
-                bound = files[i + 1][0]
-                if bound > scan.end_offset:
-                    log.error(
-                        "WAL segment damaged (%s): %s; offsets %d..%d cannot be read from it",
-                        scan.stop,
-                        where,
-                        scan.end_offset,
-                        bound - 1,
-                    )
-                    why = f"{scan.stop} in {path.name} at byte {scan.valid_size}"
-                    holes.append(Hole(scan.end_offset, bound, False, why))
-            elif (mark is not None and scan.end_offset < mark) or (
-                scan.stop == "gap" and _is_valid_frame_at(path, scan.valid_size)
-            ):
-                # Not a torn tail: acknowledged frames (below the high-water mark), or a checksum-valid frame
-                # with a wrong offset, are damaged. Keep the file as it is, start a new one past any frame it
-                # can still hold whole (each takes at least HEADER_SIZE bytes), and record the range as lost.
-                tail = scan.file_size - scan.valid_size
-                resume = max(mark or 0, scan.end_offset + tail // HEADER_SIZE)
-                log.error(
-                    "WAL segment damaged below its acknowledged high-water mark (%s): %s; offsets %d..%d are "
-                    "lost locally (%d bytes left unread in the file); new offsets start at %d",
-                    scan.stop,
-                    where,
-                    scan.end_offset,
-                    resume - 1,
-                    tail,
-                    resume,
-                )
-                why = f"{scan.stop} in {path.name} at byte {scan.valid_size}"
-                holes.append(Hole(scan.end_offset, resume, True, why))
-            else:
-                log.warning(
-                    "truncating torn WAL tail (%s): %s, %d -> %d bytes",
-                    scan.stop,
-                    path,
-                    scan.file_size,
-                    scan.valid_size,
-                )
-                _truncate(path, scan.valid_size)
-                truncated.append((path, scan.file_size, scan.valid_size))
+            next_first = None if last else files[i + 1][0]
+            bound = _on_damaged_scan(path, scan, next_first, mark, holes, truncated)
+            if bound is not None:
+                resume = bound
         seg = Segment(first, path, size=scan.valid_size, end_offset=scan.end_offset, index=index)
         if prev is not None and first < prev.end_offset:
             raise CorruptionError(
@@ -267,29 +228,8 @@ def _recover(
     last_end = segments[-1].end_offset if segments else None
     floor = max(start_offset, mark or 0, resume)
     next_offset = max(last_end, floor) if last_end is not None else floor
-    new_lost = resume > 0
-    if last_end is not None and mark is not None and mark > last_end:
-        known = [(h.first, h.end) for h in holes]
-        for lo, hi in _subtract(last_end, mark, known):
-            log.error(
-                "WAL %s ends at offset %d, below its acknowledged high-water mark %d: offsets %d..%d are "
-                "lost (a lost or damaged write); they are never handed out again",
-                directory,
-                last_end,
-                mark,
-                lo,
-                hi - 1,
-            )
-            holes.append(Hole(lo, hi, True, "segments end below the high-water mark"))
-            new_lost = True
-    elif last_end is None and mark is not None and mark > start_offset:
-        log.error(
-            "WAL %s has no segment file but its high-water mark is %d: offsets below it are not stored "
-            "locally; new offsets start at %d",
-            directory,
-            mark,
-            next_offset,
-        )
+    lost_below_mark = _check_against_mark(directory, start_offset, last_end, mark, next_offset, holes)
+    new_lost = resume > 0 or lost_below_mark
     holes.sort(key=lambda h: h.first)
 
     active = segments[-1] if segments else None
@@ -330,6 +270,102 @@ def _recover(
     first_offset = segments[head].first_offset
     holes = [h for h in holes if h.end > first_offset]
     return Recovered(segments, next_offset, first_offset, truncated, holes, mark, new_lost)
+
+
+def _check_against_mark(
+    directory: Path,
+    start_offset: int,
+    last_end: int | None,
+    mark: int | None,
+    next_offset: int,
+    holes: list[Hole],
+) -> bool:
+    """Compare where the segments end with the high-water mark. Segments ending below it: every offset in
+    between that no hole covers yet is lost (recorded as a hole, logged). No segment at all under a mark:
+    logged. Whether a new lost range was recorded."""
+    lost = False
+    if last_end is not None and mark is not None and mark > last_end:
+        known = [(h.first, h.end) for h in holes]
+        for lo, hi in _subtract(last_end, mark, known):
+            log.error(
+                "WAL %s ends at offset %d, below its acknowledged high-water mark %d: offsets %d..%d are "
+                "lost (a lost or damaged write); they are never handed out again",
+                directory,
+                last_end,
+                mark,
+                lo,
+                hi - 1,
+            )
+            holes.append(Hole(lo, hi, True, "segments end below the high-water mark"))
+            lost = True
+    elif last_end is None and mark is not None and mark > start_offset:
+        log.error(
+            "WAL %s has no segment file but its high-water mark is %d: offsets below it are not stored "
+            "locally; new offsets start at %d",
+            directory,
+            mark,
+            next_offset,
+        )
+    return lost
+
+
+def _on_damaged_scan(
+    path: Path,
+    scan: FileScan,
+    next_first: int | None,
+    mark: int | None,
+    holes: list[Hole],
+    truncated: list[tuple[Path, int, int]],
+) -> int | None:
+    """A segment file whose scan stopped before its end: record the unreadable range as a hole (a file
+    before the last, up to the next file's first offset; a last file damaged below the high-water mark),
+    or truncate a torn tail of the last file. Returns the offset new appends must start at when the
+    damage bounds it (a damaged last file), else None. `next_first` is None for the last file."""
+    where = f"{path} at byte {scan.valid_size} (offset {scan.end_offset})"
+    if next_first is not None:
+        bound = next_first
+        if bound > scan.end_offset:
+            log.error(
+                "WAL segment damaged (%s): %s; offsets %d..%d cannot be read from it",
+                scan.stop,
+                where,
+                scan.end_offset,
+                bound - 1,
+            )
+            why = f"{scan.stop} in {path.name} at byte {scan.valid_size}"
+            holes.append(Hole(scan.end_offset, bound, False, why))
+    elif (mark is not None and scan.end_offset < mark) or (
+        scan.stop == "gap" and _is_valid_frame_at(path, scan.valid_size)
+    ):
+        # Not a torn tail: acknowledged frames (below the high-water mark), or a checksum-valid frame
+        # with a wrong offset, are damaged. Keep the file as it is, start a new one past any frame it
+        # can still hold whole (each takes at least HEADER_SIZE bytes), and record the range as lost.
+        tail = scan.file_size - scan.valid_size
+        resume = max(mark or 0, scan.end_offset + tail // HEADER_SIZE)
+        log.error(
+            "WAL segment damaged below its acknowledged high-water mark (%s): %s; offsets %d..%d are "
+            "lost locally (%d bytes left unread in the file); new offsets start at %d",
+            scan.stop,
+            where,
+            scan.end_offset,
+            resume - 1,
+            tail,
+            resume,
+        )
+        why = f"{scan.stop} in {path.name} at byte {scan.valid_size}"
+        holes.append(Hole(scan.end_offset, resume, True, why))
+        return resume
+    else:
+        log.warning(
+            "truncating torn WAL tail (%s): %s, %d -> %d bytes",
+            scan.stop,
+            path,
+            scan.file_size,
+            scan.valid_size,
+        )
+        _truncate(path, scan.valid_size)
+        truncated.append((path, scan.file_size, scan.valid_size))
+    return None
 
 
 def _read_mark(directory: Path) -> tuple[int | None, tuple[tuple[int, int], ...]]:
