@@ -70,7 +70,8 @@ class Topic:
         self.gaps = GapLedger()  # offsets readers found missing: counted and logged once each
 
     def report_gap(self, first: int, end: int) -> None:
-        """A reader skipped offsets [first, end): they exist nowhere it could read (docs/architecture.md §12, "Gaps never wedge")."""
+        """A reader skipped offsets [first, end): they exist nowhere it could read (docs/architecture.md
+        §12, "Gaps never wedge")."""
         for a, b in self.gaps.add(first, end):
             metrics.offsets_skipped.labels(self.name.full).inc(b - a)
             log.warning(

@@ -192,9 +192,9 @@ class ClusterNode:
         """Move a topic away from its owner: the owner seals it, then the leader assigns it elsewhere.
 
         One transaction deletes the assignment and writes `{"reason":"unload","from_broker":owner,
-        "ready":false}`; the owner's watcher seals and flips `ready` to true (seed 000, DESIGN §5). With
-        `wait_seconds`, waits for the owner's answer and raises its cause when it could not seal the topic
-        (FailedPrecondition: not possible as configured; Unavailable: try again later).
+        "ready":false}`; the owner's watcher seals and flips `ready` to true (docs/architecture.md §12,
+        "Unload / move"). With `wait_seconds`, waits for the owner's answer and raises its cause when it could
+        not seal the topic (FailedPrecondition: not possible as configured; Unavailable: try again later).
         """
         owner = self.owner_of(topic)
         if owner is None:
