@@ -15,11 +15,13 @@ from ister.broker.service import BrokerService
 from ister.cluster.node import ClusterNode
 from ister.cluster.ownership import ClusterOwnership
 from ister.config import load_config
+from ister.core.cluster.assignment import Marker
 from ister.core.dispatch import SubType
 from ister.errors import AlreadyExists, FailedPrecondition, NotFound
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
+from ister.metadata.store import Compare, Delete, Put
 from ister.storage.topic_storage import TopicStorage
 from tests.support import until
 
@@ -195,3 +197,32 @@ async def test_unload_moves_the_topic_to_the_other_broker(nodes: list[Node]) -> 
     moved = owner(nodes, "/default/m")
     assert moved is not None
     assert (await a.describe_topic("/default/m")).broker_id == moved.id
+
+
+async def test_a_move_whose_owner_dies_before_sealing_is_failed_over(nodes: list[Node]) -> None:
+    """The unload marker waits for the old owner to seal; when that broker dies first, nobody else can
+    answer it: the leader turns it into a failover instead of leaving the topic unassigned for ever."""
+    await nodes[0].ops.create_topic("/default/m", reliable=False)
+    await until(lambda: owner(nodes, "/default/m") is not None, "the topic loaded", within=20)
+    holder = owner(nodes, "/default/m")
+    assert holder is not None
+    other = nodes[1] if holder is nodes[0] else nodes[0]
+    store = holder.broker.store
+    # The owner stops watching (it will never answer), then the move is asked for, then it dies.
+    for task in holder.cluster._tasks:
+        task.cancel()
+    assignment = await store.get(keys.broker_topic(holder.id, "/default/m"))
+    assert assignment is not None
+    marker = keys.unassigned("/default/m")
+    asked = Marker(reason="unload", from_broker=holder.id, ready=False).to_json()
+    assert await store.txn(
+        [Compare(assignment.key, assignment.version), Compare(marker, None)],
+        [Delete(assignment.key), Put(marker, asked)],
+    )
+    await holder.cluster.membership.close()
+
+    async def moved() -> bool:
+        return await store.get(keys.broker_topic(other.id, "/default/m")) is not None
+
+    await until(moved, "the topic assigned to the surviving broker", within=30)
+    await until(lambda: owner(nodes, "/default/m") is other, "the survivor to load it", within=20)

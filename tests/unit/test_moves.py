@@ -33,3 +33,20 @@ def test_note_round_trips_and_bad_values_are_refused() -> None:
     assert MoveFailure.parse({"from_broker": 1, "cause": "x", "at": 1.0, "failures": 0}) is None
     assert MoveFailure.parse({"from_broker": 1, "cause": "x", "at": 1.0, "code": "bogus"}) is None
     assert MoveFailure.parse("nonsense") is None
+
+
+def test_a_move_whose_old_owner_died_before_sealing_becomes_a_failover() -> None:
+    from ister.core.cluster.assignment import Marker
+    from ister.core.cluster.planner import ClusterState, abandoned_moves
+
+    state = ClusterState(
+        live={1, 2},
+        assignments={},
+        unassigned={
+            "/ns/dead-mover": Marker(reason="unload", from_broker=3, ready=False),
+            "/ns/live-mover": Marker(reason="unload", from_broker=1, ready=False),
+            "/ns/sealed": Marker(reason="unload", from_broker=3, ready=True),
+            "/ns/new": Marker(),
+        },
+    )
+    assert [(o.topic, o.dead_broker) for o in abandoned_moves(state)] == [("/ns/dead-mover", 3)]

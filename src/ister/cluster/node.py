@@ -34,7 +34,7 @@ from ister.core.cluster.assignment import BrokerSelector, Marker
 from ister.core.cluster.load import rank
 from ister.core.cluster.moves import Code, MoveFailure, next_failure
 from ister.core.cluster.ownership import OwnerRecord, assign
-from ister.core.cluster.planner import ClusterState, orphans, plan_assignments
+from ister.core.cluster.planner import ClusterState, abandoned_moves, orphans, plan_assignments
 from ister.errors import FailedPrecondition, IsterError, MetadataError, Unavailable
 from ister.metadata import keys
 from ister.metadata.cache import LocalCache
@@ -528,6 +528,8 @@ class ClusterNode:
         writes: list[_Write] = []
         # Brokers that restart together need a moment to re-register before their topics are taken away.
         settled = time.monotonic() - (self._leader_since or 0.0) >= self.membership.ttl
+        if settled:
+            writes.extend(self._abandoned_move_writes(state, unassigned_kvs))
         if settled and self.view.has_orphans():
             for orphan in orphans(state):
                 kv = assignment_kvs[orphan.topic]
@@ -582,6 +584,24 @@ class ClusterNode:
             writes.append(write)
         if writes:
             await self._apply_writes(guard, writes)
+
+    @staticmethod
+    def _abandoned_move_writes(state: ClusterState, unassigned_kvs: dict[str, KeyValue]) -> list[_Write]:
+        """Unload markers whose old owner died before sealing become failovers (assigned next pass)."""
+        writes = []
+        for move in abandoned_moves(state):
+            kv = unassigned_kvs[move.topic]
+            dead = Compare(keys.broker_register(move.dead_broker), None)
+            failover = {"reason": "failover", "from_broker": move.dead_broker}
+            writes.append(
+                _Write(
+                    f"failover {move.topic}: broker {move.dead_broker} died while it was being moved",
+                    [Compare(kv.key, kv.version), dead],
+                    [Put(kv.key, failover)],
+                )
+            )
+            del state.unassigned[move.topic]
+        return writes
 
     async def _apply_writes(self, guard: Compare, writes: list[_Write]) -> None:
         """Apply the pass's writes, several per transaction (each guarded by the leader key); a batch that

@@ -52,6 +52,20 @@ def orphans(state: ClusterState) -> list[Orphan]:
     return [Orphan(t, b) for t, b in sorted(state.assignments.items()) if b not in state.live]
 
 
+def abandoned_moves(state: ClusterState) -> list[Orphan]:
+    """Moves whose old owner died before it sealed the topic: an unload marker still waiting for a broker
+    whose registration is gone. Nobody else can answer it, so the leader turns it into a failover (the
+    topic would otherwise wait for that broker for ever)."""
+    return [
+        Orphan(t, m.from_broker)
+        for t, m in sorted(state.unassigned.items())
+        if m.reason == "unload"
+        and not m.ready
+        and m.from_broker is not None
+        and m.from_broker not in state.live
+    ]
+
+
 def plan_assignments(
     state: ClusterState,
     selector: BrokerSelector,
