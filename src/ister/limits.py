@@ -29,6 +29,9 @@ MAX_STATUS_MESSAGE_BYTES = 1_024
 DEFAULT_WINDOW = 10
 MIN_WINDOW = 1
 MAX_WINDOW = 10_000
+# Key-Shared: messages of keys no attached consumer's filters accept wait for one outside the window (so they
+# do not stall the other keys), this many per subscription at most (their records stay in memory).
+KEY_SHARED_UNMATCHED_LIMIT = 1_000
 HEARTBEAT_SECONDS = 0.5
 CURSOR_FLUSH_SECONDS = 5.0
 CURSOR_FLUSH_ACKS = 1_000

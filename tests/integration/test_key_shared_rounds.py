@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import danube
 import pytest
 
-from tests.integration.harness import BrokerProcess, client, producer
+from tests.integration.harness import BrokerProcess, client, consumer, producer, take
 from tests.support import until
 
 pytestmark = pytest.mark.integration
@@ -127,3 +127,23 @@ async def _filters(url: str, n: int) -> None:
 async def test_key_shared_every_message_arrives(shared_broker: BrokerProcess, scenario: Round) -> None:
     for n in range(ROUNDS):
         await scenario(shared_broker.url, n)
+
+
+async def test_unmatched_key_waits_without_stalling_other_keys(shared_broker: BrokerProcess) -> None:
+    """Messages of a key no consumer's filters accept wait for one, outside the dispatch window (10 by
+    default): twelve of them used to fill it, and the other keys' messages behind them never arrived."""
+    topic = f"/default/ks_unmatched_{next(_topics)}"
+    c = await client(shared_broker.url)
+    p = await producer(c, topic, "p", reliable=True)
+    a, qa = await consumer(c, topic, "a", "ks", S.KEY_SHARED, ["payment"])
+    for i in range(12):
+        await p.send_with_key(f"s{i}".encode(), {}, "shipping")
+    for i in range(3):
+        await p.send_with_key(f"p{i}".encode(), {}, "payment")
+    got = await take(qa, 3, within=WITHIN, ack=a)
+    assert [m.payload for m in got] == [b"p0", b"p1", b"p2"]
+    b, qb = await consumer(c, topic, "b", "ks", S.KEY_SHARED, ["ship*"])
+    got = await take(qb, 12, within=WITHIN, ack=b)
+    assert [m.payload for m in got] == [f"s{i}".encode() for i in range(12)]
+    await a.close()
+    await b.close()

@@ -32,6 +32,7 @@ from ister.core.dispatch import (
     glob_match,
     split_runs,
 )
+from ister.core.dispatch.keyhash import filters_match
 from ister.errors import FailedPrecondition
 
 SEEDS_PER_CHUNK = 100
@@ -69,6 +70,7 @@ class Sim:
         self.peak_window = self.window
         self.start = rng.randint(0, 5)
         self.track = rng.random() < 0.5
+        self.unmatched_limit = rng.choice([0, 1, 3, 1000])
         self.quiesce_mode = rng.choice(["single", "range", "cumulative"])
         self.s = ReliableSubscriptionState(
             sub_type,
@@ -76,6 +78,7 @@ class Sim:
             window=self.window,
             policy=self.policy,
             track_resolved=self.track,
+            unmatched_limit=self.unmatched_limit,
         )
         self.now = rng.randint(0, 1000)
         self.attached: dict[int, tuple[str, ...]] = {}  # model: attached consumers and their filters
@@ -120,8 +123,25 @@ class Sim:
         held = self.reconcile()
         self.check(held == self.unresolved, f"window {sorted(held)} != model {sorted(self.unresolved)}")
         self.check(len(s.held_offsets()) == len(held), "held view length")
-        self.check(len(held) <= self.peak_window, "window bound")
-        self.check(s.capacity() == max(0, self.window - len(held)), "capacity")
+        # Key-Shared: held messages of keys no attached consumer accepts wait outside the window (up to the
+        # limit), once a poll has found them for the current consumer set; every other message counts.
+        unmatched = 0
+        if self.sub_type is SubType.KEY_SHARED:
+            filters = list(self.attached.values())
+            unmatched = sum(1 for o in held if not any(filters_match(f, self.keys[o]) for f in filters))
+            kq = s._kq
+            self.check(
+                kq.n_unmatched == sum(1 for o in held if self.keys[o] in kq.unmatched), "unmatched count"
+            )
+            if kq.parked_version == s._selector.version:
+                for key in kq.unmatched:
+                    self.check(not any(filters_match(f, key) for f in filters), f"{key} counted unmatched")
+        extra = min(unmatched, self.unmatched_limit)
+        # (a consumer set change may make waiting messages count again: they stay, nothing is dropped)
+        bound = self.peak_window + (self.unmatched_limit if self.sub_type is SubType.KEY_SHARED else 0)
+        self.check(len(held) <= bound, "window bound")
+        floor = max(0, self.window - len(held))
+        self.check(floor <= s.capacity() <= max(0, self.window - len(held) + extra), "capacity")
         self.check(s.in_flight_count <= len(held), "in-flight bound")
         first_open = min(held) if held else s.next_offset
         expected = first_open - 1 if first_open > self.start else None

@@ -17,8 +17,9 @@ durable tier that can fail:
 
 Checked after every step: one writer per epoch (every append at epoch e comes from the broker the owner
 record named at e, in SERVING), offsets are never reused (an offset has one payload over the whole run), no
-state has two SERVING brokers at one epoch. At the end every broker comes back, the schedule settles, and every
-acknowledged record is readable: in the tier or in the current owner's WAL (nothing acknowledged stranded).
+state has two SERVING brokers at one epoch. At the end every broker comes back, the schedule settles, and
+every acknowledged record is readable: in the tier or in the current owner's WAL (nothing acknowledged
+stranded).
 Schedules are random per seed; `SCRIPTED` crashes the owner at every step of a load and of a move in turn.
 """
 
@@ -202,9 +203,10 @@ class Sim:
         state = b.lifecycle.state
         if state is State.LOADING:
             self.load(b)
-        elif state is State.SERVING and self.assigned != b.bid and moving:
-            self.seal(b)
-        elif state in (State.SEALING, State.HANDED_OFF):
+        elif (state is State.SERVING and self.assigned != b.bid and moving) or state in (
+            State.SEALING,
+            State.HANDED_OFF,
+        ):
             self.seal(b)
         elif state is State.SERVING and (
             self.assigned != b.bid or (self.record is not None and self.record.epoch > b.epoch)

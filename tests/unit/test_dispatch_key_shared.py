@@ -151,3 +151,59 @@ def test_ack_timeout_keeps_key_order() -> None:
     assert [d.offset for d in s.poll(1_000)] == [0]  # timed out, retried at once (delay 0), 1 still waits
     s.on_ack(0, 1_001)
     assert [d.offset for d in s.poll(1_001)] == [1]
+
+
+def test_unmatched_keys_take_no_window_slots() -> None:
+    """Issue 14 item 0: a key no attached consumer's filters accept waits for one, without holding window
+    slots, so the other keys keep flowing (with a window of 2, two such messages used to stall everything)."""
+    s = make(window=2)
+    s.attach(1, ["payment"], 0)
+    offer(s, "shipping", "invoice")
+    assert s.poll(0) == []  # nobody takes them yet
+    assert s.capacity() == 2  # ... and they hold no slot
+    offer(s, "shipping")  # a later message of an unmatched key holds none either
+    offer(s, "payment", "payment")
+    assert s.capacity() == 0
+    assert s.poll(1) == [Delivery(1, 3, 1, False)]
+    assert s.on_ack(3, 2)
+    assert s.poll(2) == [Delivery(1, 4, 1, False)]
+    assert s.on_ack(4, 3) and s.cursor is None  # offset 0 is still held
+    s.attach(2, ["ship*", "invoice"], 4)  # a consumer for them: they go, in order per key
+    assert s.capacity() == 0  # counted again until the next poll routes them
+    assert by_offset(s.poll(4)) == {0: 2, 1: 2}
+    assert s.on_ack(0, 5) and s.on_ack(1, 5)
+    assert s.poll(5) == [Delivery(2, 2, 1, False)]
+    assert s.on_ack(2, 6) and s.cursor == 4
+
+
+def test_unmatched_keys_are_bounded() -> None:
+    """Past `unmatched_limit` held messages of unmatched keys, they take window slots again (memory bound)."""
+    s = ReliableSubscriptionState(
+        SubType.KEY_SHARED, start_offset=0, window=2, policy=POLICY, unmatched_limit=3
+    )
+    s.attach(1, ["a"], 0)
+    offer(s, "x", "y")
+    s.poll(0)
+    assert s.capacity() == 2
+    offer(s, "x", "z")
+    s.poll(1)
+    assert s.capacity() == 1  # 4 unmatched held, 3 of them free of the window
+    offer(s, "a")
+    assert s.capacity() == 0
+    assert s.poll(2) == [Delivery(1, 4, 1, False)]
+
+
+def test_unmatched_retry_takes_no_window_slot() -> None:
+    """A message handed back while no consumer accepts its key any more is unmatched too."""
+    s = make(window=1)
+    s.attach(1, ["x"], 0)
+    offer(s, "x")
+    assert s.poll(0) == [Delivery(1, 0, 1, False)]
+    s.detach(1, 1)
+    s.attach(2, ["a"], 1)
+    assert s.poll(1) == []
+    assert s.capacity() == 1
+    offer(s, "a")
+    assert s.poll(2) == [Delivery(2, 1, 1, False)]
+    s.attach(1, ["x"], 3)
+    assert s.poll(3) == [Delivery(1, 0, 2, True)]

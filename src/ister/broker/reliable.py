@@ -32,6 +32,7 @@ CursorWriter = Callable[[int], Awaitable[None]]
 DLQ_BACKOFF_MIN_SECONDS = 0.5
 DLQ_BACKOFF_MAX_SECONDS = 30.0
 WARN_INTERVAL_SECONDS = 10.0
+REFILL_ROUNDS = 8  # read-and-dispatch passes per step before yielding to the loop
 
 
 def now_ms() -> int:
@@ -216,9 +217,16 @@ class ReliableSubscription(Subscription):
 
     async def _step(self) -> None:
         now = now_ms()
-        self._state.tick(now)
-        await self._fill(now)
-        self._deliver(self._state.poll(now))
+        state = self._state
+        state.tick(now)
+        for _ in range(REFILL_ROUNDS):
+            await self._fill(now)
+            self._deliver(state.poll(now))
+            # A poll can make room (Key-Shared messages nobody accepts leave the window): read on at once.
+            if not (state.capacity() > 0 and self._reader.available() > 0 and state.attached_consumers()):
+                break
+        else:
+            self._poke()  # more to read: the next pass comes without waiting for a wake-up
         await self._dead_letters()
         self._prune()
         await self._maybe_flush_cursor()

@@ -12,8 +12,10 @@ Choices where Danube differs (deliberately):
 - A late ack (the message already timed out, or is exhausted) is accepted: the consumer did process it.
 - Key-Shared: one in-flight message per key; a key's later messages wait behind its earliest unresolved
   one (also while that one is exhausted and blocked or waiting for its dead-letter publish). A message whose
-  key no attached consumer's filters accept is held, never skipped: it keeps its window slot until a
-  matching consumer attaches.
+  key no attached consumer's filters accept is held, never skipped (Danube skips it: it is lost for the
+  subscription), until a matching consumer attaches; meanwhile it takes no window slot, so the other keys keep
+  flowing. Up to `unmatched_limit` such messages wait outside the window (their records stay in memory);
+  beyond that they take window slots again.
 - Attaching a consumer that is already attached (a new stream taking over) resends its in-flight messages.
 
 Gaps (they never wedge a subscription: docs/architecture.md §12): offers are strict (each must be
@@ -50,7 +52,7 @@ from ister.core.dispatch.selector import ConsumerSelector
 from ister.core.dispatch.types import DeadLetter, Delivery, SubscriptionStats, SubType
 from ister.core.dispatch.window import HeldWindow
 from ister.errors import InvalidArgument
-from ister.limits import MAX_WINDOW, MIN_WINDOW
+from ister.limits import KEY_SHARED_UNMATCHED_LIMIT, MAX_WINDOW, MIN_WINDOW
 
 ACK_TIMEOUT_REASON = "ack timeout"
 
@@ -75,9 +77,13 @@ class ReliableSubscriptionState:
         window: int,
         policy: FailurePolicy,
         track_resolved: bool = False,
+        unmatched_limit: int = KEY_SHARED_UNMATCHED_LIMIT,
     ) -> None:
-        """`track_resolved`: record resolved offsets for `take_resolved` (then call it regularly)."""
+        """`track_resolved`: record resolved offsets for `take_resolved` (then call it regularly).
+        `unmatched_limit`: Key-Shared messages of keys no consumer accepts that may wait outside the window.
+        """
         self.window = _check_window(window)
+        self._unmatched_limit = max(0, unmatched_limit)
         if isinstance(start_offset, bool) or not isinstance(start_offset, int) or start_offset < 0:
             raise InvalidArgument(f"start offset must be a non-negative integer, got {start_offset!r}")
         self.sub_type = SubType(sub_type)
@@ -132,8 +138,16 @@ class ReliableSubscriptionState:
 
     # -- feeding -----------------------------------------------------------------------------------------
     def capacity(self) -> int:
-        """How many more messages `offer`/`offer_batch` accept."""
-        return max(0, self.window - self._w.held)
+        """How many more messages `offer`/`offer_batch` accept.
+
+        Key-Shared: held messages of keys no attached consumer accepts (found by the last `poll`, for the
+        current consumer set) do not count, up to `unmatched_limit` of them.
+        """
+        free = self.window - self._w.held
+        kq = self._kq
+        if kq.n_unmatched and kq.parked_version == self._selector.version:
+            free += min(kq.n_unmatched, self._unmatched_limit)
+        return max(0, free)
 
     def set_window(self, window: int) -> None:
         """Change the window (1..MAX_WINDOW). Shrinking drops nothing: capacity is 0 until enough resolve."""
@@ -144,7 +158,7 @@ class ReliableSubscriptionState:
         w = self._w
         if offset != w.next_offset:
             raise ValueError(f"offer of offset {offset}, expected {w.next_offset}")
-        if w.held >= self.window:
+        if self.capacity() <= 0:
             raise ValueError(f"dispatch window full ({self.window}); offer of offset {offset} refused")
         w.next_offset = offset + 1
         w.held += 1
@@ -160,7 +174,7 @@ class ReliableSubscriptionState:
         n = len(keys)
         if first_offset != w.next_offset:
             raise ValueError(f"offer of offset {first_offset}, expected {w.next_offset}")
-        if n > max(0, self.window - w.held):
+        if n > self.capacity():
             raise ValueError(f"dispatch window: {n} messages offered, capacity {self.capacity()}")
         if not n:
             return
@@ -199,7 +213,7 @@ class ReliableSubscriptionState:
             return []
         out: list[Delivery] = []
         kq = self._kq
-        if kq.parked and kq.parked_version != self._selector.version:
+        if (kq.parked or kq.unmatched) and kq.parked_version != self._selector.version:
             self._unpark()
         if self._retries.is_due(now_ms):
             self._send_retries(now_ms, out)
@@ -246,8 +260,7 @@ class ReliableSubscriptionState:
 
     def _park(self, offset: int) -> None:
         """Key-Shared: nobody accepts this key now; hold it until the consumer set changes."""
-        self._kq.parked.add(offset)
-        self._kq.parked_version = self._selector.version
+        self._kq.park(offset, self._selector.version)
 
     def _send_retries(self, now_ms: int, out: list[Delivery]) -> None:
         phase = SendPhase(self._flight, now_ms + self.policy.ack_timeout_ms)
@@ -303,13 +316,12 @@ class ReliableSubscriptionState:
 
     def _unpark(self) -> None:
         kq = self._kq
-        for offset in sorted(kq.parked):
+        for offset in kq.clear_parked():
             entry = self._entries.get(offset)
             if entry is None:
                 heappush(kq.heads, offset)
             elif entry.state is _RETRY:
                 self._failures.requeue_parked(offset, entry)
-        kq.parked.clear()
 
     # -- outcomes ----------------------------------------------------------------------------------------
     def on_ack(self, offset: int, now_ms: int) -> bool:
