@@ -17,6 +17,7 @@ from ister.config import BrokerConfig
 from ister.limits import SHUTDOWN_GRACE_SECONDS
 from ister.metadata.embedded import EmbeddedStore
 from ister.metadata.store import MetadataStore
+from ister.schema.service import close_schemas, start_schemas
 from ister.server.admin_api import start_admin_server
 from ister.server.grpc_server import start_client_server, start_prometheus
 
@@ -46,6 +47,7 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
     heap_task = loop.create_task(heap.run(), name="heap-keeper")
     try:
         await broker.start()
+        await start_schemas(broker)
         server = await start_client_server(broker, config.broker_addr)
         admin = await start_admin_server(broker, config.admin_addr)
         if cluster is not None:
@@ -74,6 +76,7 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
             await admin.stop(grace=0.5)
         if server is not None:
             await server.stop(grace=1.0)
+        await close_schemas(broker)
         try:
             await asyncio.wait_for(broker.close(), SHUTDOWN_GRACE_SECONDS)
         except TimeoutError:
