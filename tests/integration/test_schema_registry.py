@@ -277,3 +277,28 @@ async def test_protobuf_subject_validates_by_decoding(shared_broker: BrokerProce
     latest = await c.schema().get_latest_schema(subject)
     assert latest.schema_id == schema_id
     assert json.loads(latest.schema_definition)["Protobuf"]["message_name"] == "shop.Order"
+
+
+async def test_admin_create_topic_with_subject(shared_broker: BrokerProcess, topic: str) -> None:
+    from ister.wire.gen import DanubeAdmin_pb2 as apb
+    from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
+
+    c = await client(shared_broker.url)
+    subject = "adm-" + topic.rsplit("/", 1)[1]
+    async with grpc.aio.insecure_channel(shared_broker.admin_addr) as channel:
+        admin = apb_grpc.TopicAdminStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            await admin.CreateTopic(apb.NewTopicRequest(name=topic, schema_subject=subject))
+        assert missing.value.code() == grpc.StatusCode.NOT_FOUND and subject in (
+            missing.value.details() or ""
+        )
+        schema_id = await register(c, subject, ORDER_V1, SchemaType.JSON_SCHEMA)
+        # the failed call created nothing: the same name is free
+        await admin.CreateTopic(apb.NewTopicRequest(name=topic, schema_subject=subject))
+        config = await c.schema().get_topic_schema_config(topic)
+        assert (config.schema_subject, config.schema_id) == (subject, schema_id)
+        assert (config.validation_policy, config.enable_payload_validation) == ("warn", True)
+        # the registry is served on the admin port too
+        registry = spb_grpc.SchemaRegistryStub(channel)
+        latest = await registry.GetLatestSchema(spb.GetLatestSchemaRequest(subject=subject))
+        assert latest.schema_id == schema_id
