@@ -17,7 +17,7 @@ from danube.proto import SchemaRegistry_pb2_grpc as spb_grpc
 from danube.schema import CompatibilityMode, SchemaType
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.harness import BrokerProcess, client, consumer, take
+from tests.integration.harness import BrokerProcess, client, consumer, take, until
 
 pytestmark = pytest.mark.integration
 
@@ -178,8 +178,9 @@ async def test_enforce_refuses_and_warn_stores(shared_broker: BrokerProcess, top
     with pytest.raises(grpc.aio.AioRpcError) as no_id:
         await plain.send(b'{"id": 2, "item": "x"}', {})
     assert "no schema id" in (no_id.value.details() or "")
-    refused_before = metric(shared_broker, "ister_schema_validation_failures_total", policy="enforce")
-    assert refused_before >= 3
+    name = "ister_schema_validation_failures_total"
+    # the exporter serves a body a few milliseconds old: wait for the counts rather than read them once
+    await until(lambda: metric(shared_broker, name, policy="enforce") >= 3, "enforce failures counted")
     # warn: stored and counted
     ok, _ = await c.schema().update_topic_validation_policy(topic, "warn", True)
     assert ok
@@ -191,11 +192,9 @@ async def test_enforce_refuses_and_warn_stores(shared_broker: BrokerProcess, top
         b'{"id": "two"}',
         b'{"id": 3, "item": "cup"}',
     ]
-    assert (
-        metric(
-            shared_broker, "ister_schema_validation_failures_total", policy="warn", reason="payload_invalid"
-        )
-        >= 1
+    await until(
+        lambda: metric(shared_broker, name, policy="warn", reason="payload_invalid") >= 1,
+        "warn failure counted",
     )
     await cons.close()
 

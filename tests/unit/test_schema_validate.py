@@ -95,3 +95,17 @@ def test_fingerprints_ignore_layout_but_not_meaning() -> None:
     p = parse_proto_sync('syntax = "proto3"; message M { int32 a = 1; }')
     q = parse_proto_sync('syntax="proto3";\n// a comment\nmessage M {\n  int32 a = 1;\n}\n')
     assert p.fingerprint == q.fingerprint
+
+
+def test_first_invalid_finds_each_bad_payload_in_a_batch() -> None:
+    avro = parse(SchemaType.AVRO, json.dumps(AVRO))
+    good = avro_datum({"id": 1, "s": "a"})
+    batch = [good, good + b"\x00", good, b"\x01", good]
+    assert avro.first_invalid(batch) is not None and avro.first_invalid(batch)[0] == 1  # type: ignore[index]
+    assert avro.first_invalid(batch, 2)[0] == 3  # type: ignore[index]
+    assert avro.first_invalid(batch, 4) is None
+    js = parse(SchemaType.JSON_SCHEMA, '{"type": "integer"}')
+    assert js.first_invalid([b"1", b"x", b'"s"'], 0)[0] == 1  # type: ignore[index]
+    assert js.first_invalid([b"1", b"x", b'"s"'], 2)[0] == 2  # type: ignore[index]
+    text = parse(SchemaType.STRING, "")
+    assert text.first_invalid([b"a", b"\xff"]) == (1, text.validate(b"\xff"))

@@ -57,38 +57,45 @@ class PayloadValidator:
             return
         policy = binding.policy.value
         validated.labels(policy).inc(len(records))
-        schemas: dict[int, ParsedSchema | None] = {}
         latest: int | None = None
+        by_version: dict[int, tuple[list[int], list[bytes]]] = {}
+        expected = binding.schema_id
+        check_payloads = binding.payload_validation
         for index, record in enumerate(records):
             sid = record.schema_id
-            if sid is None:
-                self._fail(topic, binding, index, "missing_schema_id", "the message names no schema id")
+            if sid != expected:
+                if sid is None:
+                    self._fail(topic, binding, index, "missing_schema_id", "the message names no schema id")
+                else:
+                    detail = f"schema id {sid} is not the id of the topic's subject ({expected})"
+                    self._fail(topic, binding, index, "subject_mismatch", detail)
                 continue
-            if sid != binding.schema_id:
-                self._fail(
-                    topic,
-                    binding,
-                    index,
-                    "subject_mismatch",
-                    f"schema id {sid} is not the id of the topic's subject ({binding.schema_id})",
-                )
-                continue
-            if not binding.payload_validation:
+            if not check_payloads:
                 continue
             version = record.schema_version
             if version is None:
                 if latest is None:
                     latest = await self.registry.latest_version_number(binding.subject)
                 version = latest
-            if version not in schemas:
-                schemas[version] = await self._schema(binding.subject, version)
-            schema = schemas[version]
+            group = by_version.get(version)
+            if group is None:
+                group = by_version[version] = ([], [])
+            group[0].append(index)
+            group[1].append(record.payload)
+        for version, (indexes, payloads) in by_version.items():
+            schema = await self._schema(binding.subject, version)
             if schema is None:
-                self._fail(topic, binding, index, "unknown_version", f"version {version} does not exist")
+                for index in indexes:
+                    self._fail(topic, binding, index, "unknown_version", f"version {version} does not exist")
                 continue
-            error = schema.validate(record.payload)
-            if error is not None:
-                self._fail(topic, binding, index, "payload_invalid", error)
+            start = 0
+            while start < len(payloads):
+                found = schema.first_invalid(payloads, start)
+                if found is None:
+                    break
+                at, error = found
+                self._fail(topic, binding, indexes[at], "payload_invalid", error)
+                start = at + 1
 
     async def _schema(self, subject: str, version: int) -> ParsedSchema | None:
         try:

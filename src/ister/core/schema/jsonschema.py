@@ -11,6 +11,7 @@ incompatible. Containment the library cannot prove (UNKNOWN) counts as incompati
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import jsonschema_rs
@@ -65,6 +66,18 @@ class JsonSchema(ParsedSchema):
         for error in self._validator.iter_errors(value):
             return f"{clip(error.message)} at {'/'.join(map(str, error.instance_path)) or '(root)'}"
         return "payload does not match the JSON Schema"
+
+    def first_invalid(self, payloads: Sequence[bytes], start: int = 0) -> tuple[int, str] | None:
+        decode, is_valid = _json.decode, self._validator.is_valid
+        for index in range(start, len(payloads)):
+            payload = payloads[index]
+            try:
+                ok = is_valid(decode(payload))
+            except msgspec.DecodeError:
+                ok = False
+            if not ok:
+                return index, self.validate(payload) or "payload does not match the JSON Schema"
+        return None
 
     def decode(self, payload: bytes) -> Any:
         return _json.decode(payload)

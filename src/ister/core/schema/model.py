@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any
 
 from ister.core.schema.types import SchemaType
@@ -27,6 +28,17 @@ class ParsedSchema(ABC):
     @abstractmethod
     def validate(self, payload: bytes) -> str | None:
         """None when the payload is a valid value of this schema, else why not (one line)."""
+
+    def first_invalid(self, payloads: Sequence[bytes], start: int = 0) -> tuple[int, str] | None:
+        """(index, reason) of the first payload that is not a valid value, None when all are (the publish
+        path validates whole batches through this)."""
+        validate = self.validate
+        for index in range(start, len(payloads)):
+            payload = payloads[index]
+            error = validate(payload)
+            if error is not None:
+                return index, error
+        return None
 
     def decode(self, payload: bytes) -> Any:
         """The payload as a Python value (for consumers that print or convert records)."""
