@@ -77,6 +77,14 @@ class AvroSchema(ParsedSchema):
                 return index, error
         return None
 
+    def encode(self, value: Any) -> bytes:
+        out = io.BytesIO()
+        try:
+            fastavro.schemaless_writer(out, self._parsed, value)
+        except Exception as exc:  # fastavro's ValueError / TypeError / KeyError for a value off the schema
+            raise InvalidArgument(f"not a value of the Avro schema: {clip(str(exc))}") from None
+        return out.getvalue()
+
     def decode(self, payload: bytes) -> Any:
         if payload.startswith(CONTAINER_MAGIC):
             return self._decode_container(payload)

@@ -79,6 +79,13 @@ class JsonSchema(ParsedSchema):
                 return index, self.validate(payload) or "payload does not match the JSON Schema"
         return None
 
+    def encode(self, value: Any) -> bytes:
+        data = msgspec.json.encode(value)
+        error = self.validate(data)
+        if error is not None:
+            raise InvalidArgument(error)
+        return data
+
     def decode(self, payload: bytes) -> Any:
         return _json.decode(payload)
 

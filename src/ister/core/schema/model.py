@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ister.core.schema.types import SchemaType
+from ister.errors import InvalidArgument
 
 MAX_SCHEMA_BYTES = 256 * 1024  # a definition larger than this is refused (it lives in the metadata store)
 MAX_ERRORS = 20  # compatibility errors reported per check (the rest are counted)
@@ -43,6 +44,15 @@ class ParsedSchema(ABC):
     def decode(self, payload: bytes) -> Any:
         """The payload as a Python value (for consumers that print or convert records)."""
         return payload
+
+    def encode(self, value: Any) -> bytes:
+        """A value (as decoded from JSON: dicts, lists, str, numbers) in this schema's encoding;
+        InvalidArgument when it is not a value of the schema."""
+        data = value if isinstance(value, bytes) else str(value).encode()
+        error = self.validate(data)
+        if error is not None:
+            raise InvalidArgument(error)
+        return data
 
     def envelope(self) -> Any:
         """Danube's `schema_def` JSON: what GetSchema returns as `schema_definition`."""

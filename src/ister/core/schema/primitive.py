@@ -30,5 +30,12 @@ class PrimitiveSchema(ParsedSchema):
             return payload.decode(errors="replace")
         return payload
 
+    def encode(self, value: Any) -> bytes:
+        if self.type is SchemaType.NUMBER and isinstance(value, int | float) and not isinstance(value, bool):
+            import struct
+
+            return struct.pack(">q", value) if isinstance(value, int) else struct.pack(">d", value)
+        return super().encode(value)
+
     def envelope(self) -> Any:
         return self.type.envelope_tag

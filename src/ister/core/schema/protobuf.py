@@ -122,8 +122,16 @@ class ProtobufSchema(ParsedSchema):
             return f"not a {self.message_name} message: {clip(str(exc))}"
         return None
 
+    def encode(self, value: Any) -> bytes:
+        from google.protobuf.json_format import ParseDict, ParseError  # type: ignore[import-untyped]
+
+        try:
+            return bytes(ParseDict(value, self._class()).SerializeToString())
+        except (ParseError, TypeError, ValueError, AttributeError) as exc:
+            raise InvalidArgument(f"not a {self.message_name} value: {clip(str(exc))}") from None
+
     def decode(self, payload: bytes) -> Any:
-        from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
+        from google.protobuf.json_format import MessageToDict
 
         return MessageToDict(self._class.FromString(payload), preserving_proto_field_name=True)
 
