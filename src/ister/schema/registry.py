@@ -323,7 +323,7 @@ class SchemaRegistry:
                 Put(keys.schema_metadata(subject), metadata),
                 Put(keys.schema_version(subject, 1), record),
                 Put(keys.schema_by_id(schema_id), {"schema_id": schema_id, "subject": subject}),
-                Put(keys.schema_compatibility(subject), DEFAULT_MODE.value),
+                Put(keys.schema_compatibility(subject), {"mode": DEFAULT_MODE.value}),
             ],
         )
         if not ok:
@@ -348,7 +348,7 @@ class SchemaRegistry:
             updated = {**metadata, "compatibility_mode": mode.stored, "updated_at": int(self._clock())}
             ok = await self.store.txn(
                 [Compare(meta_key, version)],
-                [Put(meta_key, updated), Put(keys.schema_compatibility(subject), mode.value)],
+                [Put(meta_key, updated), Put(keys.schema_compatibility(subject), {"mode": mode.value})],
             )
             if ok:
                 for key in [k for k in self._parsed if k[0] == subject]:
