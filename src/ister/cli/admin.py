@@ -270,6 +270,12 @@ def topics_create(
     reliable: Annotated[
         bool, typer.Option("--reliable/--non-reliable", help="Reliable (WAL, at-least-once) or NonReliable")
     ] = False,
+    schema_subject: Annotated[
+        str | None, typer.Option("--schema-subject", help="bind the topic to this registered schema subject")
+    ] = None,
+    validation_policy: Annotated[
+        str, typer.Option("--validation-policy", help="with --schema-subject: none|warn|enforce")
+    ] = "enforce",
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
     output: OutputOpt = Output.table,
 ) -> None:
@@ -277,6 +283,17 @@ def topics_create(
     name = topic_name(topic)
     strategy = pb.Reliable if reliable else pb.NonReliable
     delivery = "Reliable" if reliable else "NonReliable"
+    if schema_subject:
+        _create_with_schema(name, partitions, strategy, schema_subject, validation_policy, admin_addr)
+        emit_done(
+            output,
+            f"created topic {name} ({delivery}) with schema subject {schema_subject} ({validation_policy})",
+            topic=name,
+            delivery=delivery,
+            schema_subject=schema_subject,
+            validation_policy=validation_policy,
+        )
+        return
     if partitions is None:
         request: Any = pb.NewTopicRequest(name=name, dispatch_strategy=strategy)
         call(admin_addr, lambda s: s.topics.CreateTopic(request, **_timeout()))
@@ -293,6 +310,27 @@ def topics_create(
             partitions=partitions,
             delivery=delivery,
         )
+
+
+def _create_with_schema(
+    name: str, partitions: int | None, strategy: Any, subject: str, policy: str, admin_addr: str
+) -> None:
+    from ister.cli.schemas import set_topic_policy
+
+    if policy.lower() not in ("none", "warn", "enforce"):
+        fail(f"--validation-policy must be none, warn or enforce, not {policy!r}")
+    if partitions is None:
+        request: Any = pb.NewTopicRequest(name=name, dispatch_strategy=strategy, schema_subject=subject)
+        call(admin_addr, lambda s: s.topics.CreateTopic(request, **_timeout()))
+        created = [name]
+    else:
+        request = pb.PartitionedTopicRequest(
+            base_name=name, partitions=partitions, dispatch_strategy=strategy, schema_subject=subject
+        )
+        call(admin_addr, lambda s: s.topics.CreatePartitionedTopic(request, **_timeout()))
+        created = [f"{name}-part-{i}" for i in range(partitions)]
+    for topic in created:
+        set_topic_policy(admin_addr, topic, policy.lower(), True)
 
 
 @topics_app.command("delete")

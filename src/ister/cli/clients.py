@@ -7,6 +7,7 @@ import base64
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -80,8 +81,24 @@ def produce(
     ] = 0.0,
     key: Annotated[str | None, typer.Option("--key", "-k", help="routing key")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per message on stdout")] = False,
+    schema_subject: Annotated[
+        str | None,
+        typer.Option(
+            "--schema-subject", help="stamp messages with this subject's latest version; -m is JSON"
+        ),
+    ] = None,
+    schema_file: Annotated[
+        Path | None,
+        typer.Option("--schema-file", help="register this .avsc/.json/.proto first (subject: topic-derived)"),
+    ] = None,
+    schema_type: Annotated[
+        str | None, typer.Option("--schema-type", help="avro|json_schema|protobuf (default: by suffix)")
+    ] = None,
 ) -> None:
-    """Publish COUNT messages (danube-cli's flags); every message is acknowledged before the command ends."""
+    """Publish COUNT messages (danube-cli's flags); every message is acknowledged before the command ends.
+
+    With --schema-subject or --schema-file, -m is a JSON value encoded by the schema (Avro binary, JSON,
+    Protobuf) and checked against it before anything is sent; -f is sent as it is."""
     try:
         if file is not None:
             payload = file.read_bytes()
@@ -90,6 +107,14 @@ def produce(
         else:
             raise InvalidArgument("give a payload with --message or --file")
         attrs = parse_attributes(attributes)
+        schema = None
+        if schema_file is not None or schema_subject is not None:
+            schema = SchemaSpec(
+                subject=schema_subject or topic.strip("/").replace("/", "-"),
+                file=schema_file,
+                schema_type=schema_type,
+                raw_payload=file is not None,
+            )
     except (OSError, IsterError) as exc:
         raise _fail(exc) from None
     try:
@@ -106,10 +131,44 @@ def produce(
                 rate,
                 key,
                 as_json,
+                schema,
             )
         )
     except (IsterError, OSError) as exc:
         raise _fail(exc) from None
+
+
+@dataclass(frozen=True)
+class SchemaSpec:
+    subject: str
+    file: Path | None
+    schema_type: str | None
+    raw_payload: bool
+
+
+async def _with_schema(client: Client, spec: SchemaSpec, payload: bytes) -> bytes:
+    """Register the schema file if given; the payload encoded (or, raw, checked) by the subject's latest."""
+    if spec.file is not None:
+        from ister.cli.schemas import TYPES_BY_SUFFIX
+
+        kind = spec.schema_type or TYPES_BY_SUFFIX.get(spec.file.suffix.lower())
+        if kind is None:
+            raise InvalidArgument(f"cannot tell the schema type of {spec.file.name}: pass --schema-type")
+        done = await client.schemas.register(
+            spec.subject, kind, spec.file.read_bytes(), created_by="ister-cli"
+        )
+        typer.echo(f"schema {spec.subject} version {done.version} (id {done.schema_id})", err=True)
+    latest = await client.schemas.latest(spec.subject)
+    if spec.raw_payload or latest.schema.type.is_primitive:
+        error = latest.schema.validate(payload)
+        if error is not None:
+            raise InvalidArgument(f"the payload does not match {spec.subject}: {error}")
+        return payload
+    try:
+        value = json.loads(payload)
+    except ValueError as exc:
+        raise InvalidArgument(f"with a schema, --message is a JSON value: {exc}") from None
+    return latest.schema.encode(value)
 
 
 async def _produce(
@@ -124,9 +183,18 @@ async def _produce(
     rate: float,
     key: str | None,
     as_json: bool,
+    schema: SchemaSpec | None = None,
 ) -> None:
     async with Client(url) as client:
-        producer = await client.producer(topic, name, reliable=reliable, partitions=partitions)
+        if schema is not None:
+            payload = await _with_schema(client, schema, payload)
+        producer = await client.producer(
+            topic,
+            name,
+            reliable=reliable,
+            partitions=partitions,
+            schema_subject=schema.subject if schema is not None else None,
+        )
         pending: list[asyncio.Future[int]] = []
         started = time.perf_counter()
         show = not as_json and count >= PROGRESS_FROM
@@ -153,9 +221,13 @@ async def _produce(
             typer.echo(f"produced {count} message(s) to {topic} in {elapsed:.2f} s", err=True)
 
 
-def message_json(msg: Message) -> str:
+def message_json(msg: Message, value: object = None) -> str:
     payload = msg.payload
     obj: dict[str, object] = {"offset": msg.offset, "topic": msg.topic}
+    if msg.schema_id is not None:
+        obj["schema_id"] = msg.schema_id
+        obj["schema_version"] = msg.schema_version
+        obj["value"] = value
     try:
         obj["payload"] = payload.decode()
     except UnicodeDecodeError:
@@ -165,7 +237,23 @@ def message_json(msg: Message) -> str:
     obj["publish_time"] = msg.publish_time
     if msg.key is not None:
         obj["key"] = msg.key
-    return json.dumps(obj)
+    return json.dumps(obj, default=_jsonable)
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    return str(value)
+
+
+async def _decoded(client: Client, msg: Message) -> object:
+    """The payload decoded by its stamped schema version; None without one (or when it does not decode)."""
+    if msg.schema_id is None:
+        return None
+    try:
+        return await client.schemas.decode(msg)
+    except Exception as exc:  # a payload stored under warn, or a version deleted since
+        return {"undecodable": str(exc)}
 
 
 @app.command()
@@ -256,8 +344,15 @@ async def _consume(
         with _progress(count or 0) as bar:
             task = bar.add_task("consume", total=count, rate="", visible=show)
             async for msg in consumer:
+                value = await _decoded(client, msg)
                 if as_json:
-                    print(message_json(msg), flush=count is None)
+                    print(message_json(msg, value), flush=count is None)
+                elif not show and msg.schema_id is not None:
+                    shown_value = json.dumps(value, default=_jsonable)
+                    typer.echo(
+                        f"offset={msg.offset} topic={msg.topic} schema={msg.schema_id}/v{msg.schema_version} "
+                        f"value={shown_value}"
+                    )
                 elif not show:
                     text = msg.payload.decode(errors="replace")
                     typer.echo(

@@ -87,3 +87,4 @@ import ister.cli.clients  # noqa: E402,F401  (registers `ister produce` and `ist
 from ister.cli import admin as _admin  # noqa: E402,F401  (registers `ister admin`)
 from ister.cli import bench as _bench  # noqa: E402,F401  (registers `ister bench`)
 from ister.cli import pipeline as _pipeline  # noqa: E402,F401  (registers `ister pipeline`)
+from ister.cli import schemas as _schemas  # noqa: E402,F401  (registers `ister admin schemas`)

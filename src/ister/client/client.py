@@ -24,6 +24,7 @@ from ister.client.errors import exhausted, to_ister_error
 from ister.client.messages import split_frames
 from ister.client.producer import Producer
 from ister.client.publisher import PartitionPublisher
+from ister.client.schemas import SchemaRegistry
 from ister.client.subscriber import Subscriber
 from ister.ids import PARTITION_MARKER, TopicName, validate_client_name
 from ister.limits import MAX_READ_OFFSET, MAX_READ_RECORDS, MAX_WINDOW, MiB
@@ -113,6 +114,7 @@ class Client:
         self._stubs: dict[str, Any] = {}
         self._owned: set[Producer | Consumer] = set()
         self._closed = False
+        self.schemas = SchemaRegistry(self)
 
     # -- connection -----------------------------------------------------------------------------------------
     @property
@@ -356,13 +358,18 @@ class Client:
         partitions: int | None = None,
         max_buffered_messages: int = 262_144,
         max_buffered_bytes: int = 64 * MiB,
+        schema_subject: str | None = None,
+        schema_version: int | None = None,
+        schema_min_version: int | None = None,
     ) -> Producer:
         """A producer on `topic`, its stream(s) open when this returns.
 
         A missing topic is created by the first producer (reliable or not, as asked). `partitions=N` creates
         `<topic>-part-0 .. -part-N-1` when the topic does not exist yet; an existing partitioned topic is used
         with its own partitions. `max_inflight_batches=None` uses the broker's limit; batch limits are the
-        smaller of these and the broker's."""
+        smaller of these and the broker's. `schema_subject` stamps every message with the subject's id and
+        its latest version, or `schema_version` (pinned), or the latest if at least `schema_min_version`;
+        `producer.schema` is then the resolved version (its `schema` validates and decodes)."""
         TopicName.parse(topic)
         if name is not None:
             validate_client_name(name, "producer name")
@@ -373,6 +380,11 @@ class Client:
         if linger_ms < 0:
             raise errors.InvalidArgument("linger_ms must be >= 0")
         name = name or f"ister-producer-{secrets.token_hex(6)}"
+        resolved = None
+        if schema_subject is not None:
+            resolved = await self.schemas.resolve(
+                schema_subject, version=schema_version, min_version=schema_min_version
+            )
         found = await self.lookup_with_retry(topic)
         names = found.partitions if found is not None and found.partitions else [topic]
         if partitions and names == [topic] and TopicName.parse(topic).partition is None:
@@ -404,6 +416,10 @@ class Client:
             )
             for i, part in enumerate(names)
         ]
+        if resolved is not None:
+            producer.schema = resolved
+            for p in pubs:
+                p.schema = (resolved.schema_id, resolved.version)
         producer._attach(pubs)
         results = await asyncio.gather(*(p.start() for p in pubs), return_exceptions=True)
         failure = next((r for r in results if isinstance(r, BaseException)), None)

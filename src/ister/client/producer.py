@@ -30,6 +30,7 @@ from ister.core.record import check_attributes, check_routing_key
 
 if TYPE_CHECKING:
     from ister.client.client import Client
+    from ister.client.schemas import SchemaVersion
 
 _BYTES_TYPES = frozenset({bytes, bytearray, memoryview})
 _NO_ATTRS: dict[str, str] = {}
@@ -73,6 +74,7 @@ class Producer:
         self._router = Router(1)
         self._closed = False
         self._each_order = asyncio.Lock()  # FIFO: concurrent send_each() calls queue in call order
+        self.schema: SchemaVersion | None = None  # the schema version stamped on every message, if any
 
     def _attach(self, publishers: list[PartitionPublisher]) -> None:
         self._pubs = publishers

@@ -84,6 +84,7 @@ class PartitionPublisher(ReconnectingStream):
         self._on_seal = on_seal
         self._on_release = on_release
         self.overhead = RECORD_OVERHEAD + len(name.encode())
+        self.schema: tuple[int | None, int | None] = (None, None)  # stamped on every record (id, version)
         self._loop = asyncio.get_running_loop()
         self._pid = 0
         self._seq = 0
@@ -317,7 +318,7 @@ class PartitionPublisher(ReconnectingStream):
                 await wake.wait()
             b = queue.popleft()
             try:
-                records = b.encode(self._pid, self.name)
+                records = b.encode(self._pid, self.name, self.schema)
             except (TypeError, ValueError, OverflowError) as exc:  # a value msgpack cannot carry
                 self._release(b)
                 b.fail(errors.InvalidArgument(f"cannot encode the batch: {exc}"))

@@ -40,7 +40,8 @@ class _Prefixes(dict[int, bytes]):
 
 
 _PREFIX = _Prefixes()
-RECORD_OVERHEAD = 40  # msgpack bytes of one record besides payload, producer name, attributes and key
+RECORD_OVERHEAD = 54  # msgpack bytes of one record besides payload, producer name, attributes and key
+# (schema id and version included: up to 9 + 5 bytes)
 
 
 def array_header(n: int) -> bytes:
@@ -51,16 +52,23 @@ def array_header(n: int) -> bytes:
     return b"\xdd" + n.to_bytes(4, "big")
 
 
-def encode_records(segments: list[Segment], count: int, producer_id: int, producer_name: str) -> bytes:
-    """The msgpack array of `count` records held in `segments`."""
+def encode_records(
+    segments: list[Segment],
+    count: int,
+    producer_id: int,
+    producer_name: str,
+    schema: tuple[int | None, int | None] = (None, None),
+) -> bytes:
+    """The msgpack array of `count` records held in `segments`, stamped with `schema` (id, version)."""
+    sid, sv = schema
     parts = [array_header(count)]
     prefix = _PREFIX.__getitem__
     for payloads, ts, attributes, key in segments:
         if len(payloads) == 1:  # one message with its own attributes (send_each): one record, one call
-            parts.append(_encode((payloads[0], ts, producer_id, producer_name, attributes, key, None, None)))
+            parts.append(_encode((payloads[0], ts, producer_id, producer_name, attributes, key, sid, sv)))
             continue
         # The 7 fields after the payload, without their own array header (1 byte for 7 elements).
-        tail = _encode((ts, producer_id, producer_name, attributes, key, None, None))[1:]
+        tail = _encode((ts, producer_id, producer_name, attributes, key, sid, sv))[1:]
         parts.append(
             b"".join(chain.from_iterable(zip(map(prefix, map(len, payloads)), payloads, repeat(tail))))
         )
@@ -92,9 +100,11 @@ class Batch:
         self.records: bytes | None = None
         self.records_pid = -1
 
-    def encode(self, producer_id: int, producer_name: str) -> bytes:
+    def encode(
+        self, producer_id: int, producer_name: str, schema: tuple[int | None, int | None] = (None, None)
+    ) -> bytes:
         if self.records is None or self.records_pid != producer_id:
-            self.records = encode_records(self.segs, self.count, producer_id, producer_name)
+            self.records = encode_records(self.segs, self.count, producer_id, producer_name, schema)
             self.records_pid = producer_id
         return self.records
 

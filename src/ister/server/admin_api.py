@@ -21,6 +21,7 @@ from ister.core.dispatch.policy import BackoffStrategy, PoisonPolicy
 from ister.errors import InvalidArgument
 from ister.server.errors import unary
 from ister.server.handlers import add_service
+from ister.server.schema_api import add_schema_service, create_with_subject
 from ister.wire.enums import reliable_from_wire
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
@@ -106,10 +107,11 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
 
     @unary
     async def CreateTopic(self, request: pb.NewTopicRequest, context: Ctx) -> pb.TopicResponse:
+        subject = request.schema_subject if request.HasField("schema_subject") else ""
+        if subject:
+            return await create_with_subject(self.ops, request.name, subject, request.dispatch_strategy)
         await self.ops.create_topic(
-            request.name,
-            reliable=reliable_from_wire(request.dispatch_strategy, "dispatch_strategy"),
-            schema_subject=request.schema_subject if request.HasField("schema_subject") else None,
+            request.name, reliable=reliable_from_wire(request.dispatch_strategy, "dispatch_strategy")
         )
         return pb.TopicResponse(success=True)
 
@@ -117,6 +119,14 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
     async def CreatePartitionedTopic(
         self, request: pb.PartitionedTopicRequest, context: Ctx
     ) -> pb.TopicResponse:
+        if request.HasField("schema_subject") and request.schema_subject:
+            return await create_with_subject(
+                self.ops,
+                request.base_name,
+                request.schema_subject,
+                request.dispatch_strategy,
+                partitions=request.partitions,
+            )
         await self.ops.create_topic(
             request.base_name,
             reliable=reliable_from_wire(request.dispatch_strategy, "dispatch_strategy"),
@@ -349,6 +359,7 @@ def add_admin_services(server: Any, broker: BrokerService) -> AdminOps:
     add_service(server, BrokerAdminServicer(ops), pb, "BrokerAdmin")
     add_service(server, ClusterAdminServicer(), pb, "ClusterAdmin")
     add_service(server, SecurityAdminServicer(), pb, "SecurityAdmin")
+    add_schema_service(server, broker)  # Danube serves the registry on both ports
     return ops
 
 

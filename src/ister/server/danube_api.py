@@ -11,6 +11,7 @@ from ister.broker.subscription import Subscription
 from ister.errors import InvalidArgument
 from ister.ids import TopicName, clip
 from ister.limits import MAX_NACK_REASON_BYTES
+from ister.schema.service import registry_for, validator_for
 from ister.server.errors import server_stream, unary
 from ister.server.handlers import add_service
 from ister.wire.convert import stored_from_wire, wire_from_stored
@@ -26,15 +27,21 @@ log = logging.getLogger(__name__)
 class ProducerServicer(pb_grpc.ProducerServiceServicer):  # type: ignore[misc]
     def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
+        self.validator = validator_for(broker)
 
     @unary
     async def CreateProducer(self, request: pb.ProducerRequest, context: Ctx) -> pb.ProducerResponse:
+        subject = request.schema_ref.subject if request.HasField("schema_ref") else ""
+        if subject:
+            await registry_for(self.broker).check_producer(request.topic_name, subject)
         producer_id = await self.broker.create_producer(
             request.topic_name,
             request.producer_name,
             reliable=reliable_from_wire(request.dispatch_strategy, "dispatch_strategy"),
             access_mode=access_mode_from_wire(request.producer_access_mode),
         )
+        if subject:
+            await registry_for(self.broker).attach_producer(request.topic_name, subject)
         return pb.ProducerResponse(
             request_id=request.request_id, producer_id=producer_id, producer_name=request.producer_name
         )
@@ -45,6 +52,7 @@ class ProducerServicer(pb_grpc.ProducerServiceServicer):  # type: ignore[misc]
             raise InvalidArgument("msg_id is required")
         session = await self.broker.producer(request.msg_id.producer_id, request.msg_id.topic_name)
         message = stored_from_wire(request, session.id, session.name)
+        await self.validator.check(session.topic, (message,))
         await self.broker.send(session, message)
         return pb.MessageResponse(request_id=request.request_id)
 

@@ -13,6 +13,7 @@ from ister.limits import DEFAULT_METRICS_MAX_TOPICS, GRPC_MAX_MESSAGE_BYTES
 from ister.server.danube_api import add_danube_services
 from ister.server.ister_api import add_ister_service
 from ister.server.metrics_http import MetricsServer, start_metrics_server
+from ister.server.schema_api import add_schema_service
 
 # gRPC's own size limits sit well above the message-size policy so that an oversize message gets the
 # broker's INVALID_ARGUMENT, not gRPC's RESOURCE_EXHAUSTED (which the official client retries for ever).
@@ -29,6 +30,7 @@ async def start_client_server(broker: BrokerService, addr: str) -> Any:
     server = grpc.aio.server(options=SERVER_OPTIONS)
     add_danube_services(server, broker)
     add_ister_service(server, broker)
+    add_schema_service(server, broker)
     host, port = split_host_port(addr, "broker_addr")
     try:
         bound = server.add_insecure_port(f"{host}:{port}")

@@ -35,6 +35,7 @@ from ister.limits import (
     MAX_WINDOW,
     MiB,
 )
+from ister.schema.service import validator_for
 from ister.server.errors import bidi_stream, server_stream, unary
 from ister.server.handlers import add_service
 from ister.wire.enums import reliable_from_wire, sub_type_from_wire
@@ -56,8 +57,9 @@ OPEN_TIMEOUT_SECONDS = 30.0
 
 def decode_batch(
     batch: pb.PublishBatch, producer: ProducerSession, max_message_size: int, *, messages: bool
-) -> tuple[list[msgspec.Raw], list[PublishedMessage], int]:
-    """Validate one PublishBatch completely before anything is stored; returns (records, messages, bytes).
+) -> tuple[list[msgspec.Raw], list[PublishedMessage], int, Sequence[StoredMessage | LeanMessage]]:
+    """Validate one PublishBatch completely before anything is stored; returns (records, messages, bytes,
+    the decoded records: payloads and schema ids for the topic's schema policy).
 
     Every field of every record is checked against the wire's ranges and the broker's limits, by the same
     rules as the Danube API's SendMessage (`ister.core.record`). `messages`: also return the records as
@@ -86,12 +88,13 @@ def decode_batch(
             check_attributes(m.attributes)
     except InvalidArgument as exc:
         raise InvalidArgument(f"batch {batch.sequence}: {exc}") from None
-    return raws, decoded, sum(sizes)
+    return raws, decoded, sum(sizes), checked
 
 
 class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
     def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
+        self.validator = validator_for(broker)
 
     @unary
     async def Lookup(self, request: pb.LookupRequest, context: Ctx) -> pb.LookupResponse:
@@ -159,9 +162,10 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
                 batch = request.batch
                 if batch.sequence <= last_sequence:
                     raise InvalidArgument(f"batch sequence {batch.sequence} is not above {last_sequence}")
-                raws, messages, nbytes = decode_batch(
+                raws, messages, nbytes, checked = decode_batch(
                     batch, session, topic.max_message_size, messages=not topic.reliable
                 )
+                await self.validator.check(session.topic, checked)
                 last_sequence = batch.sequence
                 done = asyncio.ensure_future(topic.publish_batch(raws, messages, nbytes))
                 await pending.put((batch.sequence, len(raws), done))
