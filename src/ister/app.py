@@ -20,7 +20,6 @@ from ister.config import BrokerConfig
 from ister.limits import SHUTDOWN_GRACE_SECONDS
 from ister.metadata.embedded import EmbeddedStore
 from ister.metadata.store import MetadataStore
-from ister.schema.service import close_schemas, start_schemas
 from ister.server.admin_api import start_admin_server
 from ister.server.grpc_server import start_client_server, start_prometheus
 from ister.storage.topic_storage import TopicStorage
@@ -56,7 +55,6 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
     heap_task = loop.create_task(heap.run(), name="heap-keeper")
     try:
         await broker.start()
-        await start_schemas(broker)
         server = await start_client_server(broker, config.broker_addr)
         admin = await start_admin_server(broker, config.admin_addr)
         # After the server is up: the cluster's watcher may load topics and redirect clients here at once.
@@ -84,7 +82,6 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
             await admin.stop(grace=0.5)
         if server is not None:
             await server.stop(grace=1.0)
-        await close_schemas(broker)
         try:
             await asyncio.wait_for(broker.close(), SHUTDOWN_GRACE_SECONDS)
         except TimeoutError:

@@ -21,6 +21,7 @@ from ister.broker.ownership import BrokerInfo
 from ister.broker.service import BrokerService
 from ister.broker.topic import NON_RELIABLE, RELIABLE
 from ister.core.dispatch import FailurePolicy
+from ister.core.schema import ValidationPolicy
 from ister.errors import AlreadyExists, FailedPrecondition, InvalidArgument, IsterError, NotFound
 from ister.ids import PARTITION_MARKER, TopicName, shown, validate_client_name, validate_segment
 from ister.limits import MAX_NAME_LEN, MAX_WINDOW, MIN_WINDOW
@@ -175,27 +176,14 @@ class AdminOps:
         """Create a topic, or a partitioned topic (`{base}-part-0..N-1`); returns the topics created.
 
         Cluster mode: the topics are queued for the leader to assign (asynchronous, as Danube). Standalone:
-        they are loaded at once.
+        they are loaded at once. With a schema subject, the subject must be registered (checked before
+        anything is created) and each topic is bound to it with policy warn and payload validation (tighten
+        it with UpdateTopicValidationPolicy).
         """
         name = TopicName.parse(raw)
         if schema_subject:
-            raise FailedPrecondition(
-                "Ister has no schema registry: create the topic without a schema subject"
-            )
-        if name.partition is not None:
-            raise InvalidArgument(
-                f"{name} is a partition name; create the partitioned topic {name.namespace}/"
-                f"{name.partition[0]} with partitions instead"
-            )
-        if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
-            raise InvalidArgument(f"partitions must be in 1..{MAX_PARTITIONS}, got {partitions}")
-        targets = [name] if partitions is None else [name.partition_topic(i) for i in range(partitions)]
-        for t in targets:
-            if len(t.topic) + DLQ_SUFFIX_LEN > MAX_NAME_LEN:
-                # Leave room for the dead-letter topic `<topic>-DLQ`, as the broker's own creation does.
-                raise InvalidArgument(
-                    f"topic name {t.topic!r} is too long: at most {MAX_NAME_LEN - DLQ_SUFFIX_LEN} characters"
-                )
+            await self.broker.schemas.require_subject(schema_subject)
+        targets = _creation_targets(name, partitions)
         delivery = RELIABLE if reliable else NON_RELIABLE
         async with self._lock:
             await self._require_namespace(name.namespace)
@@ -226,6 +214,9 @@ class AdminOps:
         if self.ownership.loads_new_topics_here:
             for t in targets:
                 await self.broker.get_topic(t)
+        if schema_subject:
+            for topic in created:
+                await self.broker.schemas.bind_topic(topic, schema_subject, ValidationPolicy.WARN, True)
         return created
 
     async def delete_topic(self, raw: str) -> list[str]:
@@ -471,6 +462,25 @@ class AdminOps:
 
     async def list_brokers(self) -> list[BrokerInfo]:
         return await self.ownership.brokers()
+
+
+def _creation_targets(name: TopicName, partitions: int | None) -> list[TopicName]:
+    """The topics an admin creation of `name` makes (its partitions, if any), checked as names."""
+    if name.partition is not None:
+        raise InvalidArgument(
+            f"{name} is a partition name; create the partitioned topic {name.namespace}/"
+            f"{name.partition[0]} with partitions instead"
+        )
+    if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
+        raise InvalidArgument(f"partitions must be in 1..{MAX_PARTITIONS}, got {partitions}")
+    targets = [name] if partitions is None else [name.partition_topic(i) for i in range(partitions)]
+    for t in targets:
+        if len(t.topic) + DLQ_SUFFIX_LEN > MAX_NAME_LEN:
+            # Leave room for the dead-letter topic `<topic>-DLQ`, as the broker's own creation does.
+            raise InvalidArgument(
+                f"topic name {t.topic!r} is too long: at most {MAX_NAME_LEN - DLQ_SUFFIX_LEN} characters"
+            )
+    return targets
 
 
 def policies_json(policies: dict[str, Any]) -> str:

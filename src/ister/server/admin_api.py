@@ -21,7 +21,7 @@ from ister.core.dispatch.policy import BackoffStrategy, PoisonPolicy
 from ister.errors import InvalidArgument
 from ister.server.errors import unary
 from ister.server.handlers import add_service
-from ister.server.schema_api import add_schema_service, create_with_subject
+from ister.server.schema_api import add_schema_service
 from ister.wire.enums import reliable_from_wire
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
@@ -107,11 +107,10 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
 
     @unary
     async def CreateTopic(self, request: pb.NewTopicRequest, context: Ctx) -> pb.TopicResponse:
-        subject = request.schema_subject if request.HasField("schema_subject") else ""
-        if subject:
-            return await create_with_subject(self.ops, request.name, subject, request.dispatch_strategy)
         await self.ops.create_topic(
-            request.name, reliable=reliable_from_wire(request.dispatch_strategy, "dispatch_strategy")
+            request.name,
+            reliable=reliable_from_wire(request.dispatch_strategy, "dispatch_strategy"),
+            schema_subject=request.schema_subject if request.HasField("schema_subject") else None,
         )
         return pb.TopicResponse(success=True)
 
@@ -119,14 +118,6 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
     async def CreatePartitionedTopic(
         self, request: pb.PartitionedTopicRequest, context: Ctx
     ) -> pb.TopicResponse:
-        if request.HasField("schema_subject") and request.schema_subject:
-            return await create_with_subject(
-                self.ops,
-                request.base_name,
-                request.schema_subject,
-                request.dispatch_strategy,
-                partitions=request.partitions,
-            )
         await self.ops.create_topic(
             request.base_name,
             reliable=reliable_from_wire(request.dispatch_strategy, "dispatch_strategy"),

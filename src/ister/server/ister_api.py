@@ -35,7 +35,6 @@ from ister.limits import (
     MAX_WINDOW,
     MiB,
 )
-from ister.schema.service import validator_for
 from ister.server.errors import bidi_stream, server_stream, unary
 from ister.server.handlers import add_service
 from ister.wire.enums import reliable_from_wire, sub_type_from_wire
@@ -94,7 +93,7 @@ def decode_batch(
 class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
     def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
-        self.validator = validator_for(broker)
+        self.validator = broker.validator
 
     @unary
     async def Lookup(self, request: pb.LookupRequest, context: Ctx) -> pb.LookupResponse:
