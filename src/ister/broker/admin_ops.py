@@ -26,6 +26,7 @@ from ister.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Ist
 from ister.ids import PARTITION_MARKER, TopicName, shown, validate_client_name, validate_segment
 from ister.limits import MAX_NAME_LEN, MAX_WINDOW, MIN_WINDOW
 from ister.metadata import keys
+from ister.metadata.records import ConsumerIndexRecord, DispatchConfigRecord, SubscriptionRecord
 from ister.metadata.store import Compare, KeyValue, Put, list_all
 from ister.storage.objects import list_segments, topic_object_prefix
 
@@ -250,7 +251,8 @@ class AdminOps:
         await self.store.delete(keys.owner(name))
         await self.store.delete_prefix(keys.storage_topic_prefix(name))
         for kv in await self._list_all(keys.CONSUMER_INDEX_PREFIX):
-            if isinstance(kv.value, dict) and kv.value.get("topic") == name.full:
+            index = ConsumerIndexRecord.parse(kv.value)
+            if index is not None and index.topic == name.full:
                 await self.store.delete(kv.key)
         await self._delete_objects(name)
         log.info("admin: deleted topic %s", name)
@@ -350,12 +352,8 @@ class AdminOps:
         await self.store.delete_prefix(keys.subscription_prefix(name, sub))
         await self.store.delete(keys.subscription(name, sub))
         for kv in await self._list_all(keys.CONSUMER_INDEX_PREFIX):
-            value = kv.value
-            if (
-                isinstance(value, dict)
-                and value.get("topic") == name.full
-                and value.get("subscription") == sub
-            ):
+            index = ConsumerIndexRecord.parse(kv.value)
+            if index is not None and index.topic == name.full and index.subscription == sub:
                 await self.store.delete(kv.key)
 
     async def _require_reliable(self, name: TopicName, what: str) -> None:
@@ -388,12 +386,8 @@ class AdminOps:
                 policy = FailurePolicy.from_json(kv.value)
             except InvalidArgument as exc:
                 log.warning("stored failure policy of %s/%s is invalid: %s", name, sub, exc)
-        sub_type = 0
-        if record is not None and isinstance(record.value, dict):
-            value = record.value.get("subscription_type")
-            if isinstance(value, int) and not isinstance(value, bool):
-                sub_type = value
-        return SubscriptionPolicy(policy, sub_type)
+        parsed = SubscriptionRecord.parse(record.value) if record is not None else None
+        return SubscriptionPolicy(policy, parsed.subscription_type if parsed is not None else 0)
 
     async def set_dispatch_window(self, raw: str, sub: str, max_unacked: int) -> None:
         """Store a subscription's window; also applied at once when the subscription is open here."""
@@ -405,7 +399,8 @@ class AdminOps:
             )
         await self._require_reliable(name, "a dispatch config")
         await self.store.put(
-            keys.subscription_dispatch_config(name, sub), {"max_unacked_messages": max_unacked}
+            keys.subscription_dispatch_config(name, sub),
+            DispatchConfigRecord(max_unacked_messages=max_unacked).to_json(),
         )
         loaded = self.broker.topics.get(name.full)
         open_sub = loaded.subscriptions.get(sub) if loaded is not None else None
@@ -419,8 +414,8 @@ class AdminOps:
         if kv is None:
             await self._require_subscription(name, sub)
             return None
-        value = kv.value.get("max_unacked_messages") if isinstance(kv.value, dict) else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        record = DispatchConfigRecord.parse(kv.value)
+        return record.max_unacked_messages if record is not None else None
 
     # -- namespaces ---------------------------------------------------------------------------------------
     async def list_namespaces(self) -> list[str]:
