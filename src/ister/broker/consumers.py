@@ -22,7 +22,12 @@ from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavaila
 from ister.ids import TopicName, new_id, shown, validate_client_name
 from ister.limits import NON_RELIABLE_CONSUMER_BUFFER, RELIABLE_CONSUMER_BUFFER
 from ister.metadata import keys
-from ister.metadata.records import ConsumerIndexRecord, DispatchConfigRecord, SubscriptionRecord
+from ister.metadata.records import (
+    ConsumerIndexRecord,
+    DispatchConfigRecord,
+    NamespacePolicy,
+    SubscriptionRecord,
+)
 from ister.metadata.store import MetadataStore
 from ister.storage.topic_storage import TopicStorage
 
@@ -368,21 +373,16 @@ class Consumers:
         return len(stale)
 
 
-def _check_limits(topic: Topic, sub: Subscription | None, subscription: str, policy: dict[str, Any]) -> None:
+def _check_limits(topic: Topic, sub: Subscription | None, subscription: str, policy: NamespacePolicy) -> None:
     """Namespace policies (0 = unlimited), checked before a new consumer or subscription is added."""
-
-    def limit(key: str) -> int:
-        value = policy.get(key, 0)
-        return value if isinstance(value, int) and value > 0 else 0
-
-    if sub is None and (n := limit("max_subscriptions_per_topic")) and len(topic.subscriptions) >= n:
+    if sub is None and (n := policy.max_subscriptions_per_topic) and len(topic.subscriptions) >= n:
         raise FailedPrecondition(f"topic {topic.name} already has max_subscriptions_per_topic={n}")
-    if sub is not None and (n := limit("max_consumers_per_subscription")) and len(sub.consumers) >= n:
+    if sub is not None and (n := policy.max_consumers_per_subscription) and len(sub.consumers) >= n:
         raise FailedPrecondition(
             f"subscription {shown(subscription)} already has max_consumers_per_subscription={n}"
         )
     total = sum(len(s.consumers) for s in topic.subscriptions.values())
-    if (n := limit("max_consumers_per_topic")) and total >= n:
+    if (n := policy.max_consumers_per_topic) and total >= n:
         raise FailedPrecondition(f"topic {topic.name} already has max_consumers_per_topic={n}")
 
 
