@@ -27,14 +27,60 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 
-def open_channel(url: str) -> Any:
-    """A grpc.aio channel for `http://host:port` (plain) or `https://host:port` (TLS with system roots)."""
-    if url.startswith("https://"):
-        return grpc.aio.secure_channel(
-            url[len("https://") :].rstrip("/"), grpc.ssl_channel_credentials(), options=CHANNEL_OPTIONS
-        )
-    target = url[len("http://") :] if url.startswith("http://") else url
-    return grpc.aio.insecure_channel(target.rstrip("/"), options=CHANNEL_OPTIONS)
+TOKEN_ENV = "ISTER_TOKEN"  # a bearer token (JWT) for every call
+TLS_CA_ENV = "ISTER_TLS_CA"  # PEM file of the CA that signed the brokers' certificates
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """How a client proves who it is and checks the broker: a bearer token (JWT) sent on every call, the
+    CA that signed the broker's certificate (`tls_ca`, PEM file; system roots when unset), and a client
+    certificate for mutual TLS. A token or CA means TLS whatever the URL's scheme (a token never travels
+    in cleartext)."""
+
+    token: str | None = None
+    tls_ca: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.token or self.tls_ca or self.cert_file)
+
+    def channel_credentials(self) -> Any:
+        def read(path: str | None) -> bytes | None:
+            if path is None:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+
+        creds = grpc.ssl_channel_credentials(read(self.tls_ca), read(self.key_file), read(self.cert_file))
+        if self.token:
+            creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(self.token))
+        return creds
+
+    def __repr__(self) -> str:  # never shows the token
+        return f"Credentials(token={'***' if self.token else None}, tls_ca={self.tls_ca!r})"
+
+
+NO_CREDENTIALS = Credentials()
+
+
+def split_url(url: str) -> tuple[str, bool]:
+    """(`host:port`, https?) of a service URL."""
+    for scheme, tls in (("https://", True), ("http://", False)):
+        if url.startswith(scheme):
+            return url[len(scheme) :].rstrip("/"), tls
+    return url.rstrip("/"), False
+
+
+def open_channel(url: str, credentials: Credentials = NO_CREDENTIALS) -> Any:
+    """A grpc.aio channel for `http://host:port` (plain) or `https://host:port` (TLS: system roots unless
+    `credentials` names a CA); with a token or CA in `credentials`, TLS whatever the scheme."""
+    target, https = split_url(url)
+    if https or credentials.tls:
+        return grpc.aio.secure_channel(target, credentials.channel_credentials(), options=CHANNEL_OPTIONS)
+    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
 
 
 def normalize_url(url: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,15 @@ from typing import Any, TypeVar
 import grpc
 
 from ister import errors
-from ister.client._conn import RetryBudget, RetryPolicy, normalize_url, open_channel
+from ister.client._conn import (
+    TLS_CA_ENV,
+    TOKEN_ENV,
+    Credentials,
+    RetryBudget,
+    RetryPolicy,
+    normalize_url,
+    open_channel,
+)
 from ister.client.consumer import Consumer, SubType
 from ister.client.errors import exhausted, to_ister_error
 from ister.client.messages import split_frames
@@ -99,6 +108,8 @@ class Client:
         backoff_base: float = 0.2,
         backoff_max: float = 2.0,
         retry_timeout: float = 30.0,
+        token: str | None = None,
+        tls_ca: str | None = None,
     ) -> None:
         raw = url.split(",") if isinstance(url, str) else list(url)
         # Seeds: any broker answers lookups, so one that is down just means asking the next one.
@@ -108,6 +119,11 @@ class Client:
         if connect_timeout <= 0 or retry_timeout < 0 or (max_retries is not None and max_retries < 0):
             raise errors.InvalidArgument("connect_timeout must be > 0, retry_timeout and max_retries >= 0")
         self._seed = 0
+        # Unset: from the environment, as every `ister` command and the Spark connector pass them on.
+        self.credentials = Credentials(
+            token=token or os.environ.get(TOKEN_ENV) or None,
+            tls_ca=tls_ca or os.environ.get(TLS_CA_ENV) or None,
+        )
         self.connect_timeout = connect_timeout
         self.retry = RetryPolicy(max_retries, backoff_base, backoff_max, retry_timeout)
         self._channels: dict[str, Any] = {}
@@ -164,7 +180,7 @@ class Client:
             raise errors.FailedPrecondition("the client is closed")
         channel = self._channels.get(url)
         if channel is None:
-            channel = self._channels[url] = open_channel(url)
+            channel = self._channels[url] = open_channel(url, self.credentials)
             self._stubs[url] = pb_grpc.IsterStub(channel)
         return channel
 
