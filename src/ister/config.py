@@ -63,6 +63,11 @@ class DispatchSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     max_redelivery_delay_ms: int = 60_000
     backoff_strategy: Literal["Exponential", "Fixed"] = "Exponential"
     poison_policy: Literal["DeadLetter", "Drop", "Block"] = "DeadLetter"
+    # Failover subscriptions on partitioned topics (partitions spread over consumers, handed off gracefully):
+    # wait this long after the last join before moving partitions, and at most this long for a moving
+    # partition's delivered messages to be acknowledged (0 allowed for both).
+    rebalance_delay_seconds: float = 5.0
+    max_handoff_seconds: float = 5.0
 
 
 class Policies(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -326,6 +331,8 @@ def _check_dispatch_lower_bounds(d: DispatchSettings) -> None:
         "ack_timeout_ms",
         "base_redelivery_delay_ms",
         "max_redelivery_delay_ms",
+        "rebalance_delay_seconds",
+        "max_handoff_seconds",
     ):
         if getattr(d, name) < 0:
             raise ConfigError(f"dispatch.{name} must be >= 0")
@@ -339,6 +346,9 @@ def _check_dispatch_upper_bounds(d: DispatchSettings) -> None:
     for name in ("ack_timeout_ms", "base_redelivery_delay_ms", "max_redelivery_delay_ms"):
         if getattr(d, name) > 86_400_000:
             raise ConfigError(f"dispatch.{name} must be <= 86400000 (one day)")
+    for name in ("rebalance_delay_seconds", "max_handoff_seconds"):
+        if getattr(d, name) > 3_600:
+            raise ConfigError(f"dispatch.{name} must be <= 3600")
 
 
 def _check_wal(w: WalSettings) -> None:

@@ -75,3 +75,41 @@ def test_rebalance_timer_waits_for_the_last_change() -> None:
     zero = RebalanceTimer(delay=0.0)
     zero.changed(1.0)
     assert zero.fire(1.0)
+
+
+def test_a_designated_failover_consumer_receives_and_nobody_while_none() -> None:
+    from ister.core.dispatch import FailurePolicy, ReliableSubscriptionState, SubType
+
+    st = ReliableSubscriptionState(SubType.FAILOVER, start_offset=0, window=10, policy=FailurePolicy())
+    st.attach(1, (), 0)
+    st.attach(2, (), 0)
+    st.offer_batch(0, ["k"] * 4, 0)
+    st.designate(2)
+    first = st.poll(0)
+    assert {d.consumer_id for d in first} == {2} and st.in_flight_of(2) == len(first) > 0
+    st.designate(None)  # a handoff pauses the partition: nothing new goes anywhere
+    st.offer_batch(4, ["k"] * 2, 0)
+    assert st.poll(1) == [] and st.in_flight_of(2) == len(first)
+    assert st.requeue(2, 2) == len(first)  # the switch hands back what 2 did not acknowledge
+    st.designate(1)
+    again = st.poll(3)
+    assert {d.consumer_id for d in again} == {1} and st.in_flight_of(2) == 0
+    st.undesignate()
+    assert st.active_consumer() == 1  # the earliest attached again
+
+
+def test_a_retry_due_while_no_failover_consumer_is_designated_waits_for_one() -> None:
+    """A designated consumer that detaches hands its messages back as retries; with nobody designated they
+    wait (no crash, no busy wake-up) and go to the next designated consumer."""
+    from ister.core.dispatch import FailurePolicy, ReliableSubscriptionState, SubType
+
+    st = ReliableSubscriptionState(SubType.FAILOVER, start_offset=0, window=10, policy=FailurePolicy())
+    st.attach(1, (), 0)
+    st.attach(2, (), 0)
+    st.designate(1)
+    st.offer_batch(0, ["", ""], 0)
+    assert len(st.poll(0)) == 2
+    st.detach(1, 1)  # its two messages are due again at once, but 1 was the designated consumer
+    assert st.poll(2) == [] and st.next_wakeup() is None  # nothing in flight, nobody to retry to
+    st.designate(2)
+    assert sorted(d.offset for d in st.poll(3)) == [0, 1]

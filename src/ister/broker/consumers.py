@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ister.broker.nonreliable import NonReliableSubscription
+from ister.broker.partition_groups import PartitionGroups
 from ister.broker.reliable import ReliableSubscription
 from ister.broker.sessions import ConsumerSession, ConsumerStream
 from ister.broker.subscription import Subscription
@@ -59,6 +60,8 @@ class Consumers:
         self.broker_url = broker_url
         self.refs: dict[int, ConsumerRef] = {}
         self._started_at = time.monotonic()
+        d = config.dispatch
+        self.partition_groups = PartitionGroups(d.rebalance_delay_seconds, d.max_handoff_seconds)
 
     def forget(self, topic: Topic) -> None:
         """Its consumers are no longer served here: their calls get UNAVAILABLE, health checks CLOSE."""
@@ -191,6 +194,10 @@ class Consumers:
             publish_dead_letter=publish_dead_letter,
         )
         sub.start()
+        part = topic.name.partition
+        if part is not None and sub_type is SubType.FAILOVER:
+            base = f"/{topic.name.namespace}/{part[0]}"
+            self.partition_groups.join(base, part[1], sub)  # spread the partitions over the consumers
         return sub
 
     async def _failure_policy(self, topic: Topic, sub: str) -> FailurePolicy:

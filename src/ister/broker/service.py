@@ -125,6 +125,7 @@ class BrokerService:
             self._reaper.cancel()
         await self.schemas.close()
         await self.registry.close()
+        await self.consumer_refs.partition_groups.close()
         await self.exports.close()
         await self.storage.close()
 
