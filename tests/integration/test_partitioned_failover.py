@@ -5,6 +5,7 @@ goes, nothing lost."""
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -166,6 +167,19 @@ async def test_a_join_hands_partitions_off_gracefully(broker: BrokerProcess) -> 
     assert {m.msg_id.topic_name for m in a_after}.isdisjoint(moved)
     assert asyncio.get_running_loop().time() - mark < 2.0
     await until(lambda: sum(x.startswith(b"after-") for _, _, x in b_got) == PARTITIONS // 2, "b's share")
+
+    def handoffs_counted() -> bool:
+        text = urllib.request.urlopen(broker.metrics_url, timeout=5).read().decode()
+        values = {
+            line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line.startswith("ister_")
+        }
+        return (
+            values.get("ister_partition_handoffs_total", 0) >= PARTITIONS // 2
+            and values.get("ister_partition_handoff_redelivered_total", 0) >= PARTITIONS // 2
+            and values.get('ister_partition_handoff_seconds_bucket{le="1.0"}', -1) == 0
+        )
+
+    await until(lambda: asyncio.to_thread(handoffs_counted), "the handoffs in the metrics")
     b_task.cancel()
     await a_cons.close()
     await b_cons.close()

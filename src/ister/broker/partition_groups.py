@@ -22,6 +22,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from ister.broker import metrics
 from ister.broker.reliable import ReliableSubscription
 from ister.core.dispatch.partitions import Handoff, RebalanceTimer, assign, plan_handoffs
 
@@ -118,6 +119,9 @@ class PartitionGroup:
             sub.designate(names[h.target])
             del self.handoffs[p]
             self.handoffs_done += 1
+            metrics.partition_handoffs.inc()
+            metrics.partition_handoff_seconds.observe(h.paused_for)
+            metrics.partition_handoff_redelivered.inc(redelivered)
             log.info(
                 "%s/%s: partition %d handed off from %s to %s after %.3f s, %d redelivered",
                 self.key[0],
@@ -171,11 +175,18 @@ class PartitionGroups:
         while True:
             await asyncio.sleep(TICK_SECONDS)
             now = time.monotonic()
+            spread: list[int] = []
             for group in list(self.groups.values()):
                 try:
                     group.step(now)
                 except Exception:
                     log.exception("partition group %s/%s failed a step", *group.key)
+                counts: dict[str, int] = {}
+                for name in group.assignment.values():
+                    counts[name] = counts.get(name, 0) + 1
+                spread.extend(counts.values())
+            metrics.partition_spread.labels("max").set(max(spread, default=0))
+            metrics.partition_spread.labels("min").set(min(spread, default=0))
 
     async def close(self) -> None:
         if self._task is not None:
