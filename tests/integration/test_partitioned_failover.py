@@ -12,6 +12,7 @@ from pathlib import Path
 import danube
 import pytest
 
+from ister.client import Client, Consumer
 from tests.integration.harness import BrokerProcess, client, consumer, producer
 from tests.support import until
 
@@ -183,3 +184,31 @@ async def test_a_join_hands_partitions_off_gracefully(broker: BrokerProcess) -> 
     b_task.cancel()
     await a_cons.close()
     await b_cons.close()
+
+
+async def test_ister_client_partitioned_consumers_share_the_partitions(broker: BrokerProcess) -> None:
+    topic = "/default/ister-parts"
+    async with Client(broker.url) as ic:
+        prod = await ic.producer(topic, partitions=4)
+        first = await ic.consumer(topic, "grp", name="one", type="partitioned")
+        second = await ic.consumer(topic, "grp", name="two", type="partitioned")
+        seen: dict[str, set[str]] = {"one": set(), "two": set()}
+
+        async def drain(name: str, cons: Consumer) -> None:
+            async for m in cons:
+                seen[name].add(m.topic)
+                await m.ack()
+
+        tasks = [asyncio.create_task(drain("one", first)), asyncio.create_task(drain("two", second))]
+
+        async def settled() -> bool:
+            seen["one"].clear()
+            seen["two"].clear()
+            for _ in range(8):
+                await prod.send(b"x")  # round-robin over the four partitions
+            await until(lambda: len(seen["one"] | seen["two"]) == 4, "a round delivered", within=10)
+            return len(seen["one"]) == 2 and len(seen["two"]) == 2 and not (seen["one"] & seen["two"])
+
+        await until(settled, "two partitions each", within=30)
+        for t in tasks:
+            t.cancel()

@@ -24,6 +24,7 @@ SUB_TYPES = {
     "exclusive": "exclusive",
     "shared": "shared",
     "fail-over": "failover",
+    "partitioned": "partitioned",
     "key-shared": "key_shared",
 }
 PROGRESS_FROM = 1_000  # show a progress bar for runs at least this long (and never with --json)

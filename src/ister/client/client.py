@@ -49,6 +49,9 @@ _SUB_TYPES = {
     "exclusive": SubType.EXCLUSIVE,
     "shared": SubType.SHARED,
     "failover": SubType.FAILOVER,
+    # On a partitioned topic a Failover subscription spreads the partitions over its consumers (one consumer
+    # per partition at a time, moved by graceful handoff); `partitioned` names that use.
+    "partitioned": SubType.FAILOVER,
     "key_shared": SubType.KEY_SHARED,
     "key-shared": SubType.KEY_SHARED,
 }
