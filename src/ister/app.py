@@ -78,6 +78,8 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
                 config.prom_exporter,
                 per_topic=config.metrics.per_topic,
                 max_topics=config.metrics.max_topics,
+                tls=tls.for_port("metrics"),
+                bearer_token_file=config.security.metrics.bearer_token_file,
             )
         log.info(
             "ister broker ready: %s mode, client %s, data %s, fsync %s, broker id %d",

@@ -45,9 +45,15 @@ async def start_client_server(
 
 
 def start_prometheus(
-    addr: str, *, per_topic: bool = True, max_topics: int = DEFAULT_METRICS_MAX_TOPICS
+    addr: str,
+    *,
+    per_topic: bool = True,
+    max_topics: int = DEFAULT_METRICS_MAX_TOPICS,
+    tls: TlsFiles | None = None,
+    bearer_token_file: str | None = None,
 ) -> MetricsServer:
-    """The Prometheus exporter on its own thread (`server/metrics_http.py`), bounded per-topic series."""
+    """The Prometheus exporter on its own thread (`server/metrics_http.py`), bounded per-topic series,
+    over TLS when `tls` names files and behind a bearer token when `bearer_token_file` is set."""
     host, port = split_host_port(addr, "prom_exporter")
     metrics.configure(per_topic=per_topic, max_topics=max_topics)
-    return start_metrics_server(host, port)
+    return start_metrics_server(host, port, tls=tls, bearer_token_file=bearer_token_file)
