@@ -11,6 +11,7 @@ from ister.broker import metrics
 from ister.broker.service import BrokerService
 from ister.config import TlsFiles, split_host_port
 from ister.limits import DEFAULT_METRICS_MAX_TOPICS, GRPC_MAX_MESSAGE_BYTES
+from ister.security.api_keys import ApiKeyStore
 from ister.server.danube_api import add_danube_services
 from ister.server.ister_api import add_ister_service
 from ister.server.metrics_http import MetricsServer, start_metrics_server
@@ -29,13 +30,18 @@ SERVER_OPTIONS = [
 
 
 async def start_client_server(
-    broker: BrokerService, addr: str, *, tls: TlsFiles | None = None, interceptors: Sequence[Any] = ()
+    broker: BrokerService,
+    addr: str,
+    *,
+    tls: TlsFiles | None = None,
+    interceptors: Sequence[Any] = (),
+    api_keys: ApiKeyStore | None = None,
 ) -> Any:
     """Serve the client API on `addr`, over TLS when `tls` names files; `interceptors` (authentication
     and authorization) only when security is on."""
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=list(interceptors) or None)
     add_danube_services(server, broker)
-    add_ister_service(server, broker)
+    add_ister_service(server, broker, api_keys)
     add_schema_service(server, broker)
     bound = bind(server, addr, tls, "broker_addr")
     if bound == 0:
