@@ -60,7 +60,11 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
         security = await start_security(config, broker)
         tls = config.security.tls
         server = await start_client_server(
-            broker, config.broker_addr, tls=tls.for_port("client"), interceptors=security.interceptors
+            broker,
+            config.broker_addr,
+            tls=tls.for_port("client"),
+            interceptors=security.interceptors,
+            api_keys=security.api_keys,
         )
         admin = await start_admin_server(
             broker,
@@ -68,6 +72,7 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
             security.rbac,
             tls=tls.for_port("admin"),
             interceptors=security.interceptors,
+            api_keys=security.api_keys,
         )
         # After the server is up: the cluster's watcher may load topics and redirect clients here at once.
         await ownership.start()
@@ -76,6 +81,8 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
                 config.prom_exporter,
                 per_topic=config.metrics.per_topic,
                 max_topics=config.metrics.max_topics,
+                tls=tls.for_port("metrics"),
+                bearer_token_file=config.security.metrics.bearer_token_file,
             )
         log.info(
             "ister broker ready: %s mode, client %s, data %s, fsync %s, broker id %d",

@@ -179,8 +179,15 @@ class JwtSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
         return bool(self.secret_file or self.public_key_files or self.jwks_file)
 
 
+class ApiKeySettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """`security.auth.api_keys`: keys (IsterAdmin RPCs) exchanged for tokens signed with the HS256 secret."""
+
+    token_ttl_seconds: int = 900  # lifetime of an exchanged token (and the most a client may ask for)
+
+
 class AuthSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     jwt: JwtSettings = msgspec.field(default_factory=JwtSettings)
+    api_keys: ApiKeySettings = msgspec.field(default_factory=ApiKeySettings)
     # A verified client certificate (mutual TLS) identifies its holder: principal = subject CN, else SAN.
     mtls_identities: bool = True
 
@@ -309,6 +316,8 @@ def _check_security(sec: SecuritySettings) -> None:
             raise ConfigError(f"security: file {path} does not exist or is not a file")
     if not 0 <= sec.auth.jwt.leeway_seconds <= 3600:
         raise ConfigError("security.auth.jwt.leeway_seconds must be in 0..3600")
+    if not 1 <= sec.auth.api_keys.token_ttl_seconds <= 86_400:
+        raise ConfigError("security.auth.api_keys.token_ttl_seconds must be in 1..86400")
     if sec.audit.max_lines_per_second < 1:
         raise ConfigError("security.audit.max_lines_per_second must be >= 1")
 

@@ -29,6 +29,8 @@ AUDIENCE = "ister-test"
 SERVER_STREAMS = {"/danube.ConsumerService/ReceiveMessages", "/ister.v1.Ister/Read"}
 BIDI_STREAMS = {"/ister.v1.Ister/Publish", "/ister.v1.Ister/Consume"}
 AUTHN_ONLY = {"/danube.HealthCheck/HealthCheck", "/danube.ConsumerService/ReceiveMessages"}
+# Needs no credentials: the API key in the request is the credential (an empty one: UNAUTHENTICATED).
+PUBLIC = {"/ister.v1.Ister/ExchangeApiKey"}
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +85,7 @@ def channel(broker: BrokerProcess, pki: Pki, admin: bool) -> Any:
 
 
 def on_admin_port(method: str) -> bool:
-    return method.startswith("/danube_admin.")
+    return method.startswith(("/danube_admin.", "/ister.v1.IsterAdmin/"))
 
 
 def bearer(t: str) -> list[tuple[str, str]]:
@@ -125,7 +127,8 @@ async def test_every_rpc_denies_a_principal_without_roles(broker: BrokerProcess,
                 if on_admin_port(method) == admin:
                     got[method] = await call(ch, method, bearer(tok("nobody")))
     denied = {m for m, c in got.items() if c == grpc.StatusCode.PERMISSION_DENIED}
-    assert denied == set(RULES) - AUTHN_ONLY
+    assert denied == set(RULES) - AUTHN_ONLY - PUBLIC
+    assert {got[m] for m in PUBLIC} == {grpc.StatusCode.UNAUTHENTICATED}  # no API key in the request
     assert got["/danube.HealthCheck/HealthCheck"] == grpc.StatusCode.OK
     assert got["/danube.ConsumerService/ReceiveMessages"] == grpc.StatusCode.NOT_FOUND
     assert "audit principal=service_account:nobody" in broker.log_path.read_text()
@@ -136,7 +139,7 @@ async def test_superuser_passes_every_check(broker: BrokerProcess, pki: Pki) -> 
     for admin in (False, True):
         async with channel(broker, pki, admin) as ch:
             for method in RULES:
-                if on_admin_port(method) == admin:
+                if on_admin_port(method) == admin and method not in PUBLIC:
                     code = await call(ch, method, bearer(tok("root")))
                     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                         refused[method] = code

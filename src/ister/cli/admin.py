@@ -24,6 +24,7 @@ from ister.config import split_host_port
 from ister.errors import ConfigError
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
+from ister.wire.gen import ister_v1_pb2_grpc as ister_pb_grpc
 
 DEFAULT_ADMIN_ADDR = "127.0.0.1:50051"
 ADMIN_ADDR_ENV = "ISTER_ADMIN_ADDR"
@@ -81,6 +82,7 @@ class Stubs:
     namespaces: Any
     brokers: Any
     security: Any = None
+    ister_admin: Any = None  # ister.v1.IsterAdmin: API keys
 
 
 def target_of(addr: str) -> str:
@@ -125,6 +127,7 @@ def connect(addr: str) -> Iterator[Stubs]:
             pb_grpc.NamespaceAdminStub(channel),
             pb_grpc.BrokerAdminStub(channel),
             pb_grpc.SecurityAdminStub(channel),
+            ister_pb_grpc.IsterAdminStub(channel),
         )
     except grpc.RpcError as exc:
         raise AdminCallError(describe_rpc_error(exc, target)) from None

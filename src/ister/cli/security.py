@@ -12,12 +12,17 @@ from ister.cli.admin import AdminAddr, admin_app, call_admin
 from ister.errors import IsterError
 from ister.security.tokens import DEFAULT_ISSUER, mint, parse_ttl
 from ister.wire.gen import DanubeAdmin_pb2 as pb
+from ister.wire.gen import ister_v1_pb2 as ipb
 
-security_app = typer.Typer(no_args_is_help=True, help="Security: tokens, roles, role bindings.")
+security_app = typer.Typer(no_args_is_help=True, help="Security: tokens, API keys, roles, role bindings.")
 tokens_app = typer.Typer(no_args_is_help=True, help="Mint JWTs (HS256).")
 roles_app = typer.Typer(no_args_is_help=True, help="Roles: named permission sets.")
 bindings_app = typer.Typer(no_args_is_help=True, help="Bindings: principal → roles on a scope.")
+api_keys_app = typer.Typer(
+    no_args_is_help=True, help="API keys: secrets bound to a principal, exchanged for short-lived tokens."
+)
 security_app.add_typer(tokens_app, name="tokens")
+security_app.add_typer(api_keys_app, name="api-keys")
 security_app.add_typer(roles_app, name="roles")
 security_app.add_typer(bindings_app, name="bindings")
 admin_app.add_typer(security_app, name="security")
@@ -170,3 +175,46 @@ def bindings_delete(
     req = pb.DeleteBindingRequest(scope=scope, resource_name=resource, binding_id=binding_id)
     call_admin(admin_addr, "security", "DeleteBinding", req)
     typer.echo(f"binding {binding_id} deleted")
+
+
+def _api_key(k: Any) -> dict[str, Any]:
+    return {
+        "id": k.id,
+        "principal_type": k.principal_type,
+        "principal_name": k.principal_name,
+        "description": k.description,
+        "created_at_ms": k.created_at_ms,
+    }
+
+
+@api_keys_app.command("create")
+def api_keys_create(
+    principal: Annotated[str, typer.Option("--principal", help="the principal the key stands for")],
+    principal_type: Annotated[
+        str, typer.Option("--type", help="service_account or user")
+    ] = "service_account",
+    description: Annotated[str, typer.Option("--description")] = "",
+    admin_addr: AdminAddr = "127.0.0.1:50051",
+) -> None:
+    """Create a key and print it as the last line (shown once: the broker keeps only its hash)."""
+    request = ipb.CreateApiKeyRequest(
+        principal_name=principal, principal_type=principal_type, description=description
+    )
+    resp = call_admin(admin_addr, "ister_admin", "CreateApiKey", request)
+    typer.echo(f"API key {resp.key.id} created for {resp.key.principal_type}:{resp.key.principal_name}")
+    typer.echo("use it as ISTER_API_KEY (or Client(api_key=...)); it is not shown again:")
+    typer.echo(resp.api_key)
+
+
+@api_keys_app.command("list")
+def api_keys_list(admin_addr: AdminAddr = "127.0.0.1:50051") -> None:
+    """Every key (ids and principals; never the secrets)."""
+    resp = call_admin(admin_addr, "ister_admin", "ListApiKeys", ipb.ListApiKeysRequest())
+    _print([_api_key(k) for k in resp.keys])
+
+
+@api_keys_app.command("revoke")
+def api_keys_revoke(key_id: str, admin_addr: AdminAddr = "127.0.0.1:50051") -> None:
+    """Revoke a key: no new tokens for it (tokens already exchanged last until they expire)."""
+    call_admin(admin_addr, "ister_admin", "RevokeApiKey", ipb.RevokeApiKeyRequest(id=key_id))
+    typer.echo(f"API key {key_id} revoked")

@@ -5,11 +5,14 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from ister.limits import GRPC_MAX_MESSAGE_BYTES
+
+if TYPE_CHECKING:
+    from ister.client.api_key import ApiKeySession
 
 CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
@@ -42,10 +45,12 @@ class Credentials:
     tls_ca: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
+    # An API key exchanged for tokens (client/api_key.py): its current token goes on every call.
+    session: ApiKeySession | None = None
 
     @property
     def tls(self) -> bool:
-        return bool(self.token or self.tls_ca or self.cert_file)
+        return bool(self.token or self.tls_ca or self.cert_file or self.session)
 
     def channel_credentials(self) -> Any:
         def read(path: str | None) -> bytes | None:
@@ -57,6 +62,8 @@ class Credentials:
         creds = grpc.ssl_channel_credentials(read(self.tls_ca), read(self.key_file), read(self.cert_file))
         if self.token:
             creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(self.token))
+        elif self.session is not None:
+            creds = grpc.composite_channel_credentials(creds, grpc.metadata_call_credentials(self.session))
         return creds
 
     def __repr__(self) -> str:  # never shows the token

@@ -109,6 +109,12 @@ class TokenVerifier:
             self._keys = _Keys(self.settings)  # a broken rewrite raises ConfigError: the old keys stay
             self._cache.clear()
 
+    def signing_secret(self) -> bytes | None:
+        """The HS256 secret in use (re-read when its file changed), None without one."""
+        with contextlib.suppress(ConfigError):
+            self._refresh_keys()
+        return self._keys.secret
+
     def verify(self, token: str) -> Principal:
         """The principal a bearer token names; Unauthenticated (with the reason) when it is not valid."""
         hit = self._cache.get(token)

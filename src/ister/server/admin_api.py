@@ -19,15 +19,17 @@ from ister.config import TlsFiles
 from ister.core.dispatch import FailurePolicy
 from ister.core.dispatch.policy import BackoffStrategy, PoisonPolicy
 from ister.errors import InvalidArgument
+from ister.security.api_keys import ApiKeyStore
 from ister.security.rbac_store import RbacStore
 from ister.server.errors import unary
 from ister.server.handlers import add_service
 from ister.server.schema_api import add_schema_service
-from ister.server.security_api import SecurityAdminServicer
+from ister.server.security_api import IsterAdminServicer, SecurityAdminServicer
 from ister.server.tls import bind
 from ister.wire.enums import reliable_from_wire
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
+from ister.wire.gen import ister_v1_pb2 as ister_pb
 
 Ctx = Any  # grpc.aio.ServicerContext (untyped library)
 
@@ -331,7 +333,12 @@ class ClusterAdminServicer(pb_grpc.ClusterAdminServicer):  # type: ignore[misc]
     RemoveNode = _unimplemented("ClusterAdmin", "RemoveNode", _RAFT)
 
 
-def add_admin_services(server: Any, broker: BrokerService, rbac: RbacStore | None = None) -> AdminOps:
+def add_admin_services(
+    server: Any,
+    broker: BrokerService,
+    rbac: RbacStore | None = None,
+    api_keys: ApiKeyStore | None = None,
+) -> AdminOps:
     ops = AdminOps(broker)
     add_service(server, TopicAdminServicer(ops), pb, "TopicAdmin")
     add_service(server, NamespaceAdminServicer(ops), pb, "NamespaceAdmin")
@@ -339,6 +346,8 @@ def add_admin_services(server: Any, broker: BrokerService, rbac: RbacStore | Non
     add_service(server, ClusterAdminServicer(), pb, "ClusterAdmin")
     rbac = rbac if rbac is not None else RbacStore(broker.store, [])
     add_service(server, SecurityAdminServicer(rbac), pb, "SecurityAdmin")
+    if api_keys is not None:
+        add_service(server, IsterAdminServicer(api_keys), ister_pb, "IsterAdmin")
     add_schema_service(server, broker)  # Danube serves the registry on both ports
     return ops
 
@@ -350,6 +359,7 @@ async def start_admin_server(
     *,
     tls: TlsFiles | None = None,
     interceptors: Sequence[Any] = (),
+    api_keys: ApiKeyStore | None = None,
 ) -> Any:
     """Serve the admin API on `addr` (HOST:PORT), over TLS when `tls` names files; OSError when the
     address cannot be bound.
@@ -357,7 +367,7 @@ async def start_admin_server(
     The caller stops it (`await server.stop(grace)`) before closing the broker.
     """
     server = grpc.aio.server(options=ADMIN_SERVER_OPTIONS, interceptors=list(interceptors) or None)
-    add_admin_services(server, broker, rbac)
+    add_admin_services(server, broker, rbac, api_keys)
     bound = bind(server, addr, tls, "admin_addr")
     if bound == 0:
         raise OSError(f"cannot listen on admin_addr {addr} (address in use or not local)")

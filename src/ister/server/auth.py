@@ -27,6 +27,8 @@ from ister.server.handlers import Undecodable
 
 log = logging.getLogger(__name__)
 
+ANONYMOUS = Principal("anonymous", "", "none")  # the caller of a public method (ExchangeApiKey)
+
 MISSING = (
     "authentication required: send `authorization: Bearer <JWT>` (danube-client with_token, ister --token / "
     "ISTER_TOKEN) or a client certificate over mutual TLS"
@@ -168,6 +170,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         g = self.guard
         principal: Principal | None = None
         resource: Resource | None = None
+        if rule is not None and rule.kind == "public":
+            return ANONYMOUS, None
         try:
             principal = g.authenticate(context)
             if rule is None:

@@ -22,7 +22,7 @@ class Rule:
     permission: str | None
     resource: Extract
     change: bool = False
-    kind: str = ""  # "", subscribe, receive, ack, stream
+    kind: str = ""  # "", subscribe, receive, ack, stream, public (no credentials needed)
 
 
 def _cluster(_: Any) -> Resource:
@@ -111,6 +111,13 @@ RULES: dict[str, Rule] = {
     f"/{_A}TopicAdmin/SetSubscriptionDispatchConfig": Rule("ManageTopic", T_TOPIC, change=True),
     f"/{_A}TopicAdmin/GetSubscriptionDispatchConfig": Rule("ManageTopic", T_TOPIC),
 }
+# The one call without credentials: it is how a client holding an API key gets them (a wrong key is
+# UNAUTHENTICATED from the call itself, and audited).
+RULES[f"/{_I}ExchangeApiKey"] = Rule(None, _cluster, kind="public")
+_IA = "ister.v1.IsterAdmin/"
+RULES[f"/{_IA}CreateApiKey"] = Rule("ManageCluster", _cluster, change=True)
+RULES[f"/{_IA}RevokeApiKey"] = Rule("ManageCluster", _cluster, change=True)
+RULES[f"/{_IA}ListApiKeys"] = Rule("ManageCluster", _cluster)
 for _m in ("CreateRole", "DeleteRole", "CreateBinding", "DeleteBinding"):
     RULES[f"/{_A}SecurityAdmin/{_m}"] = Rule("ManageCluster", _cluster, change=True)
 for _m in ("GetRole", "ListRoles", "GetBinding", "ListBindings", "ListAllBindings"):

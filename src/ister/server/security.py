@@ -10,6 +10,7 @@ from typing import Any
 
 from ister.broker.service import BrokerService
 from ister.config import BrokerConfig
+from ister.security.api_keys import ApiKeyStore
 from ister.security.audit import AuditLog
 from ister.security.rbac_store import RbacStore
 from ister.security.tokens import TokenVerifier
@@ -21,6 +22,7 @@ log = logging.getLogger(__name__)
 @dataclass(slots=True)
 class Security:
     rbac: RbacStore
+    api_keys: ApiKeyStore
     interceptors: list[Any] = field(default_factory=list)
 
     async def close(self) -> None:
@@ -31,18 +33,15 @@ async def start_security(config: BrokerConfig, broker: BrokerService) -> Securit
     sec = config.security
     rbac = RbacStore(broker.store, sec.superusers)
     await rbac.start()
+    ttl = sec.auth.api_keys.token_ttl_seconds
     if not sec.authentication:
         if sec.superusers:
             log.warning("security.superusers is set but authentication is off: every call is allowed")
-        return Security(rbac)
+        return Security(rbac, ApiKeyStore(broker.store, sec.auth.jwt, None, ttl))
     verifier = TokenVerifier(sec.auth.jwt) if sec.auth.jwt.configured else None
-    guard = Guard(
-        verifier,
-        rbac,
-        AuditLog(sec.audit.max_lines_per_second, sec.audit.enabled),
-        broker,
-        mtls_identities=sec.auth.mtls_identities,
-    )
+    audit = AuditLog(sec.audit.max_lines_per_second, sec.audit.enabled)
+    api_keys = ApiKeyStore(broker.store, sec.auth.jwt, verifier, ttl, audit)
+    guard = Guard(verifier, rbac, audit, broker, mtls_identities=sec.auth.mtls_identities)
     for port, addr in (("client", config.broker_addr), ("admin", config.admin_addr)):
         if sec.tls.for_port(port) is None:  # type: ignore[arg-type]
             log.warning(
@@ -56,4 +55,4 @@ async def start_security(config: BrokerConfig, broker: BrokerService) -> Securit
         ", ".join([m for m, on in (("jwt", verifier is not None), ("mtls", sec.auth.mtls_identities)) if on]),
         len(sec.superusers),
     )
-    return Security(rbac, [AuthInterceptor(guard)])
+    return Security(rbac, api_keys, [AuthInterceptor(guard)])

@@ -1,14 +1,18 @@
-"""`danube_admin.SecurityAdmin`: roles and bindings (Danube's RPCs and status codes, docs/security.md)."""
+"""`danube_admin.SecurityAdmin`: roles and bindings (Danube's RPCs and status codes, docs/security.md), and
+Ister's `ister.v1.IsterAdmin`: API keys (Danube's admin proto has none)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ister.security.api_keys import ApiKey, ApiKeyStore
 from ister.security.rbac import Binding, Role
 from ister.security.rbac_store import RbacStore
 from ister.server.errors import unary
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
+from ister.wire.gen import ister_v1_pb2 as ipb
+from ister.wire.gen import ister_v1_pb2_grpc as ipb_grpc
 
 Ctx = Any
 
@@ -86,3 +90,34 @@ class SecurityAdminServicer(pb_grpc.SecurityAdminServicer):  # type: ignore[misc
     async def DeleteBinding(self, request: pb.DeleteBindingRequest, context: Ctx) -> pb.DeleteBindingResponse:
         await self.rbac.delete_binding(request.scope, request.resource_name, request.binding_id)
         return pb.DeleteBindingResponse(success=True)
+
+
+def _key_pb(k: ApiKey) -> ipb.ApiKeyInfo:
+    return ipb.ApiKeyInfo(
+        id=k.id,
+        principal_type=k.principal_type,
+        principal_name=k.principal_name,
+        description=k.description,
+        created_at_ms=k.created_at_ms,
+    )
+
+
+class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
+    def __init__(self, api_keys: ApiKeyStore) -> None:
+        self.api_keys = api_keys
+
+    @unary
+    async def CreateApiKey(self, request: ipb.CreateApiKeyRequest, context: Ctx) -> ipb.CreateApiKeyResponse:
+        key, text = await self.api_keys.create(
+            request.principal_name, request.principal_type, request.description
+        )
+        return ipb.CreateApiKeyResponse(key=_key_pb(key), api_key=text)
+
+    @unary
+    async def ListApiKeys(self, request: ipb.ListApiKeysRequest, context: Ctx) -> ipb.ListApiKeysResponse:
+        return ipb.ListApiKeysResponse(keys=[_key_pb(k) for k in await self.api_keys.list()])
+
+    @unary
+    async def RevokeApiKey(self, request: ipb.RevokeApiKeyRequest, context: Ctx) -> ipb.RevokeApiKeyResponse:
+        await self.api_keys.revoke(request.id)
+        return ipb.RevokeApiKeyResponse()

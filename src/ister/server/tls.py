@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import ssl
 import threading
 from typing import Any
 
@@ -104,3 +105,46 @@ def bind(server: Any, addr: str, files: TlsFiles | None, what: str) -> int:
         return int(server.add_secure_port(f"{host}:{port}", server_credentials(files, what)))
     except RuntimeError:  # grpc raises RuntimeError when the address is taken
         return 0
+
+
+class ReloadingSslContext:
+    """An `ssl.SSLContext` for a server socket that is not gRPC's (the metrics endpoint): `context()` is
+    called at every accept; it stats the files and builds a new context once they changed, keeping the
+    old one (and logging why) when the new pair cannot be used."""
+
+    def __init__(self, files: TlsFiles, what: str) -> None:
+        assert files.cert_file and files.key_file
+        self.what = what
+        self.files = files
+        self.watched = WatchedFiles([files.cert_file, files.key_file, files.client_ca_file or ""])
+        self.reloads = 0
+        self._ctx = self._build()
+
+    def _build(self) -> ssl.SSLContext:
+        parts = self.watched.read()
+        _check_pair(parts[0], parts[1], self.what)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            ctx.load_cert_chain(str(self.files.cert_file), str(self.files.key_file))
+            if len(parts) > 2:
+                ctx.load_verify_locations(cadata=parts[2].decode("ascii", "replace"))
+                ctx.verify_mode = ssl.CERT_REQUIRED
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise ConfigError(f"{self.what}: cannot load the certificate files: {exc}") from None
+        return ctx
+
+    def context(self) -> ssl.SSLContext:
+        if self.watched.changed():
+            try:
+                self._ctx = self._build()
+            except ConfigError as exc:
+                log.error(
+                    "%s: certificate files changed but cannot be used, keeping the old ones: %s",
+                    self.what,
+                    exc,
+                )
+            else:
+                self.reloads += 1
+                log.info("%s: certificate reloaded from %s", self.what, self.watched.paths[0])
+        return self._ctx

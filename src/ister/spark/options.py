@@ -18,6 +18,8 @@ ADMIN_URL = "ister.admin.url"
 STORAGE_URL = "ister.storage.url"
 STORAGE_PREFIX = "ister.storage."  # ister.storage.<obstore option>, e.g. ister.storage.endpoint
 CONNECT_TIMEOUT = "ister.connect.timeout"
+AUTH_TOKEN = "ister.auth.token"  # bearer token (JWT): never logged, never in a plan or a repr
+TLS_CA = "ister.tls.ca"  # CA file (PEM, a path readable on the driver and every executor)
 DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds, the client's default
 MAX_CONNECT_TIMEOUT = 600.0
 
@@ -25,10 +27,11 @@ SOURCE_OPTIONS = {
     SERVICE_URL, ADMIN_URL, STORAGE_URL, "topic", "topics", "topicspattern", "startingoffsets",
     "endingoffsets", "minpartitions", "includeheaders", "failondataloss", "maxoffsetspertrigger",
     "valueformat", "readmode", "ister.read.maxrecords", "maxoffsetsperpartition", "predefinedsubscription",
-    CONNECT_TIMEOUT,
+    CONNECT_TIMEOUT, AUTH_TOKEN, TLS_CA,
 }  # fmt: skip
 SINK_OPTIONS = {
     SERVICE_URL, CONNECT_TIMEOUT, "topic", "producername", "dispatchstrategy", "writeidempotencyheader",
+    AUTH_TOKEN, TLS_CA,
 }  # fmt: skip
 BATCH_HEADER = "x-ister-spark-batch"
 
@@ -105,10 +108,11 @@ def _admin_url(opts: Mapping[str, str]) -> str | None:
     raw = opts.get(ADMIN_URL, "").strip()
     if not raw:
         return None
-    target = raw.split("://", 1)[1] if raw.lower().startswith(("http://", "grpc://")) else raw
+    target = raw.split("://", 1)[1] if raw.lower().startswith(("http://", "grpc://", "https://")) else raw
     if _host_port(target.rstrip("/")) is None:
         raise InvalidArgument(f"option {ADMIN_URL}: expected host:port of the admin API, got {raw!r}")
-    return target.rstrip("/")
+    # https:// is kept: the admin channel is then TLS (as it is with a token or a CA).
+    return ("https://" if raw.lower().startswith("https://") else "") + target.rstrip("/")
 
 
 def _connect_timeout(opts: Mapping[str, str]) -> float:
@@ -125,6 +129,26 @@ def _connect_timeout(opts: Mapping[str, str]) -> float:
             f"got {raw!r}"
         )
     return value
+
+
+@dataclass(frozen=True)
+class ClientAuth:
+    """`ister.auth.token` and `ister.tls.ca`, handed to every Ister client the connector makes (unset: the
+    client's ISTER_TOKEN / ISTER_TLS_CA environment). The token never shows in a repr, so neither in an
+    input partition's, an options' nor a log line's."""
+
+    token: str | None = field(default=None, repr=False)
+    tls_ca: str | None = None
+
+    def __repr__(self) -> str:
+        return f"ClientAuth(token={'***' if self.token else None}, tls_ca={self.tls_ca!r})"
+
+    @classmethod
+    def parse(cls, opts: Mapping[str, str]) -> ClientAuth:
+        token = opts.get(AUTH_TOKEN, "").strip() or None
+        if token is not None and any(c.isspace() for c in token):
+            raise InvalidArgument(f"option {AUTH_TOKEN}: a token has no whitespace")  # nor the value
+        return cls(token=token, tls_ca=opts.get(TLS_CA, "").strip() or None)
 
 
 SPARK_OWN = {"path", "checkpointlocation"}  # options Spark itself passes through to every source and sink
@@ -154,6 +178,7 @@ class SourceOptions:
     max_offsets_per_partition: int = 250_000
     cursor_subscription: str | None = None  # predefinedSubscription: a named cursor for lag visibility
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    auth: ClientAuth = field(default_factory=ClientAuth)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -214,6 +239,7 @@ class SourceOptions:
             max_offsets_per_partition=_positive(opts, "maxOffsetsPerPartition") or 250_000,
             cursor_subscription=cursor,
             connect_timeout=_connect_timeout(opts),
+            auth=ClientAuth.parse(opts),
         )
 
 
@@ -225,6 +251,7 @@ class SinkOptions:
     reliable: bool
     idempotency_header: bool
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    auth: ClientAuth = field(default_factory=ClientAuth)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -241,4 +268,5 @@ class SinkOptions:
             reliable=strategy == "reliable",
             idempotency_header=_bool(opts, "writeIdempotencyHeader", True),
             connect_timeout=_connect_timeout(opts),
+            auth=ClientAuth.parse(opts),
         )

@@ -18,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ister.core.stream_offsets import TopicPartition
+from ister.spark.options import ClientAuth
 from ister.spark.rows import to_batch
 from ister.spark.shared import shared_client
 from ister.storage.objects.segment import read_segment_runs
@@ -42,6 +43,7 @@ class OffsetRange(InputPartition):
     objects: list[tuple[int, int, str]] = field(default_factory=list)
     storage_url: str | None = None
     storage_options: dict[str, str] = field(default_factory=dict)
+    auth: ClientAuth = field(default_factory=ClientAuth)  # its repr hides the token
 
 
 def _sync(agen: AsyncIterator[T], loop: asyncio.AbstractEventLoop) -> Iterator[T]:
@@ -71,7 +73,7 @@ def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
         finally:
             loop.close()
     if position < part.end:
-        client = shared_client(part.service_url, part.connect_timeout)
+        client = shared_client(part.service_url, part.connect_timeout, part.auth)
         for records in client.read(part.tp.name, position, part.end, max_records=part.max_records):
             if records:
                 offsets = [o for o, _ in records]

@@ -234,7 +234,7 @@ def write_batches(
     opts: SinkOptions, batches: Iterator[pa.RecordBatch], query_id: str, batch_id: int | str
 ) -> Written:
     """Send every row of the task; return once all are acknowledged. Rows keep their order per topic."""
-    client = shared_client(opts.service_url, opts.connect_timeout)
+    client = shared_client(opts.service_url, opts.connect_timeout, opts.auth)
     publisher = _Publisher(opts, client, query_id, str(batch_id))
     try:
         for batch in batches:
