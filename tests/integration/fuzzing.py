@@ -24,6 +24,7 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
 from ister.wire.gen import DanubeAdmin_pb2 as apb
+from ister.wire.gen import SchemaRegistry_pb2 as spb
 from ister.wire.gen import ister_v1_pb2 as ipb
 
 Code = grpc.StatusCode
@@ -37,8 +38,8 @@ ALLOWED = frozenset(
         Code.ALREADY_EXISTS,
     }
 )
-# Served as UNIMPLEMENTED by design (docs/admin.md): Raft membership and security have no Ister equivalent.
-UNIMPLEMENTED_SERVICES = ("danube_admin.ClusterAdmin", "danube_admin.SecurityAdmin")
+# Served as UNIMPLEMENTED by design (docs/admin.md): Raft membership has no Ister equivalent.
+UNIMPLEMENTED_SERVICES = ("danube_admin.ClusterAdmin",)
 
 # Topics the client-API cases use (reliable data topics are created before the run) and the admin cases
 # use: kept apart so that admin deletes and unloads cannot remove what the delivery check counts.
@@ -333,6 +334,8 @@ _SERVICES: tuple[tuple[Any, str], ...] = (
     (apb, "BrokerAdmin"),
     (apb, "ClusterAdmin"),
     (apb, "SecurityAdmin"),
+    (spb, "SchemaRegistry"),
+    (ipb, "IsterAdmin"),
 )
 
 
@@ -347,7 +350,7 @@ class Rpc:
 
     @property
     def admin(self) -> bool:
-        return self.service.startswith("danube_admin.")
+        return self.service.startswith("danube_admin.") or self.service == "ister.v1.IsterAdmin"
 
 
 def all_rpcs() -> list[Rpc]:

@@ -1,7 +1,8 @@
 """Fuzz test: random and malformed requests to every RPC of the client, batch and admin APIs of a real broker.
 
 The only statuses allowed are OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED and
-ALREADY_EXISTS (UNIMPLEMENTED for the admin services Ister does not serve), never INTERNAL or UNKNOWN; every
+ALREADY_EXISTS (UNIMPLEMENTED for Raft membership, the one admin service Ister does not serve), never
+INTERNAL or UNKNOWN; every
 status message is short; the broker logs no traceback; and every message the broker accepted is stored and
 delivered to an official danube-client consumer, and nothing it refused.
 
