@@ -99,6 +99,25 @@ class AvroSchema(ParsedSchema):
             raise _DecodeFailed(f"{len(payload) - stream.tell()} bytes left over after the Avro datum")
         return value
 
+    def read_as(self, payload: bytes, reader: AvroSchema) -> Any:
+        """One datum written with this schema, resolved into `reader`'s by Avro schema resolution (fields
+        the reader adds take their defaults, fields it lacks are skipped, promotions apply); ValueError
+        naming why it cannot be read."""
+        if reader.fingerprint == self.fingerprint:
+            return self.decode(payload)
+        stream = io.BytesIO(payload)
+        try:
+            value = self._reader(stream, self._parsed, reader._parsed, return_record_name=False)
+        except SchemaResolutionError as exc:
+            raise _DecodeFailed(f"the writer's schema does not resolve: {clip(str(exc))}") from None
+        except (EOFError, StopIteration):
+            raise _DecodeFailed("Avro payload ends before the datum does") from None
+        except Exception as exc:
+            raise _DecodeFailed(f"not a datum of the Avro schema: {clip(str(exc))}") from None
+        if stream.tell() != len(payload):
+            raise _DecodeFailed(f"{len(payload) - stream.tell()} bytes left over after the Avro datum")
+        return value
+
     def _decode_container(self, payload: bytes) -> list[Any]:
         try:
             return list(fastavro.reader(io.BytesIO(payload), reader_schema=self._parsed))
