@@ -20,9 +20,9 @@ from ister.config import BrokerConfig
 from ister.limits import SHUTDOWN_GRACE_SECONDS
 from ister.metadata.embedded import EmbeddedStore
 from ister.metadata.store import MetadataStore
-from ister.schema.service import close_schemas, start_schemas
 from ister.server.admin_api import start_admin_server
 from ister.server.grpc_server import start_client_server, start_prometheus
+from ister.server.security import Security, start_security
 from ister.storage.topic_storage import TopicStorage
 
 log = logging.getLogger("ister")
@@ -51,14 +51,29 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
         loop.add_signal_handler(sig, stop.set)
     server = None
     admin = None
+    security: Security | None = None
     prom = None
     heap = HeapKeeper(lambda: (len(broker.topics), broker.topics_unloaded))
     heap_task = loop.create_task(heap.run(), name="heap-keeper")
     try:
         await broker.start()
-        await start_schemas(broker)
-        server = await start_client_server(broker, config.broker_addr)
-        admin = await start_admin_server(broker, config.admin_addr)
+        security = await start_security(config, broker)
+        tls = config.security.tls
+        server = await start_client_server(
+            broker,
+            config.broker_addr,
+            tls=tls.for_port("client"),
+            interceptors=security.interceptors,
+            api_keys=security.api_keys,
+        )
+        admin = await start_admin_server(
+            broker,
+            config.admin_addr,
+            security.rbac,
+            tls=tls.for_port("admin"),
+            interceptors=security.interceptors,
+            api_keys=security.api_keys,
+        )
         # After the server is up: the cluster's watcher may load topics and redirect clients here at once.
         await ownership.start()
         if config.prom_exporter:
@@ -66,6 +81,8 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
                 config.prom_exporter,
                 per_topic=config.metrics.per_topic,
                 max_topics=config.metrics.max_topics,
+                tls=tls.for_port("metrics"),
+                bearer_token_file=config.security.metrics.bearer_token_file,
             )
         log.info(
             "ister broker ready: %s mode, client %s, data %s, fsync %s, broker id %d",
@@ -84,7 +101,8 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
             await admin.stop(grace=0.5)
         if server is not None:
             await server.stop(grace=1.0)
-        await close_schemas(broker)
+        if security is not None:
+            await security.close()
         try:
             await asyncio.wait_for(broker.close(), SHUTDOWN_GRACE_SECONDS)
         except TimeoutError:

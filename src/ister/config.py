@@ -63,6 +63,11 @@ class DispatchSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     max_redelivery_delay_ms: int = 60_000
     backoff_strategy: Literal["Exponential", "Fixed"] = "Exponential"
     poison_policy: Literal["DeadLetter", "Drop", "Block"] = "DeadLetter"
+    # Failover subscriptions on partitioned topics (partitions spread over consumers, handed off gracefully):
+    # wait this long after the last join before moving partitions, and at most this long for a moving
+    # partition's delivered messages to be acknowledged (0 allowed for both).
+    rebalance_delay_seconds: float = 5.0
+    max_handoff_seconds: float = 5.0
 
 
 class Policies(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -123,6 +128,101 @@ class MetricsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     max_topics: int = DEFAULT_METRICS_MAX_TOPICS  # per-topic series for at most this many topics
 
 
+class TlsFiles(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """One port's TLS: certificate chain and key (PEM), and the CA that client certificates must chain to
+    (set: mutual TLS, a client without a valid certificate is refused at the handshake)."""
+
+    cert_file: str | None = None
+    key_file: str | None = None
+    client_ca_file: str | None = None
+    enabled: bool = True  # false: this port stays plaintext even when `security.tls` names a certificate
+
+
+class TlsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """`security.tls`: the files below serve every port (client, admin, metrics); a port's own section
+    overrides any of them. Files are re-read when they change (new connections get the new certificate)."""
+
+    cert_file: str | None = None
+    key_file: str | None = None
+    client_ca_file: str | None = None
+    client: TlsFiles = msgspec.field(default_factory=TlsFiles)
+    admin: TlsFiles = msgspec.field(default_factory=TlsFiles)
+    metrics: TlsFiles = msgspec.field(default_factory=TlsFiles)
+
+    def for_port(self, port: Literal["client", "admin", "metrics"]) -> TlsFiles | None:
+        """The effective files of `port`, None when it is plaintext."""
+        own: TlsFiles = getattr(self, port)
+        if not own.enabled:
+            return None
+        cert = own.cert_file or self.cert_file
+        key = own.key_file or self.key_file
+        if not cert or not key:
+            return None
+        return TlsFiles(
+            cert_file=cert, key_file=key, client_ca_file=own.client_ca_file or self.client_ca_file
+        )
+
+
+class JwtSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """`security.auth.jwt`: where the keys that sign tokens come from, and the claims every token must
+    carry. Any key source set turns authentication on."""
+
+    secret_file: str | None = None  # HS256 shared secret (the whole file, surrounding whitespace stripped)
+    public_key_files: list[str] = msgspec.field(default_factory=list)  # PEM RSA/EC keys: RS256, ES256
+    jwks_file: str | None = None  # a JSON Web Key Set file (RSA/EC keys, selected by `kid`)
+    issuer: str | None = None  # when set, `iss` must equal it
+    audience: str | None = None  # when set, `aud` must contain it
+    leeway_seconds: int = 30  # clock skew allowed on exp/nbf
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.secret_file or self.public_key_files or self.jwks_file)
+
+
+class ApiKeySettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """`security.auth.api_keys`: keys (IsterAdmin RPCs) exchanged for tokens signed with the HS256 secret."""
+
+    token_ttl_seconds: int = 900  # lifetime of an exchanged token (and the most a client may ask for)
+
+
+class AuthSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    jwt: JwtSettings = msgspec.field(default_factory=JwtSettings)
+    api_keys: ApiKeySettings = msgspec.field(default_factory=ApiKeySettings)
+    # A verified client certificate (mutual TLS) identifies its holder: principal = subject CN, else SAN.
+    mtls_identities: bool = True
+
+
+class AuditSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    enabled: bool = True  # one line per admin change and per refused call (logger `ister.audit`)
+    max_lines_per_second: int = 50  # beyond that lines are dropped and counted in a summary line
+
+
+class MetricsAuthSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    bearer_token_file: str | None = None  # scrapes must send `Authorization: Bearer <file contents>`
+
+
+class SecuritySettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Transport security, authentication and authorization (docs/security.md). Everything off by
+    default. Authentication is on when a JWT key source is set, or a port requires client certificates;
+    with it on, authorization is default-deny RBAC and `superusers` may do everything."""
+
+    tls: TlsSettings = msgspec.field(default_factory=TlsSettings)
+    auth: AuthSettings = msgspec.field(default_factory=AuthSettings)
+    superusers: list[str] = msgspec.field(default_factory=list)
+    audit: AuditSettings = msgspec.field(default_factory=AuditSettings)
+    metrics: MetricsAuthSettings = msgspec.field(default_factory=MetricsAuthSettings)
+
+    @property
+    def authentication(self) -> bool:
+        """Does every call need a principal (a token or, with mutual TLS, a certificate)?"""
+        if self.auth.jwt.configured:
+            return True
+        return self.auth.mtls_identities and any(
+            files is not None and files.client_ca_file
+            for files in (self.tls.for_port("client"), self.tls.for_port("admin"))
+        )
+
+
 class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     mode: Literal["standalone", "cluster"] = "standalone"
     cluster_name: str = "STANDALONE"
@@ -142,6 +242,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     load_manager: LoadManagerSettings = msgspec.field(default_factory=LoadManagerSettings)
     metrics: MetricsSettings = msgspec.field(default_factory=MetricsSettings)
     limits: LimitsSettings = msgspec.field(default_factory=LimitsSettings)
+    security: SecuritySettings = msgspec.field(default_factory=SecuritySettings)
 
     def durable_url(self, data_dir: Path) -> str | None:
         """The object store URL in effect (None: no durable tier)."""
@@ -154,9 +255,12 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
 
     @property
     def broker_url(self) -> str:
-        """The URL clients are told to connect to (lookup answers)."""
+        """The URL clients are told to connect to (lookup answers): https:// when the client port has TLS."""
         addr = self.advertised_addr or self.broker_addr
-        return addr if "://" in addr else f"http://{addr}"
+        if "://" in addr:
+            return addr
+        scheme = "https" if self.security.tls.for_port("client") is not None else "http"
+        return f"{scheme}://{addr}"
 
 
 def _check(cfg: BrokerConfig) -> BrokerConfig:
@@ -179,7 +283,46 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
         raise ConfigError(f"metrics.max_topics must be in 0..{MAX_METRICS_TOPICS}")
     _check_cluster(cfg.cluster)
     _check_dispatch_upper_bounds(d)
+    _check_security(cfg.security)
     return cfg
+
+
+def _check_security(sec: SecuritySettings) -> None:
+    tls = sec.tls
+    if bool(tls.cert_file) != bool(tls.key_file):
+        raise ConfigError("security.tls: cert_file and key_file go together (--tls-cert and --tls-key)")
+    if tls.client_ca_file and not tls.cert_file:
+        raise ConfigError("security.tls.client_ca_file needs a server certificate (--tls-cert, --tls-key)")
+    for port in ("client", "admin", "metrics"):
+        own: TlsFiles = getattr(tls, port)
+        if own.enabled and bool(own.cert_file or tls.cert_file) != bool(own.key_file or tls.key_file):
+            raise ConfigError(f"security.tls.{port}: cert_file and key_file go together")
+    files = [
+        f
+        for f in (
+            tls.cert_file,
+            tls.key_file,
+            tls.client_ca_file,
+            sec.auth.jwt.secret_file,
+            sec.auth.jwt.jwks_file,
+            sec.metrics.bearer_token_file,
+            *sec.auth.jwt.public_key_files,
+            *(getattr(getattr(tls, p), k) for p in ("client", "admin", "metrics") for k in TLS_FILE_KEYS),
+        )
+        if f
+    ]
+    for path in files:
+        if not Path(path).is_file():
+            raise ConfigError(f"security: file {path} does not exist or is not a file")
+    if not 0 <= sec.auth.jwt.leeway_seconds <= 3600:
+        raise ConfigError("security.auth.jwt.leeway_seconds must be in 0..3600")
+    if not 1 <= sec.auth.api_keys.token_ttl_seconds <= 86_400:
+        raise ConfigError("security.auth.api_keys.token_ttl_seconds must be in 1..86400")
+    if sec.audit.max_lines_per_second < 1:
+        raise ConfigError("security.audit.max_lines_per_second must be >= 1")
+
+
+TLS_FILE_KEYS = ("cert_file", "key_file", "client_ca_file")
 
 
 def _check_addresses(cfg: BrokerConfig) -> None:
@@ -197,6 +340,8 @@ def _check_dispatch_lower_bounds(d: DispatchSettings) -> None:
         "ack_timeout_ms",
         "base_redelivery_delay_ms",
         "max_redelivery_delay_ms",
+        "rebalance_delay_seconds",
+        "max_handoff_seconds",
     ):
         if getattr(d, name) < 0:
             raise ConfigError(f"dispatch.{name} must be >= 0")
@@ -210,6 +355,9 @@ def _check_dispatch_upper_bounds(d: DispatchSettings) -> None:
     for name in ("ack_timeout_ms", "base_redelivery_delay_ms", "max_redelivery_delay_ms"):
         if getattr(d, name) > 86_400_000:
             raise ConfigError(f"dispatch.{name} must be <= 86400000 (one day)")
+    for name in ("rebalance_delay_seconds", "max_handoff_seconds"):
+        if getattr(d, name) > 3_600:
+            raise ConfigError(f"dispatch.{name} must be <= 3600")
 
 
 def _check_wal(w: WalSettings) -> None:

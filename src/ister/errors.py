@@ -25,6 +25,11 @@ class FailedPrecondition(IsterError):
     """The request conflicts with existing state (strategy mismatch, exclusive subscription taken)."""
 
 
+class Unauthenticated(IsterError):
+    """The call carries no valid credentials (missing, malformed, expired or forged token; no client
+    certificate where one is needed)."""
+
+
 class PermissionDenied(IsterError):
     """The caller may not do this."""
 

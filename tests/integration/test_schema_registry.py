@@ -17,7 +17,8 @@ from danube.proto import SchemaRegistry_pb2_grpc as spb_grpc
 from danube.schema import CompatibilityMode, SchemaType
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.harness import BrokerProcess, client, consumer, take, until
+from tests.integration.harness import BrokerProcess, client, consumer, take
+from tests.support import until
 
 pytestmark = pytest.mark.integration
 

@@ -428,14 +428,46 @@ async def test_brokers_standalone(admin: Admin) -> None:
 
 
 async def test_unimplemented_rpcs_say_so(admin: Admin) -> None:
-    for call in (
-        admin.cluster.ClusterStatus(pb.Empty()),
-        admin.security.ListRoles(pb.Empty()),
-    ):
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await call
-        assert info.value.code() == Code.UNIMPLEMENTED
-        assert "not implemented" in (info.value.details() or "")
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await admin.cluster.ClusterStatus(pb.Empty())
+    assert info.value.code() == Code.UNIMPLEMENTED
+    assert "not implemented" in (info.value.details() or "")
+
+
+async def test_security_admin_roles_and_bindings(admin: Admin) -> None:
+    """SecurityAdmin works with security off too (roles are prepared before turning it on)."""
+    role = pb.RoleDefinition(name="producer", permissions=["Produce", "Lookup"])
+    assert (await admin.security.CreateRole(pb.CreateRoleRequest(role=role))).success
+    listed = await admin.security.ListRoles(pb.Empty())
+    assert [(r.name, list(r.permissions)) for r in listed.roles] == [("producer", ["Produce", "Lookup"])]
+    bad = pb.RoleDefinition(name="x", permissions=["Fly"])
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await admin.security.CreateRole(pb.CreateRoleRequest(role=bad))
+    assert info.value.code() == Code.INVALID_ARGUMENT
+    binding = pb.BindingDefinition(
+        id="b1",
+        principal_type="service_account",
+        principal_name="app",
+        role_names=["producer"],
+        scope="namespace",
+        resource_name="default",
+    )
+    assert (await admin.security.CreateBinding(pb.CreateBindingRequest(binding=binding))).success
+    got = await admin.security.GetBinding(
+        pb.GetBindingRequest(scope="namespace", resource_name="default", binding_id="b1")
+    )
+    assert got.binding.principal_name == "app"
+    assert len((await admin.security.ListAllBindings(pb.Empty())).bindings) == 1
+    await admin.security.DeleteBinding(
+        pb.DeleteBindingRequest(scope="namespace", resource_name="default", binding_id="b1")
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await admin.security.GetBinding(
+            pb.GetBindingRequest(scope="namespace", resource_name="default", binding_id="b1")
+        )
+    assert info.value.code() == Code.NOT_FOUND
+    await admin.security.DeleteRole(pb.DeleteRoleRequest(name="producer"))
+    assert not (await admin.security.ListRoles(pb.Empty())).roles
 
 
 async def test_drain_and_rebalance_need_cluster_mode(admin: Admin) -> None:

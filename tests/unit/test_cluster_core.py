@@ -727,11 +727,14 @@ class OneKeyStore:
 
 
 class WalLimit:
-    """The two WAL attributes the guard drives."""
+    """What the guard uses of a WAL: its next offset and `limit_offsets`."""
 
     def __init__(self) -> None:
         self.next_offset = 0
         self.offset_limit: int | None = None
+
+    def limit_offsets(self, end: int | None) -> None:
+        self.offset_limit = end
 
 
 async def publish(guard: OwnershipGuard, wal: WalLimit, count: int) -> None:

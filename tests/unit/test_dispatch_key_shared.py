@@ -207,3 +207,29 @@ def test_unmatched_retry_takes_no_window_slot() -> None:
     assert s.poll(2) == [Delivery(2, 1, 1, False)]
     s.attach(1, ["x"], 3)
     assert s.poll(3) == [Delivery(1, 0, 2, True)]
+
+
+def test_a_moving_key_waits_for_its_delivered_message_and_other_keys_never_pause() -> None:
+    """Issue 19 item 3: when a consumer joins and hash ranges move, only keys in the moving ranges wait, and
+    a moving key's next message goes to its new consumer only once the old one acknowledged (or timed
+    out) what it was given."""
+    from ister.core.dispatch import FailurePolicy, ReliableSubscriptionState, SubType
+
+    st = ReliableSubscriptionState(SubType.KEY_SHARED, start_offset=0, window=100, policy=FailurePolicy())
+    st.attach(1, (), 0)
+    keys = [f"k{i}" for i in range(40)]
+    st.offer_batch(0, keys, 0)
+    first = {d.offset: d.consumer_id for d in st.poll(0)}
+    assert set(first.values()) == {1} and len(first) == 40  # one message per key, all to consumer 1
+    st.offer_batch(40, keys, 1)  # a second message of every key, waiting behind the first
+    st.attach(2, (), 2)
+    assert st.poll(3) == []  # every key still has its first message in flight with consumer 1
+    moving = [i for i, k in enumerate(keys) if st._selector.for_key(k) == 2]
+    staying = [i for i in range(40) if i not in moving]
+    assert moving and staying
+    for i in staying:
+        st.on_ack(i, 4)
+    staying_next = {d.offset: d.consumer_id for d in st.poll(5)}
+    assert staying_next == {40 + i: 1 for i in staying}  # unaffected keys flow on, to their owner
+    st.on_ack(moving[0], 6)  # one moving key's first message is acknowledged by its old consumer
+    assert {(d.offset, d.consumer_id) for d in st.poll(7)} == {(40 + moving[0], 2)}

@@ -21,10 +21,12 @@ from ister.broker.ownership import BrokerInfo
 from ister.broker.service import BrokerService
 from ister.broker.topic import NON_RELIABLE, RELIABLE
 from ister.core.dispatch import FailurePolicy
+from ister.core.schema import ValidationPolicy
 from ister.errors import AlreadyExists, FailedPrecondition, InvalidArgument, IsterError, NotFound
 from ister.ids import PARTITION_MARKER, TopicName, shown, validate_client_name, validate_segment
 from ister.limits import MAX_NAME_LEN, MAX_WINDOW, MIN_WINDOW
 from ister.metadata import keys
+from ister.metadata.records import ConsumerIndexRecord, DispatchConfigRecord, SubscriptionRecord
 from ister.metadata.store import Compare, KeyValue, Put, list_all
 from ister.storage.objects import list_segments, topic_object_prefix
 
@@ -175,27 +177,14 @@ class AdminOps:
         """Create a topic, or a partitioned topic (`{base}-part-0..N-1`); returns the topics created.
 
         Cluster mode: the topics are queued for the leader to assign (asynchronous, as Danube). Standalone:
-        they are loaded at once.
+        they are loaded at once. With a schema subject, the subject must be registered (checked before
+        anything is created) and each topic is bound to it with policy warn and payload validation (tighten
+        it with UpdateTopicValidationPolicy).
         """
         name = TopicName.parse(raw)
         if schema_subject:
-            raise FailedPrecondition(
-                "Ister has no schema registry: create the topic without a schema subject"
-            )
-        if name.partition is not None:
-            raise InvalidArgument(
-                f"{name} is a partition name; create the partitioned topic {name.namespace}/"
-                f"{name.partition[0]} with partitions instead"
-            )
-        if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
-            raise InvalidArgument(f"partitions must be in 1..{MAX_PARTITIONS}, got {partitions}")
-        targets = [name] if partitions is None else [name.partition_topic(i) for i in range(partitions)]
-        for t in targets:
-            if len(t.topic) + DLQ_SUFFIX_LEN > MAX_NAME_LEN:
-                # Leave room for the dead-letter topic `<topic>-DLQ`, as the broker's own creation does.
-                raise InvalidArgument(
-                    f"topic name {t.topic!r} is too long: at most {MAX_NAME_LEN - DLQ_SUFFIX_LEN} characters"
-                )
+            await self.broker.schemas.require_subject(schema_subject)
+        targets = _creation_targets(name, partitions)
         delivery = RELIABLE if reliable else NON_RELIABLE
         async with self._lock:
             await self._require_namespace(name.namespace)
@@ -226,6 +215,9 @@ class AdminOps:
         if self.ownership.loads_new_topics_here:
             for t in targets:
                 await self.broker.get_topic(t)
+        if schema_subject:
+            for topic in created:
+                await self.broker.schemas.bind_topic(topic, schema_subject, ValidationPolicy.WARN, True)
         return created
 
     async def delete_topic(self, raw: str) -> list[str]:
@@ -259,7 +251,8 @@ class AdminOps:
         await self.store.delete(keys.owner(name))
         await self.store.delete_prefix(keys.storage_topic_prefix(name))
         for kv in await self._list_all(keys.CONSUMER_INDEX_PREFIX):
-            if isinstance(kv.value, dict) and kv.value.get("topic") == name.full:
+            index = ConsumerIndexRecord.parse(kv.value)
+            if index is not None and index.topic == name.full:
                 await self.store.delete(kv.key)
         await self._delete_objects(name)
         log.info("admin: deleted topic %s", name)
@@ -359,12 +352,8 @@ class AdminOps:
         await self.store.delete_prefix(keys.subscription_prefix(name, sub))
         await self.store.delete(keys.subscription(name, sub))
         for kv in await self._list_all(keys.CONSUMER_INDEX_PREFIX):
-            value = kv.value
-            if (
-                isinstance(value, dict)
-                and value.get("topic") == name.full
-                and value.get("subscription") == sub
-            ):
+            index = ConsumerIndexRecord.parse(kv.value)
+            if index is not None and index.topic == name.full and index.subscription == sub:
                 await self.store.delete(kv.key)
 
     async def _require_reliable(self, name: TopicName, what: str) -> None:
@@ -397,12 +386,8 @@ class AdminOps:
                 policy = FailurePolicy.from_json(kv.value)
             except InvalidArgument as exc:
                 log.warning("stored failure policy of %s/%s is invalid: %s", name, sub, exc)
-        sub_type = 0
-        if record is not None and isinstance(record.value, dict):
-            value = record.value.get("subscription_type")
-            if isinstance(value, int) and not isinstance(value, bool):
-                sub_type = value
-        return SubscriptionPolicy(policy, sub_type)
+        parsed = SubscriptionRecord.parse(record.value) if record is not None else None
+        return SubscriptionPolicy(policy, parsed.subscription_type if parsed is not None else 0)
 
     async def set_dispatch_window(self, raw: str, sub: str, max_unacked: int) -> None:
         """Store a subscription's window; also applied at once when the subscription is open here."""
@@ -414,7 +399,8 @@ class AdminOps:
             )
         await self._require_reliable(name, "a dispatch config")
         await self.store.put(
-            keys.subscription_dispatch_config(name, sub), {"max_unacked_messages": max_unacked}
+            keys.subscription_dispatch_config(name, sub),
+            DispatchConfigRecord(max_unacked_messages=max_unacked).to_json(),
         )
         loaded = self.broker.topics.get(name.full)
         open_sub = loaded.subscriptions.get(sub) if loaded is not None else None
@@ -428,8 +414,8 @@ class AdminOps:
         if kv is None:
             await self._require_subscription(name, sub)
             return None
-        value = kv.value.get("max_unacked_messages") if isinstance(kv.value, dict) else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        record = DispatchConfigRecord.parse(kv.value)
+        return record.max_unacked_messages if record is not None else None
 
     # -- namespaces ---------------------------------------------------------------------------------------
     async def list_namespaces(self) -> list[str]:
@@ -471,6 +457,25 @@ class AdminOps:
 
     async def list_brokers(self) -> list[BrokerInfo]:
         return await self.ownership.brokers()
+
+
+def _creation_targets(name: TopicName, partitions: int | None) -> list[TopicName]:
+    """The topics an admin creation of `name` makes (its partitions, if any), checked as names."""
+    if name.partition is not None:
+        raise InvalidArgument(
+            f"{name} is a partition name; create the partitioned topic {name.namespace}/"
+            f"{name.partition[0]} with partitions instead"
+        )
+    if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
+        raise InvalidArgument(f"partitions must be in 1..{MAX_PARTITIONS}, got {partitions}")
+    targets = [name] if partitions is None else [name.partition_topic(i) for i in range(partitions)]
+    for t in targets:
+        if len(t.topic) + DLQ_SUFFIX_LEN > MAX_NAME_LEN:
+            # Leave room for the dead-letter topic `<topic>-DLQ`, as the broker's own creation does.
+            raise InvalidArgument(
+                f"topic name {t.topic!r} is too long: at most {MAX_NAME_LEN - DLQ_SUFFIX_LEN} characters"
+            )
+    return targets
 
 
 def policies_json(policies: dict[str, Any]) -> str:

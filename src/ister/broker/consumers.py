@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ister.broker.nonreliable import NonReliableSubscription
+from ister.broker.partition_groups import PartitionGroups
 from ister.broker.reliable import ReliableSubscription
 from ister.broker.sessions import ConsumerSession, ConsumerStream
 from ister.broker.subscription import Subscription
@@ -22,7 +23,12 @@ from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavaila
 from ister.ids import TopicName, new_id, shown, validate_client_name
 from ister.limits import NON_RELIABLE_CONSUMER_BUFFER, RELIABLE_CONSUMER_BUFFER
 from ister.metadata import keys
-from ister.metadata.records import ConsumerIndexRecord, DispatchConfigRecord, SubscriptionRecord
+from ister.metadata.records import (
+    ConsumerIndexRecord,
+    DispatchConfigRecord,
+    NamespacePolicy,
+    SubscriptionRecord,
+)
 from ister.metadata.store import MetadataStore
 from ister.storage.topic_storage import TopicStorage
 
@@ -54,6 +60,8 @@ class Consumers:
         self.broker_url = broker_url
         self.refs: dict[int, ConsumerRef] = {}
         self._started_at = time.monotonic()
+        d = config.dispatch
+        self.partition_groups = PartitionGroups(d.rebalance_delay_seconds, d.max_handoff_seconds)
 
     def forget(self, topic: Topic) -> None:
         """Its consumers are no longer served here: their calls get UNAVAILABLE, health checks CLOSE."""
@@ -186,6 +194,10 @@ class Consumers:
             publish_dead_letter=publish_dead_letter,
         )
         sub.start()
+        part = topic.name.partition
+        if part is not None and sub_type is SubType.FAILOVER:
+            base = f"/{topic.name.namespace}/{part[0]}"
+            self.partition_groups.join(base, part[1], sub)  # spread the partitions over the consumers
         return sub
 
     async def _failure_policy(self, topic: Topic, sub: str) -> FailurePolicy:
@@ -368,21 +380,16 @@ class Consumers:
         return len(stale)
 
 
-def _check_limits(topic: Topic, sub: Subscription | None, subscription: str, policy: dict[str, Any]) -> None:
+def _check_limits(topic: Topic, sub: Subscription | None, subscription: str, policy: NamespacePolicy) -> None:
     """Namespace policies (0 = unlimited), checked before a new consumer or subscription is added."""
-
-    def limit(key: str) -> int:
-        value = policy.get(key, 0)
-        return value if isinstance(value, int) and value > 0 else 0
-
-    if sub is None and (n := limit("max_subscriptions_per_topic")) and len(topic.subscriptions) >= n:
+    if sub is None and (n := policy.max_subscriptions_per_topic) and len(topic.subscriptions) >= n:
         raise FailedPrecondition(f"topic {topic.name} already has max_subscriptions_per_topic={n}")
-    if sub is not None and (n := limit("max_consumers_per_subscription")) and len(sub.consumers) >= n:
+    if sub is not None and (n := policy.max_consumers_per_subscription) and len(sub.consumers) >= n:
         raise FailedPrecondition(
             f"subscription {shown(subscription)} already has max_consumers_per_subscription={n}"
         )
     total = sum(len(s.consumers) for s in topic.subscriptions.values())
-    if (n := limit("max_consumers_per_topic")) and total >= n:
+    if (n := policy.max_consumers_per_topic) and total >= n:
         raise FailedPrecondition(f"topic {topic.name} already has max_consumers_per_topic={n}")
 
 

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Literal, NamedTuple
 
-from prometheus_client import REGISTRY, Gauge
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 SUB_LABELS = ("topic", "subscription")
@@ -193,6 +193,22 @@ offsets_skipped = TopicFamily(
     "Offsets readers skipped because no copy of them exists (a lost tail, unused reservations, damage)",
     "counter",
     TOPIC_LABELS,
+)
+# Failover subscriptions on partitioned topics (broker/partition_groups.py): broker totals, bounded.
+partition_handoffs = Counter("ister_partition_handoffs", "Partitions switched to another consumer")
+partition_handoff_seconds = Histogram(
+    "ister_partition_handoff_seconds",
+    "How long a moving partition paused before it switched",
+    buckets=(0.001, 0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0),
+)
+partition_handoff_redelivered = Counter(
+    "ister_partition_handoff_redelivered",
+    "Delivered, unacknowledged messages a switch sent to the new consumer",
+)
+partition_spread = Gauge(
+    "ister_partitions_per_consumer",
+    "Over the partition groups of this broker: the most and the fewest partitions one consumer has",
+    ("bound",),
 )
 # broker_id: the cluster broker id ("0" in standalone mode)
 topics_loaded = Gauge("danube_broker_topics_owned", "Topics loaded on this broker", ("broker_id",))

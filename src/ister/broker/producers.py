@@ -42,7 +42,7 @@ class Producers:
         if existing is not None:
             return existing.id
         policy = await self.topics.namespace_policy(name.namespace)
-        limit = int(policy.get("max_producers_per_topic", 0) or 0)
+        limit = policy.max_producers_per_topic
         if limit and len(topic.producers) >= limit:
             raise FailedPrecondition(f"topic {name} already has max_producers_per_topic={limit} producers")
         session = ProducerSession(new_id(), producer_name, name.full, access_mode)

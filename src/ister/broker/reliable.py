@@ -133,6 +133,32 @@ class ReliableSubscription(Subscription):
         self._state.detach(session.id, now_ms())
         self._poke()
 
+    # -- partitioned subscriptions (the coordinator designates the consumer of this partition) --------------
+    def attached_names(self) -> dict[str, int]:
+        return {s.name: s.id for s in self.consumers.values() if s.attached}
+
+    def active_name(self) -> str | None:
+        """The consumer receiving from this subscription now (Failover), by name."""
+        cid = self._state.active_consumer()
+        session = self.consumers.get(cid) if cid is not None else None
+        return session.name if session is not None else None
+
+    def designate(self, consumer_id: int | None) -> None:
+        self._state.designate(consumer_id)
+        self._poke()
+
+    def undesignate(self) -> None:
+        self._state.undesignate()
+        self._poke()
+
+    def in_flight_of(self, consumer_id: int) -> int:
+        return self._state.in_flight_of(consumer_id)
+
+    def requeue(self, consumer_id: int) -> int:
+        n = self._state.requeue(consumer_id, now_ms())
+        self._poke()
+        return n
+
     async def ack(self, offset: int) -> bool:
         known = self._state.on_ack(offset, now_ms())
         if not known:
@@ -370,6 +396,8 @@ class ReliableSubscription(Subscription):
     async def close(self) -> None:
         self._closed = True
         self._wake.set()
+        if self.on_close is not None:
+            self.on_close()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

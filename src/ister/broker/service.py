@@ -2,7 +2,8 @@
 
 It wires the broker's parts (docs/architecture.md): `TopicStorage` (WALs, epoch files, the durable tier),
 the broker's `Ownership` (standalone, or the cluster's, given by app.py), `TopicRegistry` (creating, loading,
-sealing and forgetting topics), `Producers`, `Consumers` and `OffsetReads`, and delegates to them.
+sealing and forgetting topics), `Producers`, `Consumers`, `OffsetReads` and the schema registry with its
+payload validator, and delegates to them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from ister.errors import NotFound
 from ister.ids import TopicName, validate_segment
 from ister.metadata import keys
 from ister.metadata.store import MetadataStore
+from ister.schema.registry import SchemaRegistry
+from ister.schema.validation import PayloadValidator
 from ister.storage.objects import ObjectStore
 from ister.storage.topic_storage import StoredOffsets, TopicStorage
 from ister.storage.wal import WriterPool
@@ -72,6 +75,8 @@ class BrokerService:
         self.producer_sessions = Producers(store, self.registry, self.ownership)
         self.consumer_refs = Consumers(config, store, self.storage, self.registry, self.broker_url)
         self.reads = OffsetReads(self.registry, self.storage)
+        self.schemas = SchemaRegistry(store, self.topic_exists)
+        self.validator = PayloadValidator(self.schemas)
         self._reaper: asyncio.Task[None] | None = None
         self.ownership.bind(self)
 
@@ -112,12 +117,15 @@ class BrokerService:
             if await self.store.get(keys.namespace_policy(ns)) is None:
                 await self.store.put(keys.namespace_policy(ns), policy)
         self._reaper = asyncio.create_task(self._reap_loop(), name="consumer-reaper")
+        await self.schemas.start()
 
     async def close(self) -> None:
         """Graceful shutdown: stop accepting work, flush cursors, close every WAL."""
         if self._reaper is not None:
             self._reaper.cancel()
+        await self.schemas.close()
         await self.registry.close()
+        await self.consumer_refs.partition_groups.close()
         await self.exports.close()
         await self.storage.close()
 

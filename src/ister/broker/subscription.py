@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 from ister.broker.sessions import ConsumerSession, ConsumerStream
 from ister.core.dispatch import SubType
@@ -20,6 +21,10 @@ class Subscription(ABC):
         self.name = name
         self.sub_type = sub_type
         self.consumers: dict[int, ConsumerSession] = {}
+        # Told "attach" or "detach" after a consumer's stream opened or ended (a partitioned subscription's
+        # coordinator rebalances on it).
+        self.on_change: Callable[[str], None] | None = None
+        self.on_close: Callable[[], None] | None = None  # called once by close()
 
     # -- consumers -------------------------------------------------------------------------------------
     def find_consumer(self, consumer_name: str) -> ConsumerSession | None:
@@ -66,6 +71,8 @@ class Subscription(ABC):
         self._on_attach(session)  # may refuse (raises) before the stream counts as attached
         session.stream = stream
         session.touch()
+        if self.on_change is not None:
+            self.on_change("attach")
 
     def detach(self, session: ConsumerSession, stream: ConsumerStream | None = None) -> None:
         """The consumer's stream ended; a stale stream (already taken over) changes nothing."""
@@ -76,6 +83,8 @@ class Subscription(ABC):
         current.end()
         session.touch()
         self._on_detach(session)
+        if self.on_change is not None:
+            self.on_change("detach")
 
     # -- driver hooks ------------------------------------------------------------------------------------
     @property

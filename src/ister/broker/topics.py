@@ -12,7 +12,6 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
 
 from ister.broker import metrics
 from ister.broker.exports import ExportScheduler
@@ -25,7 +24,7 @@ from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Resource
 from ister.ids import PARTITION_MARKER, TopicName, shown
 from ister.limits import MAX_NAME_LEN
 from ister.metadata import keys
-from ister.metadata.records import ProducerRecord
+from ister.metadata.records import NamespacePolicy, ProducerRecord
 from ister.metadata.store import Compare, MetadataStore, Put
 from ister.storage.topic_storage import SEAL_EXPORT_SECONDS, TopicStorage
 
@@ -78,11 +77,11 @@ class TopicRegistry:
     async def exists(self, name: TopicName) -> bool:
         return name.full in self.topics or await self.store.get(keys.namespace_topic(name.full)) is not None
 
-    async def namespace_policy(self, namespace: str) -> dict[str, Any]:
+    async def namespace_policy(self, namespace: str) -> NamespacePolicy:
         kv = await self.store.get(keys.namespace_policy(namespace))
         if kv is None:
             raise NotFound(f"namespace {shown(namespace)} does not exist")
-        return kv.value if isinstance(kv.value, dict) else {}
+        return NamespacePolicy.lenient(kv.value)
 
     async def partitions(self, name: TopicName) -> list[str]:
         if await self.exists(name):
@@ -229,7 +228,8 @@ class TopicRegistry:
         kv = await self.store.get(keys.topic_delivery(name.full))
         delivery = kv.value if kv is not None and kv.value in (RELIABLE, NON_RELIABLE) else NON_RELIABLE
         policy = await self.namespace_policy(name.namespace)
-        max_size = int(policy.get("max_message_size", self.config.policies.max_message_size) or 0)
+        configured = policy.max_message_size
+        max_size = configured if configured is not None else self.config.policies.max_message_size
         if delivery == RELIABLE:
             wal, claim = await self.ownership.open_reliable(name, self.storage)
             topic = Topic(name, delivery=delivery, max_message_size=max_size, wal=wal, claim=claim)

@@ -19,10 +19,12 @@ import grpc
 import typer
 
 from ister.cli.main import app
+from ister.cli.security_opts import TlsCaOpt, TokenOpt, current, use
 from ister.config import split_host_port
 from ister.errors import ConfigError
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
+from ister.wire.gen import ister_v1_pb2_grpc as ister_pb_grpc
 
 DEFAULT_ADMIN_ADDR = "127.0.0.1:50051"
 ADMIN_ADDR_ENV = "ISTER_ADMIN_ADDR"
@@ -43,6 +45,12 @@ admin_app.add_typer(topics_app, name="topics")
 admin_app.add_typer(namespaces_app, name="namespaces")
 admin_app.add_typer(brokers_app, name="brokers")
 app.add_typer(admin_app, name="admin")
+
+
+@admin_app.callback()
+def _admin_root(token: TokenOpt = None, tls_ca: TlsCaOpt = None) -> None:
+    """Administer brokers through the admin gRPC API (`--token`/`--tls-ca` before the subcommand)."""
+    use(token, tls_ca)
 
 
 class Output(StrEnum):
@@ -73,17 +81,19 @@ class Stubs:
     topics: Any
     namespaces: Any
     brokers: Any
+    security: Any = None
+    ister_admin: Any = None  # ister.v1.IsterAdmin: API keys
 
 
 def target_of(addr: str) -> str:
     """`HOST:PORT` from `HOST:PORT` or `http://HOST:PORT`; a usage error otherwise."""
     raw = addr.strip()
-    for scheme in ("http://", "grpc://"):
+    for scheme in ("http://", "grpc://", "https://"):
         if raw.startswith(scheme):
             raw = raw[len(scheme) :]
     raw = raw.rstrip("/")
     if "://" in raw:
-        raise typer.BadParameter(f"{addr!r}: only plaintext http:// is supported", param_hint="--admin-addr")
+        raise typer.BadParameter(f"{addr!r}: use HOST:PORT, http:// or https://", param_hint="--admin-addr")
     try:
         host, port = split_host_port(raw, "--admin-addr")
     except ConfigError as exc:
@@ -110,17 +120,32 @@ def describe_rpc_error(exc: grpc.RpcError, addr: str) -> str:
 @contextmanager
 def connect(addr: str) -> Iterator[Stubs]:
     target = target_of(addr)
-    channel = grpc.insecure_channel(target)
+    channel = admin_channel(addr, target)
     try:
         yield Stubs(
             pb_grpc.TopicAdminStub(channel),
             pb_grpc.NamespaceAdminStub(channel),
             pb_grpc.BrokerAdminStub(channel),
+            pb_grpc.SecurityAdminStub(channel),
+            ister_pb_grpc.IsterAdminStub(channel),
         )
     except grpc.RpcError as exc:
         raise AdminCallError(describe_rpc_error(exc, target)) from None
     finally:
         channel.close()
+
+
+def admin_channel(addr: str, target: str) -> Any:
+    """Plaintext, or TLS for an https:// address, a --tls-ca or a --token (a token needs TLS)."""
+    creds = current()
+    if creds.tls or addr.strip().startswith("https://"):
+        return grpc.secure_channel(target, creds.channel_credentials())
+    return grpc.insecure_channel(target)
+
+
+def call_admin(addr: str, service: str, method: str, request: Any) -> Any:
+    """One admin RPC (`service` names a field of `Stubs`); failures print `error: ...` and exit 1."""
+    return call(addr, lambda s: getattr(getattr(s, service), method)(request, timeout=CALL_TIMEOUT_SECONDS))
 
 
 def call(addr: str, fn: Callable[[Stubs], T]) -> T:

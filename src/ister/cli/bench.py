@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from ister.cli.main import app
+from ister.cli.security_opts import TlsCaOpt, TokenOpt, use
 
 CASES = ("publish", "consume", "latency")
 
@@ -30,6 +31,8 @@ def bench(
     cases: Annotated[
         str, typer.Option("--cases", help="batch-API cases to run, comma-separated: publish,consume,latency")
     ] = ",".join(CASES),
+    token: TokenOpt = None,
+    tls_ca: TlsCaOpt = None,
 ) -> None:
     """Run the benchmark suite against fresh broker subprocesses and print the results.
 
@@ -38,6 +41,7 @@ def bench(
     danube-client: sequential and 64-in-flight publish, consume + ack, e2e latency, no-op gRPC ceiling.
 
     NATS JetStream (sync_interval always) in the same run, for the ratios. See docs/benchmarks.md."""
+    use(token, tls_ca)
     from ister.benchmark import report, suite
 
     if fsync not in ("always", "interval"):

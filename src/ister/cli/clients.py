@@ -16,6 +16,7 @@ import uvloop
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ister.cli.main import app
+from ister.cli.security_opts import TlsCaOpt, TokenOpt, use
 from ister.client import Client, Consumer, Message
 from ister.errors import InvalidArgument, IsterError, NotFound
 
@@ -23,6 +24,7 @@ SUB_TYPES = {
     "exclusive": "exclusive",
     "shared": "shared",
     "fail-over": "failover",
+    "partitioned": "partitioned",
     "key-shared": "key_shared",
 }
 PROGRESS_FROM = 1_000  # show a progress bar for runs at least this long (and never with --json)
@@ -94,11 +96,14 @@ def produce(
     schema_type: Annotated[
         str | None, typer.Option("--schema-type", help="avro|json_schema|protobuf (default: by suffix)")
     ] = None,
+    token: TokenOpt = None,
+    tls_ca: TlsCaOpt = None,
 ) -> None:
     """Publish COUNT messages (danube-cli's flags); every message is acknowledged before the command ends.
 
     With --schema-subject or --schema-file, -m is a JSON value encoded by the schema (Avro binary, JSON,
     Protobuf) and checked against it before anything is sent; -f is sent as it is."""
+    use(token, tls_ca)
     try:
         if file is not None:
             payload = file.read_bytes()
@@ -275,8 +280,11 @@ def consume(
             help="seconds to wait for the topic to be created (default: until it is; 0: fail at once)",
         ),
     ] = None,
+    token: TokenOpt = None,
+    tls_ca: TlsCaOpt = None,
 ) -> None:
     """Receive and acknowledge messages until --count (or Ctrl-C); waits for a topic not created yet."""
+    use(token, tls_ca)
     if sub_type not in SUB_TYPES:
         raise _fail(InvalidArgument(f"--sub-type must be one of {', '.join(SUB_TYPES)}"))
     try:

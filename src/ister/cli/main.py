@@ -42,6 +42,20 @@ def broker(
     ] = None,
     fsync: Annotated[str | None, typer.Option(help="WAL durability: always or interval")] = None,
     log_level: Annotated[str | None, typer.Option("--log-level")] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", help="TLS certificate chain (PEM) for every port")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="TLS private key (PEM)")] = None,
+    tls_client_ca: Annotated[
+        Path | None, typer.Option("--tls-client-ca", help="mutual TLS: CA that client certificates chain to")
+    ] = None,
+    auth_jwt_secret_file: Annotated[
+        Path | None,
+        typer.Option("--auth-jwt-secret-file", help="HS256 secret: turns authentication and RBAC on"),
+    ] = None,
+    superuser: Annotated[
+        list[str] | None, typer.Option("--superuser", help="principal allowed everything (repeatable)")
+    ] = None,
 ) -> None:
     """Run a broker (standalone by default)."""
     from ister.app import run
@@ -63,6 +77,11 @@ def broker(
                 if etcd_endpoints
                 else None,
                 "log_level": log_level,
+                "security.tls.cert_file": str(tls_cert) if tls_cert else None,
+                "security.tls.key_file": str(tls_key) if tls_key else None,
+                "security.tls.client_ca_file": str(tls_client_ca) if tls_client_ca else None,
+                "security.auth.jwt.secret_file": str(auth_jwt_secret_file) if auth_jwt_secret_file else None,
+                "security.superusers": list(superuser) if superuser else None,
             },
             warn=lambda message: typer.echo(f"warning: {message}", err=True),
         )
@@ -88,3 +107,4 @@ from ister.cli import admin as _admin  # noqa: E402,F401  (registers `ister admi
 from ister.cli import bench as _bench  # noqa: E402,F401  (registers `ister bench`)
 from ister.cli import pipeline as _pipeline  # noqa: E402,F401  (registers `ister pipeline`)
 from ister.cli import schemas as _schemas  # noqa: E402,F401  (registers `ister admin schemas`)
+from ister.cli import security as _security  # noqa: E402,F401  (registers `ister admin security`)

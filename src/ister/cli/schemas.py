@@ -18,6 +18,7 @@ from ister.cli.admin import (
     Output,
     OutputOpt,
     admin_app,
+    admin_channel,
     describe_rpc_error,
     emit_done,
     emit_fields,
@@ -56,7 +57,7 @@ def read_definition(path: Path) -> bytes:
 
 def rpc(addr: str, method: str, request: Any) -> Any:
     target = target_of(addr)
-    channel = grpc.insecure_channel(target)
+    channel = admin_channel(addr, target)
     try:
         return getattr(pb_grpc.SchemaRegistryStub(channel), method)(request, timeout=CALL_TIMEOUT_SECONDS)
     except grpc.RpcError as exc:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from ister.limits import GRPC_MAX_MESSAGE_BYTES
+
+if TYPE_CHECKING:
+    from ister.client.api_key import ApiKeySession
 
 CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
@@ -27,14 +30,64 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 
-def open_channel(url: str) -> Any:
-    """A grpc.aio channel for `http://host:port` (plain) or `https://host:port` (TLS with system roots)."""
-    if url.startswith("https://"):
-        return grpc.aio.secure_channel(
-            url[len("https://") :].rstrip("/"), grpc.ssl_channel_credentials(), options=CHANNEL_OPTIONS
-        )
-    target = url[len("http://") :] if url.startswith("http://") else url
-    return grpc.aio.insecure_channel(target.rstrip("/"), options=CHANNEL_OPTIONS)
+TOKEN_ENV = "ISTER_TOKEN"  # a bearer token (JWT) for every call
+TLS_CA_ENV = "ISTER_TLS_CA"  # PEM file of the CA that signed the brokers' certificates
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """How a client proves who it is and checks the broker: a bearer token (JWT) sent on every call, the
+    CA that signed the broker's certificate (`tls_ca`, PEM file; system roots when unset), and a client
+    certificate for mutual TLS. A token or CA means TLS whatever the URL's scheme (a token never travels
+    in cleartext)."""
+
+    token: str | None = None
+    tls_ca: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    # An API key exchanged for tokens (client/api_key.py): its current token goes on every call.
+    session: ApiKeySession | None = None
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.token or self.tls_ca or self.cert_file or self.session)
+
+    def channel_credentials(self) -> Any:
+        def read(path: str | None) -> bytes | None:
+            if path is None:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+
+        creds = grpc.ssl_channel_credentials(read(self.tls_ca), read(self.key_file), read(self.cert_file))
+        if self.token:
+            creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(self.token))
+        elif self.session is not None:
+            creds = grpc.composite_channel_credentials(creds, grpc.metadata_call_credentials(self.session))
+        return creds
+
+    def __repr__(self) -> str:  # never shows the token
+        return f"Credentials(token={'***' if self.token else None}, tls_ca={self.tls_ca!r})"
+
+
+NO_CREDENTIALS = Credentials()
+
+
+def split_url(url: str) -> tuple[str, bool]:
+    """(`host:port`, https?) of a service URL."""
+    for scheme, tls in (("https://", True), ("http://", False)):
+        if url.startswith(scheme):
+            return url[len(scheme) :].rstrip("/"), tls
+    return url.rstrip("/"), False
+
+
+def open_channel(url: str, credentials: Credentials = NO_CREDENTIALS) -> Any:
+    """A grpc.aio channel for `http://host:port` (plain) or `https://host:port` (TLS: system roots unless
+    `credentials` names a CA); with a token or CA in `credentials`, TLS whatever the scheme."""
+    target, https = split_url(url)
+    if https or credentials.tls:
+        return grpc.aio.secure_channel(target, credentials.channel_credentials(), options=CHANNEL_OPTIONS)
+    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
 
 
 def normalize_url(url: str) -> str:

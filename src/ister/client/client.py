@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,16 @@ from typing import Any, TypeVar
 import grpc
 
 from ister import errors
-from ister.client._conn import RetryBudget, RetryPolicy, normalize_url, open_channel
+from ister.client._conn import (
+    TLS_CA_ENV,
+    TOKEN_ENV,
+    Credentials,
+    RetryBudget,
+    RetryPolicy,
+    normalize_url,
+    open_channel,
+)
+from ister.client.api_key import API_KEY_ENV, ApiKeySession
 from ister.client.consumer import Consumer, SubType
 from ister.client.errors import exhausted, to_ister_error
 from ister.client.messages import split_frames
@@ -40,6 +50,9 @@ _SUB_TYPES = {
     "exclusive": SubType.EXCLUSIVE,
     "shared": SubType.SHARED,
     "failover": SubType.FAILOVER,
+    # On a partitioned topic a Failover subscription spreads the partitions over its consumers (one consumer
+    # per partition at a time, moved by graceful handoff); `partitioned` names that use.
+    "partitioned": SubType.FAILOVER,
     "key_shared": SubType.KEY_SHARED,
     "key-shared": SubType.KEY_SHARED,
 }
@@ -99,6 +112,9 @@ class Client:
         backoff_base: float = 0.2,
         backoff_max: float = 2.0,
         retry_timeout: float = 30.0,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        api_key: str | None = None,
     ) -> None:
         raw = url.split(",") if isinstance(url, str) else list(url)
         # Seeds: any broker answers lookups, so one that is down just means asking the next one.
@@ -108,6 +124,17 @@ class Client:
         if connect_timeout <= 0 or retry_timeout < 0 or (max_retries is not None and max_retries < 0):
             raise errors.InvalidArgument("connect_timeout must be > 0, retry_timeout and max_retries >= 0")
         self._seed = 0
+        # Unset: from the environment, as every `ister` command and the Spark connector pass them on.
+        # An explicit token, else an explicit API key, else ISTER_TOKEN, else ISTER_API_KEY.
+        if not token and not api_key:
+            token = os.environ.get(TOKEN_ENV) or None
+            api_key = None if token else os.environ.get(API_KEY_ENV) or None
+        self.api_key_session = ApiKeySession(api_key) if api_key and not token else None
+        self.credentials = Credentials(
+            token=token or None,
+            tls_ca=tls_ca or os.environ.get(TLS_CA_ENV) or None,
+            session=self.api_key_session,
+        )
         self.connect_timeout = connect_timeout
         self.retry = RetryPolicy(max_retries, backoff_base, backoff_max, retry_timeout)
         self._channels: dict[str, Any] = {}
@@ -146,12 +173,22 @@ class Client:
             try:
                 async with asyncio.timeout(self._seed_timeout):
                     await self._channel(self.url).channel_ready()
+                await self._first_exchange()
                 return self
             except TimeoutError:
                 self._next_seed()
         raise errors.Unavailable(
             f"cannot connect to {', '.join(self.urls)} within {self.connect_timeout} s"
         ) from None
+
+    async def _first_exchange(self) -> None:
+        """With an API key: the first token (Unauthenticated at once for a wrong or revoked key), then
+        refreshed in the background before it expires."""
+        session = self.api_key_session
+        if session is None or session.token is not None:
+            return
+        await session.exchange(self.stub())
+        session.start(self.stub)
 
     async def __aenter__(self) -> Client:
         return await self.connect()
@@ -164,7 +201,7 @@ class Client:
             raise errors.FailedPrecondition("the client is closed")
         channel = self._channels.get(url)
         if channel is None:
-            channel = self._channels[url] = open_channel(url)
+            channel = self._channels[url] = open_channel(url, self.credentials)
             self._stubs[url] = pb_grpc.IsterStub(channel)
         return channel
 
@@ -181,6 +218,8 @@ class Client:
             with contextlib.suppress(Exception):
                 await owned.close()
         self._closed = True
+        if self.api_key_session is not None:
+            await self.api_key_session.stop()
         for channel in self._channels.values():
             with contextlib.suppress(Exception):
                 await channel.close()

@@ -27,7 +27,7 @@ _CLASSES: dict[grpc.StatusCode, type[errors.IsterError]] = {
     grpc.StatusCode.ALREADY_EXISTS: errors.AlreadyExists,
     grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPrecondition,
     grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDenied,
-    grpc.StatusCode.UNAUTHENTICATED: errors.PermissionDenied,
+    grpc.StatusCode.UNAUTHENTICATED: errors.Unauthenticated,
     grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
     grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
     grpc.StatusCode.DEADLINE_EXCEEDED: errors.Timeout,

@@ -46,7 +46,7 @@ class OwnershipGuard:
     def bind(self, wal: Wal | None) -> None:
         self.wal = wal
         if wal is not None:
-            wal.offset_limit = self.record.reserved_until
+            wal.limit_offsets(self.record.reserved_until)
 
     def check(self, count: int = 1) -> None:
         """Raise Fenced unless this broker may append `count` records now.
@@ -65,7 +65,7 @@ class OwnershipGuard:
             self.revoked = reason
             log.info("ownership of %s (epoch %d) revoked: %s", self.topic, self.epoch, reason)
         if self.wal is not None:
-            self.wal.offset_limit = self.wal.next_offset  # nothing more gets an offset here
+            self.wal.limit_offsets(self.wal.next_offset)  # nothing more gets an offset here
 
     def appended(self) -> None:
         """Take the next offset reservation in the background once half of the current one is used."""
@@ -93,7 +93,7 @@ class OwnershipGuard:
                 return
             self.record, self.version = new, kv.version
             if self.wal is not None and self.revoked is None:
-                self.wal.offset_limit = new.reserved_until
+                self.wal.limit_offsets(new.reserved_until)
         except MetadataError as exc:
             log.warning(
                 "%s: extending the offset reservation failed (%s); the next publish retries", self.topic, exc

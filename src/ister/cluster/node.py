@@ -38,6 +38,7 @@ from ister.core.cluster.planner import ClusterState, abandoned_moves, orphans, p
 from ister.errors import FailedPrecondition, IsterError, MetadataError, Unavailable
 from ister.metadata import keys
 from ister.metadata.cache import LocalCache
+from ister.metadata.records import BrokerRegistration
 from ister.metadata.store import MAX_TXN_OPS, Compare, Delete, KeyValue, MetadataStore, Op, Put
 
 log = logging.getLogger(__name__)
@@ -163,10 +164,8 @@ class ClusterNode:
 
     def url_of(self, broker_id: int) -> str | None:
         kv = self.cache.get(keys.broker_register(broker_id))
-        if kv is None or not isinstance(kv.value, dict):
-            return None
-        url = kv.value.get("connect_url") or kv.value.get("broker_url")
-        return url if isinstance(url, str) else None
+        reg = BrokerRegistration.parse(kv.value) if kv is not None else None
+        return reg.url or None if reg is not None else None
 
     def leader(self) -> int | None:
         kv = self.cache.get(keys.LEADER)

@@ -35,7 +35,7 @@ from ister.core.cluster.planner import ACTIVE, DRAINED, DRAINING
 from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from ister.ids import TopicName, shown
 from ister.metadata import keys
-from ister.metadata.records import SealedState
+from ister.metadata.records import BrokerRegistration, SealedState
 from ister.metadata.store import MetadataStore, list_all
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
@@ -306,16 +306,16 @@ class ClusterOwnership:
             if not ids:
                 continue
             bid = ids[0]
-            reg = kv.value if isinstance(kv.value, dict) else {}
+            reg = BrokerRegistration.parse(kv.value) or BrokerRegistration()
             state = await self.store.get(keys.broker_state(bid))
             mode = state.value.get("mode") if state is not None and isinstance(state.value, dict) else None
             role = NO_ROLE if leader is None else LEADER_ROLE if bid == leader else FOLLOWER_ROLE
             out.append(
                 BrokerInfo(
                     bid,
-                    str(reg.get("broker_url") or reg.get("broker_addr") or ""),
-                    str(reg.get("admin_addr") or ""),
-                    str(reg.get("prom_exporter") or ""),
+                    reg.broker_url or reg.broker_addr,
+                    reg.admin_addr,
+                    reg.prom_exporter,
                     role,
                     mode if isinstance(mode, str) else "active",
                 )
@@ -324,8 +324,8 @@ class ClusterOwnership:
 
     async def admin_addr_of(self, broker_id: int) -> str:
         kv = await self.store.get(keys.broker_register(broker_id))
-        addr = kv.value.get("admin_addr") if kv is not None and isinstance(kv.value, dict) else None
-        return addr if isinstance(addr, str) else "unknown admin address"
+        reg = BrokerRegistration.parse(kv.value) if kv is not None else None
+        return reg.admin_addr if reg is not None and reg.admin_addr else "unknown admin address"
 
     def _registered(self, text: str) -> int:
         if not text.isdigit():

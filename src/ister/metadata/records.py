@@ -86,3 +86,40 @@ class DispatchConfigRecord(Record, frozen=True):
     """`/topics/{ns}/{topic}/subscriptions/{name}/dispatch_config`."""
 
     max_unacked_messages: int
+
+
+class NamespacePolicy(Record, frozen=True):
+    """`/namespaces/{ns}/policy`: limits (0 = unlimited); `max_message_size` None: the broker's default."""
+
+    max_producers_per_topic: int = 0
+    max_subscriptions_per_topic: int = 0
+    max_consumers_per_topic: int = 0
+    max_consumers_per_subscription: int = 0
+    max_message_size: int | None = None
+
+    @classmethod
+    def lenient(cls, value: Any) -> NamespacePolicy:
+        """Each known limit that is a non-negative integer; anything else (another tool's fields, a bad
+        value) is ignored rather than voiding every limit of the namespace."""
+        if not isinstance(value, dict):
+            return cls()
+        fields = {
+            name: v
+            for name in cls.__struct_fields__
+            if isinstance(v := value.get(name), int) and not isinstance(v, bool) and v >= 0
+        }
+        return cls(**fields)
+
+
+class BrokerRegistration(Record, frozen=True):
+    """`/cluster/register/{id}` (Danube v0.15 names and the older layout's, docs/metadata.md)."""
+
+    broker_url: str = ""
+    connect_url: str = ""
+    admin_addr: str = ""
+    broker_addr: str = ""
+    prom_exporter: str = ""
+
+    @property
+    def url(self) -> str:
+        return self.connect_url or self.broker_url or self.broker_addr

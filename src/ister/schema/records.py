@@ -1,5 +1,5 @@
-"""The stored JSON of the registry (seed 003 shapes, plus what Ister needs to rebuild a schema without
-re-compiling it) and the values the registry answers with."""
+"""The stored JSON of the registry (the key layout of docs/metadata.md, plus what Ister needs to rebuild a
+schema without re-compiling it) and the values the registry answers with."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The schema registry's storage: subjects, versions and ids under seed 003's `/schemas/...` keys, topic
-bindings under `/topics/{ns}/{topic}/schema_config`.
+"""The schema registry's storage: subjects, versions and ids under the `/schemas/...` keys
+(docs/metadata.md), topic bindings under `/topics/{ns}/{topic}/schema_config`.
 
 Every write is one metadata transaction guarded by compare-and-set on the keys it read (the subject's
 metadata, the id counter, the topics' configs), retried on conflict: brokers that register at once never

@@ -2,29 +2,34 @@
 
 The servicers only convert between protobuf and the admin operations (`AdminOps` and the broker's
 `Ownership` for drain and rebalancing); errors map to gRPC statuses through the same decorator as the client
-API. RPCs Ister does not implement (Raft membership, security) answer UNIMPLEMENTED with a message saying so.
+API. RPCs Ister does not implement (Raft membership) answer UNIMPLEMENTED with a message saying so.
 Behaviour and status codes: docs/admin.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
 
 from ister.broker.admin_ops import NO_LEADER, AdminOps, SubscriptionPolicy, TopicInfo, policies_json
 from ister.broker.service import BrokerService
-from ister.config import split_host_port
+from ister.config import TlsFiles
 from ister.core.dispatch import FailurePolicy
 from ister.core.dispatch.policy import BackoffStrategy, PoisonPolicy
 from ister.errors import InvalidArgument
+from ister.security.api_keys import ApiKeyStore
+from ister.security.rbac_store import RbacStore
 from ister.server.errors import unary
 from ister.server.handlers import add_service
-from ister.server.schema_api import add_schema_service, create_with_subject
+from ister.server.schema_api import add_schema_service
+from ister.server.security_api import IsterAdminServicer, SecurityAdminServicer
+from ister.server.tls import bind
 from ister.wire.enums import reliable_from_wire
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
+from ister.wire.gen import ister_v1_pb2 as ister_pb
 
 Ctx = Any  # grpc.aio.ServicerContext (untyped library)
 
@@ -107,11 +112,10 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
 
     @unary
     async def CreateTopic(self, request: pb.NewTopicRequest, context: Ctx) -> pb.TopicResponse:
-        subject = request.schema_subject if request.HasField("schema_subject") else ""
-        if subject:
-            return await create_with_subject(self.ops, request.name, subject, request.dispatch_strategy)
         await self.ops.create_topic(
-            request.name, reliable=reliable_from_wire(request.dispatch_strategy, "dispatch_strategy")
+            request.name,
+            reliable=reliable_from_wire(request.dispatch_strategy, "dispatch_strategy"),
+            schema_subject=request.schema_subject if request.HasField("schema_subject") else None,
         )
         return pb.TopicResponse(success=True)
 
@@ -119,14 +123,6 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
     async def CreatePartitionedTopic(
         self, request: pb.PartitionedTopicRequest, context: Ctx
     ) -> pb.TopicResponse:
-        if request.HasField("schema_subject") and request.schema_subject:
-            return await create_with_subject(
-                self.ops,
-                request.base_name,
-                request.schema_subject,
-                request.dispatch_strategy,
-                partitions=request.partitions,
-            )
         await self.ops.create_topic(
             request.base_name,
             reliable=reliable_from_wire(request.dispatch_strategy, "dispatch_strategy"),
@@ -337,44 +333,42 @@ class ClusterAdminServicer(pb_grpc.ClusterAdminServicer):  # type: ignore[misc]
     RemoveNode = _unimplemented("ClusterAdmin", "RemoveNode", _RAFT)
 
 
-_SECURITY = "Ister has no authentication or authorization"
-
-
-class SecurityAdminServicer(pb_grpc.SecurityAdminServicer):  # type: ignore[misc]
-    CreateRole = _unimplemented("SecurityAdmin", "CreateRole", _SECURITY)
-    GetRole = _unimplemented("SecurityAdmin", "GetRole", _SECURITY)
-    ListRoles = _unimplemented("SecurityAdmin", "ListRoles", _SECURITY)
-    DeleteRole = _unimplemented("SecurityAdmin", "DeleteRole", _SECURITY)
-    CreateBinding = _unimplemented("SecurityAdmin", "CreateBinding", _SECURITY)
-    GetBinding = _unimplemented("SecurityAdmin", "GetBinding", _SECURITY)
-    ListBindings = _unimplemented("SecurityAdmin", "ListBindings", _SECURITY)
-    ListAllBindings = _unimplemented("SecurityAdmin", "ListAllBindings", _SECURITY)
-    DeleteBinding = _unimplemented("SecurityAdmin", "DeleteBinding", _SECURITY)
-
-
-def add_admin_services(server: Any, broker: BrokerService) -> AdminOps:
+def add_admin_services(
+    server: Any,
+    broker: BrokerService,
+    rbac: RbacStore | None = None,
+    api_keys: ApiKeyStore | None = None,
+) -> AdminOps:
     ops = AdminOps(broker)
     add_service(server, TopicAdminServicer(ops), pb, "TopicAdmin")
     add_service(server, NamespaceAdminServicer(ops), pb, "NamespaceAdmin")
     add_service(server, BrokerAdminServicer(ops), pb, "BrokerAdmin")
     add_service(server, ClusterAdminServicer(), pb, "ClusterAdmin")
-    add_service(server, SecurityAdminServicer(), pb, "SecurityAdmin")
+    rbac = rbac if rbac is not None else RbacStore(broker.store, [])
+    add_service(server, SecurityAdminServicer(rbac), pb, "SecurityAdmin")
+    if api_keys is not None:
+        add_service(server, IsterAdminServicer(api_keys), ister_pb, "IsterAdmin")
     add_schema_service(server, broker)  # Danube serves the registry on both ports
     return ops
 
 
-async def start_admin_server(broker: BrokerService, addr: str) -> Any:
-    """Serve the admin API on `addr` (HOST:PORT); OSError when the address cannot be bound.
+async def start_admin_server(
+    broker: BrokerService,
+    addr: str,
+    rbac: RbacStore | None = None,
+    *,
+    tls: TlsFiles | None = None,
+    interceptors: Sequence[Any] = (),
+    api_keys: ApiKeyStore | None = None,
+) -> Any:
+    """Serve the admin API on `addr` (HOST:PORT), over TLS when `tls` names files; OSError when the
+    address cannot be bound.
 
     The caller stops it (`await server.stop(grace)`) before closing the broker.
     """
-    host, port = split_host_port(addr, "admin_addr")
-    server = grpc.aio.server(options=ADMIN_SERVER_OPTIONS)
-    add_admin_services(server, broker)
-    try:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    except RuntimeError:  # grpc raises RuntimeError when the address is taken
-        bound = 0
+    server = grpc.aio.server(options=ADMIN_SERVER_OPTIONS, interceptors=list(interceptors) or None)
+    add_admin_services(server, broker, rbac, api_keys)
+    bound = bind(server, addr, tls, "admin_addr")
     if bound == 0:
         raise OSError(f"cannot listen on admin_addr {addr} (address in use or not local)")
     await server.start()

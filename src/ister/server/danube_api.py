@@ -11,7 +11,6 @@ from ister.broker.subscription import Subscription
 from ister.errors import InvalidArgument
 from ister.ids import TopicName, clip
 from ister.limits import MAX_NACK_REASON_BYTES
-from ister.schema.service import registry_for, validator_for
 from ister.server.errors import server_stream, unary
 from ister.server.handlers import add_service
 from ister.wire.convert import stored_from_wire, wire_from_stored
@@ -27,13 +26,13 @@ log = logging.getLogger(__name__)
 class ProducerServicer(pb_grpc.ProducerServiceServicer):  # type: ignore[misc]
     def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
-        self.validator = validator_for(broker)
+        self.validator = broker.validator
 
     @unary
     async def CreateProducer(self, request: pb.ProducerRequest, context: Ctx) -> pb.ProducerResponse:
         subject = request.schema_ref.subject if request.HasField("schema_ref") else ""
         if subject:
-            await registry_for(self.broker).check_producer(request.topic_name, subject)
+            await self.broker.schemas.check_producer(request.topic_name, subject)
         producer_id = await self.broker.create_producer(
             request.topic_name,
             request.producer_name,
@@ -41,7 +40,7 @@ class ProducerServicer(pb_grpc.ProducerServiceServicer):  # type: ignore[misc]
             access_mode=access_mode_from_wire(request.producer_access_mode),
         )
         if subject:
-            await registry_for(self.broker).attach_producer(request.topic_name, subject)
+            await self.broker.schemas.attach_producer(request.topic_name, subject)
         return pb.ProducerResponse(
             request_id=request.request_id, producer_id=producer_id, producer_name=request.producer_name
         )

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
 
 from ister.broker import metrics
 from ister.broker.service import BrokerService
-from ister.config import split_host_port
+from ister.config import TlsFiles, split_host_port
 from ister.limits import DEFAULT_METRICS_MAX_TOPICS, GRPC_MAX_MESSAGE_BYTES
+from ister.security.api_keys import ApiKeyStore
 from ister.server.danube_api import add_danube_services
 from ister.server.ister_api import add_ister_service
 from ister.server.metrics_http import MetricsServer, start_metrics_server
 from ister.server.schema_api import add_schema_service
+from ister.server.tls import bind
 
 # gRPC's own size limits sit well above the message-size policy so that an oversize message gets the
 # broker's INVALID_ARGUMENT, not gRPC's RESOURCE_EXHAUSTED (which the official client retries for ever).
@@ -26,16 +29,21 @@ SERVER_OPTIONS = [
 ]
 
 
-async def start_client_server(broker: BrokerService, addr: str) -> Any:
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+async def start_client_server(
+    broker: BrokerService,
+    addr: str,
+    *,
+    tls: TlsFiles | None = None,
+    interceptors: Sequence[Any] = (),
+    api_keys: ApiKeyStore | None = None,
+) -> Any:
+    """Serve the client API on `addr`, over TLS when `tls` names files; `interceptors` (authentication
+    and authorization) only when security is on."""
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=list(interceptors) or None)
     add_danube_services(server, broker)
-    add_ister_service(server, broker)
+    add_ister_service(server, broker, api_keys)
     add_schema_service(server, broker)
-    host, port = split_host_port(addr, "broker_addr")
-    try:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    except RuntimeError:  # grpc raises RuntimeError when the address is taken
-        bound = 0
+    bound = bind(server, addr, tls, "broker_addr")
     if bound == 0:
         raise OSError(f"cannot listen on {addr} (address in use or not local)")
     await server.start()
@@ -43,9 +51,15 @@ async def start_client_server(broker: BrokerService, addr: str) -> Any:
 
 
 def start_prometheus(
-    addr: str, *, per_topic: bool = True, max_topics: int = DEFAULT_METRICS_MAX_TOPICS
+    addr: str,
+    *,
+    per_topic: bool = True,
+    max_topics: int = DEFAULT_METRICS_MAX_TOPICS,
+    tls: TlsFiles | None = None,
+    bearer_token_file: str | None = None,
 ) -> MetricsServer:
-    """The Prometheus exporter on its own thread (`server/metrics_http.py`), bounded per-topic series."""
+    """The Prometheus exporter on its own thread (`server/metrics_http.py`), bounded per-topic series,
+    over TLS when `tls` names files and behind a bearer token when `bearer_token_file` is set."""
     host, port = split_host_port(addr, "prom_exporter")
     metrics.configure(per_topic=per_topic, max_topics=max_topics)
-    return start_metrics_server(host, port)
+    return start_metrics_server(host, port, tls=tls, bearer_token_file=bearer_token_file)

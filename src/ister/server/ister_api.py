@@ -26,7 +26,7 @@ from ister.core.record import (
     decode_published,
     decode_published_lean,
 )
-from ister.errors import InvalidArgument, IsterError
+from ister.errors import FailedPrecondition, InvalidArgument, IsterError
 from ister.ids import TopicName, shown
 from ister.limits import (
     GRPC_MAX_MESSAGE_BYTES,
@@ -35,7 +35,7 @@ from ister.limits import (
     MAX_WINDOW,
     MiB,
 )
-from ister.schema.service import validator_for
+from ister.security.api_keys import ApiKeyStore
 from ister.server.errors import bidi_stream, server_stream, unary
 from ister.server.handlers import add_service
 from ister.wire.enums import reliable_from_wire, sub_type_from_wire
@@ -92,9 +92,21 @@ def decode_batch(
 
 
 class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
-    def __init__(self, broker: BrokerService) -> None:
+    def __init__(self, broker: BrokerService, api_keys: ApiKeyStore | None = None) -> None:
         self.broker = broker
-        self.validator = validator_for(broker)
+        self.validator = broker.validator
+        self.api_keys = api_keys
+
+    @unary
+    async def ExchangeApiKey(
+        self, request: pb.ExchangeApiKeyRequest, context: Ctx
+    ) -> pb.ExchangeApiKeyResponse:
+        if self.api_keys is None:
+            raise FailedPrecondition("this broker does not exchange API keys")
+        token, exp, key = await self.api_keys.exchange(request.api_key, request.ttl_seconds)
+        return pb.ExchangeApiKeyResponse(
+            token=token, expires_at_ms=int(exp * 1000), principal=str(key.principal)
+        )
 
     @unary
     async def Lookup(self, request: pb.LookupRequest, context: Ctx) -> pb.LookupResponse:
@@ -337,5 +349,5 @@ def pack_frames(records: list[tuple[int, bytes]]) -> bytes:
     return b"".join(parts)
 
 
-def add_ister_service(server: Any, broker: BrokerService) -> None:
-    add_service(server, IsterServicer(broker), pb, "Ister")
+def add_ister_service(server: Any, broker: BrokerService, api_keys: ApiKeyStore | None = None) -> None:
+    add_service(server, IsterServicer(broker, api_keys), pb, "Ister")

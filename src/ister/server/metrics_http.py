@@ -9,15 +9,23 @@ body (gzip-compressed when asked), the next rendering waits until the thread has
 (1 / duty - 1) times what the last one took (at least `min_cache_seconds`). So however many scrapers there
 are, rendering takes at most `duty` of one core's time (10%), and the event loop keeps the GIL for the
 rest; with few series the body is never more than a few milliseconds old.
+
+Optionally over TLS (`tls`: an `ssl` context re-read when the certificate files change; handshakes are
+non-blocking, in the same loop) and behind a bearer token (`bearer_token_file`, re-read when it changes):
+a request without `Authorization: Bearer <token>`, or with another token, gets 401 with
+`WWW-Authenticate: Bearer`, whatever its path, as Prometheus' `authorization` scrape setting expects.
+Tokens are compared in constant time and never logged.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
+import hmac
 import logging
 import selectors
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +33,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import REGISTRY, generate_latest
 
+from ister.config import TlsFiles
+from ister.errors import ConfigError
 from ister.limits import (
     METRICS_IDLE_SECONDS,
     METRICS_MAX_CONNECTIONS,
@@ -32,6 +42,8 @@ from ister.limits import (
     METRICS_MIN_CACHE_SECONDS,
     METRICS_RENDER_DUTY,
 )
+from ister.security.files import WatchedFiles
+from ister.server.tls import ReloadingSslContext, is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +56,35 @@ def render_registry() -> bytes:
     return generate_latest(REGISTRY)
 
 
+class BearerToken:
+    """The token scrapes must send, from a file re-read when it changes (surrounding whitespace stripped)."""
+
+    def __init__(self, path: str) -> None:
+        self.watched = WatchedFiles([path])
+        self._token = self._load()
+
+    def _load(self) -> bytes:
+        token = self.watched.read()[0].strip()
+        if not token:
+            raise ConfigError(f"security.metrics.bearer_token_file {self.watched.paths[0]} is empty")
+        return token
+
+    def check(self, authorization: str | None) -> str | None:
+        """None when `authorization` carries the token, else what is wrong (for the 401)."""
+        if self.watched.changed():
+            try:
+                self._token = self._load()
+            except ConfigError as exc:
+                log.error("metrics server: keeping the previous bearer token: %s", exc)
+        if not authorization:
+            return "missing"
+        scheme, _, value = authorization.strip().partition(" ")
+        if scheme.lower() != "bearer":
+            return "missing"
+        presented = value.strip().encode("latin-1", "replace")
+        return None if hmac.compare_digest(presented, self._token) else "invalid"
+
+
 @dataclass(slots=True)
 class _Conn:
     sock: socket.socket
@@ -51,6 +92,7 @@ class _Conn:
     inbox: bytearray = field(default_factory=bytearray)
     outbox: memoryview | None = None
     close_after: bool = False
+    handshaking: bool = False  # a TLS connection whose handshake is not done
 
 
 class MetricsServer:
@@ -66,8 +108,12 @@ class MetricsServer:
         duty: float = METRICS_RENDER_DUTY,
         min_cache_seconds: float = METRICS_MIN_CACHE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        tls: ReloadingSslContext | None = None,
+        bearer_token: BearerToken | None = None,
     ) -> None:
         self._render = render
+        self._tls = tls
+        self._bearer = bearer_token
         self.max_connections = max_connections
         self.idle_seconds = idle_seconds
         self.max_request_bytes = max_request_bytes
@@ -119,7 +165,9 @@ class MetricsServer:
                         conn = self._conns.get(key.fd)
                         if conn is None:
                             continue
-                        if events & selectors.EVENT_READ:
+                        if conn.handshaking and not self._handshake(conn):
+                            continue
+                        if events & selectors.EVENT_READ or _pending(conn.sock):
                             self._read(conn)
                         if events & selectors.EVENT_WRITE and key.fd in self._conns:
                             self._write(conn)
@@ -150,30 +198,64 @@ class MetricsServer:
                 log.warning("metrics server: accept failed: %s", exc)
                 return
             if len(self._conns) >= self.max_connections:
-                # Over the limit: a short answer on a best-effort send, then close.
+                # Over the limit: a short answer on a best-effort send (plaintext only), then close.
                 with contextlib.suppress(OSError):
                     sock.setblocking(False)
-                    sock.send(_response(503, b"too many connections\n", "text/plain", close=True))
+                    if self._tls is None:
+                        sock.send(_response(503, b"too many connections\n", "text/plain", close=True))
                 sock.close()
                 continue
             sock.setblocking(False)
-            conn = _Conn(sock, self._clock())
+            if self._tls is not None:
+                try:
+                    sock = self._tls.context().wrap_socket(
+                        sock, server_side=True, do_handshake_on_connect=False
+                    )
+                except (ssl.SSLError, OSError) as exc:
+                    log.warning("metrics server: TLS setup failed: %s", exc)
+                    sock.close()
+                    continue
+            conn = _Conn(sock, self._clock(), handshaking=self._tls is not None)
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, None)
 
-    def _read(self, conn: _Conn) -> None:
+    def _handshake(self, conn: _Conn) -> bool:
+        """Advance a TLS handshake; True once it is done (the connection then reads requests)."""
+        assert isinstance(conn.sock, ssl.SSLSocket)
         try:
-            data = conn.sock.recv(_READ_CHUNK)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._sel.modify(conn.sock, selectors.EVENT_READ, None)
+            return False
+        except ssl.SSLWantWriteError:
+            self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, None)
+            return False
+        except (ssl.SSLError, OSError) as exc:
+            log.debug("metrics server: TLS handshake failed: %s", exc)  # a plaintext scraper, a wrong CA
             self._close(conn)
-            return
-        if not data:
-            self._close(conn)
-            return
+            return False
+        conn.handshaking = False
         conn.last_active = self._clock()
-        conn.inbox += data
+        self._sel.modify(conn.sock, selectors.EVENT_READ, None)
+        return True
+
+    def _read(self, conn: _Conn) -> None:
+        while True:
+            try:
+                data = conn.sock.recv(_READ_CHUNK)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return
+            except OSError:
+                self._close(conn)
+                return
+            if not data:
+                self._close(conn)
+                return
+            conn.last_active = self._clock()
+            conn.inbox += data
+            # TLS: bytes already decrypted wait in the SSL object, where the selector does not see them.
+            if not _pending(conn.sock) or len(conn.inbox) > self.max_request_bytes:
+                break
         if conn.outbox is None:
             self._handle(conn)
         elif len(conn.inbox) > self.max_request_bytes:
@@ -198,19 +280,29 @@ class MetricsServer:
         for line in lines[1:]:
             name, sep, value = line.partition(":")
             if sep:
-                headers[name.strip().lower()] = value.strip().lower()
-        connection = headers.get("connection", "")
+                headers[name.strip().lower()] = value.strip()
+        connection = headers.get("connection", "").lower()
         close = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
         if "content-length" in headers or "transfer-encoding" in headers:
             close = True  # a request with a body is not ours to parse: answer, then close
         path = target.split("?", 1)[0]
+        if self._bearer is not None:
+            wrong = self._bearer.check(headers.get("authorization"))
+            if wrong is not None:
+                body = b"unauthorized: send Authorization: Bearer <token>\n"
+                challenge = 'Bearer realm="ister-metrics"'
+                if wrong == "invalid":
+                    challenge += ', error="invalid_token"'
+                response = _response(401, body, "text/plain", close=close, challenge=challenge)
+                self._send(conn, response, close)
+                return
         if method not in ("GET", "HEAD"):
             self._send(conn, _response(405, b"method not allowed\n", "text/plain", close=close), close)
             return
         if path != METRICS_PATH:
             self._send(conn, _response(404, b"not found: try /metrics\n", "text/plain", close=close), close)
             return
-        gzip_ok = "gzip" in headers.get("accept-encoding", "")
+        gzip_ok = "gzip" in headers.get("accept-encoding", "").lower()
         body = self._metrics(gzip_ok)
         response = _response(
             200, body, CONTENT_TYPE, close=close, gzipped=gzip_ok, head_only=method == "HEAD"
@@ -249,8 +341,8 @@ class MetricsServer:
             return
         try:
             sent = conn.sock.send(out)
-        except (BlockingIOError, InterruptedError):
-            return
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            return  # TLS: retried with the same buffer, as OpenSSL requires
         except OSError:
             self._close(conn)
             return
@@ -286,9 +378,14 @@ class MetricsServer:
         self._sel.close()
 
 
+def _pending(sock: socket.socket) -> bool:
+    return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
+
+
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
     404: "Not Found",
     405: "Method Not Allowed",
     431: "Request Header Fields Too Large",
@@ -304,6 +401,7 @@ def _response(
     close: bool,
     gzipped: bool = False,
     head_only: bool = False,
+    challenge: str | None = None,
 ) -> bytes:
     headers = [
         f"HTTP/1.1 {status} {_REASONS[status]}",
@@ -315,14 +413,29 @@ def _response(
         headers.append("Content-Encoding: gzip")
     if status == 405:
         headers.append("Allow: GET, HEAD")
+    if challenge is not None:
+        headers.append(f"WWW-Authenticate: {challenge}")
     head = ("\r\n".join(headers) + "\r\n\r\n").encode("latin-1")
     return head if head_only else head + body
 
 
-def start_metrics_server(host: str, port: int) -> MetricsServer:
-    """Bind (OSError when the address is taken) and start serving on a thread of its own."""
+def start_metrics_server(
+    host: str, port: int, *, tls: TlsFiles | None = None, bearer_token_file: str | None = None
+) -> MetricsServer:
+    """Bind (OSError when the address is taken) and start serving on a thread of its own, over TLS when
+    `tls` names files, asking for the bearer token in `bearer_token_file` when set (ConfigError when the
+    files cannot be used)."""
+    context = ReloadingSslContext(tls, "prom_exporter") if tls is not None else None
+    bearer = BearerToken(bearer_token_file) if bearer_token_file else None
+    if bearer is not None and context is None and not is_loopback(host):
+        log.warning(
+            "SECURITY WARNING: the metrics endpoint %s:%d asks for a bearer token WITHOUT TLS: the token "
+            "travels in cleartext (set security.tls for the metrics port)",
+            host,
+            port,
+        )
     try:
-        server = MetricsServer(host, port)
+        server = MetricsServer(host, port, tls=context, bearer_token=bearer)
     except OSError as exc:
         raise OSError(f"cannot listen on {host}:{port} for metrics ({exc.strerror or exc})") from None
     return server.start()

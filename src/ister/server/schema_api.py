@@ -13,18 +13,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ister.broker.admin_ops import AdminOps
 from ister.broker.service import BrokerService
-from ister.core.schema import ValidationPolicy, parse_policy
+from ister.core.schema import parse_policy
 from ister.errors import InvalidArgument, NotFound
 from ister.ids import TopicName
 from ister.schema.records import VersionView
 from ister.schema.registry import SchemaRegistry
-from ister.schema.service import registry_for
 from ister.server.errors import unary
 from ister.server.handlers import add_service
-from ister.wire.enums import reliable_from_wire
-from ister.wire.gen import DanubeAdmin_pb2 as admin_pb
 from ister.wire.gen import SchemaRegistry_pb2 as pb
 from ister.wire.gen import SchemaRegistry_pb2_grpc as pb_grpc
 
@@ -179,20 +175,4 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServicer):  # type: ignore[mi
 
 
 def add_schema_service(server: Any, broker: BrokerService) -> None:
-    add_service(server, SchemaRegistryServicer(registry_for(broker)), pb, "SchemaRegistry")
-
-
-async def create_with_subject(
-    ops: AdminOps, name: str, subject: str, dispatch_strategy: int, *, partitions: int | None = None
-) -> admin_pb.TopicResponse:
-    """Admin CreateTopic / CreatePartitionedTopic with a schema subject: the subject must be registered
-    (checked before anything is created); each topic created is bound to it with policy warn and payload
-    validation (tighten with UpdateTopicValidationPolicy)."""
-    registry = registry_for(ops.broker)
-    await registry.require_subject(subject)
-    created = await ops.create_topic(
-        name, reliable=reliable_from_wire(dispatch_strategy, "dispatch_strategy"), partitions=partitions
-    )
-    for topic in created:
-        await registry.bind_topic(topic, subject, ValidationPolicy.WARN, True)
-    return admin_pb.TopicResponse(success=True)
+    add_service(server, SchemaRegistryServicer(broker.schemas), pb, "SchemaRegistry")

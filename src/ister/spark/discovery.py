@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 import grpc
 
+from ister.client._conn import Credentials, split_url
 from ister.client.blocking import BlockingClient
 from ister.client.client import TopicOffsets
 from ister.core.stream_offsets import TopicPartition
@@ -24,9 +25,14 @@ ADMIN_TIMEOUT_SECONDS = 30.0
 
 def _pattern_topics(opts: SourceOptions) -> list[str]:
     assert opts.pattern is not None and opts.admin_url is not None
-    target = opts.admin_url
+    target, https = split_url(opts.admin_url)
+    creds = Credentials(token=opts.auth.token, tls_ca=opts.auth.tls_ca)
     try:
-        with grpc.insecure_channel(target) as channel:
+        with (
+            grpc.secure_channel(target, creds.channel_credentials())
+            if https or creds.tls
+            else grpc.insecure_channel(target)
+        ) as channel:
             namespaces = admin_grpc.BrokerAdminStub(channel).ListNamespaces(
                 admin_pb.Empty(), timeout=ADMIN_TIMEOUT_SECONDS
             )

@@ -22,6 +22,8 @@ ADMIN_URL = "ister.admin.url"
 STORAGE_URL = "ister.storage.url"
 STORAGE_PREFIX = "ister.storage."  # ister.storage.<obstore option>, e.g. ister.storage.endpoint
 CONNECT_TIMEOUT = "ister.connect.timeout"
+AUTH_TOKEN = "ister.auth.token"  # bearer token (JWT): never logged, never in a plan or a repr
+TLS_CA = "ister.tls.ca"  # CA file (PEM, a path readable on the driver and every executor)
 DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds, the client's default
 MAX_CONNECT_TIMEOUT = 600.0
 
@@ -29,12 +31,13 @@ SOURCE_OPTIONS = {
     SERVICE_URL, ADMIN_URL, STORAGE_URL, "topic", "topics", "topicspattern", "startingoffsets",
     "endingoffsets", "minpartitions", "includeheaders", "failondataloss", "maxoffsetspertrigger",
     "valueformat", "readmode", "ister.read.maxrecords", "maxoffsetsperpartition", "predefinedsubscription",
-    CONNECT_TIMEOUT, "schemasubject", "schemaversion", "mode", "columnnameofcorruptrecord",
+    CONNECT_TIMEOUT, AUTH_TOKEN, TLS_CA, "schemasubject", "schemaversion", "mode",
+    "columnnameofcorruptrecord",
 }  # fmt: skip
 VALUE_SCHEMA_OPTIONS = ("schemasubject", "schemaversion", "mode", "columnnameofcorruptrecord")
 SINK_OPTIONS = {
     SERVICE_URL, CONNECT_TIMEOUT, "topic", "producername", "dispatchstrategy", "writeidempotencyheader",
-    "schemasubject", "schematype", "schemaversion", "schemarecordname",
+    AUTH_TOKEN, TLS_CA, "schemasubject", "schematype", "schemaversion", "schemarecordname",
 }  # fmt: skip
 READ_MODES = ("permissive", "dropmalformed", "failfast")
 SINK_SCHEMA_TYPES = {"avro": "avro", "json": "json_schema", "json_schema": "json_schema"}
@@ -113,10 +116,11 @@ def _admin_url(opts: Mapping[str, str]) -> str | None:
     raw = opts.get(ADMIN_URL, "").strip()
     if not raw:
         return None
-    target = raw.split("://", 1)[1] if raw.lower().startswith(("http://", "grpc://")) else raw
+    target = raw.split("://", 1)[1] if raw.lower().startswith(("http://", "grpc://", "https://")) else raw
     if _host_port(target.rstrip("/")) is None:
         raise InvalidArgument(f"option {ADMIN_URL}: expected host:port of the admin API, got {raw!r}")
-    return target.rstrip("/")
+    # https:// is kept: the admin channel is then TLS (as it is with a token or a CA).
+    return ("https://" if raw.lower().startswith("https://") else "") + target.rstrip("/")
 
 
 def _connect_timeout(opts: Mapping[str, str]) -> float:
@@ -133,6 +137,26 @@ def _connect_timeout(opts: Mapping[str, str]) -> float:
             f"got {raw!r}"
         )
     return value
+
+
+@dataclass(frozen=True)
+class ClientAuth:
+    """`ister.auth.token` and `ister.tls.ca`, handed to every Ister client the connector makes (unset: the
+    client's ISTER_TOKEN / ISTER_TLS_CA environment). The token never shows in a repr, so neither in an
+    input partition's, an options' nor a log line's."""
+
+    token: str | None = field(default=None, repr=False)
+    tls_ca: str | None = None
+
+    def __repr__(self) -> str:
+        return f"ClientAuth(token={'***' if self.token else None}, tls_ca={self.tls_ca!r})"
+
+    @classmethod
+    def parse(cls, opts: Mapping[str, str]) -> ClientAuth:
+        token = opts.get(AUTH_TOKEN, "").strip() or None
+        if token is not None and any(c.isspace() for c in token):
+            raise InvalidArgument(f"option {AUTH_TOKEN}: a token has no whitespace")  # nor the value
+        return cls(token=token, tls_ca=opts.get(TLS_CA, "").strip() or None)
 
 
 @dataclass(frozen=True)
@@ -230,6 +254,7 @@ class SourceOptions:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     value: ValueOptions = field(default_factory=ValueOptions)
     value_spec: ValueSpec | None = None  # the reader's version, resolved on the driver (valueFormat=schema)
+    auth: ClientAuth = field(default_factory=ClientAuth)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool | None) -> SourceOptions:
@@ -294,6 +319,7 @@ class SourceOptions:
             cursor_subscription=cursor,
             connect_timeout=_connect_timeout(opts),
             value=value,
+            auth=ClientAuth.parse(opts),
         )
 
 
@@ -306,6 +332,7 @@ class SinkOptions:
     idempotency_header: bool
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     schema: SinkSchemaOptions | None = None
+    auth: ClientAuth = field(default_factory=ClientAuth)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -323,4 +350,5 @@ class SinkOptions:
             idempotency_header=_bool(opts, "writeIdempotencyHeader", True),
             connect_timeout=_connect_timeout(opts),
             schema=SinkSchemaOptions.parse(opts),
+            auth=ClientAuth.parse(opts),
         )

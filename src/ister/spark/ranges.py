@@ -18,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ister.core.stream_offsets import TopicPartition
+from ister.spark.options import ClientAuth
 from ister.spark.rows import to_batch
 from ister.spark.shared import shared_client
 from ister.spark.values import ValueDecoder, ValueSpec, fetcher
@@ -44,6 +45,7 @@ class OffsetRange(InputPartition):
     storage_url: str | None = None
     storage_options: dict[str, str] = field(default_factory=dict)
     value_spec: ValueSpec | None = None  # valueFormat=schema: decode values by the registry's schemas
+    auth: ClientAuth = field(default_factory=ClientAuth)  # its repr hides the token
 
 
 def _sync(agen: AsyncIterator[T], loop: asyncio.AbstractEventLoop) -> Iterator[T]:
@@ -59,7 +61,7 @@ def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
     if part.value_spec is None:
         yield from read_raw(part)
         return
-    decoder = ValueDecoder(part.value_spec, fetcher(part.service_url, part.connect_timeout))
+    decoder = ValueDecoder(part.value_spec, fetcher(part.service_url, part.connect_timeout, part.auth))
     for batch in read_raw(part):
         yield decoder.decode(batch)
 
@@ -83,7 +85,7 @@ def read_raw(part: OffsetRange) -> Iterator[pa.RecordBatch]:
         finally:
             loop.close()
     if position < part.end:
-        client = shared_client(part.service_url, part.connect_timeout)
+        client = shared_client(part.service_url, part.connect_timeout, part.auth)
         for records in client.read(part.tp.name, position, part.end, max_records=part.max_records):
             if records:
                 offsets = [o for o, _ in records]

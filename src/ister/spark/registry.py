@@ -48,7 +48,9 @@ def value_spec(opts: SourceOptions) -> tuple[ValueSpec, Shape]:
     """The reader's version (latest or `schemaVersion`) of the subject (`schemaSubject` or the topics')
     and the Spark shape of its values."""
     value = opts.value
-    with BlockingClient(opts.service_url, connect_timeout=opts.connect_timeout) as client:
+    with BlockingClient(
+        opts.service_url, connect_timeout=opts.connect_timeout, token=opts.auth.token, tls_ca=opts.auth.tls_ca
+    ) as client:
         subject = value.subject or _topic_subject(client, opts.topics)
         resolved: SchemaVersion = client.call(client.client.schemas.resolve(subject, version=value.version))
     shape = shape_of(resolved.schema)
@@ -91,7 +93,9 @@ def sink_schema(opts: SinkOptions, value_type: DataType) -> SinkSchema:
             f"with schemaSubject the value column is a struct (encoded by the schema) or binary / string "
             f"(sent as it is), got {value_type.simpleString()}"
         )
-    with BlockingClient(opts.service_url, connect_timeout=opts.connect_timeout) as client:
+    with BlockingClient(
+        opts.service_url, connect_timeout=opts.connect_timeout, token=opts.auth.token, tls_ca=opts.auth.tls_ca
+    ) as client:
         schemas = client.client.schemas
         if not encode or want.version is not None:
             resolved = client.call(schemas.resolve(want.subject, version=want.version))

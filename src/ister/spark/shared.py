@@ -12,27 +12,32 @@ import os
 import threading
 
 from ister.client.blocking import BlockingClient
-from ister.spark.options import DEFAULT_CONNECT_TIMEOUT
+from ister.spark.options import DEFAULT_CONNECT_TIMEOUT, ClientAuth
 
-_clients: dict[tuple[int, str, float], BlockingClient] = {}
+_clients: dict[tuple[int, str, float, ClientAuth], BlockingClient] = {}
 _lock = threading.Lock()
 
 
-def shared_client(url: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> BlockingClient:
-    """This process's client for `url` (a forked child makes its own)."""
-    key = (os.getpid(), url, connect_timeout)
+def shared_client(
+    url: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, auth: ClientAuth | None = None
+) -> BlockingClient:
+    """This process's client for `url` and credentials (a forked child makes its own)."""
+    auth = auth or ClientAuth()
+    key = (os.getpid(), url, connect_timeout, auth)
     with _lock:
         client = _clients.get(key)
         if client is None or client.closed:
             if not _clients:
                 atexit.register(close_all)
-            client = _clients[key] = BlockingClient(url, connect_timeout=connect_timeout)
+            client = _clients[key] = BlockingClient(
+                url, connect_timeout=connect_timeout, token=auth.token, tls_ca=auth.tls_ca
+            )
         return client
 
 
 def close_all() -> None:
     with _lock:
-        mine = [c for (pid, _, _), c in _clients.items() if pid == os.getpid()]
+        mine = [c for (pid, *_), c in _clients.items() if pid == os.getpid()]
         _clients.clear()
     for client in mine:
         client.close()

@@ -267,7 +267,7 @@ def write_batches(
     schema: SinkSchema | None = None,
 ) -> Written:
     """Send every row of the task; return once all are acknowledged. Rows keep their order per topic."""
-    client = shared_client(opts.service_url, opts.connect_timeout)
+    client = shared_client(opts.service_url, opts.connect_timeout, opts.auth)
     publisher = _Publisher(opts, client, query_id, str(batch_id), schema)
     try:
         for batch in batches:

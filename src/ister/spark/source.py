@@ -128,7 +128,13 @@ class _Planner:
     def client(self) -> BlockingClient:
         """One client (and loop thread) for the reader's life, not one per planning call."""
         if self._client is None:
-            self._client = BlockingClient(self.opts.service_url, connect_timeout=self.opts.connect_timeout)
+            auth = self.opts.auth
+            self._client = BlockingClient(
+                self.opts.service_url,
+                connect_timeout=self.opts.connect_timeout,
+                token=auth.token,
+                tls_ca=auth.tls_ca,
+            )
         return self._client
 
     def close(self) -> None:
@@ -200,6 +206,7 @@ class _Planner:
                     storage_url=url,
                     storage_options=dict(self.opts.storage_options),
                     value_spec=self.opts.value_spec,
+                    auth=self.opts.auth,
                 )
             )
         return out

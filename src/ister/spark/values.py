@@ -31,6 +31,7 @@ from ister.core.schema import (
     parse_schema_type,
 )
 from ister.errors import InvalidArgument, IsterError, NotFound
+from ister.spark.options import ClientAuth
 from ister.spark.typed import Shape, Unreadable, shape_of
 
 PERMISSIVE, DROPMALFORMED, FAILFAST = "permissive", "dropmalformed", "failfast"
@@ -193,13 +194,13 @@ class ValueDecoder:
         )
 
 
-def fetcher(service_url: str, connect_timeout: float) -> Fetch:
+def fetcher(service_url: str, connect_timeout: float, auth: ClientAuth | None = None) -> Fetch:
     """Versions from the registry through the worker's shared client (cached by the client)."""
 
     def fetch(schema_id: int, version: int) -> ParsedSchema:
         from ister.spark.shared import shared_client
 
-        client = shared_client(service_url, connect_timeout)
+        client = shared_client(service_url, connect_timeout, auth)
         try:
             return client.call(client.client.schemas.get(schema_id, version)).schema
         except NotFound:

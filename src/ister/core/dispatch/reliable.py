@@ -130,6 +130,22 @@ class ReliableSubscriptionState:
         self._selector.remove(consumer_id)
         return self._requeue(consumer_id, now_ms)
 
+    def designate(self, consumer_id: int | None) -> None:
+        """Failover, partitioned: only this consumer receives (None: deliveries pause). What others hold in
+        flight stays theirs until they ack it or `requeue` hands it back (a handoff decides when)."""
+        self._selector.designate(consumer_id)
+
+    def undesignate(self) -> None:
+        self._selector.undesignate()
+
+    def requeue(self, consumer_id: int, now_ms: int) -> int:
+        """Hand back a still-attached consumer's in-flight messages (a partition switching away from it);
+        they go to whoever receives next, not counted as failures. Returns how many."""
+        return self._requeue(consumer_id, now_ms)
+
+    def in_flight_of(self, consumer_id: int) -> int:
+        return sum(1 for _, cid in self._flight.items() if cid == consumer_id)
+
     def _requeue(self, consumer_id: int, now_ms: int) -> int:
         offsets = self._flight.take_consumer(consumer_id)
         for offset in offsets:
@@ -209,7 +225,7 @@ class ReliableSubscriptionState:
         """
         if self._flight.is_due(now_ms):
             self._expire(now_ms)
-        if not self._selector.has_attached:
+        if not self._can_receive():
             return []
         out: list[Delivery] = []
         kq = self._kq
@@ -257,6 +273,14 @@ class ReliableSubscriptionState:
         if self._shared:
             return self._selector.next_round_robin()
         return self._selector.active()
+
+    def _can_receive(self) -> bool:
+        """Someone may be sent a message now: an attached consumer and, for Exclusive/Failover, an active
+        one (a partition handing off has none while it waits for its old consumer's acks)."""
+        selector = self._selector
+        if not selector.has_attached:
+            return False
+        return self._key_shared or self._shared or selector.active() is not None
 
     def _park(self, offset: int) -> None:
         """Key-Shared: nobody accepts this key now; hold it until the consumer set changes."""
@@ -462,7 +486,7 @@ class ReliableSubscriptionState:
     def next_wakeup(self) -> int | None:
         """The earliest time at which tick/poll would change something (an ack deadline or a retry)."""
         times = [self._flight.earliest()]
-        if self._selector.has_attached:
+        if self._can_receive():
             times.append(self._retries.earliest())
         present = [t for t in times if t is not None]
         return min(present) if present else None

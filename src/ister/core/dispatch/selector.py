@@ -7,6 +7,8 @@ consumer may come back with the same id; `remove` forgets it.
   a different consumer that is only detached is replaced (the broker decides who may take over).
 - FAILOVER: the active consumer is the attached one that attached earliest. When it detaches the next
   attached standby takes over at once; a consumer that comes back queues behind the current active one.
+  A partitioned subscription's coordinator may *designate* the active consumer instead (`designate`):
+  then only that consumer receives, and nobody while it is None or not attached (a partition handing off).
 - SHARED: exact round-robin over attached consumers in registration order.
 - KEY_SHARED: the hash ring over attached consumers, narrowed to those whose key filters match.
 """
@@ -50,6 +52,8 @@ class ConsumerSelector:
         self._rr = 0
         self._seq = 0
         self._active: int | None = None
+        self._designating = False
+        self._designated: int | None = None
         self._ring: HashRing | None = None
         self._attached_count = 0
         self._any_filters = False
@@ -113,7 +117,29 @@ class ConsumerSelector:
         attached = [(c.seq, cid) for cid, c in self._consumers.items() if c.attached]
         self._attached_count = len(attached)
         self._active = min(attached)[1] if attached and self.sub_type.single_active else None
+        if self._designating:
+            d = self._designated
+            self._active = d if d is not None and self.is_attached(d) else None
         self._any_filters = any(c.filters for c in self._consumers.values() if c.attached)
+
+    def designate(self, consumer_id: int | None) -> None:
+        """Failover: only `consumer_id` receives from now on (None: nobody, deliveries pause)."""
+        if self.sub_type is not SubType.FAILOVER:
+            raise InvalidArgument(
+                f"only a Failover subscription takes a designated consumer, not {self.sub_type}"
+            )
+        self._designating, self._designated = True, consumer_id
+        self._changed()
+
+    def undesignate(self) -> None:
+        """Back to the earliest attached consumer."""
+        if self._designating:
+            self._designating, self._designated = False, None
+            self._changed()
+
+    @property
+    def designated(self) -> int | None:
+        return self._designated
 
     # -- queries -----------------------------------------------------------------------------------------
     def is_known(self, consumer_id: int) -> bool:

@@ -102,7 +102,7 @@ class WalReader:
                     try:
                         records, self._hint = await asyncio.to_thread(
                             read_segments,
-                            wal._segments_snapshot(),
+                            wal.segments_snapshot(),
                             start,
                             committed,
                             max_records,

@@ -78,7 +78,7 @@ class Wal:
         self._segments: list[Segment] = recovered.segments
         self._segments_lock = threading.Lock()
         self._first_offset = recovered.first_offset
-        # Cluster mode: appends that would reach this offset are refused (the owner's reservation end).
+        # Set through `limit_offsets` by the topic's claim: appends that would reach this offset are refused.
         self.offset_limit: int | None = None
         self._next_offset = recovered.next_offset
         self._committed = recovered.next_offset
@@ -207,7 +207,7 @@ class Wal:
     async def verify_segment(self, first_offset: int) -> list[Hole]:
         """Read every committed frame of the segment that starts at `first_offset` (CRC checked), recording
         each damaged range found in `damage` (logged and counted once); returns the new ones."""
-        seg = next((s for s in self._segments_snapshot() if s.first_offset == first_offset), None)
+        seg = next((s for s in self.segments_snapshot() if s.first_offset == first_offset), None)
         return [] if seg is None else await verify_segment(seg, self._committed, self.damage)
 
     @property
@@ -227,12 +227,12 @@ class Wal:
 
     def segments(self) -> list[tuple[int, Path, int]]:
         """(first_offset, path, size in bytes) of every segment file, oldest first; the last is active."""
-        return [(s.first_offset, s.path, s.size) for s in self._segments_snapshot()]
+        return [(s.first_offset, s.path, s.size) for s in self.segments_snapshot()]
 
     def record_ranges(self) -> list[tuple[int, int]]:
         """[first, end) offsets of the records each non-empty segment file holds, oldest first."""
         return [
-            (s.first_offset, s.end_offset) for s in self._segments_snapshot() if s.end_offset > s.first_offset
+            (s.first_offset, s.end_offset) for s in self.segments_snapshot() if s.end_offset > s.first_offset
         ]
 
     async def drop_segments(self, paths: Sequence[Path]) -> int:
@@ -258,7 +258,7 @@ class Wal:
         return len(drop)
 
     def stats(self) -> dict[str, Any]:
-        segments = self._segments_snapshot()
+        segments = self.segments_snapshot()
         return {
             "next_offset": self._next_offset,
             "committed_offset": self._committed,
@@ -274,7 +274,7 @@ class Wal:
             "closed": self._closing,
         }
 
-    def _segments_snapshot(self) -> list[Segment]:
+    def segments_snapshot(self) -> list[Segment]:
         with self._segments_lock:
             return list(self._segments)
 
@@ -346,6 +346,11 @@ class Wal:
         if not reserved:
             self._queued_bytes += size
         return await future
+
+    def limit_offsets(self, end: int | None) -> None:
+        """Refuse appends that would assign an offset at or above `end` (None: no limit). A claim uses it to
+        confine appends to its reservation, and to stop them at once when it is revoked."""
+        self.offset_limit = end
 
     def _check_limit(self, first: int, count: int) -> None:
         if self.offset_limit is not None and first + count > self.offset_limit:

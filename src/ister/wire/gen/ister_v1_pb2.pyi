@@ -218,3 +218,73 @@ class SetCursorResponse(_message.Message):
     LAG_FIELD_NUMBER: _ClassVar[int]
     lag: int
     def __init__(self, lag: _Optional[int] = ...) -> None: ...
+
+class ExchangeApiKeyRequest(_message.Message):
+    __slots__ = ("api_key", "ttl_seconds")
+    API_KEY_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    api_key: str
+    ttl_seconds: int
+    def __init__(self, api_key: _Optional[str] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+
+class ExchangeApiKeyResponse(_message.Message):
+    __slots__ = ("token", "expires_at_ms", "principal")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    expires_at_ms: int
+    principal: str
+    def __init__(self, token: _Optional[str] = ..., expires_at_ms: _Optional[int] = ..., principal: _Optional[str] = ...) -> None: ...
+
+class ApiKeyInfo(_message.Message):
+    __slots__ = ("id", "principal_type", "principal_name", "description", "created_at_ms")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    principal_type: str
+    principal_name: str
+    description: str
+    created_at_ms: int
+    def __init__(self, id: _Optional[str] = ..., principal_type: _Optional[str] = ..., principal_name: _Optional[str] = ..., description: _Optional[str] = ..., created_at_ms: _Optional[int] = ...) -> None: ...
+
+class CreateApiKeyRequest(_message.Message):
+    __slots__ = ("principal_name", "principal_type", "description")
+    PRINCIPAL_NAME_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    principal_name: str
+    principal_type: str
+    description: str
+    def __init__(self, principal_name: _Optional[str] = ..., principal_type: _Optional[str] = ..., description: _Optional[str] = ...) -> None: ...
+
+class CreateApiKeyResponse(_message.Message):
+    __slots__ = ("key", "api_key")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    API_KEY_FIELD_NUMBER: _ClassVar[int]
+    key: ApiKeyInfo
+    api_key: str
+    def __init__(self, key: _Optional[_Union[ApiKeyInfo, _Mapping]] = ..., api_key: _Optional[str] = ...) -> None: ...
+
+class ListApiKeysRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListApiKeysResponse(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedCompositeFieldContainer[ApiKeyInfo]
+    def __init__(self, keys: _Optional[_Iterable[_Union[ApiKeyInfo, _Mapping]]] = ...) -> None: ...
+
+class RevokeApiKeyRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class RevokeApiKeyResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -64,6 +64,11 @@ class IsterStub:
                 request_serializer=ister__v1__pb2.SetCursorRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.SetCursorResponse.FromString,
                 _registered_method=True)
+        self.ExchangeApiKey = channel.unary_unary(
+                '/ister.v1.Ister/ExchangeApiKey',
+                request_serializer=ister__v1__pb2.ExchangeApiKeyRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.ExchangeApiKeyResponse.FromString,
+                _registered_method=True)
 
 
 class IsterServicer:
@@ -121,6 +126,15 @@ class IsterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExchangeApiKey(self, request, context):
+        """An API key (created with IsterAdmin.CreateApiKey) for a short-lived JWT of the key's principal, signed
+        with the broker's HS256 secret. The one RPC that needs no credentials; UNAUTHENTICATED for an unknown,
+        revoked or wrong key, FAILED_PRECONDITION when the broker has no HS256 secret to sign with.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +167,11 @@ def add_IsterServicer_to_server(servicer, server):
                     servicer.SetCursor,
                     request_deserializer=ister__v1__pb2.SetCursorRequest.FromString,
                     response_serializer=ister__v1__pb2.SetCursorResponse.SerializeToString,
+            ),
+            'ExchangeApiKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExchangeApiKey,
+                    request_deserializer=ister__v1__pb2.ExchangeApiKeyRequest.FromString,
+                    response_serializer=ister__v1__pb2.ExchangeApiKeyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -317,6 +336,196 @@ class Ister:
             '/ister.v1.Ister/SetCursor',
             ister__v1__pb2.SetCursorRequest.SerializeToString,
             ister__v1__pb2.SetCursorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExchangeApiKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.Ister/ExchangeApiKey',
+            ister__v1__pb2.ExchangeApiKeyRequest.SerializeToString,
+            ister__v1__pb2.ExchangeApiKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class IsterAdminStub:
+    """Ister's own admin RPCs, on the admin port next to Danube's services (which have no API keys).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.CreateApiKey = channel.unary_unary(
+                '/ister.v1.IsterAdmin/CreateApiKey',
+                request_serializer=ister__v1__pb2.CreateApiKeyRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.CreateApiKeyResponse.FromString,
+                _registered_method=True)
+        self.ListApiKeys = channel.unary_unary(
+                '/ister.v1.IsterAdmin/ListApiKeys',
+                request_serializer=ister__v1__pb2.ListApiKeysRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.ListApiKeysResponse.FromString,
+                _registered_method=True)
+        self.RevokeApiKey = channel.unary_unary(
+                '/ister.v1.IsterAdmin/RevokeApiKey',
+                request_serializer=ister__v1__pb2.RevokeApiKeyRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.RevokeApiKeyResponse.FromString,
+                _registered_method=True)
+
+
+class IsterAdminServicer:
+    """Ister's own admin RPCs, on the admin port next to Danube's services (which have no API keys).
+    """
+
+    def CreateApiKey(self, request, context):
+        """A new API key bound to a principal; the secret is returned once and stored only hashed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListApiKeys(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeApiKey(self, request, context):
+        """NOT_FOUND for an unknown id. Tokens already exchanged stay valid until they expire.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_IsterAdminServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'CreateApiKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateApiKey,
+                    request_deserializer=ister__v1__pb2.CreateApiKeyRequest.FromString,
+                    response_serializer=ister__v1__pb2.CreateApiKeyResponse.SerializeToString,
+            ),
+            'ListApiKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListApiKeys,
+                    request_deserializer=ister__v1__pb2.ListApiKeysRequest.FromString,
+                    response_serializer=ister__v1__pb2.ListApiKeysResponse.SerializeToString,
+            ),
+            'RevokeApiKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeApiKey,
+                    request_deserializer=ister__v1__pb2.RevokeApiKeyRequest.FromString,
+                    response_serializer=ister__v1__pb2.RevokeApiKeyResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'ister.v1.IsterAdmin', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('ister.v1.IsterAdmin', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class IsterAdmin:
+    """Ister's own admin RPCs, on the admin port next to Danube's services (which have no API keys).
+    """
+
+    @staticmethod
+    def CreateApiKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/CreateApiKey',
+            ister__v1__pb2.CreateApiKeyRequest.SerializeToString,
+            ister__v1__pb2.CreateApiKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListApiKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/ListApiKeys',
+            ister__v1__pb2.ListApiKeysRequest.SerializeToString,
+            ister__v1__pb2.ListApiKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeApiKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/RevokeApiKey',
+            ister__v1__pb2.RevokeApiKeyRequest.SerializeToString,
+            ister__v1__pb2.RevokeApiKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,196 @@
+"""Failover subscriptions on partitioned topics: one consumer per partition, spread and handed off gracefully.
+
+The official client subscribes a partitioned topic as one consumer per partition topic (`<topic>-part-N`),
+all with the same consumer name. Each partition's Failover subscription alone would pick its earliest
+attached consumer, so every partition lands on the first consumer. A `PartitionGroup` gathers the
+partition subscriptions of one (partitioned topic, subscription) loaded on this broker and designates
+each partition's consumer with `core.dispatch.partitions`: balanced and sticky, after `rebalance_delay`
+(at once when an assigned consumer's stream ends), each moving partition paused, then switched once its
+delivered messages are acknowledged or `max_handoff_time` passed, its unacknowledged messages redelivered to
+the new consumer. Partitions that do not move never pause.
+
+Members are the consumer names attached on every partition of the group (a client still subscribing its
+partitions joins once it has them all); with none, each partition falls back to plain Failover. In
+cluster mode a group holds the partitions this broker serves (each broker balances its own share).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+
+from ister.broker import metrics
+from ister.broker.reliable import ReliableSubscription
+from ister.core.dispatch.partitions import Handoff, RebalanceTimer, assign, plan_handoffs
+
+log = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.05
+
+
+@dataclass(slots=True)
+class PartitionGroup:
+    key: tuple[str, str]  # (base topic, subscription)
+    rebalance_delay: float
+    max_handoff: float
+    subs: dict[int, ReliableSubscription] = field(default_factory=dict)
+    assignment: dict[int, str] = field(default_factory=dict)
+    handoffs: dict[int, Handoff] = field(default_factory=dict)
+    timer: RebalanceTimer = field(init=False)
+    handoffs_done: int = 0
+
+    def __post_init__(self) -> None:
+        self.timer = RebalanceTimer(self.rebalance_delay)
+
+    def changed(self, kind: str, now: float) -> None:
+        self.timer.changed(now)
+        if kind == "detach" and self._an_assigned_consumer_left():
+            self.timer.due = now  # a consumer that is gone is handled at once
+
+    def _an_assigned_consumer_left(self) -> bool:
+        for p, name in self.assignment.items():
+            sub = self.subs.get(p)
+            if sub is not None and name not in sub.attached_names():
+                return True
+        return any(
+            h.source is not None and h.source not in self.subs[p].attached_names()
+            for p, h in self.handoffs.items()
+            if p in self.subs
+        )
+
+    def members(self) -> list[str]:
+        names: set[str] | None = None
+        for sub in self.subs.values():
+            attached = set(sub.attached_names())
+            names = attached if names is None else names & attached
+        return sorted(names or ())
+
+    def step(self, now: float) -> None:
+        if self.timer.fire(now):
+            self._rebalance(now)
+        self._progress(now)
+
+    def _rebalance(self, now: float) -> None:
+        members = self.members()
+        if not members:
+            for sub in self.subs.values():
+                sub.undesignate()
+            self.assignment, self.handoffs = {}, {}
+            return
+        current = {p: c for p, c in self.assignment.items() if c in members}
+        new = assign(sorted(self.subs), members, current)
+        # Who holds each partition's flow now: its assignment, or (before the first one, after a fallback)
+        # the consumer plain Failover chose, so its deliveries are waited for like any other source's.
+        holders = dict(self.assignment)
+        for p, sub in self.subs.items():
+            if p not in holders and (name := sub.active_name()) is not None:
+                holders[p] = name
+        planned, _resumed = plan_handoffs(holders, new, now, self.max_handoff, self.handoffs)
+        self.handoffs = planned
+        for p in planned:
+            self.subs[p].designate(None)  # step 1: no new deliveries to the old consumer
+        for p, name in new.items():
+            if p not in planned:  # unchanged (or moved back before it switched): keeps flowing
+                self._designate(p, name)
+        self.assignment = new
+
+    def _designate(self, p: int, name: str) -> None:
+        sub = self.subs[p]
+        sub.designate(sub.attached_names().get(name))
+
+    def _progress(self, now: float) -> None:
+        for p, h in list(self.handoffs.items()):
+            sub = self.subs.get(p)
+            if sub is None:
+                del self.handoffs[p]
+                continue
+            names = sub.attached_names()
+            if h.target not in names:
+                continue  # the next rebalance (already due) replans it
+            source_id = names.get(h.source) if h.source is not None else None
+            unacked = sub.in_flight_of(source_id) if source_id is not None else 0
+            if not h.ready(now, unacked, source_id is not None):
+                continue
+            redelivered = sub.requeue(source_id) if source_id is not None else 0
+            h.switch(now)
+            sub.designate(names[h.target])
+            del self.handoffs[p]
+            self.handoffs_done += 1
+            metrics.partition_handoffs.inc()
+            metrics.partition_handoff_seconds.observe(h.paused_for)
+            metrics.partition_handoff_redelivered.inc(redelivered)
+            log.info(
+                "%s/%s: partition %d handed off from %s to %s after %.3f s, %d redelivered",
+                self.key[0],
+                self.key[1],
+                p,
+                h.source,
+                h.target,
+                h.paused_for,
+                redelivered,
+            )
+
+
+class PartitionGroups:
+    """Every partition group of the broker, stepped by one task."""
+
+    def __init__(self, rebalance_delay: float, max_handoff: float) -> None:
+        self.rebalance_delay = rebalance_delay
+        self.max_handoff = max_handoff
+        self.groups: dict[tuple[str, str], PartitionGroup] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def join(self, base: str, partition: int, sub: ReliableSubscription) -> None:
+        """A partition's Failover subscription opened here."""
+        key = (base, sub.name)
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = PartitionGroup(key, self.rebalance_delay, self.max_handoff)
+        group.subs[partition] = sub
+        sub.on_change = lambda kind: group.changed(kind, time.monotonic())
+        sub.on_close = lambda: self.leave(base, partition, sub)
+        group.changed("attach", time.monotonic())
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="partition-groups")
+
+    def leave(self, base: str, partition: int, sub: ReliableSubscription) -> None:
+        """A partition's subscription closed (its topic moved away, or it was closed)."""
+        key = (base, sub.name)
+        group = self.groups.get(key)
+        if group is None or group.subs.get(partition) is not sub:
+            return
+        del group.subs[partition]
+        group.assignment.pop(partition, None)
+        group.handoffs.pop(partition, None)
+        sub.on_change = sub.on_close = None
+        if not group.subs:
+            del self.groups[key]
+        else:
+            group.changed("detach", time.monotonic())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            now = time.monotonic()
+            spread: list[int] = []
+            for group in list(self.groups.values()):
+                try:
+                    group.step(now)
+                except Exception:
+                    log.exception("partition group %s/%s failed a step", *group.key)
+                counts: dict[str, int] = {}
+                for name in group.assignment.values():
+                    counts[name] = counts.get(name, 0) + 1
+                spread.extend(counts.values())
+            metrics.partition_spread.labels("max").set(max(spread, default=0))
+            metrics.partition_spread.labels("min").set(min(spread, default=0))
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

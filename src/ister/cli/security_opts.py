@@ -1,0 +1,38 @@
+"""`--token` / `--tls-ca` for every client command: exported to the environment (ISTER_TOKEN,
+ISTER_TLS_CA) that the Ister client reads, so benchmark children and Spark executors get them too."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ister.client._conn import TLS_CA_ENV, TOKEN_ENV, Credentials
+
+TokenOpt = Annotated[
+    str | None,
+    typer.Option("--token", envvar=TOKEN_ENV, help="bearer token (JWT) sent on every call (implies TLS)"),
+]
+TlsCaOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-ca", envvar=TLS_CA_ENV, help="CA certificate (PEM) the broker's certificate chains to"
+    ),
+]
+
+
+def use(token: str | None, tls_ca: Path | None) -> Credentials:
+    """Record the options for this process (and its children); the credentials they make."""
+    if token:
+        os.environ[TOKEN_ENV] = token
+    if tls_ca:
+        if not tls_ca.is_file():
+            raise typer.BadParameter(f"{tls_ca} is not a file", param_hint="--tls-ca")
+        os.environ[TLS_CA_ENV] = str(tls_ca)
+    return current()
+
+
+def current() -> Credentials:
+    return Credentials(token=os.environ.get(TOKEN_ENV) or None, tls_ca=os.environ.get(TLS_CA_ENV) or None)

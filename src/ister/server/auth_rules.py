@@ -1,0 +1,124 @@
+"""Which permission on which resource every RPC of every service needs (docs/security.md has the table).
+
+`None` as permission: authentication only. `change`: a successful call is an admin change (audited).
+`kind` names the checks beyond the table: `subscribe` records the consumer's owner, `receive` and `ack`
+accept only the owner of the consumer (a consumer acks only its own deliveries), `stream` applies the rule
+to the first frame of a client stream (Ister's Publish and Consume).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ister.security.rbac import CLUSTER, Resource, topic_resource
+
+Extract = Callable[[Any], Resource]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    permission: str | None
+    resource: Extract
+    change: bool = False
+    kind: str = ""  # "", subscribe, receive, ack, stream, public (no credentials needed)
+
+
+def _cluster(_: Any) -> Resource:
+    return CLUSTER
+
+
+def _field(name: str) -> Extract:
+    def extract(request: Any) -> Resource:
+        return topic_resource(getattr(request, name))
+
+    return extract
+
+
+def _namespace(request: Any) -> Resource:
+    return Resource("namespace", request.name.strip("/"))
+
+
+def _msg_topic(request: Any) -> Resource:
+    return topic_resource(request.msg_id.topic_name) if request.HasField("msg_id") else CLUSTER
+
+
+def _open_topic(request: Any) -> Resource:
+    return topic_resource(request.open.topic) if request.WhichOneof("kind") == "open" else CLUSTER
+
+
+T_NAME, T_TOPIC, T_TOPIC_NAME = _field("name"), _field("topic"), _field("topic_name")
+_D, _S, _A, _I = "danube.", "danube_schema.SchemaRegistry/", "danube_admin.", "ister.v1.Ister/"
+
+RULES: dict[str, Rule] = {
+    # the client contract
+    f"/{_D}ProducerService/CreateProducer": Rule("Produce", T_TOPIC_NAME),
+    f"/{_D}ProducerService/SendMessage": Rule("Produce", _msg_topic),
+    f"/{_D}ConsumerService/Subscribe": Rule("Consume", T_TOPIC_NAME, kind="subscribe"),
+    f"/{_D}ConsumerService/ReceiveMessages": Rule(None, _cluster, kind="receive"),
+    f"/{_D}ConsumerService/Ack": Rule("Consume", _msg_topic, kind="ack"),
+    f"/{_D}ConsumerService/Nack": Rule("Consume", _msg_topic, kind="ack"),
+    f"/{_D}Discovery/TopicLookup": Rule("Lookup", T_TOPIC),
+    f"/{_D}Discovery/TopicPartitions": Rule("Lookup", T_TOPIC),
+    f"/{_D}HealthCheck/HealthCheck": Rule(None, _cluster),
+    # the Ister batch API
+    f"/{_I}Lookup": Rule("Lookup", T_TOPIC),
+    f"/{_I}Publish": Rule("Produce", _open_topic, kind="stream"),
+    f"/{_I}Consume": Rule("Consume", _open_topic, kind="stream"),
+    f"/{_I}Offsets": Rule("Lookup", T_TOPIC),
+    f"/{_I}Read": Rule("Consume", T_TOPIC),
+    f"/{_I}SetCursor": Rule("Consume", T_TOPIC, change=True),
+    # the schema registry (both ports)
+    f"/{_S}RegisterSchema": Rule("ManageSchema", _cluster, change=True),
+    f"/{_S}GetSchema": Rule("ReadSchema", _cluster),
+    f"/{_S}GetLatestSchema": Rule("ReadSchema", _cluster),
+    f"/{_S}ListVersions": Rule("ReadSchema", _cluster),
+    f"/{_S}CheckCompatibility": Rule("ReadSchema", _cluster),
+    f"/{_S}DeleteSchemaVersion": Rule("ManageSchema", _cluster, change=True),
+    f"/{_S}SetCompatibilityMode": Rule("ManageSchema", _cluster, change=True),
+    f"/{_S}ConfigureTopicSchema": Rule("ManageSchema", T_TOPIC_NAME, change=True),
+    f"/{_S}UpdateTopicValidationPolicy": Rule("ManageSchema", T_TOPIC_NAME, change=True),
+    f"/{_S}GetTopicSchemaConfig": Rule("ReadSchema", T_TOPIC_NAME),
+    f"/{_S}ListSubjects": Rule("ReadSchema", _cluster),
+    # admin
+    f"/{_A}BrokerAdmin/ListBrokers": Rule("ManageBroker", _cluster),
+    f"/{_A}BrokerAdmin/GetLeaderBroker": Rule("ManageBroker", _cluster),
+    f"/{_A}BrokerAdmin/ListNamespaces": Rule("ManageNamespace", _cluster),
+    f"/{_A}BrokerAdmin/UnloadBroker": Rule("ManageBroker", _cluster, change=True),
+    f"/{_A}BrokerAdmin/ActivateBroker": Rule("ManageBroker", _cluster, change=True),
+    f"/{_A}BrokerAdmin/GetClusterBalance": Rule("ManageCluster", _cluster),
+    f"/{_A}BrokerAdmin/TriggerRebalance": Rule("ManageCluster", _cluster, change=True),
+    f"/{_A}ClusterAdmin/ClusterStatus": Rule("ManageCluster", _cluster),
+    f"/{_A}ClusterAdmin/AddNode": Rule("ManageCluster", _cluster, change=True),
+    f"/{_A}ClusterAdmin/PromoteNode": Rule("ManageCluster", _cluster, change=True),
+    f"/{_A}ClusterAdmin/RemoveNode": Rule("ManageCluster", _cluster, change=True),
+    f"/{_A}NamespaceAdmin/GetNamespaceTopics": Rule("ManageNamespace", _namespace),
+    f"/{_A}NamespaceAdmin/GetNamespacePolicies": Rule("ManageNamespace", _namespace),
+    f"/{_A}NamespaceAdmin/CreateNamespace": Rule("ManageNamespace", _namespace, change=True),
+    f"/{_A}NamespaceAdmin/DeleteNamespace": Rule("ManageNamespace", _namespace, change=True),
+    f"/{_A}TopicAdmin/ListNamespaceTopics": Rule("ManageTopic", _namespace),
+    f"/{_A}TopicAdmin/ListBrokerTopics": Rule("ManageTopic", _cluster),
+    f"/{_A}TopicAdmin/CreateTopic": Rule("ManageTopic", T_NAME, change=True),
+    f"/{_A}TopicAdmin/CreatePartitionedTopic": Rule("ManageTopic", _field("base_name"), change=True),
+    f"/{_A}TopicAdmin/DeleteTopic": Rule("ManageTopic", T_NAME, change=True),
+    f"/{_A}TopicAdmin/UnloadTopic": Rule("ManageTopic", T_NAME, change=True),
+    f"/{_A}TopicAdmin/ListSubscriptions": Rule("ManageTopic", T_NAME),
+    f"/{_A}TopicAdmin/Unsubscribe": Rule("ManageTopic", T_TOPIC, change=True),
+    f"/{_A}TopicAdmin/SetSubscriptionFailurePolicy": Rule("ManageTopic", T_TOPIC, change=True),
+    f"/{_A}TopicAdmin/GetSubscriptionFailurePolicy": Rule("ManageTopic", T_TOPIC),
+    f"/{_A}TopicAdmin/DescribeTopic": Rule("ManageTopic", T_NAME),
+    f"/{_A}TopicAdmin/SetSubscriptionDispatchConfig": Rule("ManageTopic", T_TOPIC, change=True),
+    f"/{_A}TopicAdmin/GetSubscriptionDispatchConfig": Rule("ManageTopic", T_TOPIC),
+}
+# The one call without credentials: it is how a client holding an API key gets them (a wrong key is
+# UNAUTHENTICATED from the call itself, and audited).
+RULES[f"/{_I}ExchangeApiKey"] = Rule(None, _cluster, kind="public")
+_IA = "ister.v1.IsterAdmin/"
+RULES[f"/{_IA}CreateApiKey"] = Rule("ManageCluster", _cluster, change=True)
+RULES[f"/{_IA}RevokeApiKey"] = Rule("ManageCluster", _cluster, change=True)
+RULES[f"/{_IA}ListApiKeys"] = Rule("ManageCluster", _cluster)
+for _m in ("CreateRole", "DeleteRole", "CreateBinding", "DeleteBinding"):
+    RULES[f"/{_A}SecurityAdmin/{_m}"] = Rule("ManageCluster", _cluster, change=True)
+for _m in ("GetRole", "ListRoles", "GetBinding", "ListBindings", "ListAllBindings"):
+    RULES[f"/{_A}SecurityAdmin/{_m}"] = Rule("ManageCluster", _cluster)

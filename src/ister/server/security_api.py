@@ -1,0 +1,123 @@
+"""`danube_admin.SecurityAdmin`: roles and bindings (Danube's RPCs and status codes, docs/security.md), and
+Ister's `ister.v1.IsterAdmin`: API keys (Danube's admin proto has none)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ister.security.api_keys import ApiKey, ApiKeyStore
+from ister.security.rbac import Binding, Role
+from ister.security.rbac_store import RbacStore
+from ister.server.errors import unary
+from ister.wire.gen import DanubeAdmin_pb2 as pb
+from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
+from ister.wire.gen import ister_v1_pb2 as ipb
+from ister.wire.gen import ister_v1_pb2_grpc as ipb_grpc
+
+Ctx = Any
+
+
+def _role_pb(r: Role) -> pb.RoleDefinition:
+    return pb.RoleDefinition(name=r.name, permissions=list(r.permissions), system=r.system)
+
+
+def _binding_pb(b: Binding) -> pb.BindingDefinition:
+    return pb.BindingDefinition(
+        id=b.id,
+        principal_type=b.principal_type,
+        principal_name=b.principal_name,
+        role_names=list(b.role_names),
+        scope=b.scope,
+        resource_name=b.resource_name,
+    )
+
+
+class SecurityAdminServicer(pb_grpc.SecurityAdminServicer):  # type: ignore[misc]
+    def __init__(self, rbac: RbacStore) -> None:
+        self.rbac = rbac
+
+    @unary
+    async def CreateRole(self, request: pb.CreateRoleRequest, context: Ctx) -> pb.CreateRoleResponse:
+        r = request.role
+        await self.rbac.create_role(Role(r.name, tuple(r.permissions), r.system))
+        return pb.CreateRoleResponse(success=True)
+
+    @unary
+    async def GetRole(self, request: pb.GetRoleRequest, context: Ctx) -> pb.GetRoleResponse:
+        return pb.GetRoleResponse(role=_role_pb(self.rbac.get_role(request.name)))
+
+    @unary
+    async def ListRoles(self, request: Any, context: Ctx) -> pb.ListRolesResponse:
+        return pb.ListRolesResponse(roles=[_role_pb(r) for r in self.rbac.list_roles()])
+
+    @unary
+    async def DeleteRole(self, request: pb.DeleteRoleRequest, context: Ctx) -> pb.DeleteRoleResponse:
+        await self.rbac.delete_role(request.name)
+        return pb.DeleteRoleResponse(success=True)
+
+    @unary
+    async def CreateBinding(self, request: pb.CreateBindingRequest, context: Ctx) -> pb.CreateBindingResponse:
+        b = request.binding
+        await self.rbac.create_binding(
+            Binding(
+                id=b.id,
+                principal_type=b.principal_type,
+                principal_name=b.principal_name,
+                role_names=tuple(b.role_names),
+                scope=b.scope,
+                resource_name=b.resource_name,
+            )
+        )
+        return pb.CreateBindingResponse(success=True)
+
+    @unary
+    async def GetBinding(self, request: pb.GetBindingRequest, context: Ctx) -> pb.GetBindingResponse:
+        b = self.rbac.get_binding(request.scope, request.resource_name, request.binding_id)
+        return pb.GetBindingResponse(binding=_binding_pb(b))
+
+    @unary
+    async def ListBindings(self, request: pb.ListBindingsRequest, context: Ctx) -> pb.ListBindingsResponse:
+        found = self.rbac.list_bindings(
+            request.scope or None, request.resource_name if request.scope else None
+        )
+        return pb.ListBindingsResponse(bindings=[_binding_pb(b) for b in found])
+
+    @unary
+    async def ListAllBindings(self, request: Any, context: Ctx) -> pb.ListBindingsResponse:
+        return pb.ListBindingsResponse(bindings=[_binding_pb(b) for b in self.rbac.list_bindings()])
+
+    @unary
+    async def DeleteBinding(self, request: pb.DeleteBindingRequest, context: Ctx) -> pb.DeleteBindingResponse:
+        await self.rbac.delete_binding(request.scope, request.resource_name, request.binding_id)
+        return pb.DeleteBindingResponse(success=True)
+
+
+def _key_pb(k: ApiKey) -> ipb.ApiKeyInfo:
+    return ipb.ApiKeyInfo(
+        id=k.id,
+        principal_type=k.principal_type,
+        principal_name=k.principal_name,
+        description=k.description,
+        created_at_ms=k.created_at_ms,
+    )
+
+
+class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
+    def __init__(self, api_keys: ApiKeyStore) -> None:
+        self.api_keys = api_keys
+
+    @unary
+    async def CreateApiKey(self, request: ipb.CreateApiKeyRequest, context: Ctx) -> ipb.CreateApiKeyResponse:
+        key, text = await self.api_keys.create(
+            request.principal_name, request.principal_type, request.description
+        )
+        return ipb.CreateApiKeyResponse(key=_key_pb(key), api_key=text)
+
+    @unary
+    async def ListApiKeys(self, request: ipb.ListApiKeysRequest, context: Ctx) -> ipb.ListApiKeysResponse:
+        return ipb.ListApiKeysResponse(keys=[_key_pb(k) for k in await self.api_keys.list()])
+
+    @unary
+    async def RevokeApiKey(self, request: ipb.RevokeApiKeyRequest, context: Ctx) -> ipb.RevokeApiKeyResponse:
+        await self.api_keys.revoke(request.id)
+        return ipb.RevokeApiKeyResponse()

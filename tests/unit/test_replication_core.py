@@ -1,0 +1,123 @@
+"""The pure replication rules (core/replication.py) on the failure shapes that bit Kafka and Raft systems."""
+
+from __future__ import annotations
+
+import pytest
+
+from ister.core.replication import (
+    EpochHistory,
+    LeaderState,
+    ReplicaRecord,
+    divergence,
+    initial_record,
+    promote,
+    transfer,
+)
+
+
+def history(*entries: tuple[int, int]) -> EpochHistory:
+    return EpochHistory(list(entries))
+
+
+def test_a_follower_that_is_a_prefix_keeps_everything() -> None:
+    leader = history((1, 0), (2, 10))
+    assert divergence(leader, 15, history((1, 0), (2, 10)), 12) == 12
+    assert divergence(leader, 15, history((1, 0)), 8) == 8
+
+
+def test_a_follower_with_a_longer_uncommitted_tail_of_an_old_epoch_truncates_it() -> None:
+    # Leader of epoch 2 took over at 10; the follower had epoch-1 records up to 14 nobody acknowledged.
+    assert divergence(history((1, 0), (2, 10)), 20, history((1, 0)), 14) == 10
+
+
+def test_a_follower_whose_last_epoch_the_leader_never_had_cuts_its_own_records_of_it() -> None:
+    # KIP-279: the follower led epoch 2 alone from offset 5 (nothing acknowledged); the leader went from
+    # epoch 1 straight to epoch 3 at offset 7. Its answer for epoch 2 is "epoch 1 ends at 7", but the
+    # follower's offsets 5 and 6 are epoch-2 records: they must go too.
+    leader = history((1, 0), (3, 7))
+    follower = history((1, 0), (2, 5))
+    assert divergence(leader, 9, follower, 8) == 5
+
+
+def test_two_replicas_restarting_together_do_not_truncate_by_a_remembered_watermark() -> None:
+    # KIP-101: both hold 0..9 of epoch 1; a follower that remembered committed=6 must not cut to 6.
+    both = history((1, 0))
+    assert divergence(both, 10, history((1, 0)), 10) == 10
+
+
+def test_epoch_history_bookkeeping() -> None:
+    h = EpochHistory()
+    h.begin(1, 0)
+    h.begin(1, 3)  # same epoch: nothing new
+    h.begin(2, 5)
+    h.begin(4, 5)  # epoch 2 never got a record
+    assert h.entries == [(1, 0), (4, 5)]
+    assert h.epoch_at(4) == 1 and h.epoch_at(5) == 4
+    assert h.end_of(3, 9) == (1, 5) and h.end_of(4, 9) == (4, 9) and h.end_of(0, 9) == (0, 0)
+    h.truncate(5)
+    assert h.entries == [(1, 0)]
+    with pytest.raises(ValueError):
+        h.begin(0, 1)
+
+
+def test_commit_needs_every_isr_member_and_never_goes_back() -> None:
+    st = LeaderState.take_over(epoch=2, log_end=10, known_committed=7, now=0.0, followers=[1, 2])
+    assert st.committed == 7 and not st.serving  # nothing served before epoch 2's start commits
+    st.appended(12, 0.0)
+    st.acked(1, 12, 1.0)
+    assert st.advance([0, 1, 2], 0, 12) == 7  # broker 2 has not answered in this epoch
+    st.acked(2, 11, 1.0)
+    assert st.advance([0, 1, 2], 0, 12) == 11 and st.serving
+    assert st.advance([0, 1], 0, 12) == 12
+    assert st.advance([0, 1, 2], 0, 12) == 12  # a member that rejoins lower does not move it back
+
+
+def test_lagging_followers_leave_and_caught_up_ones_rejoin() -> None:
+    st = LeaderState.take_over(epoch=1, log_end=0, known_committed=0, now=0.0, followers=[1, 2])
+    st.appended(10, 1.0)
+    st.acked(1, 10, 1.0)
+    st.acked(2, 3, 1.0)
+    assert st.lagging([0, 1, 2], 0, now=3.0, max_lag_s=5.0) == []
+    assert st.lagging([0, 1, 2], 0, now=7.0, max_lag_s=5.0) == [2]
+    st.advance([0, 1], 0, 10)
+    assert st.rejoining([0, 1], [0, 1, 2]) == []
+    st.acked(2, 10, 8.0)
+    assert st.rejoining([0, 1], [0, 1, 2]) == [2]
+
+
+def test_promotion_picks_the_live_in_sync_replica_with_the_most_records() -> None:
+    rec = ReplicaRecord(replicas=[0, 1, 2], isr=[0, 1, 2], leader=0, epoch=4, min_insync=2)
+    new = promote(rec, live={1, 2}, logs={1: (4, 90), 2: (4, 95)})
+    assert new is not None and (new.leader, new.epoch, new.isr) == (2, 5, [0, 1, 2])
+    out_of_sync = ReplicaRecord(replicas=[0, 1, 2], isr=[0, 1], leader=0, epoch=4, min_insync=2)
+    # Broker 2 is alive with more records but not in sync: never promoted; broker 1 is.
+    new = promote(out_of_sync, live={1, 2}, logs={1: (4, 50), 2: (4, 99)})
+    assert new is not None and new.leader == 1
+    assert promote(out_of_sync, live={2}, logs={2: (4, 99)}) is None  # wait rather than lose records
+
+
+def test_records_are_checked_and_transfers_stay_in_sync() -> None:
+    rec = initial_record([3, 1, 2], min_insync=2)
+    assert rec.leader == 3 and rec.isr == [1, 2, 3] and ReplicaRecord.parse(rec.to_json()) == rec
+    assert ReplicaRecord.parse({**rec.to_json(), "leader": 9}) is None
+    assert ReplicaRecord.parse({**rec.to_json(), "min_insync": 4}) is None
+    assert ReplicaRecord.parse({**rec.to_json(), "replicas": [1, 1, 2]}) is None
+    moved = transfer(rec, 1)
+    assert moved is not None and (moved.leader, moved.epoch) == (1, 2)
+    assert transfer(rec.with_isr([2, 3]), 1) is None
+
+
+def test_a_restarted_leader_never_resumes_its_old_epoch() -> None:
+    from ister.core.replication import NO_LEADER, after_restart
+
+    rec = ReplicaRecord(replicas=[0, 1, 2], isr=[0, 1, 2], leader=0, epoch=3, min_insync=2)
+    logs = {0: (3, 40), 1: (3, 38), 2: (3, 40)}
+    kept = after_restart(rec, 0, disk_intact=True, live={0, 1, 2}, logs=logs)
+    assert kept is not None and kept.epoch == 4 and kept.leader == 0  # most records, lowest id
+    empty = after_restart(rec, 0, disk_intact=False, live={0, 1, 2}, logs={**logs, 0: (0, 0)})
+    assert empty is not None and (empty.leader, empty.epoch, empty.isr) == (2, 4, [1, 2])
+    alone = after_restart(rec.with_isr([0, 1]), 0, disk_intact=False, live={0}, logs={0: (0, 0)})
+    assert alone is not None and (alone.leader, alone.isr) == (NO_LEADER, [1])  # waits for broker 1
+    assert after_restart(rec, 1, disk_intact=True, live={0, 1, 2}, logs=logs) is None
+    follower = after_restart(rec, 1, disk_intact=False, live={0, 1, 2}, logs=logs)
+    assert follower is not None and follower.isr == [0, 2] and follower.epoch == 3
