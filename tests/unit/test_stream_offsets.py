@@ -101,7 +101,10 @@ def test_source_options_validate() -> None:
         ({**base, "topics": "/default/u"}, "exactly one"),
         ({**base, "minPartitions": "0"}, "positive integer"),
         ({**base, "failOnDataLoss": "maybe"}, "true or false"),
-        ({**base, "valueFormat": "registry"}, "schema registry"),
+        ({**base, "valueFormat": "registry"}, "raw or schema"),
+        ({**base, "mode": "FAILFAST"}, "valueFormat=schema only"),
+        ({**base, "valueFormat": "schema", "mode": "lenient"}, "PERMISSIVE"),
+        ({**base, "valueFormat": "schema", "schemaVersion": "0"}, "positive integer"),
         ({**base, "maxOffsetsPerTrigger": "10"}, "streaming queries only"),
         ({**base, "typo": "1"}, "unknown source option"),
         ({"ister.service.url": "x", "topicsPattern": "/default/.*"}, "ister.admin.url"),
@@ -112,6 +115,13 @@ def test_source_options_validate() -> None:
             SourceOptions.parse(options, streaming=False)
     with pytest.raises(InvalidArgument, match="batch queries only"):
         SourceOptions.parse({**base, "endingOffsets": "latest"}, streaming=True)
+    typed = SourceOptions.parse(
+        {**base, "valueFormat": "Schema", "schemaSubject": "s", "schemaVersion": "2", "mode": "FailFast"},
+        streaming=False,
+    )
+    assert typed.value.typed and typed.value.subject == "s" and typed.value.version == 2
+    assert typed.value.mode == "failfast" and typed.value.corrupt_column == "_corrupt_record"
+    assert not SourceOptions.parse(base, streaming=False).value.typed
     cursor = SourceOptions.parse({**base, "predefinedSubscription": "spark-lag"}, streaming=True)
     assert cursor.cursor_subscription == "spark-lag"
     assert SourceOptions.parse(base, streaming=True).cursor_subscription is None
@@ -126,3 +136,10 @@ def test_sink_options_validate() -> None:
     assert opts.reliable and opts.idempotency_header and opts.topic == "/default/t"
     with pytest.raises(InvalidArgument, match="dispatchStrategy"):
         SinkOptions.parse({"ister.service.url": "http://h:1", "dispatchStrategy": "maybe"})
+    assert opts.schema is None
+    typed = SinkOptions.parse({"ister.service.url": "h:1", "schemaSubject": "s", "schemaType": "JSON"})
+    assert typed.schema is not None and typed.schema.schema_type == "json_schema"
+    with pytest.raises(InvalidArgument, match="needs the option schemaSubject"):
+        SinkOptions.parse({"ister.service.url": "h:1", "schemaType": "avro"})
+    with pytest.raises(InvalidArgument, match="schemaType"):
+        SinkOptions.parse({"ister.service.url": "h:1", "schemaSubject": "s", "schemaType": "xml"})

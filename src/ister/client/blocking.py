@@ -110,6 +110,11 @@ class BlockingClient:
     def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         return self._runner.run(coro, self.call_timeout if timeout is None else timeout)
 
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run a coroutine of `self.client` (e.g. `client.schemas.latest(subject)`) on the client's loop
+        and return its result (within the call timeout unless `timeout` is given)."""
+        return self._run(coro, timeout)
+
     def _call_soon(self, fn: Any, *args: Any) -> None:
         self._runner.loop.call_soon_threadsafe(fn, *args)
 

@@ -7,11 +7,15 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ister.core.stream_offsets import Spec, parse_spec
 from ister.errors import InvalidArgument
 from ister.ids import TopicName, validate_client_name
+
+if TYPE_CHECKING:
+    from ister.spark.values import ValueSpec
 
 SERVICE_URL = "ister.service.url"
 ADMIN_URL = "ister.admin.url"
@@ -27,12 +31,16 @@ SOURCE_OPTIONS = {
     SERVICE_URL, ADMIN_URL, STORAGE_URL, "topic", "topics", "topicspattern", "startingoffsets",
     "endingoffsets", "minpartitions", "includeheaders", "failondataloss", "maxoffsetspertrigger",
     "valueformat", "readmode", "ister.read.maxrecords", "maxoffsetsperpartition", "predefinedsubscription",
-    CONNECT_TIMEOUT, AUTH_TOKEN, TLS_CA,
+    CONNECT_TIMEOUT, AUTH_TOKEN, TLS_CA, "schemasubject", "schemaversion", "mode",
+    "columnnameofcorruptrecord",
 }  # fmt: skip
+VALUE_SCHEMA_OPTIONS = ("schemasubject", "schemaversion", "mode", "columnnameofcorruptrecord")
 SINK_OPTIONS = {
     SERVICE_URL, CONNECT_TIMEOUT, "topic", "producername", "dispatchstrategy", "writeidempotencyheader",
-    AUTH_TOKEN, TLS_CA,
+    AUTH_TOKEN, TLS_CA, "schemasubject", "schematype", "schemaversion", "schemarecordname",
 }  # fmt: skip
+READ_MODES = ("permissive", "dropmalformed", "failfast")
+SINK_SCHEMA_TYPES = {"avro": "avro", "json": "json_schema", "json_schema": "json_schema"}
 BATCH_HEADER = "x-ister-spark-batch"
 
 
@@ -151,6 +159,72 @@ class ClientAuth:
         return cls(token=token, tls_ca=opts.get(TLS_CA, "").strip() or None)
 
 
+@dataclass(frozen=True)
+class ValueOptions:
+    """`valueFormat` and, for `schema`, which subject and version type the value column and what happens
+    to a record that does not decode (`mode`, Spark's PERMISSIVE / DROPMALFORMED / FAILFAST)."""
+
+    typed: bool = False  # valueFormat=schema
+    subject: str | None = None  # schemaSubject; None: the subject the topic is bound to
+    version: int | None = None  # schemaVersion; None: the latest when the query is planned
+    mode: str = "permissive"
+    corrupt_column: str = "_corrupt_record"
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ValueOptions:
+        opts = lower(options)
+        value_format = opts.get("valueformat", "raw").strip().lower()
+        if value_format not in ("raw", "schema"):
+            raise InvalidArgument(f"option valueFormat: raw or schema, got {opts['valueformat']!r}")
+        if value_format == "raw":
+            given = [k for k in VALUE_SCHEMA_OPTIONS if k in opts]
+            if given:
+                raise InvalidArgument(f"option {given[0]} applies to valueFormat=schema only")
+            return cls()
+        mode = opts.get("mode", "permissive").strip().lower()
+        if mode not in READ_MODES:
+            raise InvalidArgument(f"option mode: PERMISSIVE, DROPMALFORMED or FAILFAST, got {opts['mode']!r}")
+        corrupt = opts.get("columnnameofcorruptrecord", "_corrupt_record").strip()
+        if not corrupt:
+            raise InvalidArgument("option columnNameOfCorruptRecord: a column name, got ''")
+        return cls(
+            typed=True,
+            subject=opts.get("schemasubject", "").strip() or None,
+            version=_positive(opts, "schemaVersion"),
+            mode=mode,
+            corrupt_column=corrupt,
+        )
+
+
+@dataclass(frozen=True)
+class SinkSchemaOptions:
+    """The sink's schema: rows are encoded by `subject` (the DataFrame's schema registered, or a pinned
+    `version`), and every message is stamped with its id and version."""
+
+    subject: str
+    schema_type: str | None  # avro / json_schema for a new subject; None: the subject's own (avro if new)
+    version: int | None
+    record_name: str | None
+
+    @classmethod
+    def parse(cls, opts: Mapping[str, str]) -> SinkSchemaOptions | None:
+        subject = opts.get("schemasubject", "").strip()
+        if not subject:
+            given = [k for k in ("schematype", "schemaversion", "schemarecordname") if k in opts]
+            if given:
+                raise InvalidArgument(f"option {given[0]} needs the option schemaSubject")
+            return None
+        raw_type = opts.get("schematype", "").strip().lower()
+        if raw_type and raw_type not in SINK_SCHEMA_TYPES:
+            raise InvalidArgument(f"option schemaType: avro or json, got {opts['schematype']!r}")
+        record = opts.get("schemarecordname", "").strip() or None
+        if record is not None and not re.fullmatch(
+            r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", record
+        ):
+            raise InvalidArgument(f"option schemaRecordName: an Avro name, got {record!r}")
+        return cls(subject, SINK_SCHEMA_TYPES.get(raw_type), _positive(opts, "schemaVersion"), record)
+
+
 SPARK_OWN = {"path", "checkpointlocation"}  # options Spark itself passes through to every source and sink
 
 
@@ -178,10 +252,14 @@ class SourceOptions:
     max_offsets_per_partition: int = 250_000
     cursor_subscription: str | None = None  # predefinedSubscription: a named cursor for lag visibility
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    value: ValueOptions = field(default_factory=ValueOptions)
+    value_spec: ValueSpec | None = None  # the reader's version, resolved on the driver (valueFormat=schema)
     auth: ClientAuth = field(default_factory=ClientAuth)
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    def parse(cls, options: Mapping[str, str], *, streaming: bool | None) -> SourceOptions:
+        """`streaming=None` when it is not known yet (the schema is asked for first): the checks that
+        depend on it are left to the reader's own parse."""
         opts = lower(options)
         _unknown(opts, SOURCE_OPTIONS, "source")
         chosen = [k for k in ("topic", "topics", "topicspattern") if opts.get(k, "").strip()]
@@ -199,23 +277,24 @@ class SourceOptions:
         else:
             names = [t.strip() for t in opts[chosen[0]].split(",") if t.strip()]
             topics = tuple(dict.fromkeys(TopicName.parse(t).full for t in names))
-        if opts.get("valueformat", "raw").lower() != "raw":
-            raise InvalidArgument("option valueFormat: only 'raw' exists until the schema registry does")
+        value = ValueOptions.parse(opts)
+        if value.typed and value.subject is None and pattern is not None:
+            raise InvalidArgument("valueFormat=schema with topicsPattern needs the option schemaSubject")
         if opts.get("readmode", "reader").lower() != "reader":
             raise InvalidArgument("option readMode: only 'reader' (offset ranges, exactly-once) is supported")
-        if not streaming and "maxoffsetspertrigger" in opts:
+        if streaming is False and "maxoffsetspertrigger" in opts:
             raise InvalidArgument("option maxOffsetsPerTrigger applies to streaming queries only")
         if streaming and "endingoffsets" in opts:
             raise InvalidArgument("option endingOffsets applies to batch queries only")
         cursor = opts.get("predefinedsubscription", "").strip() or None
         if cursor is not None:
-            if not streaming:
+            if streaming is False:
                 raise InvalidArgument("option predefinedSubscription applies to streaming queries only")
             validate_client_name(cursor, "option predefinedSubscription")
         starting = parse_spec(
             opts.get("startingoffsets"), "startingOffsets", default="latest" if streaming else "earliest"
         )
-        if not streaming and starting == "latest":
+        if streaming is False and starting == "latest":
             raise InvalidArgument("option startingOffsets: 'latest' is not allowed in a batch query")
         ending = parse_spec(
             opts.get("endingoffsets"), "endingOffsets", default="latest", allow_earliest=False
@@ -239,6 +318,7 @@ class SourceOptions:
             max_offsets_per_partition=_positive(opts, "maxOffsetsPerPartition") or 250_000,
             cursor_subscription=cursor,
             connect_timeout=_connect_timeout(opts),
+            value=value,
             auth=ClientAuth.parse(opts),
         )
 
@@ -251,6 +331,7 @@ class SinkOptions:
     reliable: bool
     idempotency_header: bool
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    schema: SinkSchemaOptions | None = None
     auth: ClientAuth = field(default_factory=ClientAuth)
 
     @classmethod
@@ -268,5 +349,6 @@ class SinkOptions:
             reliable=strategy == "reliable",
             idempotency_header=_bool(opts, "writeIdempotencyHeader", True),
             connect_timeout=_connect_timeout(opts),
+            schema=SinkSchemaOptions.parse(opts),
             auth=ClientAuth.parse(opts),
         )

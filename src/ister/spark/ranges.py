@@ -21,6 +21,7 @@ from ister.core.stream_offsets import TopicPartition
 from ister.spark.options import ClientAuth
 from ister.spark.rows import to_batch
 from ister.spark.shared import shared_client
+from ister.spark.values import ValueDecoder, ValueSpec, fetcher
 from ister.storage.objects.segment import read_segment_runs
 from ister.storage.objects.store import open_store
 
@@ -43,6 +44,7 @@ class OffsetRange(InputPartition):
     objects: list[tuple[int, int, str]] = field(default_factory=list)
     storage_url: str | None = None
     storage_options: dict[str, str] = field(default_factory=dict)
+    value_spec: ValueSpec | None = None  # valueFormat=schema: decode values by the registry's schemas
     auth: ClientAuth = field(default_factory=ClientAuth)  # its repr hides the token
 
 
@@ -55,6 +57,16 @@ def _sync(agen: AsyncIterator[T], loop: asyncio.AbstractEventLoop) -> Iterator[T
 
 
 def read_range(part: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """The range's rows; with valueFormat=schema, values decoded (or handled per `mode`)."""
+    if part.value_spec is None:
+        yield from read_raw(part)
+        return
+    decoder = ValueDecoder(part.value_spec, fetcher(part.service_url, part.connect_timeout, part.auth))
+    for batch in read_raw(part):
+        yield decoder.decode(batch)
+
+
+def read_raw(part: OffsetRange) -> Iterator[pa.RecordBatch]:
     position = part.start
     if part.objects and part.storage_url:
         loop = asyncio.new_event_loop()

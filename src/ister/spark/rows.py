@@ -7,6 +7,7 @@ from operator import attrgetter
 
 import msgspec
 import pyarrow as pa
+from pyspark.sql.types import BinaryType, DataType, StructField, StructType
 
 from ister.client.records import array_header
 from ister.core.record import LeanMessage, StoredMessage
@@ -37,6 +38,38 @@ HEADERS_DDL = "headers array<struct<key: string, value: binary>>"
 
 def ddl(include_headers: bool) -> str:
     return f"{BASE_DDL}, {HEADERS_DDL}" if include_headers else BASE_DDL
+
+
+def typed_schema(include_headers: bool, value: DataType, corrupt_column: str) -> StructType:
+    """The row layout of valueFormat=schema: `value` of the registry schema's type, and the corrupt-record
+    column (the raw payload of a record that did not decode, PERMISSIVE) last."""
+    raw = StructType.fromJson(_RAW_JSON[include_headers])
+    fields = [StructField("value", value, True) if f.name == "value" else f for f in raw.fields]
+    return StructType([*fields, StructField(corrupt_column, BinaryType(), True)])
+
+
+def _raw_json(include_headers: bool) -> dict[str, object]:
+    types = {
+        "binary": "binary", "string": "string", "int": "integer", "long": "long", "timestamp": "timestamp",
+    }  # fmt: skip
+    fields: list[dict[str, object]] = []
+    for column in BASE_DDL.split(", "):
+        name, kind = column.split(" ")
+        fields.append({"name": name, "type": types[kind], "nullable": True, "metadata": {}})
+    if include_headers:
+        header = {
+            "type": "struct",
+            "fields": [
+                {"name": "key", "type": "string", "nullable": True, "metadata": {}},
+                {"name": "value", "type": "binary", "nullable": True, "metadata": {}},
+            ],
+        }
+        element = {"type": "array", "elementType": header, "containsNull": True}
+        fields.append({"name": "headers", "type": element, "nullable": True, "metadata": {}})
+    return {"type": "struct", "fields": fields}
+
+
+_RAW_JSON = {False: _raw_json(False), True: _raw_json(True)}
 
 
 _SCHEMAS = {

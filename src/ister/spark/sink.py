@@ -26,6 +26,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
+from pyspark.sql.pandas.types import from_arrow_type
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -41,8 +42,11 @@ from ister.client.producer import Outgoing
 from ister.core.stream_offsets import NOT_PARTITIONED, TopicPartition
 from ister.errors import InvalidArgument
 from ister.ids import TopicName
+from ister.spark.derive import ValueEncoder
 from ister.spark.options import BATCH_HEADER, SinkOptions
+from ister.spark.registry import SinkSchema, sink_schema
 from ister.spark.shared import shared_client
+from ister.spark.values import parsed
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's task-local properties of a micro-batch
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -77,7 +81,9 @@ def check_schema(schema: StructType, opts: SinkOptions) -> None:
     a task (where it would fail after other tasks sent their rows, or be converted silently)."""
     names = {f.name.lower(): f for f in schema.fields}
     value = names.get("value")
-    if value is None or not _text_type(value.dataType):
+    if value is not None and opts.schema is not None and isinstance(value.dataType, StructType):
+        pass  # encoded by the subject's schema
+    elif value is None or not _text_type(value.dataType):
         got = f", got {value.dataType.simpleString()}" if value is not None else ""
         raise InvalidArgument(f"the ister sink needs a 'value' column of type binary or string{got}")
     key = names.get("key")
@@ -144,8 +150,17 @@ def _column(batch: pa.RecordBatch, names: dict[str, int], name: str) -> list[Any
 class _Publisher:
     """One task's rows → messages: producers per destination topic, a few Arrow batches in flight."""
 
-    def __init__(self, opts: SinkOptions, client: BlockingClient, query_id: str, batch_id: str) -> None:
+    def __init__(
+        self,
+        opts: SinkOptions,
+        client: BlockingClient,
+        query_id: str,
+        batch_id: str,
+        schema: SinkSchema | None = None,
+    ) -> None:
         ctx = TaskContext.get()
+        self.schema = schema
+        self.encoder: ValueEncoder | None = None
         self.partition_id = ctx.partitionId() if ctx is not None else 0
         self.opts = opts
         self.client = client
@@ -160,7 +175,10 @@ class _Publisher:
         producer = self.producers.get(topic)
         if producer is None:
             name = f"{self.name}-{len(self.producers)}"
-            producer = self.client.producer(topic, name, reliable=self.opts.reliable)
+            stamp: dict[str, Any] = {}
+            if self.schema is not None:  # every message carries the schema's id and version
+                stamp = {"schema_subject": self.schema.subject, "schema_version": self.schema.version}
+            producer = self.client.producer(topic, name, reliable=self.opts.reliable, **stamp)
             self.producers[topic] = producer
         return producer
 
@@ -194,6 +212,8 @@ class _Publisher:
     def publish(self, batch: pa.RecordBatch) -> None:
         names = {n.lower(): i for i, n in enumerate(batch.schema.names)}
         values = _column(batch, names, "value") or []
+        if self.schema is not None and self.schema.encode:
+            values = self.value_encoder(batch.schema.field(names["value"]).type).encode(values)
         keys = _column(batch, names, "key")
         headers = _column(batch, names, "headers")
         topics = None if self.opts.topic else _column(batch, names, "topic")
@@ -216,6 +236,15 @@ class _Publisher:
         while len(self.in_flight) > IN_FLIGHT:
             self.in_flight.popleft().result()  # raises a rejected batch's error
 
+    def value_encoder(self, arrow_type: pa.DataType) -> ValueEncoder:
+        if self.encoder is None:
+            assert self.schema is not None
+            s = self.schema
+            self.encoder = ValueEncoder(
+                parsed(s.schema_type, s.definition, s.fingerprint), from_arrow_type(arrow_type)
+            )
+        return self.encoder
+
     def finish(self) -> Written:
         """Wait until every row is acknowledged (durable, for reliable topics)."""
         while self.in_flight:
@@ -231,11 +260,15 @@ class _Publisher:
 
 
 def write_batches(
-    opts: SinkOptions, batches: Iterator[pa.RecordBatch], query_id: str, batch_id: int | str
+    opts: SinkOptions,
+    batches: Iterator[pa.RecordBatch],
+    query_id: str,
+    batch_id: int | str,
+    schema: SinkSchema | None = None,
 ) -> Written:
     """Send every row of the task; return once all are acknowledged. Rows keep their order per topic."""
     client = shared_client(opts.service_url, opts.connect_timeout, opts.auth)
-    publisher = _Publisher(opts, client, query_id, str(batch_id))
+    publisher = _Publisher(opts, client, query_id, str(batch_id), schema)
     try:
         for batch in batches:
             publisher.publish(batch)
@@ -244,19 +277,29 @@ def write_batches(
         publisher.close()
 
 
+def prepare(opts: SinkOptions, schema: StructType) -> SinkSchema | None:
+    """On the driver: the columns checked and, with schemaSubject, the DataFrame's value schema registered
+    (or the pinned version resolved) before any task writes."""
+    check_schema(schema, opts)
+    if opts.schema is None:
+        return None
+    value = next(f for f in schema.fields if f.name.lower() == "value")
+    return sink_schema(opts, value.dataType)
+
+
 class IsterBatchWriter(DataSourceArrowWriter):
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
-        check_schema(schema, opts)
+        self.value_schema = prepare(opts, schema)
         self.opts = opts
         self.write_id = uuid.uuid4().hex[:12]  # a batch write has no query id: one per write
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
-        return write_batches(self.opts, iterator, self.write_id, 0)
+        return write_batches(self.opts, iterator, self.write_id, 0, self.value_schema)
 
 
 class IsterStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
-        check_schema(schema, opts)
+        self.value_schema = prepare(opts, schema)
         self.opts = opts
         self.fallback_id = uuid.uuid4().hex[:12]
 
@@ -264,7 +307,7 @@ class IsterStreamWriter(DataSourceStreamArrowWriter):
         ctx = TaskContext.get()
         query_id = (ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx else None) or self.fallback_id
         batch_id = (ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx else None) or "0"
-        return write_batches(self.opts, iterator, query_id, batch_id)
+        return write_batches(self.opts, iterator, query_id, batch_id, self.value_schema)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every row is acknowledged when its task ends; nothing is left to do per batch."""

@@ -9,6 +9,7 @@ batch late, and the checkpoint is the source of truth.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -29,7 +30,7 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DataType, StructType
 
 from ister.client.blocking import BlockingClient
 from ister.client.client import TopicOffsets
@@ -38,9 +39,11 @@ from ister.core.stream_offsets import Positions, TopicPartition
 from ister.errors import DataLoss, InvalidArgument, IsterError, NotFound
 from ister.spark import discovery
 from ister.spark.offsets import check_spec
-from ister.spark.options import SinkOptions, SourceOptions, include_headers
+from ister.spark.options import SinkOptions, SourceOptions, ValueOptions, include_headers
 from ister.spark.ranges import OffsetRange, read_range
-from ister.spark.rows import ddl
+from ister.spark.registry import value_spec
+from ister.spark.rows import ddl, typed_schema
+from ister.spark.values import ValueSpec
 
 log = logging.getLogger(__name__)
 # An unchanged cursor is set again after this long: a broker that took the topic over (or restarted)
@@ -55,15 +58,41 @@ class IsterDataSource(DataSource):
     def name(cls) -> str:
         return "ister"
 
-    def schema(self) -> str:
-        return ddl(include_headers(self.options))
+    def schema(self) -> str | StructType:
+        value = ValueOptions.parse(self.options)
+        if not value.typed:
+            return ddl(include_headers(self.options))
+        spec, value_type = self._typed(SourceOptions.parse(self.options, streaming=None))
+        return typed_schema(include_headers(self.options), value_type, spec.corrupt_column)
+
+    def _typed(self, opts: SourceOptions) -> tuple[ValueSpec, DataType]:
+        """The reader's schema version and its Spark type, resolved once per data source (schema() and the
+        reader agree; Spark pickles the data source, so the type only, not the conversions)."""
+        found: tuple[ValueSpec, DataType] | None = getattr(self, "_value_spec", None)
+        if found is None:
+            spec, shape = value_spec(opts)
+            found = self._value_spec = (spec, shape.dtype)
+        return found
+
+    def _with_spec(self, opts: SourceOptions, schema: StructType) -> SourceOptions:
+        if not opts.value.typed:
+            return opts
+        spec, value_type = self._typed(opts)
+        value = next((f.dataType for f in schema.fields if f.name == "value"), None)
+        if value is None or value.simpleString() != value_type.simpleString():  # nullability aside
+            raise InvalidArgument(
+                f"subject {spec.subject} changed while the query was planned (version {spec.version} has "
+                "another type than the schema Spark was given): run the query again"
+            )
+        return dataclasses.replace(opts, value_spec=spec)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return IsterBatchReader(SourceOptions.parse(self.options, streaming=False))
+        opts = SourceOptions.parse(self.options, streaming=False)
+        return IsterBatchReader(self._with_spec(opts, schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:
-            opts = SourceOptions.parse(self.options, streaming=True)
+            opts = self._with_spec(SourceOptions.parse(self.options, streaming=True), schema)
         except IsterError as exc:
             # Raised here, PySpark's stream runner hides it behind an UnboundLocalError of its own.
             return RefusedStreamReader(exc)
@@ -176,6 +205,7 @@ class _Planner:
                     objects=overlapping,
                     storage_url=url,
                     storage_options=dict(self.opts.storage_options),
+                    value_spec=self.opts.value_spec,
                     auth=self.opts.auth,
                 )
             )

@@ -19,12 +19,17 @@ import fastavro
 import fastavro.schema
 from fastavro._read_common import SchemaResolutionError
 
+from ister.core.schema.avro_check import compile_check
 from ister.core.schema.model import ParsedSchema, sha256_fingerprint
 from ister.core.schema.types import SchemaType
 from ister.errors import InvalidArgument
 from ister.ids import clip
 
 CONTAINER_MAGIC = b"Obj\x01"
+STRICT_REFUSAL = (
+    "not a datum of the Avro schema: it breaks the binary encoding (a varint over 10 bytes, an int beyond "
+    "32 bits, a boolean byte other than 0 or 1, or an enum index out of range)"
+)
 _CHECKER = avro_compat.ReaderWriterCompatibilityChecker
 
 
@@ -50,16 +55,36 @@ class AvroSchema(ParsedSchema):
         self.canonical = json.dumps(self.resolvable.to_json(), sort_keys=True, separators=(",", ":"))
         self.fingerprint = sha256_fingerprint(self.canonical)
         self._reader = fastavro.schemaless_reader
+        self._check = compile_check(self.resolvable)  # None with logical types: fastavro decodes
 
     def validate(self, payload: bytes) -> str | None:
+        check = self._check
+        if check is not None and check(payload):
+            return None
+        return self._refusal(payload)
+
+    def _refusal(self, payload: bytes) -> str | None:
+        """Why a payload the compiled check refused is not valid (fastavro's reason), or None for an
+        object container file whose records resolve."""
         try:
             self.decode(payload)
         except _DecodeFailed as exc:
             return str(exc)
-        return None
+        if self._check is None or payload.startswith(CONTAINER_MAGIC):
+            return None
+        return STRICT_REFUSAL
 
     def first_invalid(self, payloads: Sequence[bytes], start: int = 0) -> tuple[int, str] | None:
-        # The per-datum loop of `decode` with its lookups hoisted: this is the publish path's cost.
+        check = self._check
+        if check is not None:  # the publish path's loop: the compiled check, fastavro for the reason
+            for index in range(start, len(payloads)):
+                payload = payloads[index]
+                if not check(payload):
+                    error = self._refusal(payload)
+                    if error is not None:
+                        return index, error
+            return None
+        # The per-datum loop of `decode` with its lookups hoisted.
         reader, parsed, new_stream = self._reader, self._parsed, io.BytesIO
         for index in range(start, len(payloads)):
             payload = payloads[index]
@@ -94,6 +119,25 @@ class AvroSchema(ParsedSchema):
         except (EOFError, StopIteration):
             raise _DecodeFailed("Avro payload ends before the datum does") from None
         except Exception as exc:  # fastavro raises ValueError, IndexError, UnicodeDecodeError, …
+            raise _DecodeFailed(f"not a datum of the Avro schema: {clip(str(exc))}") from None
+        if stream.tell() != len(payload):
+            raise _DecodeFailed(f"{len(payload) - stream.tell()} bytes left over after the Avro datum")
+        return value
+
+    def read_as(self, payload: bytes, reader: AvroSchema) -> Any:
+        """One datum written with this schema, resolved into `reader`'s by Avro schema resolution (fields
+        the reader adds take their defaults, fields it lacks are skipped, promotions apply); ValueError
+        naming why it cannot be read."""
+        if reader.fingerprint == self.fingerprint:
+            return self.decode(payload)
+        stream = io.BytesIO(payload)
+        try:
+            value = self._reader(stream, self._parsed, reader._parsed, return_record_name=False)
+        except SchemaResolutionError as exc:
+            raise _DecodeFailed(f"the writer's schema does not resolve: {clip(str(exc))}") from None
+        except (EOFError, StopIteration):
+            raise _DecodeFailed("Avro payload ends before the datum does") from None
+        except Exception as exc:
             raise _DecodeFailed(f"not a datum of the Avro schema: {clip(str(exc))}") from None
         if stream.tell() != len(payload):
             raise _DecodeFailed(f"{len(payload) - stream.tell()} bytes left over after the Avro datum")

@@ -110,6 +110,11 @@ class ProtobufSchema(ParsedSchema):
             self.enums[f"{name}.{enum.name}"] = enum
 
     @property
+    def message_class(self) -> Any:
+        """The generated class of the schema's message (`FromString` decodes a payload)."""
+        return self._class
+
+    @property
     def root(self) -> str:
         return "." + self.message_name
 
