@@ -188,6 +188,9 @@ class JwtSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     issuer: str | None = None  # when set, `iss` must equal it
     audience: str | None = None  # when set, `aud` must contain it
     leeway_seconds: int = 30  # clock skew allowed on exp/nbf
+    # The longest lifetime IsterAdmin.CreateToken (`ister admin security tokens create` without
+    # --secret-file) gives a token it mints with secret_file.
+    max_token_ttl_seconds: int = 86_400
 
     @property
     def configured(self) -> bool:
@@ -331,6 +334,8 @@ def _check_security(sec: SecuritySettings) -> None:
             raise ConfigError(f"security: file {path} does not exist or is not a file")
     if not 0 <= sec.auth.jwt.leeway_seconds <= 3600:
         raise ConfigError("security.auth.jwt.leeway_seconds must be in 0..3600")
+    if not 1 <= sec.auth.jwt.max_token_ttl_seconds <= 366 * 86_400:
+        raise ConfigError("security.auth.jwt.max_token_ttl_seconds must be in 1..31622400 (366 days)")
     if not 1 <= sec.auth.api_keys.token_ttl_seconds <= 86_400:
         raise ConfigError("security.auth.api_keys.token_ttl_seconds must be in 1..86400")
     if sec.audit.max_lines_per_second < 1:

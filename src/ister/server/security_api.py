@@ -118,6 +118,14 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
         return ipb.ListApiKeysResponse(keys=[_key_pb(k) for k in await self.api_keys.list()])
 
     @unary
+    async def CreateToken(self, request: ipb.CreateTokenRequest, context: Ctx) -> ipb.CreateTokenResponse:
+        kind = request.principal_type or "service_account"
+        token, exp = self.api_keys.create_token(request.principal_name, kind, request.ttl_seconds)
+        return ipb.CreateTokenResponse(
+            token=token, expires_at_ms=exp * 1000, principal=f"{kind}:{request.principal_name}"
+        )
+
+    @unary
     async def RevokeApiKey(self, request: ipb.RevokeApiKeyRequest, context: Ctx) -> ipb.RevokeApiKeyResponse:
         await self.api_keys.revoke(request.id)
         return ipb.RevokeApiKeyResponse()
