@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ister.errors import FailedPrecondition
 from ister.security.api_keys import ApiKey, ApiKeyStore
 from ister.security.rbac import Binding, Role
 from ister.security.rbac_store import RbacStore
@@ -100,6 +101,31 @@ def _key_pb(k: ApiKey) -> ipb.ApiKeyInfo:
         description=k.description,
         created_at_ms=k.created_at_ms,
     )
+
+
+async def exchange_api_key(
+    api_keys: ApiKeyStore | None, request: ipb.ExchangeApiKeyRequest
+) -> ipb.ExchangeApiKeyResponse:
+    """`Ister.ExchangeApiKey`, on the client port and (for `ister admin --api-key`) the admin port."""
+    if api_keys is None:
+        raise FailedPrecondition("this broker does not exchange API keys")
+    token, exp, key = await api_keys.exchange(request.api_key, request.ttl_seconds)
+    return ipb.ExchangeApiKeyResponse(
+        token=token, expires_at_ms=int(exp * 1000), principal=str(key.principal)
+    )
+
+
+class ApiKeyExchangeServicer:
+    """The one method of `ister.v1.Ister` the admin port serves: the admin CLI knows only that port."""
+
+    def __init__(self, api_keys: ApiKeyStore) -> None:
+        self.api_keys = api_keys
+
+    @unary
+    async def ExchangeApiKey(
+        self, request: ipb.ExchangeApiKeyRequest, context: Ctx
+    ) -> ipb.ExchangeApiKeyResponse:
+        return await exchange_api_key(self.api_keys, request)
 
 
 class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
