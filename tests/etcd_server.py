@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -25,16 +27,29 @@ def etcd_binary() -> str | None:
     )
 
 
+@dataclass(frozen=True)
+class EtcdServerTls:
+    """Client-port TLS for the test etcd: its certificate, and the CA client certificates must chain to
+    (`--client-cert-auth`); `client_cert`/`client_key` are what the readiness probe presents."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+    client_cert: Path
+    client_key: Path
+
+
 class EtcdServer(ServerProcess):
     """`start()` launches etcd and waits until it serves requests; `restart()` keeps ports and data."""
 
-    def __init__(self, data_dir: Path, name: str = "ister-test") -> None:
+    def __init__(self, data_dir: Path, name: str = "ister-test", tls: EtcdServerTls | None = None) -> None:
         binary = etcd_binary()
         if binary is None:
             raise RuntimeError("etcd is not installed (apt-get install etcd-server)")
         self.binary = binary
         self.dir = Path(data_dir)
         self.name = name
+        self.tls = tls
         self.client_port = 0
         self.peer_port = 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -43,6 +58,10 @@ class EtcdServer(ServerProcess):
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.endpoint}"
 
     @property
     def log_path(self) -> Path:
@@ -70,7 +89,7 @@ class EtcdServer(ServerProcess):
 
     def _launch(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        client = f"http://127.0.0.1:{self.client_port}"
+        client = self.url
         peer = f"http://127.0.0.1:{self.peer_port}"
         args = [
             self.binary,
@@ -93,6 +112,10 @@ class EtcdServer(ServerProcess):
             "--logger",
             "zap",
         ]
+        if self.tls is not None:
+            t = self.tls
+            args += ["--cert-file", str(t.cert_file), "--key-file", str(t.key_file)]
+            args += ["--trusted-ca-file", str(t.ca_file), "--client-cert-auth"]
         self._log = open(self.log_path, "ab")  # noqa: SIM115  (open for the life of the process)
         self._log.write(f"--- starting: {' '.join(args)}\n".encode())
         self._log.flush()
@@ -100,6 +123,13 @@ class EtcdServer(ServerProcess):
             args, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
         self._wait_ready()
+
+    def _probe_context(self) -> ssl.SSLContext | None:
+        if self.tls is None:
+            return None
+        ctx = ssl.create_default_context(cafile=str(self.tls.ca_file))
+        ctx.load_cert_chain(str(self.tls.client_cert), str(self.tls.client_key))
+        return ctx
 
     def _wait_ready(self) -> None:
         """Poll /health (etcd serves it from a real quorum read) until it reports healthy."""
@@ -109,7 +139,9 @@ class EtcdServer(ServerProcess):
             if self.proc is None or self.proc.poll() is not None:
                 raise RuntimeError(f"etcd exited during start ({self._tail()})")
             try:
-                with urllib.request.urlopen(f"http://{self.endpoint}/health", timeout=1.0) as response:
+                with urllib.request.urlopen(
+                    f"{self.url}/health", timeout=1.0, context=self._probe_context()
+                ) as response:
                     body = json.loads(response.read())
                 if body.get("health") == "true":
                     return

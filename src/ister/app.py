@@ -32,8 +32,10 @@ async def open_store(config: BrokerConfig, data_dir: Path) -> MetadataStore:
     if config.mode == "standalone":
         return await EmbeddedStore.open(data_dir / "metadata")
     from ister.metadata.etcd import EtcdStore
+    from ister.server.tls import etcd_tls
 
-    return await EtcdStore.connect(config.cluster.etcd_endpoints, namespace=config.cluster.etcd_namespace)
+    c = config.cluster
+    return await EtcdStore.connect(c.etcd_endpoints, namespace=c.etcd_namespace, tls=etcd_tls(c.etcd_tls))
 
 
 async def serve(config: BrokerConfig, data_dir: Path) -> None:

@@ -109,11 +109,26 @@ class StorageSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     durable: DurableSettings = msgspec.field(default_factory=DurableSettings)
 
 
+class EtcdTlsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """`cluster.etcd_tls`: TLS to etcd (the one path brokers coordinate through). `ca_file` is the CA that
+    etcd's server certificate chains to (required for TLS); `cert_file`/`key_file` are this broker's client
+    certificate, for an etcd run with `--client-cert-auth`."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.ca_file or self.cert_file or self.key_file)
+
+
 class ClusterSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Cluster mode only. A dead broker's registration expires `lease_ttl_seconds` after its last renewal."""
 
     etcd_endpoints: list[str] = msgspec.field(default_factory=lambda: ["127.0.0.1:2379"])
     etcd_namespace: str = ""  # key prefix inside etcd, to share one etcd between clusters
+    etcd_tls: EtcdTlsSettings = msgspec.field(default_factory=EtcdTlsSettings)
     lease_ttl_seconds: int = 5
     offset_reservation: int = 100_000  # offsets an owner reserves per metadata write (see docs/metadata.md)
     # Without a durable tier a superseded WAL (left by a failover) cannot be exported: kept this long in
@@ -173,6 +188,9 @@ class JwtSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     issuer: str | None = None  # when set, `iss` must equal it
     audience: str | None = None  # when set, `aud` must contain it
     leeway_seconds: int = 30  # clock skew allowed on exp/nbf
+    # The longest lifetime IsterAdmin.CreateToken (`ister admin security tokens create` without
+    # --secret-file) gives a token it mints with secret_file.
+    max_token_ttl_seconds: int = 86_400
 
     @property
     def configured(self) -> bool:
@@ -316,6 +334,8 @@ def _check_security(sec: SecuritySettings) -> None:
             raise ConfigError(f"security: file {path} does not exist or is not a file")
     if not 0 <= sec.auth.jwt.leeway_seconds <= 3600:
         raise ConfigError("security.auth.jwt.leeway_seconds must be in 0..3600")
+    if not 1 <= sec.auth.jwt.max_token_ttl_seconds <= 366 * 86_400:
+        raise ConfigError("security.auth.jwt.max_token_ttl_seconds must be in 1..31622400 (366 days)")
     if not 1 <= sec.auth.api_keys.token_ttl_seconds <= 86_400:
         raise ConfigError("security.auth.api_keys.token_ttl_seconds must be in 1..86400")
     if sec.audit.max_lines_per_second < 1:
@@ -404,12 +424,42 @@ def _check_cluster(c: ClusterSettings) -> None:
         raise ConfigError("cluster.etcd_endpoints must not be empty")
     for endpoint in c.etcd_endpoints:
         split_host_port(endpoint.split("://", 1)[-1], "cluster.etcd_endpoints")
+    _check_etcd_tls(c)
     if not 2 <= c.lease_ttl_seconds <= 60:
         raise ConfigError("cluster.lease_ttl_seconds must be in 2..60")
     if not 1_000 <= c.offset_reservation <= 100_000_000:
         raise ConfigError("cluster.offset_reservation must be in 1000..100000000")
     if c.etcd_namespace and (not c.etcd_namespace.startswith("/") or c.etcd_namespace.endswith("/")):
         raise ConfigError("cluster.etcd_namespace must start with '/' and not end with '/' (e.g. /prod)")
+
+
+def _check_etcd_tls(c: ClusterSettings) -> None:
+    """TLS to etcd: every endpoint `https://` (or bare HOST:PORT) with a CA, or none; files that exist."""
+    tls = c.etcd_tls
+    schemes = {e.split("://", 1)[0].lower() for e in c.etcd_endpoints if "://" in e}
+    if schemes - {"http", "https"}:
+        raise ConfigError("cluster.etcd_endpoints: use HOST:PORT, http://HOST:PORT or https://HOST:PORT")
+    if "https" in schemes and not tls.ca_file:
+        raise ConfigError(
+            "cluster.etcd_endpoints has https:// endpoints but cluster.etcd_tls.ca_file is not set "
+            "(the CA that etcd's server certificate chains to)"
+        )
+    if tls.enabled and "http" in schemes:
+        raise ConfigError(
+            "cluster.etcd_tls is set but cluster.etcd_endpoints has http:// (plaintext) endpoints: "
+            "use https://HOST:PORT or HOST:PORT"
+        )
+    if (tls.cert_file or tls.key_file) and not tls.ca_file:
+        raise ConfigError("cluster.etcd_tls: a client certificate needs ca_file (etcd's CA) as well")
+    if bool(tls.cert_file) != bool(tls.key_file):
+        raise ConfigError("cluster.etcd_tls: cert_file and key_file go together")
+    for key in TLS_ETCD_KEYS:
+        path = getattr(tls, key)
+        if path and not Path(path).is_file():
+            raise ConfigError(f"cluster.etcd_tls.{key}: file {path} does not exist or is not a file")
+
+
+TLS_ETCD_KEYS = ("ca_file", "cert_file", "key_file")
 
 
 def http_url(addr: str) -> str:

@@ -13,7 +13,7 @@ from danube.proto import DanubeApi_pb2_grpc as dpb_grpc
 
 from ister.core.cluster.ownership import OwnerRecord
 from ister.metadata import keys
-from ister.metadata.etcd import EtcdStore
+from ister.metadata.etcd import EtcdStore, EtcdTls
 from ister.metadata.store import Compare, Delete, Put
 from tests.integration.harness import BrokerProcess
 from tests.support import until
@@ -31,7 +31,9 @@ class Cluster:
         lease_ttl: int = LEASE_TTL,
         *extra: str,
         env: dict[str, str] | None = None,
+        etcd_tls: EtcdTls | None = None,
     ) -> None:
+        self.etcd_tls = etcd_tls  # how the test itself reaches etcd (the brokers get theirs in `extra`)
         self.namespace = "/c" + uuid.uuid4().hex[:12]
         self.etcd_endpoint = etcd_endpoint
         env = {
@@ -59,7 +61,9 @@ class Cluster:
 
     async def start(self, count: int | None = None) -> None:
         """Start the first `count` brokers (all by default); `start_more` starts the others later."""
-        self.store = await EtcdStore.connect([self.etcd_endpoint], namespace=self.namespace)
+        self.store = await EtcdStore.connect(
+            [self.etcd_endpoint], namespace=self.namespace, tls=self.etcd_tls
+        )
         self.started = count if count is not None else len(self.brokers)
         for b in self.brokers[: self.started]:
             b.start()

@@ -174,3 +174,40 @@ def test_ister_api_key_environment_variable(broker: BrokerProcess, pki: Pki, tmp
         env={**env, "ISTER_API_KEY": key[:-3] + "abc"},
     )
     assert wrong.returncode != 0 and "invalid API key" in wrong.stderr
+
+
+def test_ister_admin_takes_an_api_key(broker: BrokerProcess, pki: Pki) -> None:
+    """`ister admin --api-key` / ISTER_API_KEY: exchanged at the admin port (ExchangeApiKey is served there
+    too), the token then authenticates the admin calls; a token wins over a key; a wrong key is refused."""
+    key = create_key(broker, pki, "root")
+    env = {k: v for k, v in os.environ.items() if k not in ("ISTER_TOKEN", "ISTER_API_KEY")}
+    listing = ("security", "api-keys", "list", "--admin-addr", broker.admin_addr)
+
+    def admin(*args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        command = [*ISTER, "admin", "--tls-ca", str(pki.ca_file), *args]
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=60, env={**env, **(extra_env or {})}
+        )
+
+    by_flag = admin("--api-key", key, *listing)
+    assert by_flag.returncode == 0, by_flag.stderr
+    assert key.split("_")[1] in {e["id"] for e in json.loads(by_flag.stdout)}
+    by_env = admin(*listing, extra_env={"ISTER_API_KEY": key})
+    assert by_env.returncode == 0, by_env.stderr
+    assert key not in by_flag.stdout + by_flag.stderr + by_env.stdout + by_env.stderr
+
+    wrong = admin("--api-key", key[:-3] + "abc", *listing)
+    assert wrong.returncode == 1
+    assert "exchanging the API key: invalid API key" in wrong.stderr and "UNAUTHENTICATED" in wrong.stderr
+    # A token (flag or ISTER_TOKEN) wins over the key: a wrong key is then never exchanged.
+    with_token = admin("--token", token("root"), "--api-key", "wrong", *listing)
+    assert with_token.returncode == 0, with_token.stderr
+    # The admin port serves no other method of ister.v1.Ister.
+    channel = grpc.secure_channel(broker.admin_addr, grpc.ssl_channel_credentials(pki.ca_file.read_bytes()))
+    with channel, pytest.raises(grpc.RpcError) as unbound:
+        ipb_grpc.IsterStub(channel).Lookup(
+            ipb.LookupRequest(topic="/default/x"),
+            metadata=[("authorization", f"Bearer {token('root')}")],
+            timeout=10,
+        )
+    assert unbound.value.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]

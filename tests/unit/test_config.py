@@ -360,3 +360,50 @@ def test_metrics_settings() -> None:
     assert cfg.metrics.per_topic is False and cfg.metrics.max_topics == 20
     with pytest.raises(ConfigError, match=r"metrics.max_topics must be in 0..100000 \(from environment"):
         _load(env={"ISTER_METRICS__MAX_TOPICS": "-1"})
+
+
+# -- TLS to etcd -----------------------------------------------------------------------------------------
+
+
+def test_etcd_tls_settings_are_checked(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    ok = _load(
+        flags={"cluster.etcd_endpoints": ["https://e1:2379", "e2:2379"], "cluster.etcd_tls.ca_file": str(ca)}
+    )
+    assert ok.cluster.etcd_tls.ca_file == str(ca) and ok.cluster.etcd_tls.enabled
+    env = _load(env={"ISTER_CLUSTER__ETCD_TLS__CA_FILE": str(ca)})
+    assert env.cluster.etcd_tls.ca_file == str(ca)
+    cases = [
+        (
+            {"cluster.etcd_endpoints": ["https://e:2379"]},
+            "https:// endpoints but cluster.etcd_tls.ca_file is not set",
+        ),
+        (
+            {"cluster.etcd_endpoints": ["http://e:2379"], "cluster.etcd_tls.ca_file": str(ca)},
+            "has http:// (plaintext) endpoints",
+        ),
+        ({"cluster.etcd_tls.ca_file": str(tmp_path / "missing.pem")}, "cluster.etcd_tls.ca_file: file"),
+        ({"cluster.etcd_tls.ca_file": str(ca), "cluster.etcd_tls.cert_file": str(ca)}, "go together"),
+        ({"cluster.etcd_tls.cert_file": str(ca), "cluster.etcd_tls.key_file": str(ca)}, "needs ca_file"),
+        (
+            {"cluster.etcd_endpoints": ["grpc://e:2379"]},
+            "use HOST:PORT, http://HOST:PORT or https://HOST:PORT",
+        ),
+    ]
+    for flags, message in cases:
+        with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            _load(flags=flags)
+
+
+def test_etcd_endpoint_schemes_follow_the_tls_setting() -> None:
+    from ister.errors import InvalidArgument
+    from ister.metadata.etcd import parse_endpoint
+
+    assert str(parse_endpoint("e:1", tls=True)) == "e:1"
+    assert str(parse_endpoint("https://e:1", tls=True)) == "e:1"
+    assert str(parse_endpoint("http://e", tls=False)) == "e:2379"
+    with pytest.raises(InvalidArgument, match="no TLS settings"):
+        parse_endpoint("https://e:1")
+    with pytest.raises(InvalidArgument, match="plaintext http://"):
+        parse_endpoint("http://e:1", tls=True)

@@ -8,6 +8,7 @@ exit 1; usage errors exit 2. Documented in docs/admin.md.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,11 +20,13 @@ import grpc
 import typer
 
 from ister.cli.main import app
-from ister.cli.security_opts import TlsCaOpt, TokenOpt, current, use
+from ister.cli.security_opts import ApiKeyOpt, TlsCaOpt, TokenOpt, api_key, current, use
+from ister.client._conn import TOKEN_ENV, Credentials
 from ister.config import split_host_port
 from ister.errors import ConfigError
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
+from ister.wire.gen import ister_v1_pb2 as ister_pb
 from ister.wire.gen import ister_v1_pb2_grpc as ister_pb_grpc
 
 DEFAULT_ADMIN_ADDR = "127.0.0.1:50051"
@@ -48,9 +51,10 @@ app.add_typer(admin_app, name="admin")
 
 
 @admin_app.callback()
-def _admin_root(token: TokenOpt = None, tls_ca: TlsCaOpt = None) -> None:
-    """Administer brokers through the admin gRPC API (`--token`/`--tls-ca` before the subcommand)."""
-    use(token, tls_ca)
+def _admin_root(token: TokenOpt = None, tls_ca: TlsCaOpt = None, key: ApiKeyOpt = None) -> None:
+    """Administer brokers through the admin gRPC API (`--token`/`--api-key`/`--tls-ca` before the
+    subcommand)."""
+    use(token, tls_ca, key)
 
 
 class Output(StrEnum):
@@ -135,8 +139,27 @@ def connect(addr: str) -> Iterator[Stubs]:
         channel.close()
 
 
+def exchange_api_key(key: str, target: str) -> None:
+    """Exchange the API key for a token at the admin port (`Ister.ExchangeApiKey`, over TLS); the token
+    then serves every call of this process (and its children). Prints the error and exits 1 on failure."""
+    channel = grpc.secure_channel(target, Credentials(tls_ca=current().tls_ca).channel_credentials())
+    try:
+        resp = ister_pb_grpc.IsterStub(channel).ExchangeApiKey(
+            ister_pb.ExchangeApiKeyRequest(api_key=key), timeout=CALL_TIMEOUT_SECONDS
+        )
+    except grpc.RpcError as exc:
+        fail(f"exchanging the API key: {describe_rpc_error(exc, target)}")
+    finally:
+        channel.close()
+    os.environ[TOKEN_ENV] = resp.token
+
+
 def admin_channel(addr: str, target: str) -> Any:
-    """Plaintext, or TLS for an https:// address, a --tls-ca or a --token (a token needs TLS)."""
+    """Plaintext, or TLS for an https:// address, a --tls-ca, a --token or an --api-key (exchanged for a
+    token first; both need TLS)."""
+    key = api_key()
+    if key:
+        exchange_api_key(key, target)
     creds = current()
     if creds.tls or addr.strip().startswith("https://"):
         return grpc.secure_channel(target, creds.channel_credentials())

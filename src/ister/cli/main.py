@@ -35,6 +35,15 @@ def broker(
     etcd_endpoints: Annotated[
         str | None, typer.Option("--etcd-endpoints", help="cluster mode: etcd HOST:PORT[,HOST:PORT...]")
     ] = None,
+    etcd_tls_ca: Annotated[
+        Path | None, typer.Option("--etcd-tls-ca", help="cluster mode: TLS to etcd, CA of its certificate")
+    ] = None,
+    etcd_tls_cert: Annotated[
+        Path | None, typer.Option("--etcd-tls-cert", help="cluster mode: client certificate for etcd (PEM)")
+    ] = None,
+    etcd_tls_key: Annotated[
+        Path | None, typer.Option("--etcd-tls-key", help="cluster mode: client certificate key for etcd")
+    ] = None,
     cluster_name: Annotated[str | None, typer.Option("--cluster-name", help="cluster mode: name")] = None,
     durable_url: Annotated[
         str | None,
@@ -76,6 +85,9 @@ def broker(
                 "cluster.etcd_endpoints": [e.strip() for e in etcd_endpoints.split(",") if e.strip()]
                 if etcd_endpoints
                 else None,
+                "cluster.etcd_tls.ca_file": str(etcd_tls_ca) if etcd_tls_ca else None,
+                "cluster.etcd_tls.cert_file": str(etcd_tls_cert) if etcd_tls_cert else None,
+                "cluster.etcd_tls.key_file": str(etcd_tls_key) if etcd_tls_key else None,
                 "log_level": log_level,
                 "security.tls.cert_file": str(tls_cert) if tls_cert else None,
                 "security.tls.key_file": str(tls_key) if tls_key else None,

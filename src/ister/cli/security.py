@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ister.cli.admin import AdminAddr, admin_app, call_admin
+from ister.cli.admin import DEFAULT_ADMIN_ADDR, AdminAddr, admin_app, call_admin
 from ister.errors import IsterError
 from ister.security.tokens import DEFAULT_ISSUER, mint, parse_ttl
 from ister.wire.gen import DanubeAdmin_pb2 as pb
@@ -36,27 +36,49 @@ def tokens_create(
     principal: Annotated[str, typer.Option("--principal", help="the principal name the token carries")],
     ttl: Annotated[str, typer.Option("--ttl", help="lifetime: 90s, 15m, 1h, 30d")] = "1h",
     secret_file: Annotated[
-        Path | None, typer.Option("--secret-file", help="the broker's HS256 secret (offline minting)")
+        Path | None,
+        typer.Option(
+            "--secret-file", help="the broker's HS256 secret: mint offline (else through the admin API)"
+        ),
     ] = None,
     principal_type: Annotated[
         str, typer.Option("--type", help="service_account or user")
     ] = "service_account",
-    issuer: Annotated[str, typer.Option("--issuer")] = DEFAULT_ISSUER,
-    audience: Annotated[str | None, typer.Option("--audience")] = None,
+    issuer: Annotated[
+        str | None, typer.Option("--issuer", help=f"offline only (default {DEFAULT_ISSUER})")
+    ] = None,
+    audience: Annotated[str | None, typer.Option("--audience", help="offline only")] = None,
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
 ) -> None:
-    """Mint a token and print it as the last line."""
+    """Mint a token and print it as the last line: offline with --secret-file, else the broker mints it
+    (IsterAdmin.CreateToken: permission ManageCluster, with the broker's secret, issuer and audience)."""
+    try:
+        seconds = parse_ttl(ttl)
+    except IsterError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     if secret_file is None:
-        typer.echo(
-            "error: minting through the admin API is not available (Danube's admin API has no token RPC): "
-            "pass --secret-file",
-            err=True,
+        if issuer is not None or audience is not None:
+            typer.echo(
+                "error: --issuer and --audience need --secret-file (the broker signs with its own)", err=True
+            )
+            raise typer.Exit(2)
+        request = ipb.CreateTokenRequest(
+            principal_name=principal, principal_type=principal_type, ttl_seconds=seconds
         )
-        raise typer.Exit(2)
+        resp = call_admin(admin_addr, "ister_admin", "CreateToken", request)
+        typer.echo(f"# principal {resp.principal}, valid {seconds} s (minted by the broker)", err=True)
+        typer.echo(resp.token)
+        return
     try:
         secret = secret_file.read_bytes().strip()
-        seconds = parse_ttl(ttl)
         tok = mint(
-            secret, principal, seconds, principal_type=principal_type, issuer=issuer, audience=audience
+            secret,
+            principal,
+            seconds,
+            principal_type=principal_type,
+            issuer=issuer or DEFAULT_ISSUER,
+            audience=audience,
         )
     except OSError as exc:
         typer.echo(f"error: cannot read {secret_file}: {exc.strerror}", err=True)

@@ -1,8 +1,9 @@
 """`EtcdStore`: the clustered metadata backend, on an etcd v3 server through `aetcd`.
 
-aetcd's `Client` owns the gRPC channel and the generated stubs; the requests are built here from `aetcd.rpc`
-messages because the high-level helpers hide what the contract needs (range limits and counts, the response
-header revision, watch start revisions and stream errors, per-call deadlines).
+The gRPC channel is made here, plaintext or TLS (`EtcdTls`; aetcd's `Client` only makes plaintext channels),
+with the stubs of `aetcd.rpc`; requests are built here from its messages because aetcd's high-level helpers
+hide what the contract needs (range limits and counts, the response header revision, watch start revisions
+and stream errors, per-call deadlines).
 
 * Keys are stored as `namespace + key` (UTF-8); the default namespace "" keeps the key layout unchanged.
   Values are the JSON of `store.encode_value`.
@@ -78,21 +79,30 @@ class _Endpoint:
         return f"{self.host}:{self.port}"
 
 
-def parse_endpoint(endpoint: str) -> _Endpoint:
-    """'host:port', 'http://host:port' or '[v6]:port' (port 2379 when missing)."""
+def parse_endpoint(endpoint: str, tls: bool = False) -> _Endpoint:
+    """'host:port', 'http://host:port', 'https://host:port' or '[v6]:port' (port 2379 when missing).
+
+    A bare 'host:port' is TLS when `tls` is set; `https://` needs `tls` and `http://` refuses it."""
     if not isinstance(endpoint, str) or not endpoint.strip():
         raise InvalidArgument(f"invalid etcd endpoint {endpoint!r}: expected 'host:port'")
     text = endpoint.strip()
     if "://" not in text:
-        text = "http://" + text
+        text = ("https://" if tls else "http://") + text
     try:
         parts = urlsplit(text)
         port = parts.port
     except ValueError as exc:
         raise InvalidArgument(f"invalid etcd endpoint {endpoint!r}: {exc}") from exc
-    if parts.scheme != "http":
+    if parts.scheme not in ("http", "https"):
+        raise InvalidArgument(f"invalid etcd endpoint {endpoint!r}: expected http:// or https://")
+    if parts.scheme == "https" and not tls:
         raise InvalidArgument(
-            f"invalid etcd endpoint {endpoint!r}: only http:// (plaintext gRPC) is supported"
+            f"etcd endpoint {endpoint!r} is https:// but no TLS settings were given "
+            "(cluster.etcd_tls.ca_file: the CA of etcd's server certificate)"
+        )
+    if parts.scheme == "http" and tls:
+        raise InvalidArgument(
+            f"etcd endpoint {endpoint!r} is plaintext http:// but TLS to etcd is configured"
         )
     if not parts.hostname or parts.path not in ("", "/") or parts.query or parts.username:
         raise InvalidArgument(f"invalid etcd endpoint {endpoint!r}: expected 'host:port'")
@@ -122,10 +132,28 @@ def _lease_exists(lease_id: int) -> bool:
     return 0 < lease_id <= MAX_LEASE_ID
 
 
-class _Connection:
-    """One aetcd client (gRPC channel) to one endpoint."""
+@dataclass(frozen=True, slots=True)
+class EtcdTls:
+    """TLS to etcd: the CA of etcd's server certificate, and this client's certificate chain and key (PEM)
+    for an etcd that requires client certificates (`--client-cert-auth`). Never logged."""
 
-    def __init__(self, endpoint: _Endpoint, timeout: float) -> None:
+    ca_pem: bytes
+    cert_pem: bytes | None = None
+    key_pem: bytes | None = None
+
+    def __repr__(self) -> str:
+        return f"EtcdTls(client_certificate={self.cert_pem is not None})"
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca_pem, private_key=self.key_pem, certificate_chain=self.cert_pem
+        )
+
+
+class _Connection:
+    """One gRPC channel to one endpoint (plaintext, or TLS with `tls`) and the etcd stubs on it."""
+
+    def __init__(self, endpoint: _Endpoint, timeout: float, tls: EtcdTls | None = None) -> None:
         self.endpoint = endpoint
         options = {
             "grpc.initial_reconnect_backoff_ms": RECONNECT_BACKOFF_MIN_MS,
@@ -135,29 +163,39 @@ class _Connection:
             "grpc.keepalive_timeout_ms": max(1000, int(timeout * 1000)),
             "grpc.max_receive_message_length": -1,  # a list is bounded by MAX_LIST_RESULTS, not bytes
         }
-        self.client: Any = aetcd.Client(
-            host=endpoint.host, port=endpoint.port, timeout=timeout, options=options
-        )
+        self.target = str(endpoint)
+        self.options = list(options.items())
+        self.tls = tls
+        self.channel: Any = None
         self.kv: Any = None
         self.lease: Any = None
         self.watch: Any = None
 
     async def open(self) -> None:
-        await self.client.connect()  # creates the channel and stubs; no network traffic yet
-        self.kv = self.client.kvstub
-        self.lease = self.client.leasestub
-        self.watch = rpc.WatchStub(self.client.channel)
+        """Create the channel and stubs; no network traffic yet (the first request connects)."""
+        if self.tls is not None:
+            self.channel = grpc.aio.secure_channel(self.target, self.tls.credentials(), options=self.options)
+        else:
+            self.channel = grpc.aio.insecure_channel(self.target, options=self.options)
+        self.kv = rpc.KVStub(self.channel)
+        self.lease = rpc.LeaseStub(self.channel)
+        self.watch = rpc.WatchStub(self.channel)
 
     async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            await self.client.close()
+        if self.channel is not None:
+            with contextlib.suppress(Exception):
+                await self.channel.close()
 
 
 class EtcdStore:
     """The etcd `MetadataStore` (see the module docstring). Create it with `await EtcdStore.connect(...)`."""
 
-    def __init__(self, endpoints: builtins.list[_Endpoint], namespace: str, timeout: float) -> None:
+    def __init__(
+        self, endpoints: builtins.list[_Endpoint], namespace: str, timeout: float, tls: EtcdTls | None = None
+    ) -> None:
         self._endpoints = endpoints
+        self._tls = tls
+        self._last_error = ""
         self._namespace = namespace
         self._ns = namespace.encode("utf-8")
         self._timeout = timeout
@@ -175,15 +213,17 @@ class EtcdStore:
         *,
         namespace: str = "",
         timeout: float = METADATA_TIMEOUT_SECONDS,  # noqa: ASYNC109  (a per-request deadline, not a call bound)
+        tls: EtcdTls | None = None,
     ) -> EtcdStore:
         """Connect to the first endpoint (in order) that answers; `MetadataError` if none does.
 
         `namespace` ("" or e.g. "/prod": starts with '/', does not end with one) is prepended to every key,
-        so several clusters or tests can share one etcd. `timeout` bounds every request.
+        so several clusters or tests can share one etcd. `timeout` bounds every request. With `tls` every
+        endpoint is TLS (bare 'host:port' or 'https://'); without it 'https://' endpoints are refused.
         """
         if isinstance(endpoints, str):
             endpoints = [endpoints]
-        parsed = [parse_endpoint(e) for e in endpoints]
+        parsed = [parse_endpoint(e, tls is not None) for e in endpoints]
         if not parsed:
             raise InvalidArgument("no etcd endpoints given")
         if not isinstance(namespace, str):
@@ -198,10 +238,13 @@ class EtcdStore:
             or not 0 < timeout < math.inf  # also refuses NaN
         ):
             raise InvalidArgument(f"invalid etcd timeout {timeout!r}: expected a positive number of seconds")
-        store = cls(parsed, namespace, float(timeout))
+        store = cls(parsed, namespace, float(timeout), tls)
         conn = await store._connect_first(parsed)
         if conn is None:
-            raise MetadataError(f"cannot reach etcd at {', '.join(map(str, parsed))} (see the log for why)")
+            where = ", ".join(f"{'https' if tls else 'http'}://{e}" for e in parsed)
+            raise MetadataError(
+                f"cannot reach etcd at {where}: {store._last_error}{_hint(store._last_error, tls)}"
+            )
         store._conn = conn
         return store
 
@@ -219,7 +262,7 @@ class EtcdStore:
     async def _connect_first(self, candidates: builtins.list[_Endpoint]) -> _Connection | None:
         """A connection to the first candidate that answers a request, or None."""
         for endpoint in candidates:
-            conn = _Connection(endpoint, self._timeout)
+            conn = _Connection(endpoint, self._timeout, self._tls)
             try:
                 await conn.open()
                 # A real request: proves the endpoint answers and gives the current revision.
@@ -227,7 +270,8 @@ class EtcdStore:
                     rpc.RangeRequest(key=self._ns or b"/", count_only=True), timeout=self._timeout
                 )
             except (grpc.aio.AioRpcError, aetcd.ClientError, OSError) as exc:
-                log.warning("etcd endpoint %s did not answer: %s", endpoint, _describe(exc))
+                self._last_error = _describe(exc)
+                log.warning("etcd endpoint %s did not answer: %s", endpoint, self._last_error)
                 await conn.close()
                 continue
             except BaseException:
@@ -594,6 +638,20 @@ class EtcdStore:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._timeout):
                     await conn.close()
+
+
+def _hint(error: str, tls: EtcdTls | None) -> str:
+    """What to check when the first connection fails in a way that points at TLS settings."""
+    text = error.lower()
+    if tls is None and ("socket closed" in text or "connection reset" in text or "http2" in text):
+        return " (if etcd serves TLS: https:// endpoints and cluster.etcd_tls.ca_file)"
+    if tls is not None and any(w in text for w in ("ssl", "tls", "tsi_", "handshake", "certificate")):
+        return (
+            " (TLS to etcd failed: cluster.etcd_tls.ca_file must be the CA of etcd's server certificate, "
+            "whose names must include the endpoint's host; an etcd with --client-cert-auth needs "
+            "cluster.etcd_tls.cert_file/key_file signed by its --trusted-ca-file)"
+        )
+    return ""
 
 
 def _describe(exc: BaseException) -> str:

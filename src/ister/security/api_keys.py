@@ -7,6 +7,9 @@ broker holds at once on all of them), compares the hash in constant time and min
 broker's `security.auth.jwt.secret_file`, valid at most `security.auth.api_keys.token_ttl_seconds`.
 Tokens already exchanged stay valid until they expire: a short TTL is what bounds a revoked key's reach.
 Keys and secrets are never logged.
+
+`create_token` (IsterAdmin.CreateToken) mints a token for any principal with the same secret, issuer and
+audience, valid at most `security.auth.jwt.max_token_ttl_seconds`.
 """
 
 from __future__ import annotations
@@ -118,15 +121,49 @@ class ApiKeyStore:
         if not re.fullmatch(r"[0-9a-f]{16}", key_id) or not await self.store.delete(f"{API_KEYS}{key_id}"):
             raise NotFound(f"API key {key_id[:32]!r} does not exist")
 
-    # -- ExchangeApiKey ------------------------------------------------------------------------------------
-    async def exchange(self, api_key: str, ttl_seconds: int = 0) -> tuple[str, float, ApiKey]:
-        """(token, its exp as Unix seconds, the key's record); Unauthenticated for a bad key."""
+    def _signing_secret(self, what: str) -> bytes:
         secret = self.verifier.signing_secret() if self.verifier is not None else None
         if secret is None:
             raise FailedPrecondition(
-                "this broker cannot exchange API keys: it has no HS256 secret to sign tokens with "
+                f"this broker cannot {what}: it has no HS256 secret to sign tokens with "
                 "(security.auth.jwt.secret_file)"
             )
+        return secret
+
+    def _mint(self, secret: bytes, principal_name: str, principal_type: str, ttl: int) -> tuple[str, int]:
+        """(an HS256 token with the configured issuer and audience, its exp as Unix seconds)."""
+        now = self.clock()
+        token = mint(
+            secret,
+            principal_name,
+            ttl,
+            principal_type=principal_type,
+            issuer=self.jwt.issuer or DEFAULT_ISSUER,
+            audience=self.jwt.audience,
+            now=now,
+        )
+        return token, int(now) + ttl
+
+    # -- IsterAdmin.CreateToken ----------------------------------------------------------------------------
+    def create_token(self, principal_name: str, principal_type: str, ttl_seconds: int) -> tuple[str, int]:
+        """(a token for the principal, valid `ttl_seconds`, its exp as Unix seconds)."""
+        principal_type = principal_type or "service_account"
+        if principal_type not in PRINCIPAL_TYPES:
+            raise InvalidArgument(f"principal type must be one of {', '.join(PRINCIPAL_TYPES)}")
+        if not principal_name or len(principal_name) > 256:
+            raise InvalidArgument("the principal name must be 1..256 characters")
+        limit = self.jwt.max_token_ttl_seconds
+        if not 0 < ttl_seconds <= limit:
+            raise InvalidArgument(
+                f"ttl_seconds must be in 1..{limit} (security.auth.jwt.max_token_ttl_seconds), "
+                f"got {ttl_seconds}"
+            )
+        return self._mint(self._signing_secret("mint tokens"), principal_name, principal_type, ttl_seconds)
+
+    # -- ExchangeApiKey ------------------------------------------------------------------------------------
+    async def exchange(self, api_key: str, ttl_seconds: int = 0) -> tuple[str, float, ApiKey]:
+        """(token, its exp as Unix seconds, the key's record); Unauthenticated for a bad key."""
+        secret = self._signing_secret("exchange API keys")
         match = _KEY.fullmatch(api_key.strip())
         found = await self.store.get(f"{API_KEYS}{match.group(1)}") if match else None
         try:
@@ -141,14 +178,5 @@ class ApiKeyStore:
                 self.audit.record("anonymous", "Ister.ExchangeApiKey", f"api_key:{key_id}", f"denied: {why}")
             raise Unauthenticated(f"invalid API key: {why}")
         ttl = min(ttl_seconds, self.token_ttl_seconds) if ttl_seconds > 0 else self.token_ttl_seconds
-        now = self.clock()
-        token = mint(
-            secret,
-            key.principal_name,
-            ttl,
-            principal_type=key.principal_type,
-            issuer=self.jwt.issuer or DEFAULT_ISSUER,
-            audience=self.jwt.audience,
-            now=now,
-        )
-        return token, int(now) + ttl, key
+        token, exp = self._mint(secret, key.principal_name, key.principal_type, ttl)
+        return token, exp, key

@@ -24,7 +24,7 @@ from ister.security.rbac_store import RbacStore
 from ister.server.errors import unary
 from ister.server.handlers import add_service
 from ister.server.schema_api import add_schema_service
-from ister.server.security_api import IsterAdminServicer, SecurityAdminServicer
+from ister.server.security_api import ApiKeyExchangeServicer, IsterAdminServicer, SecurityAdminServicer
 from ister.server.tls import bind
 from ister.wire.enums import reliable_from_wire
 from ister.wire.gen import DanubeAdmin_pb2 as pb
@@ -348,6 +348,7 @@ def add_admin_services(
     add_service(server, SecurityAdminServicer(rbac), pb, "SecurityAdmin")
     if api_keys is not None:
         add_service(server, IsterAdminServicer(api_keys), ister_pb, "IsterAdmin")
+        add_service(server, ApiKeyExchangeServicer(api_keys), ister_pb, "Ister", only={"ExchangeApiKey"})
     add_schema_service(server, broker)  # Danube serves the registry on both ports
     return ops
 

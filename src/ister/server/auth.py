@@ -186,9 +186,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, status_message(str(exc)))
         raise AssertionError("unreachable: abort raises")
 
-    def _done(self, principal: Principal, method: str, rule: Rule | None, resource: Any) -> None:
+    def _done(
+        self, principal: Principal, method: str, rule: Rule | None, resource: Any, request: Any
+    ) -> None:
         if rule is not None and rule.change:
-            self.guard.audit.record(str(principal), _action(method), str(resource), "ok")
+            what = rule.audited(request) if rule.audited is not None else str(resource)
+            self.guard.audit.record(str(principal), _action(method), what, "ok")
 
     def _unary(self, method: str, rule: Rule | None, behavior: Any) -> Any:
         async def call(request: Any, context: Any) -> Any:
@@ -196,7 +199,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             response = await behavior(request, context)
             if rule is not None and rule.kind == "subscribe" and hasattr(response, "consumer_id"):
                 self.guard.subscribed(principal, response.consumer_id)
-            self._done(principal, method, rule, resource)
+            self._done(principal, method, rule, resource, request)
             return response
 
         return call

@@ -23,6 +23,8 @@ class Rule:
     resource: Extract
     change: bool = False
     kind: str = ""  # "", subscribe, receive, ack, stream, public (no credentials needed)
+    # What a successful change's audit line names as its resource, when `resource` says too little.
+    audited: Callable[[Any], str] | None = None
 
 
 def _cluster(_: Any) -> Resource:
@@ -46,6 +48,12 @@ def _msg_topic(request: Any) -> Resource:
 
 def _open_topic(request: Any) -> Resource:
     return topic_resource(request.open.topic) if request.WhichOneof("kind") == "open" else CLUSTER
+
+
+def _token_audit(request: Any) -> str:
+    """The token's principal and lifetime (never the token)."""
+    kind = request.principal_type or "service_account"
+    return f"token:{kind}:{request.principal_name}:{request.ttl_seconds}s"
 
 
 T_NAME, T_TOPIC, T_TOPIC_NAME = _field("name"), _field("topic"), _field("topic_name")
@@ -118,6 +126,7 @@ _IA = "ister.v1.IsterAdmin/"
 RULES[f"/{_IA}CreateApiKey"] = Rule("ManageCluster", _cluster, change=True)
 RULES[f"/{_IA}RevokeApiKey"] = Rule("ManageCluster", _cluster, change=True)
 RULES[f"/{_IA}ListApiKeys"] = Rule("ManageCluster", _cluster)
+RULES[f"/{_IA}CreateToken"] = Rule("ManageCluster", _cluster, change=True, audited=_token_audit)
 for _m in ("CreateRole", "DeleteRole", "CreateBinding", "DeleteBinding"):
     RULES[f"/{_A}SecurityAdmin/{_m}"] = Rule("ManageCluster", _cluster, change=True)
 for _m in ("GetRole", "ListRoles", "GetBinding", "ListBindings", "ListAllBindings"):

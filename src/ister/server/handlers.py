@@ -8,7 +8,7 @@ log). `add_service` registers the same methods with a deserializer that turns su
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from types import ModuleType
 from typing import Any
 
@@ -50,12 +50,17 @@ _FACTORIES = {
 }
 
 
-def add_service(server: Any, servicer: Any, pb_module: ModuleType, service: str) -> None:
+def add_service(
+    server: Any, servicer: Any, pb_module: ModuleType, service: str, only: Collection[str] | None = None
+) -> None:
     """Register `servicer` for `service` of the generated module `pb_module` (as its `add_*_to_server`
-    does), with request deserializers that never fail."""
+    does), with request deserializers that never fail; with `only`, just those methods (the others are
+    UNIMPLEMENTED)."""
     descriptor = pb_module.DESCRIPTOR.services_by_name[service]
     handlers = {}
     for method in descriptor.methods:
+        if only is not None and method.name not in only:
+            continue
         request = GetMessageClass(method.input_type)
         response = GetMessageClass(method.output_type)
         factory = _FACTORIES[(method.client_streaming, method.server_streaming)]

@@ -26,7 +26,7 @@ from ister.core.record import (
     decode_published,
     decode_published_lean,
 )
-from ister.errors import FailedPrecondition, InvalidArgument, IsterError
+from ister.errors import InvalidArgument, IsterError
 from ister.ids import TopicName, shown
 from ister.limits import (
     GRPC_MAX_MESSAGE_BYTES,
@@ -38,6 +38,7 @@ from ister.limits import (
 from ister.security.api_keys import ApiKeyStore
 from ister.server.errors import bidi_stream, server_stream, unary
 from ister.server.handlers import add_service
+from ister.server.security_api import exchange_api_key
 from ister.wire.enums import reliable_from_wire, sub_type_from_wire
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
@@ -101,12 +102,7 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
     async def ExchangeApiKey(
         self, request: pb.ExchangeApiKeyRequest, context: Ctx
     ) -> pb.ExchangeApiKeyResponse:
-        if self.api_keys is None:
-            raise FailedPrecondition("this broker does not exchange API keys")
-        token, exp, key = await self.api_keys.exchange(request.api_key, request.ttl_seconds)
-        return pb.ExchangeApiKeyResponse(
-            token=token, expires_at_ms=int(exp * 1000), principal=str(key.principal)
-        )
+        return await exchange_api_key(self.api_keys, request)
 
     @unary
     async def Lookup(self, request: pb.LookupRequest, context: Ctx) -> pb.LookupResponse:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ister.errors import FailedPrecondition
 from ister.security.api_keys import ApiKey, ApiKeyStore
 from ister.security.rbac import Binding, Role
 from ister.security.rbac_store import RbacStore
@@ -102,6 +103,31 @@ def _key_pb(k: ApiKey) -> ipb.ApiKeyInfo:
     )
 
 
+async def exchange_api_key(
+    api_keys: ApiKeyStore | None, request: ipb.ExchangeApiKeyRequest
+) -> ipb.ExchangeApiKeyResponse:
+    """`Ister.ExchangeApiKey`, on the client port and (for `ister admin --api-key`) the admin port."""
+    if api_keys is None:
+        raise FailedPrecondition("this broker does not exchange API keys")
+    token, exp, key = await api_keys.exchange(request.api_key, request.ttl_seconds)
+    return ipb.ExchangeApiKeyResponse(
+        token=token, expires_at_ms=int(exp * 1000), principal=str(key.principal)
+    )
+
+
+class ApiKeyExchangeServicer:
+    """The one method of `ister.v1.Ister` the admin port serves: the admin CLI knows only that port."""
+
+    def __init__(self, api_keys: ApiKeyStore) -> None:
+        self.api_keys = api_keys
+
+    @unary
+    async def ExchangeApiKey(
+        self, request: ipb.ExchangeApiKeyRequest, context: Ctx
+    ) -> ipb.ExchangeApiKeyResponse:
+        return await exchange_api_key(self.api_keys, request)
+
+
 class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
     def __init__(self, api_keys: ApiKeyStore) -> None:
         self.api_keys = api_keys
@@ -116,6 +142,14 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
     @unary
     async def ListApiKeys(self, request: ipb.ListApiKeysRequest, context: Ctx) -> ipb.ListApiKeysResponse:
         return ipb.ListApiKeysResponse(keys=[_key_pb(k) for k in await self.api_keys.list()])
+
+    @unary
+    async def CreateToken(self, request: ipb.CreateTokenRequest, context: Ctx) -> ipb.CreateTokenResponse:
+        kind = request.principal_type or "service_account"
+        token, exp = self.api_keys.create_token(request.principal_name, kind, request.ttl_seconds)
+        return ipb.CreateTokenResponse(
+            token=token, expires_at_ms=exp * 1000, principal=f"{kind}:{request.principal_name}"
+        )
 
     @unary
     async def RevokeApiKey(self, request: ipb.RevokeApiKeyRequest, context: Ctx) -> ipb.RevokeApiKeyResponse:

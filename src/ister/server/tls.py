@@ -12,15 +12,18 @@ import ipaddress
 import logging
 import ssl
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from ister.config import TlsFiles, split_host_port
+from ister.config import EtcdTlsSettings, TlsFiles, split_host_port
 from ister.errors import ConfigError
-from ister.security.files import WatchedFiles
+from ister.security.files import WatchedFiles, read_file
+
+if TYPE_CHECKING:
+    from ister.metadata.etcd import EtcdTls
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,30 @@ def _check_pair(cert_pem: bytes, key_pem: bytes, what: str) -> None:
     enc = serialization.Encoding.DER
     if cert.public_key().public_bytes(enc, pub) != key.public_key().public_bytes(enc, pub):
         raise ConfigError(f"{what}: the private key does not belong to the certificate")
+
+
+def etcd_tls(settings: EtcdTlsSettings) -> EtcdTls | None:
+    """The files of `cluster.etcd_tls`, read and checked (a CA that holds certificates, a key that is the
+    certificate's), or None when TLS to etcd is off."""
+    from ister.metadata.etcd import EtcdTls  # cluster mode only: standalone brokers never load aetcd
+
+    if not settings.enabled:
+        return None
+    if not settings.ca_file:
+        raise ConfigError("cluster.etcd_tls: ca_file (the CA of etcd's server certificate) is required")
+    ca = read_file(settings.ca_file, "cluster.etcd_tls.ca_file")
+    try:
+        x509.load_pem_x509_certificates(ca)
+    except ValueError as exc:
+        raise ConfigError(
+            f"cluster.etcd_tls.ca_file {settings.ca_file}: not a PEM certificate: {exc}"
+        ) from None
+    if not settings.cert_file or not settings.key_file:
+        return EtcdTls(ca)
+    cert = read_file(settings.cert_file, "cluster.etcd_tls.cert_file")
+    key = read_file(settings.key_file, "cluster.etcd_tls.key_file")
+    _check_pair(cert, key, f"cluster.etcd_tls ({settings.cert_file}, {settings.key_file})")
+    return EtcdTls(ca, cert, key)
 
 
 class _Reloader:

@@ -288,3 +288,23 @@ class RevokeApiKeyRequest(_message.Message):
 class RevokeApiKeyResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class CreateTokenRequest(_message.Message):
+    __slots__ = ("principal_name", "principal_type", "ttl_seconds")
+    PRINCIPAL_NAME_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    principal_name: str
+    principal_type: str
+    ttl_seconds: int
+    def __init__(self, principal_name: _Optional[str] = ..., principal_type: _Optional[str] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+
+class CreateTokenResponse(_message.Message):
+    __slots__ = ("token", "expires_at_ms", "principal")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    expires_at_ms: int
+    principal: str
+    def __init__(self, token: _Optional[str] = ..., expires_at_ms: _Optional[int] = ..., principal: _Optional[str] = ...) -> None: ...

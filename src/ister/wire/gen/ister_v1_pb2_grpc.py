@@ -399,6 +399,11 @@ class IsterAdminStub:
                 request_serializer=ister__v1__pb2.RevokeApiKeyRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.RevokeApiKeyResponse.FromString,
                 _registered_method=True)
+        self.CreateToken = channel.unary_unary(
+                '/ister.v1.IsterAdmin/CreateToken',
+                request_serializer=ister__v1__pb2.CreateTokenRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.CreateTokenResponse.FromString,
+                _registered_method=True)
 
 
 class IsterAdminServicer:
@@ -425,6 +430,16 @@ class IsterAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateToken(self, request, context):
+        """A JWT for any principal, signed with the broker's HS256 secret (issuer and audience as configured),
+        what `ister admin security tokens create` uses without --secret-file. INVALID_ARGUMENT for a ttl of 0
+        or above security.auth.jwt.max_token_ttl_seconds, FAILED_PRECONDITION when the broker has no HS256
+        secret (only public keys: tokens are minted where the private keys are).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -442,6 +457,11 @@ def add_IsterAdminServicer_to_server(servicer, server):
                     servicer.RevokeApiKey,
                     request_deserializer=ister__v1__pb2.RevokeApiKeyRequest.FromString,
                     response_serializer=ister__v1__pb2.RevokeApiKeyResponse.SerializeToString,
+            ),
+            'CreateToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateToken,
+                    request_deserializer=ister__v1__pb2.CreateTokenRequest.FromString,
+                    response_serializer=ister__v1__pb2.CreateTokenResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -526,6 +546,33 @@ class IsterAdmin:
             '/ister.v1.IsterAdmin/RevokeApiKey',
             ister__v1__pb2.RevokeApiKeyRequest.SerializeToString,
             ister__v1__pb2.RevokeApiKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/CreateToken',
+            ister__v1__pb2.CreateTokenRequest.SerializeToString,
+            ister__v1__pb2.CreateTokenResponse.FromString,
             options,
             channel_credentials,
             insecure,
