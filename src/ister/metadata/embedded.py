@@ -19,7 +19,6 @@ attached to a lease by an earlier process is deleted (leases never survive a res
 from __future__ import annotations
 
 import asyncio
-import bisect
 import builtins
 import contextlib
 import fcntl
@@ -35,6 +34,7 @@ from typing import Any
 
 from ister.errors import InvalidArgument, MetadataError
 from ister.limits import METADATA_TIMEOUT_SECONDS
+from ister.metadata.sortedkeys import SortedKeys
 from ister.metadata.store import (
     DEFAULT_WATCH_QUEUE,
     Compare,
@@ -215,7 +215,7 @@ class EmbeddedStore:
         self._lock_fd = lock_fd
         self._revision = 0
         self._entries: dict[str, _Entry] = {}
-        self._keys: list[str] = []  # sorted
+        self._keys = SortedKeys()  # the keys of _entries, in order
         self._watches: set[Watch] = set()
         self._leases: dict[int, _Lease] = {}
         self._lease_wakeup = asyncio.Event()
@@ -262,7 +262,7 @@ class EmbeddedStore:
             raw = bytes(raw)
             decode_value(raw, key)  # refuse to start on a corrupt value rather than fail later
             self._entries[key] = _Entry(raw, int(rev), None)
-        self._keys = sorted(self._entries)
+        self._keys = SortedKeys(self._entries)
         self._revision = revision
         self._planned = revision
 
@@ -292,16 +292,15 @@ class EmbeddedStore:
         return [KeyValue(k, decode_value(self._entries[k].raw, k), self._entries[k].revision) for k in keys]
 
     def _range(self, prefix: str, start_after: str | None, count: int | None) -> builtins.list[str]:
-        index = bisect.bisect_left(self._keys, prefix)
-        if start_after is not None:
-            index = max(index, bisect.bisect_right(self._keys, start_after))
+        if start_after is not None and start_after >= prefix:
+            keys = self._keys.iter_from(start_after, inclusive=False)
+        else:
+            keys = self._keys.iter_from(prefix)
         found: builtins.list[str] = []
-        keys = self._keys
-        while index < len(keys) and keys[index].startswith(prefix):
-            if count is not None and len(found) >= count:
+        for key in keys:
+            if not key.startswith(prefix) or (count is not None and len(found) >= count):
                 break
-            found.append(keys[index])
-            index += 1
+            found.append(key)
         return found
 
     # --- writes -----------------------------------------------------------------------------------
@@ -495,14 +494,13 @@ class EmbeddedStore:
         self._revision = revision
         for key, raw, lease in puts:
             if key not in self._entries:
-                bisect.insort(self._keys, key)
+                self._keys.add(key)
             self._entries[key] = _Entry(raw, revision, lease)
             self._notify("put", key, raw, revision)
         for key in deletes:
             if self._entries.pop(key, None) is None:
                 continue
-            index = bisect.bisect_left(self._keys, key)
-            del self._keys[index]
+            self._keys.discard(key)
             self._notify("delete", key, None, revision)
 
     def _detach(self, key: str, lease_id: int | None) -> None:
