@@ -12,6 +12,7 @@ from ister.config import load_config
 from ister.core.dispatch import SubType
 from ister.core.record import StoredMessage
 from ister.errors import FailedPrecondition, InvalidArgument, NotFound
+from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
 
@@ -91,3 +92,26 @@ async def test_bad_names_and_unknowns(broker: BrokerService) -> None:
         await broker.producer(12345, "/default/none")
     with pytest.raises(NotFound):
         await broker.open_stream(12345)
+
+
+async def test_a_topic_fenced_while_it_seals_ends_closed(tmp_path: Path) -> None:
+    """A lease lost during a seal unloads the topic under it: the seal still finishes without a transition
+    the lifecycle table does not have, and the topic is forgotten."""
+    store = EmbeddedStore.in_memory()
+    broker = BrokerService(load_config(environ={}), store, tmp_path)
+    await broker.start()
+    try:
+        name = TopicName.parse("/default/sealing")
+        topic = await broker.get_topic(name, create_as="NonReliable")
+        original = topic.release
+
+        async def release_while_fenced() -> None:
+            await broker.unload(name.full, "lease lost")  # what the cluster does when the lease goes
+            await original()
+
+        topic.release = release_while_fenced  # type: ignore[method-assign]
+        await broker.seal(name.full, "unload")
+        assert topic.lifecycle.state.value == "closed" and not broker.is_loaded(name.full)
+    finally:
+        await broker.close()
+        await store.close()

@@ -315,7 +315,7 @@ class TopicRegistry:
                 }
                 await claim.guarded_put(keys.storage_state(topic), state)
                 log.info("sealed %s at offset %d (%s)", topic, wal.committed_offset - 1, reason)
-            if lifecycle.state is not State.FENCED:
+            if lifecycle.state is State.SEALING:  # not fenced or closed meanwhile (a lease lost mid-seal)
                 lifecycle.handle(Event.SEALED)
         finally:
             self.forget(topic)
