@@ -115,3 +115,35 @@ async def test_a_topic_fenced_while_it_seals_ends_closed(tmp_path: Path) -> None
     finally:
         await broker.close()
         await store.close()
+
+
+async def test_a_load_that_fails_after_the_wal_opened_closes_it(tmp_path: Path) -> None:
+    """The store fails while a reliable topic loads, after its WAL was opened: the WAL is closed again (one
+    WAL per directory per process), so the next attempt loads the topic with every record."""
+    from ister.errors import MetadataError
+
+    store = EmbeddedStore.in_memory()
+    broker = BrokerService(load_config(environ={}), store, tmp_path)
+    await broker.start()
+    try:
+        name = TopicName.parse("/default/flaky")
+        topic = await broker.get_topic(name, create_as="Reliable")
+        await topic.publish(StoredMessage(payload=b"kept", publish_time=1, producer_id=1, producer_name="p"))
+        await broker.unload(name.full, "test")
+        original = store.list
+        failures = [1]
+
+        async def failing_list(prefix: str, *args: object, **kwargs: object) -> object:
+            if failures and "/producers" in prefix:
+                failures.pop()
+                raise MetadataError("the store is down")
+            return await original(prefix, *args, **kwargs)  # type: ignore[arg-type]
+
+        store.list = failing_list  # type: ignore[method-assign]
+        with pytest.raises(MetadataError):
+            await broker.get_topic(name)
+        again = await broker.get_topic(name)
+        assert again.wal is not None and again.wal.committed_offset == 1
+    finally:
+        await broker.close()
+        await store.close()

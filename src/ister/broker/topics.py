@@ -239,7 +239,15 @@ class TopicRegistry:
         else:
             claim = await self.ownership.claim_volatile(name)
             topic = Topic(name, delivery=delivery, max_message_size=max_size, wal=None, claim=claim)
-        for p in await self.store.list(keys.topic_producers_prefix(name.full)):
+        try:
+            producers = await self.store.list(keys.topic_producers_prefix(name.full))
+        except BaseException:
+            # Not registered: nobody else would close its WAL or give its claim back.
+            self.exports.remove(topic)
+            topic.claim.revoke("load failed")
+            await topic.close()
+            raise
+        for p in producers:
             record = ProducerRecord.parse(p.value)
             if record is None:
                 log.warning("ignoring malformed producer record %s", p.key)
