@@ -5,6 +5,8 @@ Everything that arrives from the network passes through here before it reaches a
 
 from __future__ import annotations
 
+import os
+import random
 import re
 import secrets
 from dataclasses import dataclass
@@ -101,9 +103,15 @@ class TopicName:
         return self.full
 
 
+# Ids need to be unique, not secret: a generator seeded once from the OS, so handing one out is no system call
+# (a call that releases the GIL, which the event loop then waits to get back behind busy threads).
+_ids = random.Random(secrets.randbits(128))
+os.register_at_fork(after_in_child=lambda: _ids.seed(secrets.randbits(128)))  # a forked child draws its own
+
+
 def new_id() -> int:
     """A random non-zero u64 id (producers, consumers, brokers), as Danube hands out."""
     while True:
-        value = secrets.randbits(64)
+        value = _ids.getrandbits(64)
         if value:
             return value
