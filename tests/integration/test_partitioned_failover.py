@@ -10,9 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import danube
+import grpc
 import pytest
 
 from ister.client import Client, Consumer
+from ister.wire.gen import DanubeAdmin_pb2 as apb
+from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
 from tests.integration.harness import BrokerProcess, client, consumer, producer
 from tests.support import until
 
@@ -212,3 +215,33 @@ async def test_ister_client_partitioned_consumers_share_the_partitions(broker: B
         await until(settled, "two partitions each", within=30)
         for t in tasks:
             t.cancel()
+
+
+async def test_the_handoff_time_is_a_subscription_setting(broker: BrokerProcess) -> None:
+    """`set-dispatch-config --max-handoff` on the partitioned base name: this subscription's moving
+    partitions wait 0.5 s for the old consumer, not the broker's 2 s."""
+    topic = "/default/quick"
+    pc = await client(broker.url)
+    prod = await producer(pc, topic, "p", reliable=True, partitions=2)
+    async with grpc.aio.insecure_channel(broker.admin_addr) as channel:
+        topics = apb_grpc.TopicAdminStub(channel)
+        config = apb.SubscriptionDispatchConfig(max_handoff_seconds=0.5)
+        request = apb.SetSubscriptionDispatchConfigRequest(
+            topic=topic, subscription="g", dispatch_config=config
+        )
+        assert (await topics.SetSubscriptionDispatchConfig(request)).success
+    ca = await client(broker.url)
+    a_cons, a_queue = await consumer(ca, topic, "a", "g", danube.SubType.FAILOVER)
+    for i in range(2):
+        await prod.send(f"held-{i}".encode(), None)
+    for _ in range(2):
+        await asyncio.wait_for(a_queue.get(), 15)  # delivered to a, never acknowledged
+    cb = await client(broker.url)
+    b_cons, b_queue = await consumer(cb, topic, "b", "g", danube.SubType.FAILOVER)
+    joined = asyncio.get_running_loop().time()
+    m = await asyncio.wait_for(b_queue.get(), 15)
+    waited = asyncio.get_running_loop().time() - joined
+    assert bytes(m.payload).startswith(b"held-")
+    assert 0.5 - 0.2 <= waited < 2.0, f"the moving partition switched after {waited:.2f} s"
+    await a_cons.close()
+    await b_cons.close()

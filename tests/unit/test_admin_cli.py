@@ -230,10 +230,21 @@ async def test_subscription_policies(cli: Cli) -> None:
     }
     assert "poison_policy" in ok(await cli("topics", "get-failure-policy", *base))
     assert json.loads(ok(await cli("topics", "get-dispatch-config", *base, "-o", "json"))) == {
-        "max_unacked_messages": None
+        "max_unacked_messages": None,
+        "rebalance_delay_seconds": None,
+        "max_handoff_seconds": None,
     }
     assert "INVALID_ARGUMENT" in failed(
         await cli("topics", "set-dispatch-config", *base, "--max-unacked-messages", "0")
     )
     ok(await cli("topics", "set-dispatch-config", *base, "--max-unacked-messages", "64"))
-    assert ok(await cli("topics", "get-dispatch-config", *base)).split() == ["max_unacked_messages:", "64"]
+    ok(await cli("topics", "set-dispatch-config", *base, "--max-handoff", "0.5"))  # the window stays
+    shown = ok(await cli("topics", "get-dispatch-config", *base, "-o", "json"))
+    assert json.loads(shown) == {
+        "max_unacked_messages": 64,
+        "rebalance_delay_seconds": None,
+        "max_handoff_seconds": 0.5,
+    }
+    assert "INVALID_ARGUMENT" in failed(
+        await cli("topics", "set-dispatch-config", *base, "--max-handoff", "4000")
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -389,33 +390,50 @@ class AdminOps:
         parsed = SubscriptionRecord.parse(record.value) if record is not None else None
         return SubscriptionPolicy(policy, parsed.subscription_type if parsed is not None else 0)
 
-    async def set_dispatch_window(self, raw: str, sub: str, max_unacked: int) -> None:
-        """Store a subscription's window; also applied at once when the subscription is open here."""
-        name = await self._require_topic(raw)
+    async def set_dispatch_config(
+        self,
+        raw: str,
+        sub: str,
+        max_unacked: int | None = None,
+        rebalance_delay: float | None = None,
+        max_handoff: float | None = None,
+    ) -> None:
+        """Store a subscription's dispatch settings (a partitioned base name: on each partition); None keeps
+        a setting as it is. Applied at once to the subscription when it is open here."""
+        _check_dispatch_settings(max_unacked, rebalance_delay, max_handoff)
+        _, targets = await self._resolve(raw)
         validate_client_name(sub, "subscription name")
-        if not MIN_WINDOW <= max_unacked <= MAX_WINDOW:
-            raise InvalidArgument(
-                f"max_unacked_messages must be in {MIN_WINDOW}..{MAX_WINDOW}, got {max_unacked}"
+        for name in targets:
+            await self._require_reliable(name, "a dispatch config")
+        for name in targets:
+            key = keys.subscription_dispatch_config(name, sub)
+            kv = await self.store.get(key)
+            old = (DispatchConfigRecord.parse(kv.value) if kv is not None else None) or DispatchConfigRecord()
+            new = DispatchConfigRecord(
+                max_unacked_messages=max_unacked if max_unacked is not None else old.max_unacked_messages,
+                rebalance_delay_seconds=rebalance_delay
+                if rebalance_delay is not None
+                else old.rebalance_delay_seconds,
+                max_handoff_seconds=max_handoff if max_handoff is not None else old.max_handoff_seconds,
             )
-        await self._require_reliable(name, "a dispatch config")
-        await self.store.put(
-            keys.subscription_dispatch_config(name, sub),
-            DispatchConfigRecord(max_unacked_messages=max_unacked).to_json(),
-        )
-        loaded = self.broker.topics.get(name.full)
-        open_sub = loaded.subscriptions.get(sub) if loaded is not None else None
-        if open_sub is not None:
-            open_sub.set_window(max_unacked)
+            await self.store.put(key, new.to_json())
+            loaded = self.broker.topics.get(name.full)
+            open_sub = loaded.subscriptions.get(sub) if loaded is not None else None
+            if open_sub is not None and max_unacked is not None:
+                open_sub.set_window(max_unacked)
+            part = name.partition
+            if part is not None:
+                groups = self.broker.consumer_refs.partition_groups
+                groups.configure(f"/{name.namespace}/{part[0]}", sub, new)
 
-    async def get_dispatch_window(self, raw: str, sub: str) -> int | None:
+    async def get_dispatch_config(self, raw: str, sub: str) -> DispatchConfigRecord | None:
         name = await self._require_topic(raw)
         validate_client_name(sub, "subscription name")
         kv = await self.store.get(keys.subscription_dispatch_config(name, sub))
         if kv is None:
             await self._require_subscription(name, sub)
             return None
-        record = DispatchConfigRecord.parse(kv.value)
-        return record.max_unacked_messages if record is not None else None
+        return DispatchConfigRecord.parse(kv.value)
 
     # -- namespaces ---------------------------------------------------------------------------------------
     async def list_namespaces(self) -> list[str]:
@@ -457,6 +475,22 @@ class AdminOps:
 
     async def list_brokers(self) -> list[BrokerInfo]:
         return await self.ownership.brokers()
+
+
+def _check_dispatch_settings(
+    max_unacked: int | None, rebalance_delay: float | None, max_handoff: float | None
+) -> None:
+    if max_unacked is None and rebalance_delay is None and max_handoff is None:
+        raise InvalidArgument(
+            "nothing to set: give max_unacked_messages, rebalance_delay_seconds or max_handoff_seconds"
+        )
+    if max_unacked is not None and not MIN_WINDOW <= max_unacked <= MAX_WINDOW:
+        raise InvalidArgument(
+            f"max_unacked_messages must be in {MIN_WINDOW}..{MAX_WINDOW}, got {max_unacked}"
+        )
+    for what, value in (("rebalance_delay_seconds", rebalance_delay), ("max_handoff_seconds", max_handoff)):
+        if value is not None and not (math.isfinite(value) and 0 <= value <= 3_600):
+            raise InvalidArgument(f"{what} must be in 0..3600, got {value}")
 
 
 def _creation_targets(name: TopicName, partitions: int | None) -> list[TopicName]:

@@ -170,7 +170,7 @@ class Consumers:
         window = self.config.dispatch.max_unacked_messages
         dc = await self.store.get(keys.subscription_dispatch_config(t, name))
         dispatch = DispatchConfigRecord.parse(dc.value) if dc is not None else None
-        if dispatch is not None:
+        if dispatch is not None and dispatch.max_unacked_messages is not None:
             window = dispatch.max_unacked_messages
         cursor_key = keys.subscription_cursor(t, name)
 
@@ -197,7 +197,9 @@ class Consumers:
         part = topic.name.partition
         if part is not None and sub_type is SubType.FAILOVER:
             base = f"/{topic.name.namespace}/{part[0]}"
-            self.partition_groups.join(base, part[1], sub)  # spread the partitions over the consumers
+            self.partition_groups.join(
+                base, part[1], sub, dispatch
+            )  # spread the partitions over the consumers
         return sub
 
     async def _failure_policy(self, topic: Topic, sub: str) -> FailurePolicy:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from ister.broker import metrics
 from ister.broker.reliable import ReliableSubscription
 from ister.core.dispatch.partitions import Handoff, RebalanceTimer, assign, plan_handoffs
+from ister.metadata.records import DispatchConfigRecord
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,15 @@ class PartitionGroup:
 
     def __post_init__(self) -> None:
         self.timer = RebalanceTimer(self.rebalance_delay)
+
+    def configure(self, rebalance_delay: float | None, max_handoff: float | None) -> None:
+        """Per-subscription settings (the admin API's dispatch config); None keeps the current value."""
+        if rebalance_delay is not None:
+            self.rebalance_delay = self.timer.delay = rebalance_delay
+        if max_handoff is not None:
+            self.max_handoff = max_handoff
+            for h in self.handoffs.values():
+                h.max_handoff_s = max_handoff
 
     def changed(self, kind: str, now: float) -> None:
         self.timer.changed(now)
@@ -143,12 +153,20 @@ class PartitionGroups:
         self.groups: dict[tuple[str, str], PartitionGroup] = {}
         self._task: asyncio.Task[None] | None = None
 
-    def join(self, base: str, partition: int, sub: ReliableSubscription) -> None:
-        """A partition's Failover subscription opened here."""
+    def join(
+        self,
+        base: str,
+        partition: int,
+        sub: ReliableSubscription,
+        settings: DispatchConfigRecord | None = None,
+    ) -> None:
+        """A partition's Failover subscription opened here (`settings`: the subscription's stored ones)."""
         key = (base, sub.name)
         group = self.groups.get(key)
         if group is None:
             group = self.groups[key] = PartitionGroup(key, self.rebalance_delay, self.max_handoff)
+        if settings is not None:
+            group.configure(settings.rebalance_delay_seconds, settings.max_handoff_seconds)
         group.subs[partition] = sub
         sub.on_change = lambda kind: group.changed(kind, time.monotonic())
         sub.on_close = lambda: self.leave(base, partition, sub)
@@ -170,6 +188,11 @@ class PartitionGroups:
             del self.groups[key]
         else:
             group.changed("detach", time.monotonic())
+
+    def configure(self, base: str, subscription: str, settings: DispatchConfigRecord) -> None:
+        group = self.groups.get((base, subscription))
+        if group is not None:
+            group.configure(settings.rebalance_delay_seconds, settings.max_handoff_seconds)
 
     async def _run(self) -> None:
         while True:

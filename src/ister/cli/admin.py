@@ -526,24 +526,45 @@ def topics_get_failure_policy(
 def topics_set_dispatch_config(
     topic: TopicArg,
     subscription: SubscriptionOpt,
-    max_unacked_messages: Annotated[int, typer.Option("--max-unacked-messages", min=0)],
+    max_unacked_messages: Annotated[int | None, typer.Option("--max-unacked-messages", min=0)] = None,
+    rebalance_delay: Annotated[
+        float | None, typer.Option("--rebalance-delay", min=0.0, help="seconds (Failover, partitioned)")
+    ] = None,
+    max_handoff: Annotated[
+        float | None, typer.Option("--max-handoff", min=0.0, help="seconds (Failover, partitioned)")
+    ] = None,
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Set a Reliable subscription's window (1..10000 unacknowledged messages)."""
+    """Set a Reliable subscription's window (1..10000 unacknowledged messages) and, for a Failover
+    subscription on a partitioned topic (a base name sets every partition), its rebalance delay and
+    handoff time. Settings not given stay as they are."""
     name = topic_name(topic)
+    config = pb.SubscriptionDispatchConfig(max_unacked_messages=max_unacked_messages or 0)
+    if rebalance_delay is not None:
+        config.rebalance_delay_seconds = rebalance_delay
+    if max_handoff is not None:
+        config.max_handoff_seconds = max_handoff
     request = pb.SetSubscriptionDispatchConfigRequest(
-        topic=name,
-        subscription=subscription,
-        dispatch_config=pb.SubscriptionDispatchConfig(max_unacked_messages=max_unacked_messages),
+        topic=name, subscription=subscription, dispatch_config=config
     )
     call(admin_addr, lambda s: s.topics.SetSubscriptionDispatchConfig(request, **_timeout()))
+    settings = {
+        k: v
+        for k, v in (
+            ("max_unacked_messages", max_unacked_messages),
+            ("rebalance_delay_seconds", rebalance_delay),
+            ("max_handoff_seconds", max_handoff),
+        )
+        if v is not None
+    }
+    shown_settings = ", ".join(f"{k}={v}" for k, v in settings.items())
     emit_done(
         output,
-        f"set max_unacked_messages={max_unacked_messages} for {subscription} on {name}",
+        f"set {shown_settings} for {subscription} on {name}",
         topic=name,
         subscription=subscription,
-        max_unacked_messages=max_unacked_messages,
+        **settings,
     )
 
 
@@ -554,20 +575,27 @@ def topics_get_dispatch_config(
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
     output: OutputOpt = Output.table,
 ) -> None:
-    """A subscription's stored window, if one was set."""
+    """A subscription's stored dispatch settings, if any were set."""
     name = topic_name(topic)
     request = pb.GetSubscriptionDispatchConfigRequest(topic=name, subscription=subscription)
     response = call(admin_addr, lambda s: s.topics.GetSubscriptionDispatchConfig(request, **_timeout()))
-    window = response.dispatch_config.max_unacked_messages if response.HasField("dispatch_config") else None
+    c = response.dispatch_config if response.HasField("dispatch_config") else None
+    values = {
+        "max_unacked_messages": (c.max_unacked_messages or None) if c is not None else None,
+        "rebalance_delay_seconds": c.rebalance_delay_seconds
+        if c is not None and c.HasField("rebalance_delay_seconds")
+        else None,
+        "max_handoff_seconds": c.max_handoff_seconds
+        if c is not None and c.HasField("max_handoff_seconds")
+        else None,
+    }
     if output == Output.json:
-        emit_json({"max_unacked_messages": window})
+        emit_json(values)
     else:
         emit_fields(
             [
-                (
-                    "max_unacked_messages",
-                    "(not set: the broker's default applies)" if window is None else str(window),
-                )
+                (k, "(not set: the broker's default applies)" if v is None else str(v))
+                for k, v in values.items()
             ]
         )
 

@@ -83,9 +83,14 @@ class ConsumerIndexRecord(Record, frozen=True):
 
 
 class DispatchConfigRecord(Record, frozen=True):
-    """`/topics/{ns}/{topic}/subscriptions/{name}/dispatch_config`."""
+    """`/topics/{ns}/{topic}/subscriptions/{name}/dispatch_config`; an absent field: the broker's default."""
 
-    max_unacked_messages: int
+    max_unacked_messages: int | None = None
+    rebalance_delay_seconds: float | None = None  # Failover on a partitioned topic
+    max_handoff_seconds: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in msgspec.to_builtins(self).items() if v is not None}
 
 
 class NamespacePolicy(Record, frozen=True):

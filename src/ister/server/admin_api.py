@@ -189,8 +189,15 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
     ) -> pb.SubscriptionResponse:
         if not request.HasField("dispatch_config"):
             raise InvalidArgument("dispatch_config is required")
-        await self.ops.set_dispatch_window(
-            request.topic, request.subscription, request.dispatch_config.max_unacked_messages
+        c = request.dispatch_config
+        extra = c.HasField("rebalance_delay_seconds") or c.HasField("max_handoff_seconds")
+        await self.ops.set_dispatch_config(
+            request.topic,
+            request.subscription,
+            # 0 leaves the window as it is when a partition setting is given (proto3 has no "unset" here)
+            None if extra and c.max_unacked_messages == 0 else c.max_unacked_messages,
+            c.rebalance_delay_seconds if c.HasField("rebalance_delay_seconds") else None,
+            c.max_handoff_seconds if c.HasField("max_handoff_seconds") else None,
         )
         return pb.SubscriptionResponse(success=True)
 
@@ -198,10 +205,14 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
     async def GetSubscriptionDispatchConfig(
         self, request: pb.GetSubscriptionDispatchConfigRequest, context: Ctx
     ) -> pb.GetSubscriptionDispatchConfigResponse:
-        window = await self.ops.get_dispatch_window(request.topic, request.subscription)
+        config = await self.ops.get_dispatch_config(request.topic, request.subscription)
         out = pb.GetSubscriptionDispatchConfigResponse()
-        if window is not None:
-            out.dispatch_config.max_unacked_messages = window
+        if config is not None:
+            out.dispatch_config.max_unacked_messages = config.max_unacked_messages or 0
+            if config.rebalance_delay_seconds is not None:
+                out.dispatch_config.rebalance_delay_seconds = config.rebalance_delay_seconds
+            if config.max_handoff_seconds is not None:
+                out.dispatch_config.max_handoff_seconds = config.max_handoff_seconds
         return out
 
 

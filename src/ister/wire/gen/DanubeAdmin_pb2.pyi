@@ -265,10 +265,14 @@ class GetSubscriptionFailurePolicyResponse(_message.Message):
     def __init__(self, failure_policy: _Optional[_Union[SubscriptionFailurePolicy, _Mapping]] = ..., subscription_type: _Optional[int] = ...) -> None: ...
 
 class SubscriptionDispatchConfig(_message.Message):
-    __slots__ = ("max_unacked_messages",)
+    __slots__ = ("max_unacked_messages", "rebalance_delay_seconds", "max_handoff_seconds")
     MAX_UNACKED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_DELAY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_HANDOFF_SECONDS_FIELD_NUMBER: _ClassVar[int]
     max_unacked_messages: int
-    def __init__(self, max_unacked_messages: _Optional[int] = ...) -> None: ...
+    rebalance_delay_seconds: float
+    max_handoff_seconds: float
+    def __init__(self, max_unacked_messages: _Optional[int] = ..., rebalance_delay_seconds: _Optional[float] = ..., max_handoff_seconds: _Optional[float] = ...) -> None: ...
 
 class SetSubscriptionDispatchConfigRequest(_message.Message):
     __slots__ = ("topic", "subscription", "dispatch_config")
