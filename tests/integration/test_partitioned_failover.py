@@ -5,6 +5,8 @@ goes, nothing lost."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 from ister.client import Client, Consumer
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
-from tests.integration.harness import BrokerProcess, client, consumer, producer
+from tests.integration.harness import ISTER, BrokerProcess, client, consumer, producer
 from tests.support import until
 
 pytestmark = pytest.mark.integration
@@ -93,6 +95,16 @@ async def test_partitions_spread_over_failover_consumers_and_follow_them(broker:
 
     await until(spread, "partitions spread two per consumer", within=30)
     owners = {p: col.name for col in collectors for p in col.since({})}
+    # The admin CLI shows the same map.
+    shown = await asyncio.to_thread(
+        subprocess.run,
+        [*ISTER, "admin", "topics", "subscriptions", topic, "--admin-addr", broker.admin_addr, "-o", "json",
+         "--partitions"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    listed = json.loads(shown.stdout)
+    assert listed["subscriptions"] == ["group"]
+    assert {f"{topic}-part-{r['partition']}": r["consumer"] for r in listed["partitions"]} == owners
 
     # One consumer goes (its client closes): its partitions move to the others at once, nothing is lost.
     gone = collectors.pop()

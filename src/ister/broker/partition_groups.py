@@ -194,6 +194,22 @@ class PartitionGroups:
         if group is not None:
             group.configure(settings.rebalance_delay_seconds, settings.max_handoff_seconds)
 
+    def assignments(self, base: str, now: float) -> list[tuple[str, int, str | None, str | None, float]]:
+        """(subscription, partition, consumer, handing off to, paused for) of every partition of `base`'s
+        groups here, by subscription and partition."""
+        out: list[tuple[str, int, str | None, str | None, float]] = []
+        for (group_base, sub), group in sorted(self.groups.items()):
+            if group_base != base:
+                continue
+            for p in sorted(group.subs):
+                h = group.handoffs.get(p)
+                if h is not None:
+                    out.append((sub, p, h.source, h.target, now - h.paused_at))
+                else:
+                    name = group.assignment.get(p) or group.subs[p].active_name()
+                    out.append((sub, p, name, None, 0.0))
+        return out
+
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)

@@ -403,20 +403,68 @@ def topics_unload(
     emit_done(output, f"unloaded topic {name}", topic=name)
 
 
+def _partition_rows(addr: str, topic: str) -> list[Any]:
+    """The partition map of `topic`'s Failover subscriptions; none from a broker without the call."""
+    request = ister_pb.ListPartitionAssignmentsRequest(topic=topic)
+    try:
+        with connect(addr) as stubs:
+            return list(stubs.ister_admin.ListPartitionAssignments(request, **_timeout()).assignments)
+    except AdminCallError:
+        return []
+
+
 @topics_app.command("subscriptions")
 def topics_subscriptions(
-    topic: TopicArg, admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table
+    topic: TopicArg,
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+    partitions: Annotated[
+        bool, typer.Option("--partitions", help="JSON: also the partition -> consumer map")
+    ] = False,
 ) -> None:
-    """The subscriptions of a topic."""
+    """The subscriptions of a topic and, for a partitioned topic's Failover subscriptions, which consumer
+    has each partition (as the broker at --admin-addr holds it)."""
     name = topic_name(topic)
     response = call(
         admin_addr, lambda s: s.topics.ListSubscriptions(pb.TopicRequest(name=name), **_timeout())
     )
     subs = list(response.subscriptions)
+    rows = _partition_rows(admin_addr, name)
     if output == Output.json:
-        emit_json(subs)
-    else:
-        emit_table(["SUBSCRIPTION"], [[s] for s in subs])
+        if not partitions:
+            emit_json(subs)
+            return
+        emit_json(
+            {
+                "subscriptions": subs,
+                "partitions": [
+                    {
+                        "subscription": r.subscription,
+                        "partition": r.partition,
+                        "consumer": r.consumer or None,
+                        "handing_off_to": r.handing_off_to or None,
+                        "paused_seconds": round(r.paused_seconds, 3),
+                    }
+                    for r in rows
+                ],
+            }
+        )
+        return
+    emit_table(["SUBSCRIPTION"], [[s] for s in subs])
+    if rows:
+        typer.echo("")
+        emit_table(
+            ["SUBSCRIPTION", "PARTITION", "CONSUMER", "HANDOFF"],
+            [
+                [
+                    r.subscription,
+                    str(r.partition),
+                    r.consumer or "-",
+                    f"to {r.handing_off_to} ({r.paused_seconds:.1f} s)" if r.handing_off_to else "-",
+                ]
+                for r in rows
+            ],
+        )
 
 
 @topics_app.command("unsubscribe")

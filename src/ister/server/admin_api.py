@@ -358,7 +358,8 @@ def add_admin_services(
     rbac = rbac if rbac is not None else RbacStore(broker.store, [])
     add_service(server, SecurityAdminServicer(rbac), pb, "SecurityAdmin")
     if api_keys is not None:
-        add_service(server, IsterAdminServicer(api_keys), ister_pb, "IsterAdmin")
+        groups = broker.consumer_refs.partition_groups
+        add_service(server, IsterAdminServicer(api_keys, groups), ister_pb, "IsterAdmin")
         add_service(server, ApiKeyExchangeServicer(api_keys), ister_pb, "Ister", only={"ExchangeApiKey"})
     add_schema_service(server, broker)  # Danube serves the registry on both ports
     return ops

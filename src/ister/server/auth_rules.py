@@ -127,6 +127,7 @@ RULES[f"/{_IA}CreateApiKey"] = Rule("ManageCluster", _cluster, change=True)
 RULES[f"/{_IA}RevokeApiKey"] = Rule("ManageCluster", _cluster, change=True)
 RULES[f"/{_IA}ListApiKeys"] = Rule("ManageCluster", _cluster)
 RULES[f"/{_IA}CreateToken"] = Rule("ManageCluster", _cluster, change=True, audited=_token_audit)
+RULES[f"/{_IA}ListPartitionAssignments"] = Rule("ManageTopic", T_TOPIC)
 for _m in ("CreateRole", "DeleteRole", "CreateBinding", "DeleteBinding"):
     RULES[f"/{_A}SecurityAdmin/{_m}"] = Rule("ManageCluster", _cluster, change=True)
 for _m in ("GetRole", "ListRoles", "GetBinding", "ListBindings", "ListAllBindings"):

@@ -3,9 +3,12 @@ Ister's `ister.v1.IsterAdmin`: API keys (Danube's admin proto has none)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from ister.broker.partition_groups import PartitionGroups
 from ister.errors import FailedPrecondition
+from ister.ids import TopicName
 from ister.security.api_keys import ApiKey, ApiKeyStore
 from ister.security.rbac import Binding, Role
 from ister.security.rbac_store import RbacStore
@@ -129,8 +132,28 @@ class ApiKeyExchangeServicer:
 
 
 class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
-    def __init__(self, api_keys: ApiKeyStore) -> None:
+    def __init__(self, api_keys: ApiKeyStore, groups: PartitionGroups | None = None) -> None:
         self.api_keys = api_keys
+        self.groups = groups
+
+    @unary
+    async def ListPartitionAssignments(
+        self, request: ipb.ListPartitionAssignmentsRequest, context: Ctx
+    ) -> ipb.ListPartitionAssignmentsResponse:
+        name = TopicName.parse(request.topic)
+        rows = self.groups.assignments(name.full, time.monotonic()) if self.groups is not None else []
+        return ipb.ListPartitionAssignmentsResponse(
+            assignments=[
+                ipb.PartitionAssignment(
+                    subscription=sub,
+                    partition=p,
+                    consumer=consumer or "",
+                    handing_off_to=target or "",
+                    paused_seconds=paused,
+                )
+                for sub, p, consumer, target, paused in rows
+            ]
+        )
 
     @unary
     async def CreateApiKey(self, request: ipb.CreateApiKeyRequest, context: Ctx) -> ipb.CreateApiKeyResponse:

@@ -25,6 +25,32 @@ SHARED: SubscriptionType
 FAILOVER: SubscriptionType
 KEY_SHARED: SubscriptionType
 
+class ListPartitionAssignmentsRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class PartitionAssignment(_message.Message):
+    __slots__ = ("subscription", "partition", "consumer", "handing_off_to", "paused_seconds")
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    HANDING_OFF_TO_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    subscription: str
+    partition: int
+    consumer: str
+    handing_off_to: str
+    paused_seconds: float
+    def __init__(self, subscription: _Optional[str] = ..., partition: _Optional[int] = ..., consumer: _Optional[str] = ..., handing_off_to: _Optional[str] = ..., paused_seconds: _Optional[float] = ...) -> None: ...
+
+class ListPartitionAssignmentsResponse(_message.Message):
+    __slots__ = ("assignments",)
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    assignments: _containers.RepeatedCompositeFieldContainer[PartitionAssignment]
+    def __init__(self, assignments: _Optional[_Iterable[_Union[PartitionAssignment, _Mapping]]] = ...) -> None: ...
+
 class LookupRequest(_message.Message):
     __slots__ = ("topic",)
     TOPIC_FIELD_NUMBER: _ClassVar[int]

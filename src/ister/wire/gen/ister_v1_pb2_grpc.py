@@ -404,6 +404,11 @@ class IsterAdminStub:
                 request_serializer=ister__v1__pb2.CreateTokenRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.CreateTokenResponse.FromString,
                 _registered_method=True)
+        self.ListPartitionAssignments = channel.unary_unary(
+                '/ister.v1.IsterAdmin/ListPartitionAssignments',
+                request_serializer=ister__v1__pb2.ListPartitionAssignmentsRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.ListPartitionAssignmentsResponse.FromString,
+                _registered_method=True)
 
 
 class IsterAdminServicer:
@@ -440,6 +445,14 @@ class IsterAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListPartitionAssignments(self, request, context):
+        """The partition -> consumer map of the Failover subscriptions of a partitioned topic (`topic` is the base
+        name), as this broker's partition groups hold it (in a cluster: the partitions this broker serves).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -462,6 +475,11 @@ def add_IsterAdminServicer_to_server(servicer, server):
                     servicer.CreateToken,
                     request_deserializer=ister__v1__pb2.CreateTokenRequest.FromString,
                     response_serializer=ister__v1__pb2.CreateTokenResponse.SerializeToString,
+            ),
+            'ListPartitionAssignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPartitionAssignments,
+                    request_deserializer=ister__v1__pb2.ListPartitionAssignmentsRequest.FromString,
+                    response_serializer=ister__v1__pb2.ListPartitionAssignmentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -573,6 +591,33 @@ class IsterAdmin:
             '/ister.v1.IsterAdmin/CreateToken',
             ister__v1__pb2.CreateTokenRequest.SerializeToString,
             ister__v1__pb2.CreateTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPartitionAssignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/ListPartitionAssignments',
+            ister__v1__pb2.ListPartitionAssignmentsRequest.SerializeToString,
+            ister__v1__pb2.ListPartitionAssignmentsResponse.FromString,
             options,
             channel_credentials,
             insecure,
