@@ -20,7 +20,7 @@ from ister.security.tokens import mint
 from ister.server.auth_rules import RULES
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
-from tests.integration.harness import ISTER, BrokerProcess, take
+from tests.integration.harness import ISTER, BrokerProcess, consumer, producer, take
 from tests.integration.security_support import Pki, make_pki, secret_file, token
 
 pytestmark = pytest.mark.integration
@@ -181,17 +181,8 @@ async def test_official_client_with_token_and_bindings(broker: BrokerProcess, pk
     await _grant(broker, pki, "app", "app-rw", ["Lookup", "Produce", "Consume"], "topic", "/default/orders-*")
     client = await _client(broker, pki, "app")
     topic = "/default/orders-eu"
-    prod = (
-        client.new_producer()
-        .with_topic(topic)
-        .with_name("p")
-        .with_dispatch_strategy(danube.DispatchStrategy.RELIABLE)
-        .build()
-    )
-    await prod.create()
-    cons = client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s").build()
-    await cons.subscribe()
-    queue = await cons.receive()
+    prod = await producer(client, topic, "p", reliable=True)
+    cons, queue = await consumer(client, topic, "c", "s", danube.SubType.SHARED)
     for i in range(3):
         await prod.send(f"m{i}".encode(), None)
     assert [m.payload for m in await take(queue, 3, ack=cons)] == [b"m0", b"m1", b"m2"]

@@ -17,7 +17,7 @@ from danube.proto import DanubeApi_pb2_grpc as pb_grpc
 
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
-from tests.integration.harness import BrokerProcess, take
+from tests.integration.harness import BrokerProcess, consumer, producer, take
 from tests.integration.security_support import Pki, make_pki
 from tests.support import until
 
@@ -57,17 +57,8 @@ def mtls_broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[
 
 
 async def _roundtrip(client: danube.DanubeClient, topic: str, n: int = 5) -> list[bytes]:
-    prod = (
-        client.new_producer()
-        .with_topic(topic)
-        .with_name("p")
-        .with_dispatch_strategy(danube.DispatchStrategy.RELIABLE)
-        .build()
-    )
-    await prod.create()
-    cons = client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s").build()
-    await cons.subscribe()
-    queue = await cons.receive()
+    prod = await producer(client, topic, "p", reliable=True)
+    cons, queue = await consumer(client, topic, "c", "s", danube.SubType.SHARED)
     for i in range(n):
         await prod.send(f"m{i}".encode(), None)
     got = await take(queue, n, ack=cons)
@@ -162,17 +153,8 @@ async def test_certificate_rotation_while_producing_loses_nothing(tmp_path: Path
         url = f"https://127.0.0.1:{broker.port}"
         client = await danube.DanubeClientBuilder().service_url(url).with_tls(str(first.ca_file)).build()
         topic = "/default/rotation"
-        prod = (
-            client.new_producer()
-            .with_topic(topic)
-            .with_name("p")
-            .with_dispatch_strategy(danube.DispatchStrategy.RELIABLE)
-            .build()
-        )
-        await prod.create()
-        cons = client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s").build()
-        await cons.subscribe()
-        queue = await cons.receive()
+        prod = await producer(client, topic, "p", reliable=True)
+        cons, queue = await consumer(client, topic, "c", "s", danube.SubType.SHARED)
         sent = 0
         stop = asyncio.Event()
 

@@ -186,6 +186,9 @@ class PartitionGroups:
         sub.on_change = sub.on_close = None
         if not group.subs:
             del self.groups[key]
+            if not self.groups:  # the tick skips an empty registry: zero the spread here
+                metrics.partition_spread.labels("max").set(0)
+                metrics.partition_spread.labels("min").set(0)
         else:
             group.changed("detach", time.monotonic())
 
@@ -213,6 +216,8 @@ class PartitionGroups:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)
+            if not self.groups:
+                continue  # every group left (no partitioned Failover subscription open): nothing to do
             now = time.monotonic()
             spread: list[int] = []
             for group in list(self.groups.values()):
