@@ -100,6 +100,9 @@ class PartitionGroup:
                 holders[p] = name
         planned, _resumed = plan_handoffs(holders, new, now, self.max_handoff, self.handoffs)
         self.handoffs = planned
+        for p, sub in self.subs.items():  # only a handoff's source has released messages to report
+            source = planned[p].source if p in planned else None
+            sub.released = {n: c for n, c in sub.released.items() if n == source}
         for p in planned:
             self.subs[p].designate(None)  # step 1: no new deliveries to the old consumer
         for p, name in new.items():
@@ -124,7 +127,10 @@ class PartitionGroup:
             unacked = sub.in_flight_of(source_id) if source_id is not None else 0
             if not h.ready(now, unacked, source_id is not None):
                 continue
+            # What the source still holds goes back now; what it held when its stream ended went back then.
             redelivered = sub.requeue(source_id) if source_id is not None else 0
+            if h.source is not None:
+                redelivered += sub.take_released(h.source)
             h.switch(now)
             sub.designate(names[h.target])
             del self.handoffs[p]
@@ -184,6 +190,7 @@ class PartitionGroups:
         group.assignment.pop(partition, None)
         group.handoffs.pop(partition, None)
         sub.on_change = sub.on_close = None
+        sub.released.clear()
         if not group.subs:
             del self.groups[key]
             if not self.groups:  # the tick skips an empty registry: zero the spread here
