@@ -216,8 +216,10 @@ class Settings:
     tick: float = 0.025  # the producer sends one message of every key per tick
     ack_delay: float = 0.25  # each consumer acknowledges a message this long after it arrived
     rebalance_delay: float = 0.3
-    max_handoff: float = 3.0  # long enough that a graceful handoff ends on the acks, not on the time
-    max_unacked: int = 200  # per partition and consumer (max_delivered_unacked_msgs_per_flow)
+    # Long enough that a graceful handoff ends on the acks, not on the time, even on a loaded machine; the
+    # window bounds what an old consumer holds, so how long its acks take (80 msg/s per partition).
+    max_handoff: float = 10.0
+    max_unacked: int = 64  # per partition and consumer (max_delivered_unacked_msgs_per_flow)
 
 
 @dataclass(slots=True)
@@ -435,7 +437,7 @@ class Figures:
     missing: list[tuple[str, int]]
     duplicates: int
     duplicate_first_receivers: dict[str, int]
-    order_violations: list[str]
+    order_violations: list[tuple[str, str]]  # (key, what)
     splits: list[Split]
     steps: list[StepFigures]
     unexplained_handoffs: list[HandoffRecord]  # handoffs of a partition whose owner did not change
@@ -484,7 +486,7 @@ def _gap_over(times: list[float], start: float, end: float) -> float:
     return gap
 
 
-def _order_violations(deliveries: list[Delivery], by_key: dict[str, list[Delivery]]) -> list[str]:
+def _order_violations(deliveries: list[Delivery], by_key: dict[str, list[Delivery]]) -> list[tuple[str, str]]:
     """The first delivery of each key's messages comes in sequence order, and no consumer receives a key's
     messages out of order (its own arrival order)."""
     violations = []
@@ -493,13 +495,13 @@ def _order_violations(deliveries: list[Delivery], by_key: dict[str, list[Deliver
         for d in ds:
             if d.seq >= expect:
                 if d.seq != expect:
-                    violations.append(f"{key}: {d.seq} reached {d.consumer} before {expect}")
+                    violations.append((key, f"{d.seq} reached {d.consumer} before {expect}"))
                 expect = d.seq + 1
     last_of: dict[tuple[str, str], int] = {}
     for d in deliveries:
         prev = last_of.get((d.consumer, d.key))
         if prev is not None and d.seq <= prev:
-            violations.append(f"{d.key}: {d.consumer} received {d.seq} after {prev}")
+            violations.append((d.key, f"{d.consumer} received {d.seq} after {prev}"))
         last_of[(d.consumer, d.key)] = d.seq
     return violations
 

@@ -33,15 +33,27 @@ async def test_partitions_hand_off_gracefully_between_real_consumer_processes(br
     fig = analyse(run)
     print("\n" + report(fig))
 
-    # Every message delivered; duplicates only of messages the SIGKILLed consumer had received (the broker
-    # redelivers what it had not acknowledged).
+    # A handoff that ran out of max_handoff (only on a machine so loaded that an old consumer's acks took
+    # 10 s) redelivers what its source still held: the seed allows duplicates, and the source may still be
+    # processing messages of those keys while the new consumer starts. None is expected; the properties
+    # below exempt exactly what such a handoff may cause.
+    timed_out = [h for s in fig.steps for h in s.handoffs if h.paused >= run.settings.max_handoff - 0.01]
+    loose = {h.partition for h in timed_out}
+    if timed_out:
+        print(f"handoffs that ran out of max_handoff: {timed_out}")
+
+    # Every message delivered; duplicates only of messages the SIGKILLed consumer (or a timed-out handoff's
+    # source) had received: the broker redelivers what was not acknowledged.
     assert fig.sent > 0 and not fig.missing, f"{len(fig.missing)} missing, e.g. {fig.missing[:5]}"
-    assert set(fig.duplicate_first_receivers) <= run.killed, fig.duplicate_first_receivers
+    allowed = run.killed | {h.source for h in timed_out}
+    assert set(fig.duplicate_first_receivers) <= allowed, fig.duplicate_first_receivers
     # Per-key order: each message first reaches a consumer after every earlier message of its key.
-    assert not fig.order_violations, fig.order_violations[:10]
+    violations = [v for v in fig.order_violations if run.key_partition[v[0]] not in loose]
+    assert not violations, violations[:10]
     # A key changes consumer only where the seed allows it: a handoff of its partition, between those two.
     assert fig.splits, "no key was ever split: nothing moved"
-    assert all(s.explained for s in fig.splits), [s for s in fig.splits if not s.explained][:5]
+    unexplained = [s for s in fig.splits if not s.explained and s.partition not in loose]
+    assert not unexplained, unexplained[:5]
     # Only partitions whose consumer changed were handed off (the others never paused).
     assert not fig.unexplained_handoffs, fig.unexplained_handoffs
 
