@@ -1,6 +1,7 @@
-"""Cluster mode: a partitioned topic's Failover subscription is assigned as one group over the partitions of
-every broker (broker/partition_share.py). With per-broker groups, two brokers serving two partitions each
-and three consumers gave the same two consumers one partition on each broker and the third none."""
+"""Cluster mode: a partitioned topic's Failover subscription (official client and Ister client consumers
+together) is assigned as one group over the partitions of every broker (broker/partition_share.py). With
+per-broker groups, two brokers serving two partitions each and three consumers gave the same two consumers
+one partition on each broker and the third none."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import danube
 import grpc
 import pytest
 
+from ister.client import Client, Consumer
 from ister.wire.gen import ister_v1_pb2 as ipb
 from ister.wire.gen import ister_v1_pb2_grpc as ipb_grpc
 from tests.etcd_server import EtcdServer
@@ -36,7 +38,8 @@ async def cluster(tmp_path: Path, etcd_server: EtcdServer) -> AsyncIterator[Clus
 
 
 class Collector:
-    """Receives and acks a consumer's messages in the background: which partition each came from."""
+    """Receives and acks an official-client consumer's messages in the background: which partition each
+    came from."""
 
     def __init__(self, name: str, cons: danube.Consumer, queue: asyncio.Queue) -> None:  # type: ignore[type-arg]
         self.name = name
@@ -49,6 +52,31 @@ class Collector:
             m = await queue.get()
             self.got.append(m.msg_id.topic_name)
             await self.cons.ack(m)
+
+    async def close(self) -> None:
+        self.task.cancel()
+        await self.cons.close()
+
+
+class IsterCollector:
+    """The same for an Ister-client consumer (subscription type `partitioned`)."""
+
+    def __init__(self, name: str, ic: Client, cons: Consumer) -> None:
+        self.name = name
+        self.ic = ic
+        self.cons = cons
+        self.got: list[str] = []
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        async for m in self.cons:
+            self.got.append(m.topic)
+            await m.ack()
+
+    async def close(self) -> None:
+        self.task.cancel()
+        await self.cons.close()
+        await self.ic.close()
 
 
 async def test_partitions_on_two_brokers_are_spread_as_one_group(cluster: Cluster) -> None:
@@ -70,10 +98,14 @@ async def test_partitions_on_two_brokers_are_spread_as_one_group(cluster: Cluste
         )
     assert len(set(placed.values())) == 2, placed
 
-    collectors = []
-    for name in ("a", "b", "c"):
+    collectors: list[Collector | IsterCollector] = []
+    for name in ("a", "b"):
         cons, queue = await consumer(await client(url), topic, name, "group", danube.SubType.FAILOVER)
         collectors.append(Collector(name, cons, queue))
+    ic = Client(url)
+    collectors.append(
+        IsterCollector("c", ic, await ic.consumer(topic, "group", name="c", type="partitioned"))
+    )
 
     async def round_owners() -> dict[str, set[str]]:
         """Send two messages to every partition (round-robin); who received each partition's."""
@@ -122,16 +154,13 @@ async def test_partitions_on_two_brokers_are_spread_as_one_group(cluster: Cluste
 
     # c goes: its partition moves, the others stay where they are (sticky); 2 and 2.
     before = await round_owners()
-    gone = collectors.pop()
-    await gone.cons.close()
-    gone.task.cancel()
+    await collectors.pop().close()
     await until(lambda: spread({0: 2, 1: 2}), lambda: f"a 2/2 spread over a, b; last {last}", 30)
     after = await round_owners()
     for name in ("a", "b"):
         assert before[name] <= after[name], (before, after)
     for c in collectors:
-        c.task.cancel()
-        await c.cons.close()
+        await c.close()
 
 
 async def _spread_over_two(cluster: Cluster, parts: list[str]) -> dict[str, int] | None:
