@@ -6,6 +6,7 @@ one partition on each broker and the third none."""
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -140,6 +141,20 @@ async def test_partitions_on_two_brokers_are_spread_as_one_group(cluster: Cluste
             )
         shown = {r.partition: r.consumer for r in reply.assignments if r.subscription == "group"}
         assert sorted(shown) == list(range(PARTITIONS)) and sorted(set(shown.values())) == ["a", "b", "c"]
+
+    # The coordinator's gauge counts the whole group: 2 and 1.
+    def gauge(url: str) -> tuple[float, float]:
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        values = {
+            line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line.startswith("ister_")
+        }
+        bound = 'ister_partitions_per_consumer{{bound="{}"}}'
+        return values.get(bound.format("max"), -1.0), values.get(bound.format("min"), -1.0)
+
+    await until(
+        lambda: asyncio.to_thread(lambda: any(gauge(b.metrics_url) == (2, 1) for b in cluster.brokers)),
+        "a broker's partitions-per-consumer gauge at 2 and 1",
+    )
 
     # Partition 0 moves to the other broker, which becomes the group's coordinator: the consumers follow
     # it there and the group is spread again.

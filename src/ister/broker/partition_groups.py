@@ -113,7 +113,7 @@ class PartitionGroup:
         if 0 in self.subs:
             self._coordinate(now, shared, {p: frozenset(names) for p, names in local.items()})
         elif self.coordinating:  # partition 0 is served elsewhere now: its broker coordinates
-            self.coordinating = False
+            self.coordinating, self.global_assignment = False, {}
             shared.forget_assignment(base, sub)
         mapping = shared.assignment(base, sub)
         if mapping is not None and (mapping != self.followed or self.resync):
@@ -312,7 +312,9 @@ class PartitionGroups:
                 except Exception:
                     log.exception("partition group %s/%s failed a step", *group.key)
                 counts: dict[str, int] = {}
-                for name in group.assignment.values():
+                # Cluster mode: the group's whole map, counted by its coordinator only.
+                mapping = group.assignment if group.shared is None else group.global_assignment
+                for name in mapping.values():
                     counts[name] = counts.get(name, 0) + 1
                 spread.extend(counts.values())
             metrics.partition_spread.labels("max").set(max(spread, default=0))
