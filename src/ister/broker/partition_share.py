@@ -111,11 +111,8 @@ class SharedGroups:
         key = keys.partition_group_members(base, sub, self.broker_id)
         self._set(key, _members_value(view) if view else _DELETE)
 
-    def publish_assignment(self, base: str, sub: str, mapping: dict[int, str] | None) -> None:
+    def publish_assignment(self, base: str, sub: str, mapping: dict[int, str]) -> None:
         key = keys.partition_group_assignment(base, sub)
-        if mapping is None:
-            self._set(key, _DELETE)
-            return
         self._set(key, _assignment_value(mapping))
         self.assignments[(base, sub)] = dict(mapping)  # followed here at once, without the round trip
 
