@@ -12,6 +12,7 @@ import uvloop
 
 from ister.broker.heap import HeapKeeper
 from ister.broker.ownership import Ownership
+from ister.broker.partition_share import SharedGroups
 from ister.broker.service import BrokerService
 from ister.broker.standalone import StandaloneOwnership
 from ister.cluster.node import ClusterNode
@@ -76,6 +77,11 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
             interceptors=security.interceptors,
             api_keys=security.api_keys,
         )
+        if isinstance(ownership, ClusterOwnership):  # one partition group per subscription, across brokers
+            node = ownership.node
+            broker.consumer_refs.partition_groups.share(
+                SharedGroups(store, node.broker_id, lambda: node.membership.lease_id)
+            )
         # After the server is up: the cluster's watcher may load topics and redirect clients here at once.
         await ownership.start()
         if config.prom_exporter:

@@ -122,6 +122,34 @@ async def test_ack_gaps_redelivered_after_reconnect(shared_broker: BrokerProcess
         assert sorted(redelivered) == list(range(1, 100, 2))  # the odd ones, and none of the acked ones
 
 
+async def test_close_right_after_acks_redelivers_none_of_them(
+    shared_broker: BrokerProcess, topic: str
+) -> None:
+    """close() half-closes the stream once the acks are written and waits for the broker to end it: every
+    ack is applied first, so the next consumer gets only the unacknowledged messages again. (A cancelled
+    stream lost the Ack frames the broker had not read yet: here 5,000 ranges, two frames, right before
+    close(); their messages were redelivered.)"""
+    async with Client(shared_broker.url) as client:
+        producer = await client.producer(topic)
+        for rnd in range(3):
+            consumer = await client.consumer(topic, "leave", name="same", window=10_000)
+            await producer.send_batch([b"r%d-%d" % (rnd, i) for i in range(10_000)])
+            got = await take(consumer, 10_000, ack=False)
+            assert all(m.payload.startswith(b"r%d-" % rnd) for m in got)
+            for m in got[1::2]:
+                m.ack_nowait()  # every other message: 5,000 ranges
+            await consumer.close()
+            consumer = await client.consumer(topic, "leave", name="same", window=10_000)
+            await producer.send(b"sentinel")
+            seen: list[Message] = []
+            while not any(m.payload == b"sentinel" for m in seen):
+                seen += await take(consumer, 1)
+            redelivered = sorted(m.offset for m in seen if m.payload != b"sentinel")
+            assert redelivered == sorted(m.offset for m in got[0::2]), f"round {rnd}: {len(redelivered)}"
+            await consumer.ack_batch(seen)
+            await consumer.close()
+
+
 async def test_nack_redelivers(shared_broker: BrokerProcess, topic: str) -> None:
     async with Client(shared_broker.url) as client:
         producer = await client.producer(topic)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +19,9 @@ import pytest
 from ister.client import Client, Consumer
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
-from tests.integration.harness import ISTER, BrokerProcess, client, consumer, producer
+from ister.wire.gen import ister_v1_pb2 as ipb
+from ister.wire.gen import ister_v1_pb2_grpc as ipb_grpc
+from tests.integration.harness import ISTER, BrokerProcess, client, consumer, producer, take
 from tests.support import until
 
 pytestmark = pytest.mark.integration
@@ -256,4 +259,47 @@ async def test_the_handoff_time_is_a_subscription_setting(broker: BrokerProcess)
     assert bytes(m.payload).startswith(b"held-")
     assert 0.5 - 0.2 <= waited < 2.0, f"the moving partition switched after {waited:.2f} s"
     await a_cons.close()
+    await b_cons.close()
+
+
+async def test_a_departed_consumers_messages_count_as_redelivered(broker: BrokerProcess) -> None:
+    """A consumer that goes while holding unacknowledged messages: its partitions move at once and the
+    handoff reports the messages its stream handed back when it ended as redelivered (log and metric)."""
+    topic = "/default/departed"
+    pc = await client(broker.url)
+    prod = await producer(pc, topic, "p", reliable=True, partitions=PARTITIONS)
+    ca, cb = await client(broker.url), await client(broker.url)
+    a_cons, a_queue = await consumer(ca, topic, "a", "group", danube.SubType.FAILOVER)
+    b_cons, b_queue = await consumer(cb, topic, "b", "group", danube.SubType.FAILOVER)
+
+    async def settled() -> bool:
+        async with grpc.aio.insecure_channel(broker.admin_addr) as channel:
+            reply = await ipb_grpc.IsterAdminStub(channel).ListPartitionAssignments(
+                ipb.ListPartitionAssignmentsRequest(topic=topic)
+            )
+        rows = list(reply.assignments)
+        owners = sorted(r.consumer for r in rows)
+        return not any(r.handing_off_to for r in rows) and owners == ["a"] * 3 + ["b"] * 3
+
+    await until(settled, "three partitions each", within=20)
+    for i in range(PARTITIONS):  # one message per partition, none acknowledged
+        await prod.send(f"held-{i}".encode(), None)
+    a_held = await take(a_queue, PARTITIONS // 2)
+    await take(b_queue, PARTITIONS // 2)
+    await a_cons.close()  # a goes with three messages unacknowledged
+    again = await take(b_queue, PARTITIONS // 2)
+    assert sorted(bytes(m.payload) for m in again) == sorted(bytes(m.payload) for m in a_held)
+
+    def counted() -> bool:
+        text = urllib.request.urlopen(broker.metrics_url, timeout=5).read().decode()
+        values = {
+            line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line.startswith("ister_")
+        }
+        return (
+            values.get("ister_partition_handoffs_total") == PARTITIONS  # b's join moved three before
+            and values.get("ister_partition_handoff_redelivered_total") == PARTITIONS // 2
+        )
+
+    await until(lambda: asyncio.to_thread(counted), "the departed consumer's messages counted as redelivered")
+    assert len(re.findall(r"handed off from a to b after [\d.]+ s, 1 redelivered", broker.log())) == 3
     await b_cons.close()

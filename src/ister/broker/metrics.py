@@ -207,7 +207,8 @@ partition_handoff_redelivered = Counter(
 )
 partition_spread = Gauge(
     "ister_partitions_per_consumer",
-    "Over the partition groups of this broker: the most and the fewest partitions one consumer has",
+    "Over the partition groups of this broker (cluster: those it coordinates, all their partitions): the "
+    "most and the fewest partitions one consumer has",
     ("bound",),
 )
 # broker_id: the cluster broker id ("0" in standalone mode)

@@ -11,7 +11,9 @@ the new consumer. Partitions that do not move never pause.
 
 Members are the consumer names attached on every partition of the group (a client still subscribing its
 partitions joins once it has them all); with none, each partition falls back to plain Failover. In
-cluster mode a group holds the partitions this broker serves (each broker balances its own share).
+cluster mode the groups of one subscription on every broker serving its partitions are assigned as one
+(broker/partition_share.py): the broker serving partition 0 computes the map over every partition, each
+broker follows it for the partitions it serves, with the same local handoff.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import time
 from dataclasses import dataclass, field
 
 from ister.broker import metrics
+from ister.broker.partition_share import SharedGroups
 from ister.broker.reliable import ReliableSubscription
-from ister.core.dispatch.partitions import Handoff, RebalanceTimer, assign, plan_handoffs
+from ister.core.dispatch.partitions import Handoff, RebalanceTimer, assign, common_members, plan_handoffs
 from ister.metadata.records import DispatchConfigRecord
 
 log = logging.getLogger(__name__)
@@ -42,6 +45,14 @@ class PartitionGroup:
     handoffs: dict[int, Handoff] = field(default_factory=dict)
     timer: RebalanceTimer = field(init=False)
     handoffs_done: int = 0
+    # Cluster mode (broker/partition_share.py): the map this group follows, and on the coordinator (the
+    # broker serving partition 0) every partition's attached names and the map it wrote.
+    shared: SharedGroups | None = None
+    followed: dict[int, str] | None = None
+    resync: bool = False
+    coordinating: bool = False
+    global_view: dict[int, frozenset[str]] = field(default_factory=dict)
+    global_assignment: dict[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.timer = RebalanceTimer(self.rebalance_delay)
@@ -56,6 +67,9 @@ class PartitionGroup:
                 h.max_handoff_s = max_handoff
 
     def changed(self, kind: str, now: float) -> None:
+        if self.shared is not None:
+            self.resync = True  # the coordinator decides; here designate again (a consumer's new id)
+            return
         self.timer.changed(now)
         if kind == "detach" and self._an_assigned_consumer_left():
             self.timer.due = now  # a consumer that is gone is handled at once
@@ -79,19 +93,67 @@ class PartitionGroup:
         return sorted(names or ())
 
     def step(self, now: float) -> None:
-        if self.timer.fire(now):
+        if self.shared is not None:
+            self._step_shared(now, self.shared)
+        elif self.timer.fire(now):
             self._rebalance(now)
         self._progress(now)
 
     def _rebalance(self, now: float) -> None:
         members = self.members()
-        if not members:
+        current = {p: c for p, c in self.assignment.items() if c in members}
+        self._apply(now, assign(sorted(self.subs), members, current) if members else {})
+
+    def _step_shared(self, now: float, shared: SharedGroups) -> None:
+        """Cluster mode: report the names attached here, coordinate when partition 0 is served here, and
+        follow the group's map for the partitions served here."""
+        base, sub = self.key
+        local = {p: sorted(s.attached_names()) for p, s in self.subs.items()}
+        shared.publish_members(base, sub, local)
+        if 0 in self.subs:
+            self._coordinate(now, shared, {p: frozenset(names) for p, names in local.items()})
+        elif self.coordinating:  # partition 0 is served elsewhere now: its broker coordinates
+            self.coordinating, self.global_assignment = False, {}
+            shared.forget_assignment(base, sub)
+        mapping = shared.assignment(base, sub)
+        if mapping is not None and (mapping != self.followed or self.resync):
+            self.followed, self.resync = dict(mapping), False
+            self._apply(now, {p: c for p, c in mapping.items() if p in self.subs})
+
+    def _coordinate(self, now: float, shared: SharedGroups, local: dict[int, frozenset[str]]) -> None:
+        base, sub = self.key
+        n = shared.partitions(base)
+        if n is None:
+            return
+        if not self.coordinating:  # newly the coordinator: stay sticky to the map the group has
+            self.coordinating = True
+            self.global_assignment = dict(shared.assignment(base, sub) or {})
+            self.global_view = {}
+        view = {p: names for p, names in {**shared.members_view(base, sub), **local}.items() if p < n}
+        if view != self.global_view:
+            self.global_view = view
+            self.timer.changed(now)
+            anywhere = set().union(*view.values())
+            if any(c not in anywhere for c in self.global_assignment.values()):
+                self.timer.due = now  # a consumer gone from every partition is handled at once
+            # (one missing on some partitions only may be reconnecting, e.g. to a partition's new owner)
+        if not self.timer.fire(now):
+            return
+        members_list = common_members(self.global_view, n)
+        current = {p: c for p, c in self.global_assignment.items() if c in members_list}
+        new = assign(list(range(n)), members_list, current) if members_list else {}
+        if new != self.global_assignment or shared.assignment(base, sub) is None:
+            self.global_assignment = new
+            shared.publish_assignment(base, sub, new)
+
+    def _apply(self, now: float, new: dict[int, str]) -> None:
+        """Move to `new` (partition -> consumer, for partitions served here): each moving partition paused
+        and handed off, the others designated at once; empty: plain Failover everywhere."""
+        if not new:
             for sub in self.subs.values():
                 sub.undesignate()
             self.assignment, self.handoffs = {}, {}
             return
-        current = {p: c for p, c in self.assignment.items() if c in members}
-        new = assign(sorted(self.subs), members, current)
         # Who holds each partition's flow now: its assignment, or (before the first one, after a fallback)
         # the consumer plain Failover chose, so its deliveries are waited for like any other source's.
         holders = dict(self.assignment)
@@ -100,6 +162,9 @@ class PartitionGroup:
                 holders[p] = name
         planned, _resumed = plan_handoffs(holders, new, now, self.max_handoff, self.handoffs)
         self.handoffs = planned
+        for p, sub in self.subs.items():  # only a handoff's source has released messages to report
+            source = planned[p].source if p in planned else None
+            sub.released = {n: c for n, c in sub.released.items() if n == source}
         for p in planned:
             self.subs[p].designate(None)  # step 1: no new deliveries to the old consumer
         for p, name in new.items():
@@ -124,7 +189,10 @@ class PartitionGroup:
             unacked = sub.in_flight_of(source_id) if source_id is not None else 0
             if not h.ready(now, unacked, source_id is not None):
                 continue
+            # What the source still holds goes back now; what it held when its stream ended went back then.
             redelivered = sub.requeue(source_id) if source_id is not None else 0
+            if h.source is not None:
+                redelivered += sub.take_released(h.source)
             h.switch(now)
             sub.designate(names[h.target])
             del self.handoffs[p]
@@ -152,6 +220,15 @@ class PartitionGroups:
         self.max_handoff = max_handoff
         self.groups: dict[tuple[str, str], PartitionGroup] = {}
         self._task: asyncio.Task[None] | None = None
+        self.shared: SharedGroups | None = None
+
+    def share(self, shared: SharedGroups) -> None:
+        """Cluster mode: assign each group together with its partitions on the other brokers."""
+        self.shared = shared
+        shared.start()
+        for group in self.groups.values():
+            group.shared = shared
+            group.resync = True
 
     def join(
         self,
@@ -165,6 +242,7 @@ class PartitionGroups:
         group = self.groups.get(key)
         if group is None:
             group = self.groups[key] = PartitionGroup(key, self.rebalance_delay, self.max_handoff)
+            group.shared = self.shared
         if settings is not None:
             group.configure(settings.rebalance_delay_seconds, settings.max_handoff_seconds)
         group.subs[partition] = sub
@@ -184,8 +262,13 @@ class PartitionGroups:
         group.assignment.pop(partition, None)
         group.handoffs.pop(partition, None)
         sub.on_change = sub.on_close = None
+        sub.released.clear()
         if not group.subs:
             del self.groups[key]
+            if self.shared is not None:
+                self.shared.publish_members(base, sub.name, {})  # no partition of it served here now
+                if group.coordinating:
+                    self.shared.forget_assignment(base, sub.name)
             if not self.groups:  # the tick skips an empty registry: zero the spread here
                 metrics.partition_spread.labels("max").set(0)
                 metrics.partition_spread.labels("min").set(0)
@@ -199,18 +282,21 @@ class PartitionGroups:
 
     def assignments(self, base: str, now: float) -> list[tuple[str, int, str | None, str | None, float]]:
         """(subscription, partition, consumer, handing off to, paused for) of every partition of `base`'s
-        groups here, by subscription and partition."""
+        groups here, by subscription and partition; in cluster mode also the partitions other brokers serve,
+        as the group's map assigns them."""
         out: list[tuple[str, int, str | None, str | None, float]] = []
         for (group_base, sub), group in sorted(self.groups.items()):
             if group_base != base:
                 continue
-            for p in sorted(group.subs):
+            for p in sorted(set(group.subs) | set(group.followed or ())):
                 h = group.handoffs.get(p)
                 if h is not None:
                     out.append((sub, p, h.source, h.target, now - h.paused_at))
-                else:
+                elif p in group.subs:
                     name = group.assignment.get(p) or group.subs[p].active_name()
                     out.append((sub, p, name, None, 0.0))
+                elif group.followed is not None:  # cluster mode: served by another broker, as assigned
+                    out.append((sub, p, group.followed[p], None, 0.0))
         return out
 
     async def _run(self) -> None:
@@ -226,13 +312,17 @@ class PartitionGroups:
                 except Exception:
                     log.exception("partition group %s/%s failed a step", *group.key)
                 counts: dict[str, int] = {}
-                for name in group.assignment.values():
+                # Cluster mode: the group's whole map, counted by its coordinator only.
+                mapping = group.assignment if group.shared is None else group.global_assignment
+                for name in mapping.values():
                     counts[name] = counts.get(name, 0) + 1
                 spread.extend(counts.values())
             metrics.partition_spread.labels("max").set(max(spread, default=0))
             metrics.partition_spread.labels("min").set(min(spread, default=0))
 
     async def close(self) -> None:
+        if self.shared is not None:
+            await self.shared.close()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -73,6 +73,8 @@ class ReliableSubscription(Subscription):
             sub_type, start_offset=start_offset, window=window, policy=policy, track_resolved=True
         )
         self._messages: dict[int, Record] = {}  # records of the offsets the state machine holds
+        # consumer name -> in-flight messages requeued when its stream ended (a partition group's only)
+        self.released: dict[str, int] = {}
         self._needs_key = sub_type == SubType.KEY_SHARED
         self._write_cursor = write_cursor
         self._publish_dead_letter = publish_dead_letter
@@ -122,7 +124,7 @@ class ReliableSubscription(Subscription):
         pass
 
     def _on_remove(self, session: ConsumerSession) -> None:
-        self._state.remove(session.id, now_ms())
+        self._released_by(session.name, self._state.remove(session.id, now_ms()))
         self._poke()
 
     def _on_attach(self, session: ConsumerSession) -> None:
@@ -130,8 +132,13 @@ class ReliableSubscription(Subscription):
         self._poke()
 
     def _on_detach(self, session: ConsumerSession) -> None:
-        self._state.detach(session.id, now_ms())
+        self._released_by(session.name, self._state.detach(session.id, now_ms()))
         self._poke()
+
+    def _released_by(self, name: str, n: int) -> None:
+        # A partition group's subscription: the handoff away from this consumer reports these as redelivered.
+        if n and self.on_change is not None:
+            self.released[name] = self.released.get(name, 0) + n
 
     # -- partitioned subscriptions (the coordinator designates the consumer of this partition) --------------
     def attached_names(self) -> dict[str, int]:
@@ -153,6 +160,11 @@ class ReliableSubscription(Subscription):
 
     def in_flight_of(self, consumer_id: int) -> int:
         return self._state.in_flight_of(consumer_id)
+
+    def take_released(self, name: str) -> int:
+        """How many in-flight messages consumer `name` handed back when its stream ended (they go to the
+        partition's next consumer), since the last call."""
+        return self.released.pop(name, 0)
 
     def requeue(self, consumer_id: int) -> int:
         n = self._state.requeue(consumer_id, now_ms())

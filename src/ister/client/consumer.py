@@ -212,8 +212,9 @@ class Consumer:
 
     # -- lifecycle ------------------------------------------------------------------------------------------
     async def close(self) -> None:
-        """Send pending acks (briefly), end the streams and stop iteration. Messages delivered but not acked
-        are redelivered by the broker (to this subscription's next consumer)."""
+        """Send pending acks, leave (each stream is half-closed; the broker applies every ack before it ends
+        it) and stop iteration; at most about 2 s. Messages delivered but not acked are redelivered by the
+        broker (to this subscription's next consumer)."""
         if self._closed:
             return
         await asyncio.gather(*(s.close() for s in self._subs), return_exceptions=True)

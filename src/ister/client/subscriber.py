@@ -81,6 +81,7 @@ class Subscriber(ReconnectingStream):
         self.error: errors.IsterError | None = None
         self._err_task: asyncio.Task[None] | None = None
         self._closing = False
+        self._leaving = False  # close(): half-close once the pending acks are written
         self._ready: asyncio.Future[None] = self._loop.create_future()
         self._task: asyncio.Task[None] | None = None
 
@@ -90,17 +91,23 @@ class Subscriber(ReconnectingStream):
         await asyncio.shield(self._ready)
 
     async def close(self, drain: float = 2.0) -> None:
-        """Send the acks still pending (up to `drain` seconds), then end the stream."""
+        """Leave: send the acks still pending, then half-close the stream; the broker applies every ack it
+        was sent before it ends the stream, so nothing acknowledged is redelivered. Waits up to `drain`
+        seconds in all, then cancels the stream."""
         if self._task is None or self._task.done():
             return
+        deadline = self._loop.time() + drain
         if self._acks or self._nacks or self._upto is not None:
             self._ack_wake.set()
-            deadline = self._loop.time() + drain
             while (self._acks or self._nacks or self._upto is not None) and self._loop.time() < deadline:
                 self._ack_room.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._ack_room.wait(), max(0.0, deadline - self._loop.time()))
         self._closing = True
+        self._leaving = True
+        self._ack_wake.set()
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(self._task), max(0.0, deadline - self._loop.time()))
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
@@ -221,7 +228,7 @@ class Subscriber(ReconnectingStream):
                 continue
             batch = resp.batch
             messages, self._max_seen = decode_batch(batch.frames, batch.count, self, self._max_seen)
-            if messages:
+            if messages and not self._leaving:  # while leaving: the broker redelivers them to others
                 self._delivered_in_session += len(messages)
                 await queue.put(messages)
 
@@ -262,3 +269,7 @@ class Subscriber(ReconnectingStream):
                         await raise_call_status(call, "writing to the consume stream failed")
                 self._nacks.pop(0)
             self._ack_room.set()
+            if self._leaving and not (self._acks or self._nacks or self._upto is not None):
+                # Every ack is written: the broker applies them, then ends the stream (the reader returns).
+                await call.done_writing()
+                await asyncio.Event().wait()

@@ -35,6 +35,8 @@ OWNERS_PREFIX = "/ister/owners/"
 MOVE_FAILURES_PREFIX = "/ister/move-failures/"
 # Index of consumer ids so a consumer survives a broker restart (an Ister addition, see docs/metadata.md).
 CONSUMER_INDEX_PREFIX = "/ister/consumers/"
+# Cluster mode: one partitioned topic's Failover subscription assigned as one group across its brokers.
+PARTITION_GROUPS_PREFIX = "/ister/partition-groups/"
 
 BROKER_STATE = "state"
 OBJECTS_CUR = "cur"
@@ -127,6 +129,36 @@ def owner(topic: TopicLike) -> str:
 
 def consumer_index(consumer_id: int) -> str:
     return f"{CONSUMER_INDEX_PREFIX}{consumer_id}"
+
+
+def partition_group_prefix(topic: TopicLike, sub: str) -> str:
+    """`/ister/partition-groups/{ns}/{topic}/{sub}/` (`topic` the partitioned topic's base name)."""
+    return f"{PARTITION_GROUPS_PREFIX}{_topic(topic).path}/{sub}/"
+
+
+def partition_group_members(topic: TopicLike, sub: str, broker_id: int) -> str:
+    """Which consumer names are attached on each partition of the group this broker serves (its lease)."""
+    return f"{partition_group_prefix(topic, sub)}members/{_u64(broker_id, 'broker id')}"
+
+
+def partition_group_assignment(topic: TopicLike, sub: str) -> str:
+    """The group's partition -> consumer map, written by the coordinator (the broker serving partition 0)."""
+    return f"{partition_group_prefix(topic, sub)}assignment"
+
+
+def partition_group_from_key(key: str) -> tuple[str, str, str, int | None] | None:
+    """(base topic `/ns/t`, subscription, "members" | "assignment", broker id of a members key)."""
+    if not key.startswith(PARTITION_GROUPS_PREFIX):
+        return None
+    parts = key[len(PARTITION_GROUPS_PREFIX) :].split("/")
+    topic = _parse_topic(parts[0], parts[1]) if len(parts) >= 4 else None
+    if topic is None:
+        return None
+    if len(parts) == 4 and parts[3] == "assignment":
+        return topic, parts[2], "assignment", None
+    if len(parts) == 5 and parts[3] == "members" and (broker := _parse_u64(parts[4])) is not None:
+        return topic, parts[2], "members", broker
+    return None
 
 
 def move_failure(topic: TopicLike) -> str:

@@ -229,6 +229,9 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
         except (asyncio.CancelledError, Exception):
             stream.end()  # a broken or bad request stream ends the response stream too
             raise
+        # The client half-closed: it is leaving, and every ack it sent is applied. End the stream now, so
+        # what is still in flight to it is redelivered at once and nothing it acknowledged is.
+        stream.end()
 
     # -- offset reads ----------------------------------------------------------------------------------------
     @unary

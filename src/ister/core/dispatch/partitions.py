@@ -15,7 +15,7 @@ move are never paused.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -55,6 +55,15 @@ def assign(partitions: Sequence[int], consumers: Sequence[str], current: Mapping
         out[p] = target
         count[target] += 1
     return out
+
+
+def common_members(attached: Mapping[int, Iterable[str]], partitions: int) -> list[str]:
+    """The consumer names attached on every partition 0..partitions-1 (none while one has no report)."""
+    names: set[str] | None = None
+    for p in range(partitions):
+        here = set(attached.get(p, ()))
+        names = here if names is None else names & here
+    return sorted(names or ())
 
 
 def moves(old: Mapping[int, str], new: Mapping[int, str]) -> list[tuple[int, str | None, str]]:
