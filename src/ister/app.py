@@ -67,6 +67,9 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
             tls=tls.for_port("client"),
             interceptors=security.interceptors,
             api_keys=security.api_keys,
+            replica_leaders=(
+                ownership.replicated.manager.leaders.get if isinstance(ownership, ClusterOwnership) else None
+            ),
         )
         admin = await start_admin_server(
             broker,

@@ -58,11 +58,31 @@ class TopicHost(Protocol):
         """Held while the topic is loaded or its local files are changed."""
 
 
+class ReplicationGate(Protocol):
+    """A replicated topic's leader (docs/replication.md): publishes are acknowledged once enough replicas
+    hold them."""
+
+    def check_writable(self) -> None:
+        """Raise Unavailable when nothing could be committed now (too few in-sync replicas, fenced)."""
+
+    def appended(self) -> None:
+        """Records became durable on this broker."""
+
+    async def wait_committed(self, end: int) -> None:
+        """Return once every offset below `end` is committed (Unavailable when it cannot be here)."""
+
+    async def close(self, reason: str) -> None: ...
+
+
 class TopicClaim(Protocol):
     """The fence on one loaded topic: consulted before every append and every owner-only metadata write."""
 
     @property
     def epoch(self) -> int: ...
+
+    @property
+    def replication(self) -> ReplicationGate | None:
+        """The topic's replication leader, None for a topic with one copy."""
 
     def check(self, count: int = 1) -> None:
         """Raise Fenced unless this broker may append `count` records now."""

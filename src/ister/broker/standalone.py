@@ -38,6 +38,10 @@ class LocalClaim:
     def epoch(self) -> int:
         return 0
 
+    @property
+    def replication(self) -> None:
+        return None
+
     def check(self, count: int = 1) -> None:
         if self.revoked is not None:
             raise Fenced(f"topic {self.topic} is no longer served here ({self.revoked}); redo the lookup")

@@ -28,14 +28,16 @@ from ister.broker.ownership import (
 from ister.cluster.balancer import set_broker_mode
 from ister.cluster.guard import OwnershipGuard
 from ister.cluster.node import ClusterNode
+from ister.cluster.replicated import ReplicatedTopics
 from ister.config import BrokerConfig
 from ister.core.cluster.load import imbalance, rank
 from ister.core.cluster.ownership import OwnerRecord, plan_load
 from ister.core.cluster.planner import ACTIVE, DRAINED, DRAINING
+from ister.core.replication import MAX_REPLICATION_FACTOR
 from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from ister.ids import TopicName, shown
 from ister.metadata import keys
-from ister.metadata.records import BrokerRegistration, SealedState
+from ister.metadata.records import BrokerRegistration, NamespacePolicy, SealedState
 from ister.metadata.store import MetadataStore, list_all
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
@@ -60,6 +62,7 @@ class ClusterOwnership:
         self._host: TopicHost | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
+        self.replicated = ReplicatedTopics(node, config, store, storage)
 
     @property
     def broker_id(self) -> int:
@@ -86,8 +89,11 @@ class ClusterOwnership:
                 "and rebalancing leave them where they are), and after a broker dies its unexported records "
                 "are unreadable until it returns. Configure a shared object store to move topics freely."
             )
+        # Before registering: a broker must not be promoted for a copy it lost with its disk.
+        await self.replicated.manager.leave_lost_copies()
         self._sweeper = asyncio.create_task(self._superseded_loop(), name="superseded-wals")
         await self.node.start(self._host)
+        self.replicated.manager.start()
 
     async def close(self) -> None:
         """Leave the cluster last (the lease is revoked after cursors were flushed as the owner)."""
@@ -95,6 +101,7 @@ class ClusterOwnership:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
+        await self.replicated.manager.close()
         await self.node.close()
 
     # -- serving ----------------------------------------------------------------------------------------
@@ -144,6 +151,27 @@ class ClusterOwnership:
     # -- claiming ---------------------------------------------------------------------------------------
     async def open_reliable(self, name: TopicName, storage: TopicStorage) -> tuple[Wal, OwnershipGuard]:
         """The topic's WAL opened where its offsets continue, and the committed claim that fences it."""
+        replica_kv = await self.store.get(keys.replicas(name))
+        if replica_kv is None:
+            factor, min_insync = await self._replication_of(name)
+            if factor > 1:
+                return await self.replicated.lead(name, None, factor, min_insync)
+            return await self._open_single(name, storage)
+        return await self.replicated.lead(name, replica_kv, 0, 0)
+
+    async def _replication_of(self, name: TopicName) -> tuple[int, int]:
+        """(replication factor, min in-sync) for a topic loaded for the first time: the namespace policy's,
+        else the broker's; capped by the live brokers."""
+        kv = await self.store.get(keys.namespace_policy(name.namespace))
+        policy = NamespacePolicy.lenient(kv.value if kv is not None else None)
+        c = self.config.cluster
+        wanted = policy.replication_factor or c.replication_factor
+        factor = max(1, min(wanted, MAX_REPLICATION_FACTOR, len(self.node.live_brokers())))
+        min_insync = policy.min_insync_replicas or c.min_insync_replicas or factor // 2 + 1
+        return factor, max(1, min(min_insync, factor))
+
+    async def _open_single(self, name: TopicName, storage: TopicStorage) -> tuple[Wal, OwnershipGuard]:
+        """One copy: the local WAL of the last loader, else a new one after the seal or the reservation."""
         node = self.node
         sealed_kv = await self.store.get(keys.storage_state(name.full))
         sealed = SealedState.parse(sealed_kv.value) if sealed_kv is not None else None
@@ -247,6 +275,10 @@ class ClusterOwnership:
         storage = self.storage
         for name, local_epoch in await storage.local_epochs():
             if host.is_loaded(name.full) or self.node.assigned_here(name.full):
+                continue
+            if self.node.cache.get(keys.replicas(name)) is not None:
+                # Replicated: never exported from here (its suffix may be uncommitted); this copy is
+                # followed, cut where it diverges, or dropped when this broker is no longer a replica.
                 continue
             exists = await self.store.get(keys.namespace_topic(name.full)) is not None
             kv = await self.store.get(keys.owner(name.full))

@@ -35,6 +35,8 @@ OWNERS_PREFIX = "/ister/owners/"
 MOVE_FAILURES_PREFIX = "/ister/move-failures/"
 # Index of consumer ids so a consumer survives a broker restart (an Ister addition, see docs/metadata.md).
 CONSUMER_INDEX_PREFIX = "/ister/consumers/"
+# /ister/replicas/{ns}/{topic}: a replicated topic's replica set, in-sync set, leader and epoch
+REPLICAS_PREFIX = "/ister/replicas/"
 
 BROKER_STATE = "state"
 OBJECTS_CUR = "cur"
@@ -123,6 +125,18 @@ def unassigned_prefix() -> str:
 
 def owner(topic: TopicLike) -> str:
     return f"{OWNERS_PREFIX}{_topic(topic).path}"
+
+
+def replicas(topic: TopicLike) -> str:
+    return f"{REPLICAS_PREFIX}{_topic(topic).path}"
+
+
+def replicas_topic(key: str) -> str | None:
+    """The topic's full name of a replica record key, None for another key."""
+    if not key.startswith(REPLICAS_PREFIX):
+        return None
+    parts = key[len(REPLICAS_PREFIX) :].split("/")
+    return _parse_topic(parts[0], parts[1]) if len(parts) == 2 else None
 
 
 def consumer_index(consumer_id: int) -> str:

@@ -72,12 +72,15 @@ def plan_assignments(
     limit: int | None = None,
     scores: Mapping[int, float] | None = None,
     step: float = 1.0,
+    eligible: Mapping[str, set[int]] | None = None,
 ) -> list[Assign]:
     """Owners for the unassigned topics (in name order), counting each pick at once so a batch spreads.
 
     `scores`: the configured strategy's score per live broker (lower is better); None means Fair (topic
     counts). Each pick adds `step` (the score of one topic without load yet) to the chosen broker.
     A topic that still has a live owner is skipped: the other half of its move has not happened yet.
+    `eligible`: for a replicated topic, the brokers that may take it over after a failover (its in-sync
+    replicas); none of them alive: it waits rather than losing acknowledged records.
     """
     if not state.unassigned:
         return []  # the common case on a busy leader: no O(topics) count for nothing
@@ -94,7 +97,11 @@ def plan_assignments(
         if state.assignments.get(topic) in state.live:
             continue
         rankings = fair_rankings({b: math.floor(v) for b, v in current.items()})
-        broker = selector.choose(rankings, active, marker)
+        allowed = eligible.get(topic) if eligible is not None and marker.reason == "failover" else None
+        pool = active if allowed is None else (active & allowed) or (state.live & allowed)
+        if not pool:
+            continue
+        broker = selector.choose(rankings, pool, marker)
         if broker is None:
             continue
         current[broker] = current.get(broker, 0.0) + step

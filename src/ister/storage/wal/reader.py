@@ -28,8 +28,11 @@ class WalReader:
     before the first record was returned raises DataLoss instead of being skipped (the batch Read RPC).
     """
 
-    def __init__(self, wal: Wal, start: int, *, skip_holes: bool = True) -> None:
+    def __init__(self, wal: Wal, start: int, *, skip_holes: bool = True, durable: bool = False) -> None:
         self._wal = wal
+        # durable: read up to what is durable here, past a replicated leader's visible cap (a follower's
+        # fetch); otherwise up to what readers may see
+        self._durable = durable
         self.next_offset = start
         self.skip_holes = skip_holes
         self.strict_start = False
@@ -46,7 +49,11 @@ class WalReader:
         return self._closed
 
     def available(self) -> int:
-        return max(0, self._wal.committed_offset - self.next_offset)
+        return max(0, self._end() - self.next_offset)
+
+    def _end(self) -> int:
+        wal = self._wal
+        return wal.durable_offset if self._durable else wal.committed_offset
 
     def close(self) -> None:
         self._closed = True
@@ -91,7 +98,7 @@ class WalReader:
             first = wal.first_offset
             if start < first:
                 raise OffsetOutOfRange(f"offset {start} is older than the WAL's first offset {first}")
-            committed = wal.committed_offset
+            committed = self._end()
             if start < committed:
                 records = wal._cache.read(start, committed, max_records, max_bytes)
                 if records is None:

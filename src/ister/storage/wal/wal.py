@@ -55,6 +55,7 @@ class Wal:
         "_space_waiters",
         "_stopped",
         "_synced",
+        "_visible",
         "_writer",
         "damage",
         "label",
@@ -83,6 +84,9 @@ class Wal:
         self._next_offset = recovered.next_offset
         self._committed = recovered.next_offset
         self._synced = recovered.next_offset
+        # A replicated topic's leader caps what readers see at the replication commit (None: no cap, every
+        # durable record is visible). Only `durable_offset` readers (followers' fetches) see past it.
+        self._visible: int | None = None
         self._cache = RecordCache(config.cache_max_bytes)
         self._last_append = loop.time()  # when records were last committed (or the WAL opened)
         self._cache.reset(recovered.next_offset)
@@ -176,7 +180,28 @@ class Wal:
 
     @property
     def committed_offset(self) -> int:
+        """Records below this are durable here and visible to readers (for a replicated topic's leader:
+        also on enough replicas, see `cap_visible`)."""
+        visible = self._visible
+        return self._committed if visible is None or visible > self._committed else visible
+
+    @property
+    def durable_offset(self) -> int:
+        """Records below this are durable on this broker's disk (visible or not)."""
         return self._committed
+
+    @property
+    def visible_cap(self) -> int | None:
+        return self._visible
+
+    def cap_visible(self, end: int | None) -> None:
+        """Readers see offsets below `end` only (None: no cap). A replicated topic's leader moves it to the
+        replication commit; it never goes back while set."""
+        if end is not None and self._visible is not None and end < self._visible:
+            raise ValueError(f"the visible end of {self.label} cannot go back ({self._visible} -> {end})")
+        self._visible = end
+        if self._read_waiters:
+            self._wake_readers()
 
     @property
     def synced_offset(self) -> int:
@@ -483,7 +508,7 @@ class Wal:
 
     # ---- reading ---------------------------------------------------------------------------------
 
-    def reader(self, start: int, *, skip_holes: bool = True) -> WalReader:
+    def reader(self, start: int, *, skip_holes: bool = True, durable: bool = False) -> WalReader:
         """A reader from `start` (first_offset <= start <= next_offset; start == next_offset reads live).
 
         With `skip_holes` the reader steps over lost or damaged ranges (listing them in `skipped`);
@@ -492,7 +517,7 @@ class Wal:
             raise ValueError("start must be >= 0")
         if start > self._next_offset:
             raise OffsetOutOfRange(f"offset {start} is beyond the WAL's next offset {self._next_offset}")
-        return WalReader(self, start, skip_holes=skip_holes)
+        return WalReader(self, start, skip_holes=skip_holes, durable=durable)
 
     # ---- shutdown --------------------------------------------------------------------------------
 

@@ -627,3 +627,87 @@ class IsterAdmin:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class IsterReplicaStub:
+    """Between brokers of a cluster (docs/replication.md): a follower replica of a replicated reliable topic
+    pulls the leader's WAL records. The request is also the follower's acknowledgement: its log equals the
+    leader's below `log_end` (durable). UNAVAILABLE when the asked broker does not lead the topic (now);
+    FAILED_PRECONDITION when the follower's epoch is newer than the leader's (a stale leader).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Fetch = channel.unary_unary(
+                '/ister.v1.IsterReplica/Fetch',
+                request_serializer=ister__v1__pb2.ReplicaFetchRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.ReplicaFetchResponse.FromString,
+                _registered_method=True)
+
+
+class IsterReplicaServicer:
+    """Between brokers of a cluster (docs/replication.md): a follower replica of a replicated reliable topic
+    pulls the leader's WAL records. The request is also the follower's acknowledgement: its log equals the
+    leader's below `log_end` (durable). UNAVAILABLE when the asked broker does not lead the topic (now);
+    FAILED_PRECONDITION when the follower's epoch is newer than the leader's (a stale leader).
+    """
+
+    def Fetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_IsterReplicaServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Fetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fetch,
+                    request_deserializer=ister__v1__pb2.ReplicaFetchRequest.FromString,
+                    response_serializer=ister__v1__pb2.ReplicaFetchResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'ister.v1.IsterReplica', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('ister.v1.IsterReplica', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class IsterReplica:
+    """Between brokers of a cluster (docs/replication.md): a follower replica of a replicated reliable topic
+    pulls the leader's WAL records. The request is also the follower's acknowledgement: its log equals the
+    leader's below `log_end` (durable). UNAVAILABLE when the asked broker does not lead the topic (now);
+    FAILED_PRECONDITION when the follower's epoch is newer than the leader's (a stale leader).
+    """
+
+    @staticmethod
+    def Fetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterReplica/Fetch',
+            ister__v1__pb2.ReplicaFetchRequest.SerializeToString,
+            ister__v1__pb2.ReplicaFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

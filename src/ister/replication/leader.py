@@ -1,0 +1,268 @@
+"""`ReplicaLeader`: the owner's side of a replicated reliable topic (docs/replication.md).
+
+It answers its followers' fetches from the WAL (records past the replication commit included), counts what
+each follower holds, moves the commit (`core.replication.LeaderState`), caps what the topic's readers see at
+it (`Wal.cap_visible`), releases publishes waiting for it, and keeps the in-sync set in the replica record
+with compare-and-set: a lagging follower leaves, one that caught up rejoins. A compare-and-set that finds
+another leader or epoch fences the topic here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Callable
+
+from ister.core.replication import (
+    EpochHistory,
+    LeaderState,
+    ReplicaRecord,
+    divergence,
+)
+from ister.errors import CorruptRange, FailedPrecondition, MetadataError, Unavailable
+from ister.ids import TopicName
+from ister.metadata import keys
+from ister.metadata.store import Compare, MetadataStore, Put
+from ister.storage.wal import Wal
+from ister.wire.gen import ister_v1_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+ISR_CHECK_SECONDS = 0.25
+FETCH_MAX_BYTES = 4 * 1024 * 1024
+FETCH_MAX_RECORDS = 65_536
+
+
+class ReplicaLeader:
+    def __init__(
+        self,
+        name: TopicName,
+        wal: Wal,
+        history: EpochHistory,
+        record: ReplicaRecord,
+        version: int,
+        store: MetadataStore,
+        broker_id: int,
+        max_lag_s: float,
+        *,
+        known_committed: int = 0,
+        on_fenced: Callable[[str], None] | None = None,
+        on_closed: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.wal = wal
+        self.history = history
+        self.record = record
+        self.version = version
+        self.store = store
+        self.broker_id = broker_id
+        self.max_lag_s = max_lag_s
+        self._clock = clock
+        self._on_fenced = on_fenced
+        self._on_closed = on_closed
+        followers = [r for r in record.replicas if r != broker_id]
+        self.state = LeaderState.take_over(
+            record.epoch, wal.durable_offset, known_committed, clock(), followers
+        )
+        self.fenced: str | None = None
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # heap of (end, seq, future)
+        self._seq = itertools.count()
+        self._isr_task: asyncio.Task[None] | None = None
+        self._isr_changed = asyncio.Event()
+        self.last_fetch: dict[int, float] = {}
+        wal.cap_visible(self.state.committed)
+
+    @property
+    def epoch(self) -> int:
+        return self.record.epoch
+
+    @property
+    def committed(self) -> int:
+        return self.state.committed
+
+    def start(self) -> None:
+        self._advance()
+        self._isr_task = asyncio.get_running_loop().create_task(
+            self._isr_loop(), name=f"isr {self.name.full}"
+        )
+
+    async def close(self, reason: str) -> None:
+        if self.fenced is None:
+            self.fenced = reason
+        self._fail_waiters(
+            Unavailable(f"topic {self.name} is no longer led here ({reason}); redo the lookup")
+        )
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._isr_task
+            self._isr_task = None
+        if self._on_closed is not None:
+            self._on_closed()
+            self._on_closed = None
+
+    # -- publishes ----------------------------------------------------------------------------------------
+    def check_writable(self) -> None:
+        """Refuse a publish up front when the in-sync set is below the minimum (nothing would commit)."""
+        if self.fenced is not None:
+            raise Unavailable(f"topic {self.name} is no longer led here ({self.fenced}); redo the lookup")
+        record = self.record
+        if len(record.isr) < record.min_insync:
+            raise Unavailable(
+                f"topic {self.name}: {len(record.isr)} in-sync replica(s) {record.isr}, fewer than "
+                f"min_insync_replicas {record.min_insync}; publishes are refused until a follower catches up"
+            )
+
+    async def wait_committed(self, end: int) -> None:
+        """Return once every offset below `end` is on enough replicas (Unavailable if that cannot happen
+        here any more: the topic lost its leadership or its in-sync set fell below the minimum)."""
+        self._advance()
+        if end <= self.state.committed:
+            return
+        self.check_writable()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (end, next(self._seq), future))
+        await future
+
+    def _release_waiters(self) -> None:
+        committed = self.state.committed
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= committed:
+            _, _, future = heapq.heappop(waiters)
+            if not future.done():
+                future.set_result(None)
+
+    def _fail_waiters(self, exc: Exception) -> None:
+        waiters, self._waiters = self._waiters, []
+        for _, _, future in waiters:
+            if not future.done():
+                future.set_exception(type(exc)(str(exc)))
+
+    def _advance(self) -> None:
+        """Move the commit to what every in-sync member holds (never with fewer than the minimum)."""
+        record = self.record
+        if len(record.isr) < record.min_insync or self.fenced is not None:
+            return
+        self.state.appended(self.wal.durable_offset, self._clock())
+        before = self.state.committed
+        self.state.advance(record.isr, self.broker_id, self.wal.durable_offset)
+        if self.state.committed != before:
+            self.wal.cap_visible(self.state.committed)
+            self._release_waiters()
+
+    def appended(self) -> None:
+        """Records became durable here (an RF-1 in-sync set commits them at once)."""
+        self._advance()
+
+    # -- followers' fetches -------------------------------------------------------------------------------
+    async def fetch(self, req: pb.ReplicaFetchRequest) -> pb.ReplicaFetchResponse:
+        if self.fenced is not None:
+            raise Unavailable(f"topic {self.name} is no longer led here ({self.fenced})")
+        follower = req.follower
+        if follower not in self.record.replicas or follower == self.broker_id:
+            raise FailedPrecondition(f"broker {follower} is not a follower of {self.name}")
+        if req.epoch > self.epoch:
+            raise FailedPrecondition(
+                f"{self.name}: the follower knows epoch {req.epoch}, this leader's is {self.epoch} (stale)"
+            )
+        wal = self.wal
+        now = self._clock()
+        self.last_fetch[follower] = now
+        durable = wal.durable_offset
+        theirs = EpochHistory([(e.epoch, e.start) for e in req.history])
+        cut = divergence(self.history, durable, theirs, req.log_end)
+        if cut < req.log_end:
+            return pb.ReplicaFetchResponse(epoch=self.epoch, truncate_to=cut, committed=self.state.committed)
+        start = req.log_end
+        if start < wal.first_offset or req.log_start > start:
+            # The records after the follower's end are only in the durable tier now: it restarts empty at
+            # this WAL's first offset (it reads older ones from the tier if it ever leads).
+            return pb.ReplicaFetchResponse(
+                epoch=self.epoch, reset_to=wal.first_offset, committed=self.state.committed
+            )
+        # Its log equals ours below `start`: that is its acknowledgement.
+        self.state.acked(follower, start, now)
+        self._advance()
+        wait = min(req.wait_ms, 5_000) / 1000.0
+        reader = wal.reader(start, skip_holes=False, durable=True)
+        try:
+            records = await reader.read(
+                FETCH_MAX_RECORDS, min(req.max_bytes or FETCH_MAX_BYTES, FETCH_MAX_BYTES), timeout=wait
+            )
+        except CorruptRange as exc:
+            raise Unavailable(
+                f"{self.name}: the leader's WAL cannot serve offsets from {start} ({exc})"
+            ) from exc
+        finally:
+            reader.close()
+        resp = pb.ReplicaFetchResponse(epoch=self.epoch, first_offset=start, committed=self.state.committed)
+        if records:
+            end = records[-1][0] + 1
+            resp.records.extend(r for _, r in records)
+            resp.epochs.append(pb.EpochStart(epoch=self.history.epoch_at(start), start=start))
+            for e, s in self.history.entries:
+                if start < s < end:
+                    resp.epochs.append(pb.EpochStart(epoch=e, start=s))
+        return resp
+
+    # -- the in-sync set ----------------------------------------------------------------------------------
+    async def _isr_loop(self) -> None:
+        while True:
+            try:
+                await self._check_isr()
+            except MetadataError as exc:
+                log.warning("%s: updating the in-sync set failed (%s); retrying", self.name, exc)
+            await asyncio.sleep(ISR_CHECK_SECONDS)
+
+    async def _check_isr(self) -> None:
+        record = self.record
+        now = self._clock()
+        self.state.appended(self.wal.durable_offset, now)
+        isr = list(record.isr)
+        lagging = self.state.lagging(isr, self.broker_id, now, self.max_lag_s)
+        # Leave, but never below the minimum: a dead member keeps its place rather than leaving a set that
+        # one more failure would empty (found by the simulation).
+        for member in sorted(lagging, key=lambda m: self._matched(m)):
+            if len(isr) > record.min_insync:
+                isr.remove(member)
+        isr += self.state.rejoining(isr, record.replicas)
+        if sorted(isr) != record.isr:
+            await self._write_isr(sorted(set(isr)))
+        self._advance()
+
+    def _matched(self, member: int) -> int:
+        p = self.state.followers.get(member)
+        return p.matched if p is not None else 0
+
+    async def _write_isr(self, isr: list[int]) -> None:
+        new = self.record.with_isr(isr)
+        key = keys.replicas(self.name)
+        if await self.store.txn([Compare(key, self.version)], [Put(key, new.to_json())]):
+            kv = await self.store.get(key)
+            if kv is not None and ReplicaRecord.parse(kv.value) == new:
+                log.info(
+                    "%s: in-sync replicas %s -> %s (epoch %d)", self.name, self.record.isr, new.isr, new.epoch
+                )
+                self.record, self.version = new, kv.version
+                if len(new.isr) < new.min_insync:
+                    self._fail_waiters(Unavailable(f"{self.name}: in-sync replicas below the minimum"))
+                return
+        self.fence("the replica record changed (another leader or epoch)")
+
+    def fence(self, reason: str) -> None:
+        if self.fenced is None:
+            self.fenced = reason
+            log.warning("%s: replication fenced: %s", self.name, reason)
+            self._fail_waiters(Unavailable(f"topic {self.name} is no longer led here ({reason})"))
+            if self._on_fenced is not None:
+                self._on_fenced(reason)
+
+    def lag(self) -> dict[int, int]:
+        """Follower -> records it lacks (for describe and metrics)."""
+        end = self.wal.durable_offset
+        return {f: max(0, end - p.matched) for f, p in self.state.followers.items()}
