@@ -74,7 +74,10 @@ class ReplicaLeader:
         self._seq = itertools.count()
         self._isr_task: asyncio.Task[None] | None = None
         self._isr_changed = asyncio.Event()
-        self.last_fetch: dict[int, float] = {}
+        self.last_fetch: dict[int, float] = dict.fromkeys(followers, clock())
+        # In-sync members that stopped following but cannot leave (the set would fall below the
+        # minimum): nothing commits while there are any, so publishes are refused at once.
+        self.stalled: list[int] = []
         wal.cap_visible(self.state.committed)
 
     @property
@@ -116,6 +119,12 @@ class ReplicaLeader:
             raise Unavailable(
                 f"topic {self.name}: {len(record.isr)} in-sync replica(s) {record.isr}, fewer than "
                 f"min_insync_replicas {record.min_insync}; publishes are refused until a follower catches up"
+            )
+        if self.stalled:
+            raise Unavailable(
+                f"topic {self.name}: in-sync replica(s) {self.stalled} stopped following and the in-sync set "
+                f"{record.isr} cannot shrink below min_insync_replicas {record.min_insync}; publishes are "
+                "refused until a follower catches up"
             )
 
     async def wait_committed(self, end: int) -> None:
@@ -203,7 +212,7 @@ class ReplicaLeader:
         resp = pb.ReplicaFetchResponse(epoch=self.epoch, first_offset=start, committed=self.state.committed)
         if records:
             end = records[-1][0] + 1
-            resp.records.extend(r for _, r in records)
+            resp.records.extend(bytes(r) for _, r in records)  # the cache may hold msgspec.Raw views
             resp.epochs.append(pb.EpochStart(epoch=self.history.epoch_at(start), start=start))
             for e, s in self.history.entries:
                 if start < s < end:
@@ -224,13 +233,21 @@ class ReplicaLeader:
         now = self._clock()
         self.state.appended(self.wal.durable_offset, now)
         isr = list(record.isr)
-        lagging = self.state.lagging(isr, self.broker_id, now, self.max_lag_s)
+        lagging = set(self.state.lagging(isr, self.broker_id, now, self.max_lag_s))
+        # A member that stopped fetching lags too, even when no record was appended since (Kafka's rule).
+        lagging |= {
+            m for m in isr if m != self.broker_id and now - self.last_fetch.get(m, now) > self.max_lag_s
+        }
         # Leave, but never below the minimum: a dead member keeps its place rather than leaving a set that
         # one more failure would empty (found by the simulation).
         for member in sorted(lagging, key=lambda m: self._matched(m)):
             if len(isr) > record.min_insync:
                 isr.remove(member)
-        isr += self.state.rejoining(isr, record.replicas)
+        stalled = sorted(m for m in lagging if m in isr)
+        if stalled and not self.stalled:
+            self._fail_waiters(Unavailable(f"{self.name}: in-sync replica(s) {stalled} stopped following"))
+        self.stalled = stalled
+        isr += [r for r in self.state.rejoining(isr, record.replicas) if r not in lagging]
         if sorted(isr) != record.isr:
             await self._write_isr(sorted(set(isr)))
         self._advance()

@@ -1,0 +1,125 @@
+"""Replicated reliable topics on real parts (issue 16): three broker processes on etcd, RF 3, min in-sync 2.
+
+No durable tier: after a broker dies, its records are readable only because the other replicas hold them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from ister import errors
+from ister.client import Client
+from ister.core.record import decode_message
+from ister.core.replication import ReplicaRecord
+from ister.metadata import keys
+from tests.etcd_server import EtcdServer
+from tests.integration.cluster import Cluster
+
+pytestmark = pytest.mark.timeout(300)
+
+RF_ENV = {
+    "ISTER_CLUSTER__REPLICATION_FACTOR": "3",
+    "ISTER_CLUSTER__MIN_INSYNC_REPLICAS": "2",
+    "ISTER_CLUSTER__REPLICA_MAX_LAG_SECONDS": "2",
+}
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, etcd_server: EtcdServer) -> AsyncIterator[Cluster]:
+    c = Cluster(tmp_path, etcd_server.endpoint, 3, 2, env=RF_ENV)
+    try:
+        await c.start()
+        yield c
+    finally:
+        await c.stop()
+
+
+async def replica_record(cluster: Cluster, topic: str) -> ReplicaRecord | None:
+    assert cluster.store is not None
+    kv = await cluster.store.get(keys.replicas(topic))
+    return ReplicaRecord.parse(kv.value) if kv is not None else None
+
+
+async def read_all(url: str, topic: str, end: int) -> dict[int, bytes]:
+    out: dict[int, bytes] = {}
+    async with Client(url) as ister:
+        async for batch in ister.read(topic, 0, end):
+            for offset, record in batch:
+                out[offset] = decode_message(record).payload
+    return out
+
+
+async def publish(url: str, topic: str, prefix: str, count: int) -> dict[int, bytes]:
+    """Acknowledged offsets -> payloads, sent in batches of 100."""
+    acked: dict[int, bytes] = {}
+    async with Client(url) as ister:
+        pub = await ister.producer(topic)
+        for start in range(0, count, 100):
+            payloads = [f"{prefix}{i}".encode() for i in range(start, min(count, start + 100))]
+            offsets = await pub.send_batch(payloads)
+            acked.update(zip(offsets, payloads, strict=True))
+        await pub.flush()
+    return acked
+
+
+async def test_an_acknowledged_record_survives_its_leaders_death(cluster: Cluster) -> None:
+    topic = "/default/replicated_kill"
+    entry = cluster.brokers[0]
+    acked = await publish(entry.url, topic, "a", 1_000)
+    assert sorted(acked) == list(range(1_000))
+    record = await cluster.until(lambda: replica_record(cluster, topic), "a replica record")
+    assert len(record.replicas) == 3 and record.min_insync == 2
+    leader = record.leader
+    assert (await cluster.assignments())[topic] == leader
+
+    # The followers hold everything acknowledged: kill the leader, and its disk with it.
+    victim = cluster.process_of(leader)
+    victim.kill9()
+    shutil.rmtree(victim.data_dir / "wal", ignore_errors=True)
+    started = time.monotonic()
+
+    async def new_leader() -> int | None:
+        now = (await cluster.assignments()).get(topic)
+        rec = await replica_record(cluster, topic)
+        return now if now not in (None, leader) and rec is not None and rec.leader == now else None
+
+    await cluster.until(new_leader, "an in-sync follower leads", 60)
+    survivor = next(b for b in cluster.brokers if b is not victim)
+    more = await publish(survivor.url, topic, "b", 500)
+    failover = time.monotonic() - started
+    # Offsets continue densely after the last acknowledged one: no reservation gap.
+    assert sorted(more) == list(range(1_000, 1_500)), sorted(more)[:3]
+    got = await read_all(survivor.url, topic, 1_500)
+    assert got == {**acked, **more}
+    print(f"failover to a follower and 500 more acknowledged: {failover:.2f} s")
+
+
+async def test_publishes_fail_fast_below_min_insync(cluster: Cluster) -> None:
+    topic = "/default/replicated_min_isr"
+    entry = cluster.brokers[0]
+    acked = await publish(entry.url, topic, "a", 100)
+    record = await cluster.until(lambda: replica_record(cluster, topic), "a replica record")
+    followers = [b for b in record.replicas if b != record.leader]
+    for f in followers:
+        cluster.process_of(f).kill9()
+
+    async def shrunk() -> bool:
+        rec = await replica_record(cluster, topic)
+        return rec is not None and len(rec.isr) == 2
+
+    # One dead follower leaves; the other cannot (the set would fall below 2) and stalls commits.
+    await cluster.until(shrunk, "the in-sync set shrinks to the minimum", 30)
+    leader_url = cluster.process_of(record.leader).url
+    async with Client(leader_url, retry_timeout=1.0) as ister:
+        pub = await ister.producer(topic)
+        started = time.monotonic()
+        with pytest.raises(errors.Unavailable, match="stopped following"):
+            await pub.send_batch([b"refused"])
+        assert time.monotonic() - started < 10  # fails fast, not at the 30 s publish timeout
+    got = await read_all(leader_url, topic, 1_000)
+    assert got == acked  # nothing of the refused publish is visible
