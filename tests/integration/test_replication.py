@@ -6,10 +6,14 @@ No durable tier: after a broker dies, its records are readable only because the 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -25,6 +29,7 @@ from tests.integration.cluster import Cluster
 
 pytestmark = pytest.mark.timeout(300)
 
+ISTER = [sys.executable, "-m", "ister.cli"]
 RF_ENV = {
     "ISTER_CLUSTER__REPLICATION_FACTOR": "3",
     "ISTER_CLUSTER__MIN_INSYNC_REPLICAS": "2",
@@ -40,6 +45,11 @@ async def cluster(tmp_path: Path, etcd_server: EtcdServer) -> AsyncIterator[Clus
         yield c
     finally:
         await c.stop()
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return str(r.read().decode())
 
 
 async def replica_record(cluster: Cluster, topic: str) -> ReplicaRecord | None:
@@ -79,6 +89,21 @@ async def test_an_acknowledged_record_survives_its_leaders_death(cluster: Cluste
     assert len(record.replicas) == 3 and record.min_insync == 2
     leader = record.leader
     assert (await cluster.assignments())[topic] == leader
+
+    # What an operator sees: the replica set, the in-sync set and each follower's lag, on the CLI and in
+    # the leader's metrics.
+    admin_addr = cluster.process_of(leader).admin_addr
+    cli = [*ISTER, "admin", "topics", "describe", topic, "--admin-addr", admin_addr, "-o", "json"]
+    done = await asyncio.to_thread(
+        subprocess.run, cli, check=True, capture_output=True, text=True, timeout=60
+    )
+    described = json.loads(done.stdout)
+    assert sorted(described["replicas"]) == sorted(str(b) for b in record.replicas)
+    assert sorted(described["in_sync_replicas"]) == sorted(str(b) for b in record.isr)
+    assert described["min_insync_replicas"] == 2
+    assert set(described["replica_lag"]) == {str(b) for b in record.replicas if b != leader}
+    scraped = await asyncio.to_thread(scrape, cluster.process_of(leader).metrics_url)
+    assert "ister_replica_lag_messages{" in scraped and "ister_under_min_isr_topics 0.0" in scraped
 
     # The followers hold everything acknowledged: kill the leader, and its disk with it.
     victim = cluster.process_of(leader)

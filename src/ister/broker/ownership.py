@@ -203,6 +203,9 @@ class Ownership(Protocol):
 
     async def owner(self, name: TopicName) -> int | None: ...
 
+    def replica_lag(self, topic: str) -> dict[int, int] | None:
+        """Follower -> records it lacks, for a replicated topic this broker leads (else None)."""
+
     async def broker_topics(self, broker_id: int) -> list[str]:
         """Topics assigned to a broker (NotFound: no such broker)."""
 

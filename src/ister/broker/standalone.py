@@ -128,6 +128,9 @@ class StandaloneOwnership:
     async def owners(self, names: list[TopicName]) -> dict[str, int | None]:
         return {n.full: STANDALONE_BROKER_ID for n in names}
 
+    def replica_lag(self, topic: str) -> dict[int, int] | None:
+        return None  # one copy
+
     async def owner(self, name: TopicName) -> int | None:
         return STANDALONE_BROKER_ID
 

@@ -306,6 +306,10 @@ class ClusterOwnership:
         assigned = await self._assignments()
         return {n.full: assigned.get(n.full) for n in names}
 
+    def replica_lag(self, topic: str) -> dict[int, int] | None:
+        leader = self.replicated.manager.leaders.get(topic)
+        return leader.lag() if leader is not None else None
+
     async def owner(self, name: TopicName) -> int | None:
         kv = await self.store.get(keys.owner(name))
         record = OwnerRecord.parse(kv.value) if kv is not None else None

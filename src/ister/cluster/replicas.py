@@ -22,6 +22,7 @@ from ister.core.replication import NO_LEADER, ReplicaRecord
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.store import Compare, MetadataStore, Put, list_all
+from ister.replication import metrics
 from ister.replication.follower import ChannelPool, LeaderTarget, ReplicaFollower
 from ister.replication.leader import ReplicaLeader
 from ister.storage.topic_storage import TopicStorage
@@ -87,6 +88,9 @@ class ReplicaManager:
             changed = self.node.cache.change_event()
             try:
                 await self.sync()
+                leaders = list(self.leaders.values())
+                metrics.under_replicated.set(sum(1 for x in leaders if x.under_replicated))
+                metrics.under_min_isr.set(sum(1 for x in leaders if x.under_min_isr))
             except Exception:
                 log.exception("replica followers: sync failed")
             with contextlib.suppress(TimeoutError):

@@ -27,6 +27,7 @@ from ister.errors import CorruptRange, FailedPrecondition, MetadataError, Unavai
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.store import Compare, MetadataStore, Put
+from ister.replication import metrics
 from ister.storage.wal import Wal
 from ister.wire.gen import ister_v1_pb2 as pb
 
@@ -105,6 +106,7 @@ class ReplicaLeader:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._isr_task
             self._isr_task = None
+        self.forget_metrics()
         if self._on_closed is not None:
             self._on_closed()
             self._on_closed = None
@@ -243,6 +245,7 @@ class ReplicaLeader:
         for member in sorted(lagging, key=lambda m: self._matched(m)):
             if len(isr) > record.min_insync:
                 isr.remove(member)
+        self._publish_lag(now)
         stalled = sorted(m for m in lagging if m in isr)
         if stalled and not self.stalled:
             self._fail_waiters(Unavailable(f"{self.name}: in-sync replica(s) {stalled} stopped following"))
@@ -278,6 +281,28 @@ class ReplicaLeader:
             self._fail_waiters(Unavailable(f"topic {self.name} is no longer led here ({reason})"))
             if self._on_fenced is not None:
                 self._on_fenced(reason)
+
+    def _publish_lag(self, now: float) -> None:
+        topic = self.name.full
+        end = self.wal.durable_offset
+        for f, p in self.state.followers.items():
+            metrics.replica_lag.labels(topic, str(f)).set(max(0, end - p.matched))
+            behind = 0.0 if p.matched >= end else now - p.caught_up_at
+            metrics.replica_lag_seconds.labels(topic, str(f)).set(behind)
+
+    def forget_metrics(self) -> None:
+        for f in self.state.followers:
+            for gauge in (metrics.replica_lag, metrics.replica_lag_seconds):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(self.name.full, str(f))
+
+    @property
+    def under_replicated(self) -> bool:
+        return len(self.record.isr) < len(self.record.replicas)
+
+    @property
+    def under_min_isr(self) -> bool:
+        return len(self.record.isr) < self.record.min_insync or bool(self.stalled)
 
     def lag(self) -> dict[int, int]:
         """Follower -> records it lacks (for describe and metrics)."""
