@@ -244,9 +244,9 @@ def run(opts: ReplicationOptions, progress: Progress = lambda _: None) -> dict[s
     ister: dict[str, Any] = {}
     for rf in opts.factors:
         ticks = host_cpu_ticks()
-        ister[f"rf{rf}"] = run_factor(rf, opts, progress)
-        host_cpu[f"ister_rf{rf}"] = host_cpu_share(ticks, host_cpu_ticks())
-        got = ister[f"rf{rf}"]
+        got = ister[f"rf{rf}"] = run_factor(rf, opts, progress)
+        if got["available"]:
+            host_cpu[f"ister_rf{rf}"] = host_cpu_share(ticks, host_cpu_ticks())
         if not got["available"]:
             notes.append(f"Ister RF {rf}: {got['reason']}")
         elif rf > 1 and not got.get("replica_metrics"):
