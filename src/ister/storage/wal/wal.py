@@ -15,10 +15,11 @@ from ister.errors import Fenced, IsterError, OffsetOutOfRange, StorageError, Sto
 
 from .cache import RecordCache
 from .config import WalConfig
+from .durable import fsync_dir
 from .holes import Hole, Holes
 from .pool import WriterPool, default_pool
 from .reader import WalReader, verify_segment
-from .segment import Recovered, Segment, fsync_dir, recover
+from .segment import Recovered, Segment, recover
 from .writer import Entry, WalWriter
 
 log = logging.getLogger(__name__)

@@ -30,8 +30,10 @@ from ister.errors import DiskFull, StorageError, StorageExhausted
 
 from .checkpoint import Checkpoint, write_checkpoint
 from .config import WalConfig
+from .durable import fsync_dir
+from .names import segment_name
 from .pool import Call, WriterPool
-from .segment import Segment, fsync_dir, segment_name
+from .segment import Segment
 
 log = logging.getLogger(__name__)
 
