@@ -19,7 +19,7 @@ from ister.core.frames import (
     payload_crc,
     scan_frames,
 )
-from ister.errors import CorruptionError
+from ister.errors import CorruptionError, StorageError
 from ister.limits import MiB
 
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
@@ -27,6 +27,7 @@ from .durable import fsync_dir
 from .holes import Hole
 from .locks import claim_directory
 from .names import list_segment_files, segment_name
+from .truncate import finish_pending_cut
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,10 @@ def recover(
     fsync_dir(directory.parent)
     release = claim_directory(directory, lock_root)
     try:
+        try:
+            finish_pending_cut(directory)  # a truncation a crash interrupted: the log reopens cut
+        except OSError as exc:
+            raise StorageError(f"WAL {directory}: cannot finish an interrupted truncation: {exc}") from exc
         recovered = _recover(directory, start_offset, index_every_frames, index_every_bytes)
     except BaseException:
         release()
