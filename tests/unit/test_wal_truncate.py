@@ -385,3 +385,47 @@ async def test_reset_drops_every_record_and_restarts_at_start(tmp_path: Path, st
     finally:
         await wal.close()
     assert lost_from > 0
+
+
+async def damage_second_segment(directory: Path) -> tuple[int, int]:
+    """A closed segment whose frame k has a bad header: the file reads up to k, [k, next file) is damaged."""
+    wal = await new_wal(directory, 400)
+    await wal.close()
+    victim = segment_files(directory)[1]
+    data = bytearray(victim.read_bytes())
+    res = scan_frames(bytes(data), expect_offset=int(victim.stem))
+    k, _, pos = res.frames[len(res.frames) // 2]
+    data[pos : pos + 8] = (k + 1000).to_bytes(8, "little")
+    victim.write_bytes(bytes(data))
+    return k, int(segment_files(directory)[2].stem)
+
+
+@pytest.mark.parametrize("where", ["at_the_damage", "inside_it"])
+async def test_truncate_in_a_damaged_closed_segment(tmp_path: Path, where: str) -> None:
+    k, next_first = await damage_second_segment(tmp_path)
+    end = k if where == "at_the_damage" else k + 3
+    wal = await Wal.open(tmp_path, SEGMENTS)
+    try:
+        assert wal.holes() == [(k, next_first)]
+        await wal.truncate(end)
+        # at the damage the file is cut there (its bad bytes go); inside it a new segment starts at the cut
+        assert wal.holes() == ([] if end == k else [(k, end)])
+        last = segment_files(tmp_path)[-1]
+        if end == k:
+            assert int(last.stem) < k and frames_on_disk(tmp_path) == list(range(k))
+        else:
+            assert int(last.stem) == end and last.stat().st_size == 0
+        assert await wal.append([b"x"]) == end
+    finally:
+        await wal.close()
+    wal = await Wal.open(tmp_path, SEGMENTS)
+    try:
+        assert wal.next_offset == end + 1
+        assert wal.holes() == ([] if end == k else [(k, end)])
+        reader = wal.reader(0)
+        got: list[tuple[int, bytes]] = []
+        while reader.next_offset < end + 1:
+            got += await reader.read(max_records=500, timeout=5)
+        assert got == [*old(0, k), (end, b"x")]
+    finally:
+        await wal.close()
