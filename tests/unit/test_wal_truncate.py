@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ister.core.frames import scan_frames
 from ister.errors import LogTruncated, OffsetOutOfRange, StorageError
 from ister.storage.wal import Wal, WalConfig
+from ister.storage.wal import reader as reader_module
 from ister.storage.wal.checkpoint import read_checkpoint
 from ister.storage.wal.truncate import INTENT_NAME
 
@@ -86,7 +89,12 @@ def mid_segment_offset(wal: Wal) -> int:
 # ---- where the cut lands ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("config", [SEGMENTS, COLD], ids=["cache_warm", "cache_cold"])
+INTERVAL = WalConfig(segment_max_bytes=2048, fsync="interval", fsync_interval_ms=5000)
+
+
+@pytest.mark.parametrize(
+    "config", [SEGMENTS, COLD, INTERVAL], ids=["cache_warm", "cache_cold", "fsync_interval"]
+)
 async def test_truncate_in_the_middle_of_a_segment(tmp_path: Path, config: WalConfig) -> None:
     wal = await new_wal(tmp_path, 400, config)
     try:
@@ -427,5 +435,40 @@ async def test_truncate_in_a_damaged_closed_segment(tmp_path: Path, where: str) 
         while reader.next_offset < end + 1:
             got += await reader.read(max_records=500, timeout=5)
         assert got == [*old(0, k), (end, b"x")]
+    finally:
+        await wal.close()
+
+
+@pytest.mark.parametrize("who", ["reader", "verify"])
+async def test_a_file_read_overlapping_a_cut_is_not_taken_for_damage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, who: str
+) -> None:
+    wal = await new_wal(tmp_path, 400, COLD)
+    try:
+        victim_first, victim_end = wal.record_ranges()[3]
+        end = wal.record_ranges()[1][0] + 3
+        entered, release = threading.Event(), threading.Event()
+        real = reader_module.read_segments
+
+        def held(*args: Any) -> Any:
+            entered.set()
+            assert release.wait(10)
+            return real(*args)  # the file is gone or cut by now
+
+        monkeypatch.setattr(reader_module, "read_segments", held)
+        if who == "reader":
+            task: asyncio.Task[Any] = asyncio.create_task(wal.reader(victim_first + 2).read(timeout=10))
+        else:
+            task = asyncio.create_task(wal.verify_segment(victim_first))
+        assert await asyncio.to_thread(entered.wait, 10)
+        await asyncio.wait_for(wal.truncate(end), 10)  # completes while the read is held
+        release.set()
+        if who == "reader":
+            with pytest.raises(LogTruncated):
+                await task
+        else:
+            assert await task == []
+        assert wal.holes() == []
+        assert victim_end > end
     finally:
         await wal.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ister.errors import CorruptRange, DataLoss, LogTruncated, OffsetOutOfRange, StorageError
@@ -201,9 +202,12 @@ class WalReader:
         self.next_offset = end
 
 
-async def verify_segment(seg: Segment, committed: int, holes: Holes) -> list[Hole]:
+async def verify_segment(
+    seg: Segment, committed: int, holes: Holes, unchanged: Callable[[], bool] = lambda: True
+) -> list[Hole]:
     """Read every frame of `seg` below `committed` (CRC checked) and record each damaged range in `holes`;
-    returns the new ones."""
+    returns the new ones. Stops early, recording nothing more, once `unchanged()` is False (the WAL was
+    cut meanwhile: a failed read is then no sign of damage)."""
     found: list[Hole] = []
     end = min(seg.end_offset, committed)
     at: int = seg.first_offset
@@ -215,9 +219,15 @@ async def verify_segment(seg: Segment, committed: int, holes: Holes) -> list[Hol
             continue
         try:
             records, hint = await asyncio.to_thread(read_segments, [seg], at, end, 65536, 8 * MiB, hint)
-        except CorruptRange as exc:
+        except (CorruptRange, OffsetOutOfRange) as exc:
+            if not unchanged():
+                return found
+            if not isinstance(exc, CorruptRange):
+                raise
             found += holes.note_damaged(exc.first, exc.end, str(exc))
             at = exc.end
             continue
+        if not unchanged():
+            return found
         at = records[-1][0] + 1
     return found

@@ -222,7 +222,8 @@ class Wal:
         seg = next((s for s in self.segments_snapshot() if s.first_offset == first_offset), None)
         if seg is None or self._cutting:
             return []
-        return await verify_segment(seg, self._committed, self.damage)
+        gen = self._cut_gen
+        return await verify_segment(seg, self._committed, self.damage, lambda: self._cut_gen == gen)
 
     @property
     def active_bytes(self) -> int:
