@@ -14,7 +14,9 @@ from ister.core.frames import scan_frames
 from ister.errors import LogTruncated, OffsetOutOfRange, StorageError
 from ister.storage.wal import Wal, WalConfig
 from ister.storage.wal import reader as reader_module
+from ister.storage.wal.cache import RecordCache
 from ister.storage.wal.checkpoint import read_checkpoint
+from ister.storage.wal.holes import Holes
 from ister.storage.wal.truncate import INTENT_NAME
 
 SEGMENTS = WalConfig(segment_max_bytes=2048)
@@ -472,3 +474,48 @@ async def test_a_file_read_overlapping_a_cut_is_not_taken_for_damage(
         assert victim_end > end
     finally:
         await wal.close()
+
+
+# ---- the in-memory pieces ----------------------------------------------------------------------------------
+
+
+def test_record_cache_truncate_keeps_the_prefix_and_its_byte_count() -> None:
+    def filled() -> RecordCache:
+        cache = RecordCache(1 << 20)
+        for first, n in ((0, 10), (10, 10), (20, 5)):
+            items = [payload(i) for i in range(first, first + n)]
+            cache.add(first, items, sum(map(len, items)))
+        return cache
+
+    for end in (25, 30, 15, 10, 1, 0):
+        cache = filled()
+        cache.truncate(end)
+        kept = min(end, 25)
+        assert cache.end_offset == kept
+        got = cache.read(0, kept, 100, 1 << 20) if kept else None
+        assert got == (old(0, kept) if kept else None)
+        items = [payload(i) for i in range(kept)]
+        if kept:  # the same bytes as a cache that only ever held the prefix, chunked the same way
+            fresh = RecordCache(1 << 20)
+            for first in range(0, kept, 10):
+                chunk = items[first : first + 10]
+                fresh.add(first, chunk, sum(map(len, chunk)))
+            assert cache.nbytes == fresh.nbytes
+        else:
+            assert cache.nbytes == 0
+        cache.add(kept, [b"n"], 1)  # appends continue at the cut
+        assert cache.read(kept, kept + 1, 10, 100) == [(kept, b"n")]
+
+
+def test_holes_cut_forgets_above_and_clips_across() -> None:
+    holes = Holes("/t/x")
+    holes.add(10, 20, lost=True, why="a")
+    holes.add(30, 40, lost=False, why="b")
+    holes.add(50, 60, lost=True, why="c")
+    holes.cut(35)
+    assert holes.ranges() == [(10, 20), (30, 35)]
+    assert holes.lost_ranges() == ((10, 20),)
+    holes.cut(30)
+    assert holes.ranges() == [(10, 20)]
+    holes.cut(5)
+    assert holes.ranges() == [] and not holes
