@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 
 import msgspec
 
@@ -25,16 +24,16 @@ from ister.cluster.node import ClusterNode
 from ister.cluster.replicas import ReplicaManager
 from ister.config import BrokerConfig
 from ister.core.cluster.ownership import OwnerRecord, plan_load
-from ister.core.replication import ReplicaRecord
+from ister.core.replication import EpochHistory, ReplicaRecord
 from ister.errors import Unavailable
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.records import SealedState
 from ister.metadata.store import Compare, Delete, KeyValue, MetadataStore, Put
-from ister.replication.history import load_history, save_history
 from ister.replication.leader import ReplicaLeader
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
+from ister.storage.wal.epochs import load_epochs, save_epochs
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +90,8 @@ class ReplicatedTopics:
             if sealed_next is not None and (not in_sync or wal.next_offset < sealed_next):
                 # A graceful move here without a complete copy: every record below the seal is in the
                 # durable tier; this copy restarts empty after it.
-                await wal.close()
-                await asyncio.to_thread(shutil.rmtree, wal_dir, True)
-                wal = await storage.open_wal(name, start_offset=sealed_next)
+                await wal.reset(sealed_next)
+                await asyncio.to_thread(save_epochs, wal.directory, EpochHistory())
             known = max(hint, wal.first_offset, sealed_next or 0)
             replicas = record.replicas
             if me not in replicas:
@@ -188,10 +186,10 @@ class ReplicatedTopics:
             reserved_until=max(start + self.config.cluster.offset_reservation, owner.reserved_until),
         )
         guard = await self.node.commit_claim(name.full, versions, claimed)
-        history = await asyncio.to_thread(load_history, wal.directory)
+        history = (await asyncio.to_thread(load_epochs, wal.directory)).history
         history.truncate(start)
         history.begin(record.epoch, start)
-        await asyncio.to_thread(save_history, wal.directory, history)
+        await asyncio.to_thread(save_epochs, wal.directory, history)
         await self.store.delete(keys.storage_state(name.full))
         leader = ReplicaLeader(
             name,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +22,9 @@ import grpc
 from ister.client._conn import open_channel
 from ister.core.replication import EpochHistory
 from ister.ids import TopicName
-from ister.replication.history import load_history, save_history
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
+from ister.storage.wal.epochs import load_epochs, save_epochs
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
 
@@ -84,8 +83,15 @@ class ReplicaFollower:
             self.wal = None
 
     async def _open(self) -> Wal:
-        wal_dir = self.storage.wal_dir(self.name)
-        self.history = await asyncio.to_thread(load_history, wal_dir)
+        loaded = await asyncio.to_thread(load_epochs, self.storage.wal_dir(self.name))
+        if loaded.status == "damaged":
+            log.warning(
+                "%s: the epoch history is damaged (%s): the leader will cut this copy where "
+                "the histories agree",
+                self.name,
+                loaded.problem,
+            )
+        self.history = loaded.history
         wal = await self.storage.open_wal(self.name)
         self.history.truncate(wal.next_offset)  # entries saved before a crash cut their records short
         return wal
@@ -159,7 +165,7 @@ class ReplicaFollower:
             self.history.begin(e.epoch, e.start)
         if self.history.entries != before:
             # Before the records: an entry whose records did not land is dropped at the next open.
-            await asyncio.to_thread(save_history, wal.directory, self.history)
+            await asyncio.to_thread(save_epochs, wal.directory, self.history)
         await wal.append(list(resp.records))
         return True
 
@@ -167,24 +173,21 @@ class ReplicaFollower:
         wal = self.wal
         assert wal is not None
         log.info("%s: cutting the local copy at %d (it diverges from the leader's)", self.name, end)
-        truncate = getattr(wal, "truncate", None)
-        if truncate is not None:
-            await truncate(end)
-            self.history.truncate(end)
-            await asyncio.to_thread(save_history, wal.directory, self.history)
+        if end < wal.first_offset:
+            await self._reset(end)
             return
-        await self._reset(0)  # no in-place cut: fetch the leader's whole WAL again
+        await wal.truncate(end)  # the WAL first, then the history (an entry past the log is dropped at open)
+        self.history.truncate(end)
+        await asyncio.to_thread(save_epochs, wal.directory, self.history)
 
     async def _reset(self, start: int) -> None:
         """Drop the local copy and restart it empty at `start`."""
         log.info("%s: restarting the local copy empty at offset %d", self.name, start)
-        if self.wal is not None:
-            await self.wal.close()
-            self.wal = None
-        wal_dir = self.storage.wal_dir(self.name)
-        await asyncio.to_thread(shutil.rmtree, wal_dir, True)
+        wal = self.wal
+        assert wal is not None
+        await wal.reset(start)
         self.history = EpochHistory()
-        self.wal = await self.storage.open_wal(self.name, start_offset=start)
+        await asyncio.to_thread(save_epochs, wal.directory, self.history)
 
 
 class ChannelPool:
