@@ -23,7 +23,9 @@ from ister import errors
 from ister.client import Client
 from ister.core.record import decode_message
 from ister.core.replication import ReplicaRecord
+from ister.ids import TopicName
 from ister.metadata import keys
+from ister.storage.wal import Wal
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import Cluster
 
@@ -248,3 +250,60 @@ async def test_a_leader_paused_past_its_lease_acknowledges_nothing_after_its_epo
     got = await read_all(urls[0], topic, max(acked) + 1)
     changed = [o for o in acked if got.get(o) != acked[o]]
     assert not changed, f"acknowledged offsets lost or bound to another payload: {sorted(changed)[:5]}"
+
+
+async def wal_contents(data_dir: Path, topic: str) -> dict[int, bytes]:
+    """offset -> payload of every record in a stopped broker's copy of the topic."""
+    name = TopicName.parse(topic)
+    wal = await Wal.open(data_dir / "wal" / name.namespace / name.topic)
+    try:
+        out: dict[int, bytes] = {}
+        reader = wal.reader(wal.first_offset)
+        while reader.next_offset < wal.committed_offset:
+            for offset, record in await reader.read(10_000):
+                out[offset] = decode_message(bytes(record)).payload
+        return out
+    finally:
+        await wal.close()
+
+
+async def test_an_old_leaders_uncommitted_suffix_is_cut_when_it_returns(cluster: Cluster) -> None:
+    """The leader appends records its followers never get (both dead), then dies too. A follower leads and
+    reuses those offsets for other records; the old leader returns with its disk, follows, and its copy is
+    cut where it diverges: afterwards no offset holds two payloads on any replica."""
+    topic = "/default/replicated_diverge"
+    entry = cluster.brokers[0]
+    acked = await publish(entry.url, topic, "a", 200)
+    record = await cluster.until(lambda: replica_record(cluster, topic), "a replica record")
+    old = cluster.process_of(record.leader)
+    followers = [cluster.process_of(b) for b in record.replicas if b != record.leader]
+    for f in followers:
+        f.kill9()
+    async with Client(old.url, retry_timeout=0.5) as ister:
+        pub = await ister.producer(topic)
+        with pytest.raises(errors.IsterError):
+            await pub.send_batch([b"never-acknowledged"] * 50)  # appended on the old leader only
+    old.kill9()
+    for f in followers:
+        f.start()
+
+    async def led_by_a_follower() -> bool:
+        rec = await replica_record(cluster, topic)
+        return rec is not None and rec.leader != record.leader and rec.epoch > record.epoch
+
+    await cluster.until(led_by_a_follower, "a former follower leads", 60)
+    more = await publish(followers[0].url, topic, "b", 100)
+    assert min(more) == 200  # the offsets the old leader used for its unacknowledged records
+    old.start()
+
+    async def all_in_sync() -> bool:
+        rec = await replica_record(cluster, topic)
+        return rec is not None and len(rec.isr) == 3
+
+    await cluster.until(all_in_sync, "the old leader follows and is in sync again", 60)
+    assert "cutting the local copy at 200" in old.log()
+    old.stop()
+    copy = await wal_contents(old.data_dir, topic)
+    expected = {**acked, **more}
+    assert {o: copy[o] for o in expected} == expected
+    assert b"never-acknowledged" not in copy.values()
