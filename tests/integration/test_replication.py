@@ -307,3 +307,29 @@ async def test_an_old_leaders_uncommitted_suffix_is_cut_when_it_returns(cluster:
     expected = {**acked, **more}
     assert {o: copy[o] for o in expected} == expected
     assert b"never-acknowledged" not in copy.values()
+
+
+async def test_a_move_is_a_leadership_transfer_to_an_in_sync_replica(cluster: Cluster) -> None:
+    """Without a durable tier a single-copy topic holding records cannot move; a replicated one moves to an
+    in-sync follower, which continues its own copy."""
+    topic = "/default/replicated_move"
+    entry = cluster.brokers[0]
+    acked = await publish(entry.url, topic, "a", 300)
+    record = await cluster.until(lambda: replica_record(cluster, topic), "a replica record")
+    for move in range(2):
+        before = await cluster.until(lambda: replica_record(cluster, topic), "a replica record")
+        await cluster.unload(topic)
+
+        async def moved(b: ReplicaRecord = before) -> ReplicaRecord | None:
+            rec = await replica_record(cluster, topic)
+            owner = (await cluster.assignments()).get(topic)
+            if rec is None or rec.epoch <= b.epoch or owner != rec.leader:
+                return None
+            return rec
+
+        after = await cluster.until(moved, f"move {move + 1}", 60)
+        assert after.leader != before.leader and after.leader in before.isr
+        acked.update(await publish(entry.url, topic, f"m{move}-", 100))
+    assert sorted(acked) == list(range(500))  # dense across both transfers
+    assert await read_all(entry.url, topic, 500) == acked
+    assert record.replicas == after.replicas  # the same three copies, only the leader changed

@@ -71,6 +71,10 @@ class ReplicationGate(Protocol):
     async def wait_committed(self, end: int) -> None:
         """Return once every offset below `end` is committed (Unavailable when it cannot be here)."""
 
+    async def hand_over(self, within: float) -> None:
+        """Appends are refused already: return once every in-sync replica holds the whole log, so any of
+        them can lead next without the durable tier (Unavailable when that does not happen in time)."""
+
     async def close(self, reason: str) -> None: ...
 
 

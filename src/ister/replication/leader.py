@@ -140,6 +140,27 @@ class ReplicaLeader:
         heapq.heappush(self._waiters, (end, next(self._seq), future))
         await future
 
+    async def hand_over(self, within: float) -> None:
+        end = self.wal.next_offset
+        await self.wal.flush()
+        try:
+            async with asyncio.timeout(within):
+                while True:
+                    self._advance()
+                    if self.state.committed >= end:
+                        return
+                    if self.fenced is not None or self.stalled:
+                        break
+                    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                    heapq.heappush(self._waiters, (end, next(self._seq), future))
+                    await future
+        except (TimeoutError, Unavailable):
+            pass
+        raise Unavailable(
+            f"cannot move {self.name}: its in-sync replicas {self.record.isr} do not hold offsets up to "
+            f"{end - 1} yet ({self.state.committed} committed); it stays on this broker"
+        )
+
     def _release_waiters(self) -> None:
         committed = self.state.committed
         waiters = self._waiters

@@ -79,8 +79,9 @@ def plan_assignments(
     `scores`: the configured strategy's score per live broker (lower is better); None means Fair (topic
     counts). Each pick adds `step` (the score of one topic without load yet) to the chosen broker.
     A topic that still has a live owner is skipped: the other half of its move has not happened yet.
-    `eligible`: for a replicated topic, the brokers that may take it over after a failover (its in-sync
-    replicas); none of them alive: it waits rather than losing acknowledged records.
+    `eligible`: for a replicated topic, the brokers that may take it over (its in-sync replicas): after a
+    failover, none of them alive means it waits rather than losing acknowledged records; a move goes to
+    one of them (a leadership transfer; a named target outside them is ignored).
     """
     if not state.unassigned:
         return []  # the common case on a busy leader: no O(topics) count for nothing
@@ -97,8 +98,13 @@ def plan_assignments(
         if state.assignments.get(topic) in state.live:
             continue
         rankings = fair_rankings({b: math.floor(v) for b, v in current.items()})
-        allowed = eligible.get(topic) if eligible is not None and marker.reason == "failover" else None
-        pool = active if allowed is None else (active & allowed) or (state.live & allowed)
+        allowed = eligible.get(topic) if eligible is not None else None
+        if allowed is None:
+            pool = active
+        elif marker.reason == "failover":
+            pool = (active & allowed) or (state.live & allowed)
+        else:
+            pool = active & allowed  # a move of a replicated topic is a transfer to an in-sync replica
         if not pool:
             continue
         broker = selector.choose(rankings, pool, marker)
