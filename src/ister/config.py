@@ -139,6 +139,8 @@ class ClusterSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     replication_factor: int = 1
     min_insync_replicas: int = 0
     replica_max_lag_seconds: float = 10.0  # an in-sync follower that has not caught up this long leaves
+    # A replica on a broker gone this long (or at once, on a draining one) is replaced by a new follower.
+    replica_replace_after_seconds: float = 120.0
 
 
 class MetricsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -422,6 +424,8 @@ def _check_durable(cfg: BrokerConfig) -> None:
         raise ConfigError("cluster.min_insync_replicas must be in 0..replication_factor (0: a majority)")
     if cfg.cluster.replica_max_lag_seconds <= 0:
         raise ConfigError("cluster.replica_max_lag_seconds must be > 0")
+    if cfg.cluster.replica_replace_after_seconds <= 0:
+        raise ConfigError("cluster.replica_replace_after_seconds must be > 0")
     if cfg.cluster.superseded_wal_retention_seconds < 0:
         raise ConfigError("cluster.superseded_wal_retention_seconds must be >= 0")
     if dur.local_retention_bytes < 0 or dur.local_retention_seconds < 0:

@@ -333,3 +333,62 @@ async def test_a_move_is_a_leadership_transfer_to_an_in_sync_replica(cluster: Cl
     assert sorted(acked) == list(range(500))  # dense across both transfers
     assert await read_all(entry.url, topic, 500) == acked
     assert record.replicas == after.replicas  # the same three copies, only the leader changed
+
+
+async def test_a_dead_replica_is_replaced_by_a_new_follower_that_catches_up(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    env = {**RF_ENV, "ISTER_CLUSTER__REPLICA_REPLACE_AFTER_SECONDS": "2"}
+    four = Cluster(tmp_path, etcd_server.endpoint, 4, 2, env=env)
+    try:
+        await four.start(3)
+        topic = "/default/replicated_replace"
+        acked = await publish(four.brokers[0].url, topic, "a", 500)
+        record = await four.until(lambda: replica_record(four, topic), "a replica record")
+        await four.start_more()
+        newcomer = four.broker_id(four.brokers[3])
+        assert newcomer not in record.replicas
+        dead = next(b for b in record.replicas if b != record.leader)
+        four.process_of(dead).kill9()
+
+        async def replaced() -> ReplicaRecord | None:
+            rec = await replica_record(four, topic)
+            done = rec is not None and dead not in rec.replicas and newcomer in rec.isr
+            return rec if done else None
+
+        after = await four.until(replaced, "the dead replica replaced and the new one in sync", 60)
+        assert sorted(after.replicas) == sorted([*(b for b in record.replicas if b != dead), newcomer])
+        assert sorted(after.isr) == sorted(after.replicas)
+        acked.update(await publish(four.brokers[0].url, topic, "b", 100))
+        four.brokers[3].stop()
+        copy = await wal_contents(four.brokers[3].data_dir, topic)
+        assert {o: copy.get(o) for o in acked if o < 500} == {o: p for o, p in acked.items() if o < 500}
+    finally:
+        await four.stop()
+
+
+async def test_drain_moves_leaderships_and_replicas_away(tmp_path: Path, etcd_server: EtcdServer) -> None:
+    four = Cluster(tmp_path, etcd_server.endpoint, 4, 2, env=RF_ENV)
+    try:
+        await four.start(3)
+        topic = "/default/replicated_drain"
+        acked = await publish(four.brokers[0].url, topic, "a", 300)
+        record = await four.until(lambda: replica_record(four, topic), "a replica record")
+        await four.start_more()
+        drained = record.leader  # it leads and holds a copy: both must move
+        cli = [*ISTER, "admin", "brokers", "drain", str(drained), "--admin-addr", four.brokers[3].admin_addr]
+        await asyncio.to_thread(subprocess.run, cli, check=True, capture_output=True, timeout=60)
+
+        async def moved_away() -> ReplicaRecord | None:
+            rec = await replica_record(four, topic)
+            owner = (await four.assignments()).get(topic)
+            done = rec is not None and drained not in rec.replicas and owner == rec.leader
+            return rec if done and sorted(rec.isr) == sorted(rec.replicas) else None
+
+        after = await four.until(moved_away, "leadership and copy moved off the drained broker", 60)
+        assert len(after.replicas) == 3
+        url = four.process_of(after.leader).url
+        acked.update(await publish(url, topic, "b", 100))
+        assert await read_all(url, topic, 400) == acked
+    finally:
+        await four.stop()

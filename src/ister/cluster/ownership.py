@@ -153,22 +153,23 @@ class ClusterOwnership:
         """The topic's WAL opened where its offsets continue, and the committed claim that fences it."""
         replica_kv = await self.store.get(keys.replicas(name))
         if replica_kv is None:
-            factor, min_insync = await self._replication_of(name)
-            if factor > 1:
-                return await self.replicated.lead(name, None, factor, min_insync)
+            wanted, placed, min_insync = await self._replication_of(name)
+            if placed > 1:
+                return await self.replicated.lead(name, None, wanted, min_insync)
             return await self._open_single(name, storage)
         return await self.replicated.lead(name, replica_kv, 0, 0)
 
-    async def _replication_of(self, name: TopicName) -> tuple[int, int]:
-        """(replication factor, min in-sync) for a topic loaded for the first time: the namespace policy's,
-        else the broker's; capped by the live brokers."""
+    async def _replication_of(self, name: TopicName) -> tuple[int, int, int]:
+        """(replication factor, copies it can have now (capped by the live brokers), min in-sync) for a
+        topic loaded for the first time: the namespace policy's, else the broker's. A topic placed on fewer
+        brokers than its factor gets its missing followers when brokers join."""
         kv = await self.store.get(keys.namespace_policy(name.namespace))
         policy = NamespacePolicy.lenient(kv.value if kv is not None else None)
         c = self.config.cluster
-        wanted = policy.replication_factor or c.replication_factor
-        factor = max(1, min(wanted, MAX_REPLICATION_FACTOR, len(self.node.live_brokers())))
-        min_insync = policy.min_insync_replicas or c.min_insync_replicas or factor // 2 + 1
-        return factor, max(1, min(min_insync, factor))
+        wanted = max(1, min(policy.replication_factor or c.replication_factor, MAX_REPLICATION_FACTOR))
+        placed = min(wanted, len(self.node.live_brokers()))
+        min_insync = policy.min_insync_replicas or c.min_insync_replicas or wanted // 2 + 1
+        return wanted, placed, max(1, min(min_insync, wanted))
 
     async def _open_single(self, name: TopicName, storage: TopicStorage) -> tuple[Wal, OwnershipGuard]:
         """One copy: the local WAL of the last loader, else a new one after the seal or the reservation."""

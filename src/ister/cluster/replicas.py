@@ -154,10 +154,17 @@ class ReplicaManager:
         self.leading.discard(topic)
         self.leaders.pop(topic, None)  # the next sync follows it again if this broker is still a replica
 
-    def choose_followers(self, count: int, prefer: list[int]) -> list[int]:
-        """`count` live brokers other than this one: those that already hold a copy first, then the ones
-        following the fewest topics (spreads copies), by id."""
-        live = [b for b in self.node.live_brokers() if b != self.broker_id]
+    def peers(self) -> tuple[set[int], set[int]]:
+        """(live brokers, active brokers: live and neither draining nor drained)."""
+        self.node.view.refresh()
+        state = self.node.view.state()
+        return set(state.live), state.active()
+
+    def choose_followers(self, count: int, prefer: list[int], exclude: set[int] | None = None) -> list[int]:
+        """`count` active brokers other than this one (and `exclude`): those that already hold a copy
+        first, then the ones following the fewest topics (spreads copies), by id."""
+        _, active = self.peers()
+        live = [b for b in sorted(active) if b != self.broker_id and b not in (exclude or set())]
         load: Counter[int] = Counter()
         for kv in self.node.cache.list(keys.REPLICAS_PREFIX):
             record = ReplicaRecord.parse(kv.value)

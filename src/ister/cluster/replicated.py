@@ -24,7 +24,7 @@ from ister.cluster.node import ClusterNode
 from ister.cluster.replicas import ReplicaManager
 from ister.config import BrokerConfig
 from ister.core.cluster.ownership import OwnerRecord, plan_load
-from ister.core.replication import EpochHistory, ReplicaRecord
+from ister.core.replication import MAX_REPLICATION_FACTOR, EpochHistory, ReplicaRecord
 from ister.errors import Unavailable
 from ister.ids import TopicName
 from ister.metadata import keys
@@ -104,6 +104,7 @@ class ReplicatedTopics:
                 leader=me,
                 epoch=max(owner.epoch, record.epoch + 1),
                 min_insync=record.min_insync,
+                factor=record.factor,
             )
             return await self._serve(name, wal, owner, versions, new, replica_kv, known)
         except BaseException:
@@ -152,6 +153,7 @@ class ReplicatedTopics:
                 leader=me,
                 epoch=owner.epoch,
                 min_insync=min(min_insync, len(replicas)),
+                factor=factor,
             )
             # Everything below the WAL's start is in the durable tier or was never written: committed.
             return await self._serve(name, wal, owner, versions, new, None, wal.next_offset)
@@ -203,6 +205,9 @@ class ReplicatedTopics:
             known_committed=known_committed,
             on_fenced=guard.revoke,
             on_closed=lambda: self.manager.end_leading(name.full),
+            peers=self.manager.peers,
+            choose=lambda exclude: self.manager.choose_followers(MAX_REPLICATION_FACTOR, [], exclude),
+            replace_after_s=self.config.cluster.replica_replace_after_seconds,
         )
         guard.bind(wal)
         guard.replication = leader

@@ -19,9 +19,11 @@ from collections.abc import Callable
 
 from ister.core.replication import (
     EpochHistory,
+    FollowerProgress,
     LeaderState,
     ReplicaRecord,
     divergence,
+    replacement_step,
 )
 from ister.errors import CorruptRange, FailedPrecondition, MetadataError, Unavailable
 from ister.ids import TopicName
@@ -34,6 +36,7 @@ from ister.wire.gen import ister_v1_pb2 as pb
 log = logging.getLogger(__name__)
 
 ISR_CHECK_SECONDS = 0.25
+PEERS_CHECK_SECONDS = 1.0  # dead and draining replicas are looked for this often
 FETCH_MAX_BYTES = 4 * 1024 * 1024
 FETCH_MAX_RECORDS = 65_536
 
@@ -53,6 +56,9 @@ class ReplicaLeader:
         known_committed: int = 0,
         on_fenced: Callable[[str], None] | None = None,
         on_closed: Callable[[], None] | None = None,
+        peers: Callable[[], tuple[set[int], set[int]]] | None = None,
+        choose: Callable[[set[int]], list[int]] | None = None,
+        replace_after_s: float = 120.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
@@ -66,6 +72,11 @@ class ReplicaLeader:
         self._clock = clock
         self._on_fenced = on_fenced
         self._on_closed = on_closed
+        self._peers = peers  # (live brokers, active brokers) as the cluster view shows them
+        self._choose = choose  # brokers for a new follower, best first, none of the given ones
+        self.replace_after_s = replace_after_s
+        self._absent_since: dict[int, float] = {}
+        self._peers_checked = float("-inf")
         followers = [r for r in record.replicas if r != broker_id]
         self.state = LeaderState.take_over(
             record.epoch, wal.durable_offset, known_committed, clock(), followers
@@ -271,24 +282,68 @@ class ReplicaLeader:
         if stalled and not self.stalled:
             self._fail_waiters(Unavailable(f"{self.name}: in-sync replica(s) {stalled} stopped following"))
         self.stalled = stalled
-        isr += [r for r in self.state.rejoining(isr, record.replicas) if r not in lagging]
+        # Rejoin only while it follows: a dead member still "holds everything" when nothing was appended.
+        isr += [
+            r
+            for r in self.state.rejoining(isr, record.replicas)
+            if now - self.last_fetch.get(r, float("-inf")) <= self.max_lag_s
+        ]
         if sorted(isr) != record.isr:
-            await self._write_isr(sorted(set(isr)))
+            await self._write_record(record.with_isr(isr))
+        elif (replaced := self._replacement(now)) is not None:
+            await self._write_record(replaced)
         self._advance()
+
+    def _replacement(self, now: float) -> ReplicaRecord | None:
+        """The next step replacing replicas on brokers gone for `replace_after_s` or draining."""
+        if self._peers is None or self._choose is None:
+            return None
+        if now - self._peers_checked < PEERS_CHECK_SECONDS:
+            return None
+        self._peers_checked = now
+        live, active = self._peers()
+        leaving: set[int] = set()
+        for r in self.record.replicas:
+            if r == self.broker_id:
+                continue
+            if r in live:
+                self._absent_since.pop(r, None)
+                if r not in active:
+                    leaving.add(r)  # draining or drained: its copies move away at once
+            elif now - self._absent_since.setdefault(r, now) >= self.replace_after_s:
+                leaving.add(r)
+        record = self.record
+        if not leaving and len(record.replicas) >= record.target:
+            return None
+        choose = self._choose
+        return replacement_step(record, leaving, lambda: choose(set(record.replicas)))
 
     def _matched(self, member: int) -> int:
         p = self.state.followers.get(member)
         return p.matched if p is not None else 0
 
-    async def _write_isr(self, isr: list[int]) -> None:
-        new = self.record.with_isr(isr)
+    async def _write_record(self, new: ReplicaRecord) -> None:
         key = keys.replicas(self.name)
         if await self.store.txn([Compare(key, self.version)], [Put(key, new.to_json())]):
             kv = await self.store.get(key)
             if kv is not None and ReplicaRecord.parse(kv.value) == new:
                 log.info(
-                    "%s: in-sync replicas %s -> %s (epoch %d)", self.name, self.record.isr, new.isr, new.epoch
+                    "%s: replicas %s -> %s, in sync %s -> %s (epoch %d)",
+                    self.name,
+                    self.record.replicas,
+                    new.replicas,
+                    self.record.isr,
+                    new.isr,
+                    new.epoch,
                 )
+                now = self._clock()
+                for r in new.replicas:
+                    if r != self.broker_id and r not in self.state.followers:
+                        self.state.followers[r] = FollowerProgress(caught_up_at=now)
+                        self.last_fetch[r] = now
+                for r in [f for f in self.state.followers if f not in new.replicas]:
+                    del self.state.followers[r]
+                    self.last_fetch.pop(r, None)
                 self.record, self.version = new, kv.version
                 if len(new.isr) < new.min_insync:
                     self._fail_waiters(Unavailable(f"{self.name}: in-sync replicas below the minimum"))
