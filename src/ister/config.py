@@ -139,6 +139,9 @@ class ClusterSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     replication_factor: int = 1
     min_insync_replicas: int = 0
     replica_max_lag_seconds: float = 10.0  # an in-sync follower that has not caught up this long leaves
+    # Where this broker runs (a rack, an availability zone): a replicated topic's copies go to as many
+    # different zones as it has copies, when brokers of that many zones are there. Empty: no zone.
+    zone: str = ""
     # A replica on a broker gone this long (or at once, on a draining one) is replaced by a new follower.
     replica_replace_after_seconds: float = 120.0
 

@@ -359,7 +359,7 @@ async def test_a_dead_replica_is_replaced_by_a_new_follower_that_catches_up(
         after = await four.until(replaced, "the dead replica replaced and the new one in sync", 60)
         assert sorted(after.replicas) == sorted([*(b for b in record.replicas if b != dead), newcomer])
         assert sorted(after.isr) == sorted(after.replicas)
-        acked.update(await publish(four.brokers[0].url, topic, "b", 100))
+        acked.update(await publish(four.process_of(after.leader).url, topic, "b", 100))
         four.brokers[3].stop()
         copy = await wal_contents(four.brokers[3].data_dir, topic)
         assert {o: copy.get(o) for o in acked if o < 500} == {o: p for o, p in acked.items() if o < 500}
@@ -390,5 +390,25 @@ async def test_drain_moves_leaderships_and_replicas_away(tmp_path: Path, etcd_se
         url = four.process_of(after.leader).url
         acked.update(await publish(url, topic, "b", 100))
         assert await read_all(url, topic, 400) == acked
+    finally:
+        await four.stop()
+
+
+async def test_copies_go_to_different_zones(tmp_path: Path, etcd_server: EtcdServer) -> None:
+    env = {**RF_ENV, "ISTER_CLUSTER__REPLICATION_FACTOR": "2", "ISTER_CLUSTER__MIN_INSYNC_REPLICAS": "1"}
+    four = Cluster(tmp_path, etcd_server.endpoint, 4, 2, env=env)
+    zone_of = {}
+    for i, b in enumerate(four.brokers):
+        b.extra = [*b.extra, "--zone", "east" if i < 2 else "west"]
+    try:
+        await four.start()
+        for i, b in enumerate(four.brokers):
+            zone_of[four.broker_id(b)] = "east" if i < 2 else "west"
+        for t in range(6):
+            topic = f"/default/replicated_zones_{t}"
+            await publish(four.brokers[t % 4].url, topic, "z", 10)
+            rec = await four.until(lambda t=topic: replica_record(four, t), "a replica record")
+            assert len(rec.replicas) == 2
+            assert {zone_of[b] for b in rec.replicas} == {"east", "west"}, rec
     finally:
         await four.stop()

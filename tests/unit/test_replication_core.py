@@ -155,3 +155,13 @@ def test_a_topic_below_its_factor_grows_when_a_broker_is_there() -> None:
     grown = replacement_step(rec, set(), lambda: [2, 7])
     assert grown is not None and grown.replicas == [1, 2, 7] and grown.isr == [1, 2]
     assert ReplicaRecord.parse({**rec.to_json(), "factor": 9}) is None
+
+
+def test_followers_spread_over_zones_before_filling_one() -> None:
+    from ister.cluster.replicas import spread_over_zones
+
+    zones = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c"}
+    # ranked best first; the leader's zone "a" is taken
+    assert spread_over_zones([2, 3, 4, 5], zones, {"a"}, 2) == [3, 5]
+    assert spread_over_zones([2, 3, 4], zones, {"a"}, 2) == [3, 2]  # two zones only: then the best left
+    assert spread_over_zones([2, 3, 4], {}, {""}, 2) == [2, 3]  # no zones: the ranking as it is

@@ -21,6 +21,7 @@ import msgspec
 from ister.core.replication import NO_LEADER, ReplicaRecord
 from ister.ids import TopicName
 from ister.metadata import keys
+from ister.metadata.records import BrokerRegistration
 from ister.metadata.store import Compare, MetadataStore, Put, list_all
 from ister.replication import metrics
 from ister.replication.follower import ChannelPool, LeaderTarget, ReplicaFollower
@@ -171,4 +172,25 @@ class ReplicaManager:
             if record is not None:
                 load.update(record.replicas)
         ranked = sorted(live, key=lambda b: (b not in prefer, load[b], b))
-        return ranked[:count]
+        zones = {b: self.zone_of(b) for b in [self.broker_id, *ranked, *(exclude or set())]}
+        return spread_over_zones(
+            ranked, zones, {zones[b] for b in [self.broker_id, *(exclude or set())]}, count
+        )
+
+    def zone_of(self, broker_id: int) -> str:
+        kv = self.node.cache.get(keys.broker_register(broker_id))
+        reg = BrokerRegistration.parse(kv.value) if kv is not None else None
+        return reg.zone if reg is not None else ""
+
+
+def spread_over_zones(ranked: list[int], zones: dict[int, str], used: set[str], count: int) -> list[int]:
+    """`count` brokers from `ranked` (best first): first one per zone not `used` yet, then the best of the
+    rest. Brokers without a zone all count as one zone, so without zones this is `ranked[:count]`."""
+    picked: list[int] = []
+    taken = set(used)
+    for b in ranked:
+        if len(picked) < count and zones.get(b, "") not in taken:
+            picked.append(b)
+            taken.add(zones.get(b, ""))
+    picked += [b for b in ranked if b not in picked][: count - len(picked)]
+    return picked

@@ -127,6 +127,7 @@ class BrokerRegistration(Record, frozen=True):
     admin_addr: str = ""
     broker_addr: str = ""
     prom_exporter: str = ""
+    zone: str = ""  # Ister: where the broker runs, for replica placement
 
     @property
     def url(self) -> str:

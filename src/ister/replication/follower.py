@@ -30,7 +30,7 @@ from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
-FETCH_WAIT_MS = 500
+ACK_IDLE_SECONDS = 1.0
 FETCH_MAX_BYTES = 4 * 1024 * 1024
 RETRY_SECONDS = 0.2
 MAX_RETRY_SECONDS = 2.0
@@ -63,12 +63,17 @@ class ReplicaFollower:
         self.fetches = 0
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._call: Any = None  # the open stream, cancelled when the leader changes
+        self._epoch = 0
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"follow {self.name.full}")
 
     def poke(self) -> None:
-        """The replica record changed (a new leader or epoch): fetch from whoever leads now."""
+        """The replica record changed: follow whoever leads now (a stream to an old leader is dropped)."""
+        target = self._target()
+        if self._call is not None and (target is None or target.epoch != self._epoch):
+            self._call.cancel()
         self._changed.set()
 
     async def stop(self) -> None:
@@ -122,7 +127,7 @@ class ReplicaFollower:
             delay = min(delay * 2, MAX_RETRY_SECONDS)
 
     async def _fetch_once(self) -> bool:
-        """One fetch and what it says; False when there is nobody to fetch from right now."""
+        """One stream from the leader, until it ends; False when there is nobody to follow right now."""
         target = self._target()
         wal = self.wal
         assert wal is not None
@@ -135,29 +140,59 @@ class ReplicaFollower:
             log_start=wal.first_offset,
             log_end=wal.durable_offset,
             max_bytes=FETCH_MAX_BYTES,
-            wait_ms=FETCH_WAIT_MS,
         )
         req.history.extend(pb.EpochStart(epoch=e, start=s) for e, s in self.history.entries)
-        stub = self._channels.stub(target.url)
-        resp = await stub.Fetch(req, timeout=FETCH_WAIT_MS / 1000 + 10)
+        call = self._channels.stub(target.url).Replicate()
+        self._call, self._epoch = call, target.epoch
+        stream = _Acks(call, wal)
+        try:
+            await call.write(pb.ReplicaUp(open=req))
+            stream.start()
+            while True:
+                resp = await self._read(call)
+                if resp is None:
+                    return True
+                ended = await self._handle(resp, target, stream)
+                if ended is not None:
+                    return ended
+        finally:
+            self._call = None
+            await stream.close()
+            call.cancel()
+
+    async def _read(self, call: Any) -> Any:
+        """The next answer; None when the stream ended (or `poke` dropped it for a new leader)."""
+        try:
+            resp = await call.read()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            return None
+        return None if resp is grpc.aio.EOF else resp
+
+    async def _handle(self, resp: Any, target: LeaderTarget, stream: _Acks) -> bool | None:
+        """Apply one answer; True/False: the stream is over (reconnect at once / after a pause)."""
         self.fetches += 1
         if resp.epoch < target.epoch:
             return False  # a stale leader answered: wait for the new one
         self.leader_committed = max(self.leader_committed, resp.committed)
-        if resp.HasField("truncate_to"):
-            await self._truncate(resp.truncate_to)
+        if resp.HasField("truncate_to") or resp.HasField("reset_to"):
+            await stream.drain()
+            if resp.HasField("truncate_to"):
+                await self._truncate(resp.truncate_to)
+            else:
+                await self._reset(resp.reset_to)
             return True
-        if resp.HasField("reset_to"):
-            await self._reset(resp.reset_to)
-            return True
+        stream.check()
         if not resp.records:
-            return True
-        if resp.first_offset != wal.next_offset:
+            return None
+        if resp.first_offset != stream.expected:
             log.warning(
-                "%s: the leader sent records from %d, the local log ends at %d; asking again",
+                "%s: the leader sent records from %d, the local log ends at %d; reconnecting",
                 self.name,
                 resp.first_offset,
-                wal.next_offset,
+                stream.expected,
             )
             return False
         before = list(self.history.entries)
@@ -165,9 +200,9 @@ class ReplicaFollower:
             self.history.begin(e.epoch, e.start)
         if self.history.entries != before:
             # Before the records: an entry whose records did not land is dropped at the next open.
-            await asyncio.to_thread(save_epochs, wal.directory, self.history)
-        await wal.append(list(resp.records))
-        return True
+            await asyncio.to_thread(save_epochs, stream.wal.directory, self.history)
+        stream.append(list(resp.records))
+        return None
 
     async def _truncate(self, end: int) -> None:
         wal = self.wal
@@ -211,3 +246,68 @@ class ChannelPool:
                 await channel.close()
         self._channels.clear()
         self._stubs.clear()
+
+
+class _Acks:
+    """A follower stream's appends and acknowledgements: records are appended in order without waiting
+    (the next ones arrive while these are fsync'd), and one writer tells the leader the durable end each
+    time it moves, and about every second while idle (the leader counts a silent follower as gone)."""
+
+    def __init__(self, call: Any, wal: Wal) -> None:
+        self.call = call
+        self.wal = wal
+        self.expected = wal.next_offset
+        self._durable = asyncio.Event()
+        self._appends: list[asyncio.Task[int]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._writer = asyncio.get_running_loop().create_task(self._write())
+
+    def append(self, records: list[bytes]) -> None:
+        task = asyncio.get_running_loop().create_task(self.wal.append(records))
+        task.add_done_callback(self._appended)
+        self._appends.append(task)
+        self.expected += len(records)
+
+    def _appended(self, task: asyncio.Task[int]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            self._durable.set()
+
+    def check(self) -> None:
+        """Raise what failed: an append, or the writer."""
+        pending = []
+        for task in self._appends:
+            if task.done():
+                task.result()
+            else:
+                pending.append(task)
+        self._appends = pending
+        if self._writer is not None and self._writer.done():
+            self._writer.result()
+
+    async def drain(self) -> None:
+        await asyncio.gather(*self._appends)
+        self._appends.clear()
+
+    async def _write(self) -> None:
+        told = -1
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(ACK_IDLE_SECONDS):
+                    await self._durable.wait()
+            moved = self._durable.is_set()
+            self._durable.clear()  # after waking: a set during the write below wakes the next wait
+            end = self.wal.durable_offset
+            if end != told or not moved:
+                await self.call.write(pb.ReplicaUp(acked=end))
+                told = end
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.cancel()
+            with contextlib.suppress(BaseException):
+                await self._writer
+        for task in self._appends:
+            with contextlib.suppress(BaseException):
+                await task

@@ -15,7 +15,7 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from ister.core.replication import (
     EpochHistory,
@@ -25,12 +25,12 @@ from ister.core.replication import (
     divergence,
     replacement_step,
 )
-from ister.errors import CorruptRange, FailedPrecondition, MetadataError, Unavailable
+from ister.errors import CorruptRange, FailedPrecondition, InvalidArgument, MetadataError, Unavailable
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.store import Compare, MetadataStore, Put
 from ister.replication import metrics
-from ister.storage.wal import Wal
+from ister.storage.wal import Wal, WalReader
 from ister.wire.gen import ister_v1_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,8 @@ ISR_CHECK_SECONDS = 0.25
 PEERS_CHECK_SECONDS = 1.0  # dead and draining replicas are looked for this often
 FETCH_MAX_BYTES = 4 * 1024 * 1024
 FETCH_MAX_RECORDS = 65_536
+WINDOW_RECORDS = 262_144  # records sent to a follower and not yet acknowledged by it, at most
+IDLE_SECONDS = 1.0  # a stream with nothing new still says so (and the commit) this often
 
 
 class ReplicaLeader:
@@ -77,6 +79,7 @@ class ReplicaLeader:
         self.replace_after_s = replace_after_s
         self._absent_since: dict[int, float] = {}
         self._peers_checked = float("-inf")
+        self._readers: set[WalReader] = set()  # followers' streams, ended when this leader closes
         followers = [r for r in record.replicas if r != broker_id]
         self.state = LeaderState.take_over(
             record.epoch, wal.durable_offset, known_committed, clock(), followers
@@ -112,6 +115,8 @@ class ReplicaLeader:
         self._fail_waiters(
             Unavailable(f"topic {self.name} is no longer led here ({reason}); redo the lookup")
         )
+        for reader in list(self._readers):
+            reader.close()  # ends the followers' streams now
         if self._isr_task is not None:
             self._isr_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -202,8 +207,12 @@ class ReplicaLeader:
         """Records became durable here (an RF-1 in-sync set commits them at once)."""
         self._advance()
 
-    # -- followers' fetches -------------------------------------------------------------------------------
-    async def fetch(self, req: pb.ReplicaFetchRequest) -> pb.ReplicaFetchResponse:
+    # -- followers' streams -------------------------------------------------------------------------------
+    async def replicate(
+        self, req: pb.ReplicaFetchRequest, acks: AsyncIterator[int]
+    ) -> AsyncIterator[pb.ReplicaFetchResponse]:
+        """One follower's stream: where its log must be cut or restarted (one answer, then the end), else
+        records as they become durable here, at most `WINDOW_RECORDS` ahead of what it acknowledged."""
         if self.fenced is not None:
             raise Unavailable(f"topic {self.name} is no longer led here ({self.fenced})")
         follower = req.follower
@@ -214,44 +223,81 @@ class ReplicaLeader:
                 f"{self.name}: the follower knows epoch {req.epoch}, this leader's is {self.epoch} (stale)"
             )
         wal = self.wal
-        now = self._clock()
-        self.last_fetch[follower] = now
-        durable = wal.durable_offset
         theirs = EpochHistory([(e.epoch, e.start) for e in req.history])
-        cut = divergence(self.history, durable, theirs, req.log_end)
+        cut = divergence(self.history, wal.durable_offset, theirs, req.log_end)
         if cut < req.log_end:
-            return pb.ReplicaFetchResponse(epoch=self.epoch, truncate_to=cut, committed=self.state.committed)
+            yield pb.ReplicaFetchResponse(epoch=self.epoch, truncate_to=cut, committed=self.state.committed)
+            return
         start = req.log_end
         if start < wal.first_offset or req.log_start > start:
             # The records after the follower's end are only in the durable tier now: it restarts empty at
             # this WAL's first offset (it reads older ones from the tier if it ever leads).
-            return pb.ReplicaFetchResponse(
+            yield pb.ReplicaFetchResponse(
                 epoch=self.epoch, reset_to=wal.first_offset, committed=self.state.committed
             )
-        # Its log equals ours below `start`: that is its acknowledgement.
-        self.state.acked(follower, start, now)
-        self._advance()
-        wait = min(req.wait_ms, 5_000) / 1000.0
+            return
+        # Its log equals ours below `start`: exactly that (not the most it ever had: a copy that lost its
+        # disk comes back shorter and must not be counted for what it no longer holds).
+        self._progress(follower, start, reset=True)
+        sent = start
+        acked = start
+        moved = asyncio.Event()
+
+        async def take_acks() -> None:
+            nonlocal acked
+            async for end in acks:
+                if not acked <= end <= sent:
+                    raise InvalidArgument(f"acknowledged {end}, outside [{acked}, {sent}] of {self.name}")
+                acked = end
+                self._progress(follower, end)
+                moved.set()
+
+        acks_task = asyncio.get_running_loop().create_task(take_acks())
         reader = wal.reader(start, skip_holes=False, durable=True)
+        self._readers.add(reader)
         try:
-            records = await reader.read(
-                FETCH_MAX_RECORDS, min(req.max_bytes or FETCH_MAX_BYTES, FETCH_MAX_BYTES), timeout=wait
-            )
-        except CorruptRange as exc:
-            raise Unavailable(
-                f"{self.name}: the leader's WAL cannot serve offsets from {start} ({exc})"
-            ) from exc
+            while not acks_task.done():
+                if self.fenced is not None:
+                    raise Unavailable(f"topic {self.name} is no longer led here ({self.fenced})")
+                room = WINDOW_RECORDS - (sent - acked)
+                if room <= 0:
+                    moved.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(IDLE_SECONDS):
+                            await moved.wait()
+                    continue
+                try:
+                    records = await reader.read(min(room, FETCH_MAX_RECORDS), FETCH_MAX_BYTES, IDLE_SECONDS)
+                except CorruptRange as exc:
+                    why = f"{self.name}: the leader's WAL cannot serve offsets from {sent} ({exc})"
+                    raise Unavailable(why) from exc
+                resp = pb.ReplicaFetchResponse(epoch=self.epoch, first_offset=sent, committed=self.committed)
+                if records:
+                    end = records[-1][0] + 1
+                    # the cache may hold msgspec.Raw views of the publishers' buffers
+                    resp.records.extend([bytes(r) for _, r in records])
+                    resp.epochs.append(pb.EpochStart(epoch=self.history.epoch_at(sent), start=sent))
+                    resp.epochs.extend(
+                        pb.EpochStart(epoch=e, start=s) for e, s in self.history.entries if sent < s < end
+                    )
+                    sent = end
+                yield resp  # with no records: a heartbeat carrying the commit
+            acks_task.result()  # the follower ended its side: its error, if any
         finally:
+            self._readers.discard(reader)
             reader.close()
-        resp = pb.ReplicaFetchResponse(epoch=self.epoch, first_offset=start, committed=self.state.committed)
-        if records:
-            end = records[-1][0] + 1
-            resp.records.extend(bytes(r) for _, r in records)  # the cache may hold msgspec.Raw views
-            resp.epochs.append(pb.EpochStart(epoch=self.history.epoch_at(start), start=start))
-            for e, s in self.history.entries:
-                if start < s < end:
-                    resp.epochs.append(pb.EpochStart(epoch=e, start=s))
-        return resp
+            acks_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await acks_task
+
+    def _progress(self, follower: int, end: int, *, reset: bool = False) -> None:
+        now = self._clock()
+        self.last_fetch[follower] = now
+        if reset:
+            p = self.state.followers.setdefault(follower, FollowerProgress(caught_up_at=now))
+            p.matched = min(end, self.state.log_end)
+        self.state.acked(follower, end, now)
+        self._advance()
 
     # -- the in-sync set ----------------------------------------------------------------------------------
     async def _isr_loop(self) -> None:
@@ -354,6 +400,8 @@ class ReplicaLeader:
         if self.fenced is None:
             self.fenced = reason
             log.warning("%s: replication fenced: %s", self.name, reason)
+            for reader in list(self._readers):
+                reader.close()
             self._fail_waiters(Unavailable(f"topic {self.name} is no longer led here ({reason})"))
             if self._on_fenced is not None:
                 self._on_fenced(reason)

@@ -123,7 +123,7 @@ RULES: dict[str, Rule] = {
 # UNAUTHENTICATED from the call itself, and audited).
 RULES[f"/{_I}ExchangeApiKey"] = Rule(None, _cluster, kind="public")
 # Between brokers: a follower replica fetching a topic's records is a cluster-level right.
-RULES["/ister.v1.IsterReplica/Fetch"] = Rule("ManageCluster", _cluster)
+RULES["/ister.v1.IsterReplica/Replicate"] = Rule("ManageCluster", _cluster)
 _IA = "ister.v1.IsterAdmin/"
 RULES[f"/{_IA}CreateApiKey"] = Rule("ManageCluster", _cluster, change=True)
 RULES[f"/{_IA}RevokeApiKey"] = Rule("ManageCluster", _cluster, change=True)

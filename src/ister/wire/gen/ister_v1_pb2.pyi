@@ -25,6 +25,14 @@ SHARED: SubscriptionType
 FAILOVER: SubscriptionType
 KEY_SHARED: SubscriptionType
 
+class ReplicaUp(_message.Message):
+    __slots__ = ("open", "acked")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    open: ReplicaFetchRequest
+    acked: int
+    def __init__(self, open: _Optional[_Union[ReplicaFetchRequest, _Mapping]] = ..., acked: _Optional[int] = ...) -> None: ...
+
 class EpochStart(_message.Message):
     __slots__ = ("epoch", "start")
     EPOCH_FIELD_NUMBER: _ClassVar[int]

@@ -631,9 +631,12 @@ class IsterAdmin:
 
 class IsterReplicaStub:
     """Between brokers of a cluster (docs/replication.md): a follower replica of a replicated reliable topic
-    pulls the leader's WAL records. The request is also the follower's acknowledgement: its log equals the
-    leader's below `log_end` (durable). UNAVAILABLE when the asked broker does not lead the topic (now);
-    FAILED_PRECONDITION when the follower's epoch is newer than the leader's (a stale leader).
+    streams the leader's WAL records. First request: `open` (where the follower's log stands); then `acked`
+    each time more of it is durable (and about every second while idle). Responses: records as they become
+    durable on the leader, at most a window ahead of `acked`; or one answer saying to cut (`truncate_to`)
+    or restart (`reset_to`) the follower's log, after which the stream ends and the follower opens a new
+    one. UNAVAILABLE when the asked broker does not lead the topic (now); FAILED_PRECONDITION when the
+    follower's epoch is newer than the leader's (a stale leader).
     """
 
     def __init__(self, channel):
@@ -642,21 +645,24 @@ class IsterReplicaStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.Fetch = channel.unary_unary(
-                '/ister.v1.IsterReplica/Fetch',
-                request_serializer=ister__v1__pb2.ReplicaFetchRequest.SerializeToString,
+        self.Replicate = channel.stream_stream(
+                '/ister.v1.IsterReplica/Replicate',
+                request_serializer=ister__v1__pb2.ReplicaUp.SerializeToString,
                 response_deserializer=ister__v1__pb2.ReplicaFetchResponse.FromString,
                 _registered_method=True)
 
 
 class IsterReplicaServicer:
     """Between brokers of a cluster (docs/replication.md): a follower replica of a replicated reliable topic
-    pulls the leader's WAL records. The request is also the follower's acknowledgement: its log equals the
-    leader's below `log_end` (durable). UNAVAILABLE when the asked broker does not lead the topic (now);
-    FAILED_PRECONDITION when the follower's epoch is newer than the leader's (a stale leader).
+    streams the leader's WAL records. First request: `open` (where the follower's log stands); then `acked`
+    each time more of it is durable (and about every second while idle). Responses: records as they become
+    durable on the leader, at most a window ahead of `acked`; or one answer saying to cut (`truncate_to`)
+    or restart (`reset_to`) the follower's log, after which the stream ends and the follower opens a new
+    one. UNAVAILABLE when the asked broker does not lead the topic (now); FAILED_PRECONDITION when the
+    follower's epoch is newer than the leader's (a stale leader).
     """
 
-    def Fetch(self, request, context):
+    def Replicate(self, request_iterator, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -665,9 +671,9 @@ class IsterReplicaServicer:
 
 def add_IsterReplicaServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'Fetch': grpc.unary_unary_rpc_method_handler(
-                    servicer.Fetch,
-                    request_deserializer=ister__v1__pb2.ReplicaFetchRequest.FromString,
+            'Replicate': grpc.stream_stream_rpc_method_handler(
+                    servicer.Replicate,
+                    request_deserializer=ister__v1__pb2.ReplicaUp.FromString,
                     response_serializer=ister__v1__pb2.ReplicaFetchResponse.SerializeToString,
             ),
     }
@@ -680,13 +686,16 @@ def add_IsterReplicaServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class IsterReplica:
     """Between brokers of a cluster (docs/replication.md): a follower replica of a replicated reliable topic
-    pulls the leader's WAL records. The request is also the follower's acknowledgement: its log equals the
-    leader's below `log_end` (durable). UNAVAILABLE when the asked broker does not lead the topic (now);
-    FAILED_PRECONDITION when the follower's epoch is newer than the leader's (a stale leader).
+    streams the leader's WAL records. First request: `open` (where the follower's log stands); then `acked`
+    each time more of it is durable (and about every second while idle). Responses: records as they become
+    durable on the leader, at most a window ahead of `acked`; or one answer saying to cut (`truncate_to`)
+    or restart (`reset_to`) the follower's log, after which the stream ends and the follower opens a new
+    one. UNAVAILABLE when the asked broker does not lead the topic (now); FAILED_PRECONDITION when the
+    follower's epoch is newer than the leader's (a stale leader).
     """
 
     @staticmethod
-    def Fetch(request,
+    def Replicate(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -696,11 +705,11 @@ class IsterReplica:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
+        return grpc.experimental.stream_stream(
+            request_iterator,
             target,
-            '/ister.v1.IsterReplica/Fetch',
-            ister__v1__pb2.ReplicaFetchRequest.SerializeToString,
+            '/ister.v1.IsterReplica/Replicate',
+            ister__v1__pb2.ReplicaUp.SerializeToString,
             ister__v1__pb2.ReplicaFetchResponse.FromString,
             options,
             channel_credentials,
