@@ -170,6 +170,9 @@ class TlsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     cert_file: str | None = None
     key_file: str | None = None
     client_ca_file: str | None = None
+    # The CA other brokers' client-port certificates chain to (replication streams between brokers).
+    # Unset: client_ca_file, else the system roots.
+    peer_ca_file: str | None = None
     client: TlsFiles = msgspec.field(default_factory=TlsFiles)
     admin: TlsFiles = msgspec.field(default_factory=TlsFiles)
     metrics: TlsFiles = msgspec.field(default_factory=TlsFiles)

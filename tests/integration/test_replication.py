@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from ister import errors
@@ -26,8 +27,11 @@ from ister.core.replication import ReplicaRecord
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.storage.wal import Wal
+from ister.wire.gen import ister_v1_pb2 as ister_pb
+from ister.wire.gen import ister_v1_pb2_grpc as ister_pb_grpc
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import Cluster
+from tests.integration.security_support import make_pki, secret_file, token
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -412,3 +416,62 @@ async def test_copies_go_to_different_zones(tmp_path: Path, etcd_server: EtcdSer
             assert {zone_of[b] for b in rec.replicas} == {"east", "west"}, rec
     finally:
         await four.stop()
+
+
+async def test_replication_between_brokers_with_tls_and_authentication_on(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    """Every port TLS, JWT authentication with default-deny RBAC: brokers replicate with the cluster's peer
+    credentials; a client's token, even a superuser's, cannot open a replica stream."""
+    pki = make_pki(tmp_path / "pki")
+    secure = Cluster(
+        tmp_path,
+        etcd_server.endpoint,
+        3,
+        2,
+        *("--tls-cert", str(pki.cert_file), "--tls-key", str(pki.key_file)),
+        *("--auth-jwt-secret-file", str(secret_file(tmp_path)), "--superuser", "app"),
+        env={**RF_ENV, "ISTER_SECURITY__TLS__PEER_CA_FILE": str(pki.ca_file)},
+    )
+    try:
+        await secure.start()
+        topic = "/default/replicated_secure"
+        jwt = token("app")
+        urls = [f"https://127.0.0.1:{b.port}" for b in secure.brokers]
+        acked: dict[int, bytes] = {}
+        async with Client(urls, token=jwt, tls_ca=str(pki.ca_file)) as ister:
+            pub = await ister.producer(topic)
+            offsets = await pub.send_batch([f"s{i}".encode() for i in range(200)])
+            acked.update((o, f"s{i}".encode()) for i, o in enumerate(offsets))
+        record = await secure.until(lambda: replica_record(secure, topic), "a replica record")
+        assert sorted(record.isr) == sorted(record.replicas) and len(record.replicas) == 3
+
+        creds = grpc.composite_channel_credentials(
+            grpc.ssl_channel_credentials(pki.ca_file.read_bytes()), grpc.access_token_call_credentials(jwt)
+        )
+        leader = secure.process_of(record.leader)
+        async with grpc.aio.secure_channel(f"127.0.0.1:{leader.port}", creds) as ch:
+            call = ister_pb_grpc.IsterReplicaStub(ch).Replicate()
+            await call.write(
+                ister_pb.ReplicaUp(
+                    open=ister_pb.ReplicaFetchRequest(topic=topic, follower=record.replicas[1])
+                )
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await call.read()
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+        leader.kill9()
+
+        async def new_leader() -> ReplicaRecord | None:
+            rec = await replica_record(secure, topic)
+            return rec if rec is not None and rec.leader != record.leader else None
+
+        await secure.until(new_leader, "a follower leads", 60)
+        async with Client(urls, token=jwt, tls_ca=str(pki.ca_file)) as ister:
+            got: dict[int, bytes] = {}
+            async for batch in ister.read(topic, 0, 200):
+                got.update((o, decode_message(r).payload) for o, r in batch)
+        assert got == acked
+    finally:
+        await secure.stop()

@@ -39,6 +39,7 @@ from ister.ids import TopicName, shown
 from ister.metadata import keys
 from ister.metadata.records import BrokerRegistration, NamespacePolicy, SealedState
 from ister.metadata.store import MetadataStore, list_all
+from ister.security.peer import PeerSecret
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
 
@@ -53,7 +54,12 @@ SUPERSEDED_RETRY_SECONDS = 10.0  # while an archive could not be exported yet
 
 class ClusterOwnership:
     def __init__(
-        self, node: ClusterNode, config: BrokerConfig, store: MetadataStore, storage: TopicStorage
+        self,
+        node: ClusterNode,
+        config: BrokerConfig,
+        store: MetadataStore,
+        storage: TopicStorage,
+        peer: PeerSecret | None = None,
     ) -> None:
         self.node = node
         self.config = config
@@ -62,7 +68,7 @@ class ClusterOwnership:
         self._host: TopicHost | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
-        self.replicated = ReplicatedTopics(node, config, store, storage)
+        self.replicated = ReplicatedTopics(node, config, store, storage, peer)
 
     @property
     def broker_id(self) -> int:
@@ -90,6 +96,7 @@ class ClusterOwnership:
                 "are unreadable until it returns. Configure a shared object store to move topics freely."
             )
         # Before registering: a broker must not be promoted for a copy it lost with its disk.
+        await self.replicated.manager.load_peer_secret()
         await self.replicated.manager.leave_lost_copies()
         self._sweeper = asyncio.create_task(self._superseded_loop(), name="superseded-wals")
         await self.node.start(self._host)

@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
 import msgspec
 
+from ister.client._conn import NO_CREDENTIALS, Credentials
 from ister.core.replication import NO_LEADER, ReplicaRecord
+from ister.errors import MetadataError
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.records import BrokerRegistration
@@ -26,6 +29,7 @@ from ister.metadata.store import Compare, MetadataStore, Put, list_all
 from ister.replication import metrics
 from ister.replication.follower import ChannelPool, LeaderTarget, ReplicaFollower
 from ister.replication.leader import ReplicaLeader
+from ister.security.peer import PEER_METADATA, PeerSecret, new_secret, peer_token
 from ister.storage.topic_storage import TopicStorage
 
 if TYPE_CHECKING:
@@ -37,19 +41,41 @@ SYNC_SECONDS = 0.5  # also without a cache change: a topic unloaded here is foll
 
 
 class ReplicaManager:
-    def __init__(self, node: ClusterNode, store: MetadataStore, storage: TopicStorage) -> None:
+    def __init__(
+        self,
+        node: ClusterNode,
+        store: MetadataStore,
+        storage: TopicStorage,
+        peer: PeerSecret | None = None,
+        credentials: Credentials = NO_CREDENTIALS,
+    ) -> None:
         self.node = node
+        self.peer = peer or PeerSecret()
         self.store = store
         self.storage = storage
         self.broker_id = node.broker_id
         self.followers: dict[str, ReplicaFollower] = {}
         self.leaders: dict[str, ReplicaLeader] = {}
         self.leading: set[str] = set()  # being loaded or served here as the leader: never followed
-        self.channels = ChannelPool()
+        self.channels = ChannelPool(credentials, self._peer_metadata)
         self._task: asyncio.Task[None] | None = None
         self._committed_hint: dict[str, int] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------------------
+    async def load_peer_secret(self) -> None:
+        """Read the cluster's peer secret, creating it if this is the first broker that needs it."""
+        kv = await self.store.get(keys.PEER_SECRET)
+        if kv is None:
+            await self.store.compare_and_set(keys.PEER_SECRET, new_secret(), expected_version=None)
+            kv = await self.store.get(keys.PEER_SECRET)
+        if kv is None or not isinstance(kv.value, str) or not kv.value:
+            raise MetadataError(f"{keys.PEER_SECRET} holds no usable secret")
+        self.peer.secret = kv.value.encode()
+
+    def _peer_metadata(self) -> list[tuple[str, str]]:
+        secret = self.peer.secret
+        return [] if secret is None else [(PEER_METADATA, peer_token(secret, self.broker_id, time.time()))]
+
     async def leave_lost_copies(self) -> None:
         """Before registering: leave the in-sync set of each topic whose local copy is gone."""
         for kv in await list_all(self.store, keys.REPLICAS_PREFIX):

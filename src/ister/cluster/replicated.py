@@ -19,6 +19,7 @@ import logging
 
 import msgspec
 
+from ister.client._conn import NO_CREDENTIALS, Credentials
 from ister.cluster.guard import OwnershipGuard
 from ister.cluster.node import ClusterNode
 from ister.cluster.replicas import ReplicaManager
@@ -31,6 +32,7 @@ from ister.metadata import keys
 from ister.metadata.records import SealedState
 from ister.metadata.store import Compare, Delete, KeyValue, MetadataStore, Put
 from ister.replication.leader import ReplicaLeader
+from ister.security.peer import PeerSecret
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
 from ister.storage.wal.epochs import load_epochs, save_epochs
@@ -40,13 +42,18 @@ log = logging.getLogger(__name__)
 
 class ReplicatedTopics:
     def __init__(
-        self, node: ClusterNode, config: BrokerConfig, store: MetadataStore, storage: TopicStorage
+        self,
+        node: ClusterNode,
+        config: BrokerConfig,
+        store: MetadataStore,
+        storage: TopicStorage,
+        peer: PeerSecret | None = None,
     ) -> None:
         self.node = node
         self.config = config
         self.store = store
         self.storage = storage
-        self.manager = ReplicaManager(node, store, storage)
+        self.manager = ReplicaManager(node, store, storage, peer, peer_credentials(config))
 
     @property
     def broker_id(self) -> int:
@@ -244,3 +251,18 @@ class ReplicatedTopics:
 def _sealed_next(sealed: SealedState | None, owner: OwnerRecord) -> int | None:
     """Where the last loader's seal says offsets continue (only its seal vouches for that)."""
     return sealed.next_offset if sealed is not None and sealed.epoch == owner.loaded_epoch else None
+
+
+def peer_credentials(config: BrokerConfig) -> Credentials:
+    """How this broker connects to the others' client ports: their CA when they serve TLS, and this
+    broker's own certificate when they require client certificates (mutual TLS)."""
+    tls = config.security.tls
+    client = tls.for_port("client")
+    if client is None:
+        return NO_CREDENTIALS
+    mutual = client.client_ca_file is not None
+    return Credentials(
+        tls_ca=tls.peer_ca_file or client.client_ca_file,
+        cert_file=client.cert_file if mutual else None,
+        key_file=client.key_file if mutual else None,
+    )

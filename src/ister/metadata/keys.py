@@ -37,6 +37,7 @@ MOVE_FAILURES_PREFIX = "/ister/move-failures/"
 CONSUMER_INDEX_PREFIX = "/ister/consumers/"
 # /ister/replicas/{ns}/{topic}: a replicated topic's replica set, in-sync set, leader and epoch
 REPLICAS_PREFIX = "/ister/replicas/"
+PEER_SECRET = "/ister/peer-secret"  # the secret brokers of the cluster prove themselves to each other with
 
 BROKER_STATE = "state"
 OBJECTS_CUR = "cur"

@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from ister.client._conn import open_channel
+from ister.client._conn import NO_CREDENTIALS, Credentials, open_channel
 from ister.core.replication import EpochHistory
 from ister.ids import TopicName
 from ister.storage.topic_storage import TopicStorage
@@ -142,7 +142,7 @@ class ReplicaFollower:
             max_bytes=FETCH_MAX_BYTES,
         )
         req.history.extend(pb.EpochStart(epoch=e, start=s) for e, s in self.history.entries)
-        call = self._channels.stub(target.url).Replicate()
+        call = self._channels.stub(target.url).Replicate(metadata=self._channels.metadata())
         self._call, self._epoch = call, target.epoch
         stream = _Acks(call, wal)
         try:
@@ -226,16 +226,23 @@ class ReplicaFollower:
 
 
 class ChannelPool:
-    """One gRPC channel per peer broker URL, shared by all followers of this broker."""
+    """One gRPC channel per peer broker URL, shared by all followers of this broker; `metadata` gives
+    the credentials each new stream carries (security/peer.py)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        credentials: Credentials = NO_CREDENTIALS,
+        metadata: Callable[[], list[tuple[str, str]]] = list,
+    ) -> None:
+        self.credentials = credentials
+        self.metadata = metadata
         self._stubs: dict[str, Any] = {}
         self._channels: list[Any] = []
 
     def stub(self, url: str) -> Any:
         stub = self._stubs.get(url)
         if stub is None:
-            channel = open_channel(url)
+            channel = open_channel(url, self.credentials)
             self._channels.append(channel)
             stub = self._stubs[url] = pb_grpc.IsterReplicaStub(channel)
         return stub
