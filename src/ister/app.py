@@ -21,6 +21,7 @@ from ister.config import BrokerConfig
 from ister.limits import SHUTDOWN_GRACE_SECONDS
 from ister.metadata.embedded import EmbeddedStore
 from ister.metadata.store import MetadataStore
+from ister.security.peer import PeerSecret
 from ister.server.admin_api import start_admin_server
 from ister.server.grpc_server import start_client_server, start_prometheus
 from ister.server.security import Security, start_security
@@ -43,8 +44,9 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
     store = await open_store(config, data_dir)
     storage = TopicStorage(config, store, data_dir)
     ownership: Ownership
+    peer = PeerSecret()  # cluster mode: how brokers prove themselves to each other (replication)
     if config.mode == "cluster":
-        ownership = ClusterOwnership(ClusterNode(config, store, data_dir), config, store, storage)
+        ownership = ClusterOwnership(ClusterNode(config, store, data_dir), config, store, storage, peer)
     else:
         ownership = StandaloneOwnership(config, store)
     broker = BrokerService(config, store, data_dir, ownership, storage)
@@ -60,7 +62,7 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
     heap_task = loop.create_task(heap.run(), name="heap-keeper")
     try:
         await broker.start()
-        security = await start_security(config, broker)
+        security = await start_security(config, broker, peer)
         tls = config.security.tls
         server = await start_client_server(
             broker,
@@ -68,6 +70,9 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
             tls=tls.for_port("client"),
             interceptors=security.interceptors,
             api_keys=security.api_keys,
+            replica_leaders=(
+                ownership.replicated.manager.leaders.get if isinstance(ownership, ClusterOwnership) else None
+            ),
         )
         admin = await start_admin_server(
             broker,

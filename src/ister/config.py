@@ -134,6 +134,16 @@ class ClusterSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # Without a durable tier a superseded WAL (left by a failover) cannot be exported: kept this long in
     # <data_dir>/wal-stale for manual recovery, then deleted. With a tier it is exported, then deleted.
     superseded_wal_retention_seconds: float = 7 * 86_400.0
+    # Replicated reliable topics (docs/replication.md): copies of each topic's WAL, the owner (leader)
+    # included; a namespace policy may override both. min_insync_replicas 0: a majority of the replicas.
+    replication_factor: int = 1
+    min_insync_replicas: int = 0
+    replica_max_lag_seconds: float = 10.0  # an in-sync follower that has not caught up this long leaves
+    # Where this broker runs (a rack, an availability zone): a replicated topic's copies go to as many
+    # different zones as it has copies, when brokers of that many zones are there. Empty: no zone.
+    zone: str = ""
+    # A replica on a broker gone this long (or at once, on a draining one) is replaced by a new follower.
+    replica_replace_after_seconds: float = 120.0
 
 
 class MetricsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -160,6 +170,9 @@ class TlsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     cert_file: str | None = None
     key_file: str | None = None
     client_ca_file: str | None = None
+    # The CA other brokers' client-port certificates chain to (replication streams between brokers).
+    # Unset: client_ca_file, else the system roots.
+    peer_ca_file: str | None = None
     client: TlsFiles = msgspec.field(default_factory=TlsFiles)
     admin: TlsFiles = msgspec.field(default_factory=TlsFiles)
     metrics: TlsFiles = msgspec.field(default_factory=TlsFiles)
@@ -411,6 +424,14 @@ def _check_durable(cfg: BrokerConfig) -> None:
     dur = cfg.storage.durable
     if dur.export_interval_seconds <= 0 or dur.segment_max_age_seconds < 0:
         raise ConfigError("storage.durable: export_interval_seconds > 0, segment_max_age_seconds >= 0")
+    if not 1 <= cfg.cluster.replication_factor <= 5:
+        raise ConfigError("cluster.replication_factor must be in 1..5")
+    if not 0 <= cfg.cluster.min_insync_replicas <= cfg.cluster.replication_factor:
+        raise ConfigError("cluster.min_insync_replicas must be in 0..replication_factor (0: a majority)")
+    if cfg.cluster.replica_max_lag_seconds <= 0:
+        raise ConfigError("cluster.replica_max_lag_seconds must be > 0")
+    if cfg.cluster.replica_replace_after_seconds <= 0:
+        raise ConfigError("cluster.replica_replace_after_seconds must be > 0")
     if cfg.cluster.superseded_wal_retention_seconds < 0:
         raise ConfigError("cluster.superseded_wal_retention_seconds must be >= 0")
     if dur.local_retention_bytes < 0 or dur.local_retention_seconds < 0:

@@ -93,6 +93,11 @@ class DataLoss(IsterError):
     """A reader's position is no longer readable (retention passed it, the topic is gone or re-created)."""
 
 
+class LogTruncated(DataLoss):
+    """The log was cut below a reader's position (a replica truncated records its leader never committed):
+    the records it returned from there on are gone, and the offsets will hold other records."""
+
+
 class MetadataError(IsterError):
     """The metadata store failed or is unreachable."""
 

@@ -15,7 +15,7 @@ from ister.client import Client, TopicOffsets
 from ister.client.blocking import BlockingClient
 from ister.core.record import decode_message
 from ister.storage.objects.segment import parse_object_name
-from ister.storage.wal.segment import parse_segment_name
+from ister.storage.wal.names import parse_segment_name
 from tests.integration.harness import BrokerProcess
 from tests.support import until
 

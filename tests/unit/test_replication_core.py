@@ -121,3 +121,47 @@ def test_a_restarted_leader_never_resumes_its_old_epoch() -> None:
     assert after_restart(rec, 1, disk_intact=True, live={0, 1, 2}, logs=logs) is None
     follower = after_restart(rec, 1, disk_intact=False, live={0, 1, 2}, logs=logs)
     assert follower is not None and follower.isr == [0, 2] and follower.epoch == 3
+
+
+def test_replacement_adds_a_follower_before_dropping_the_leaving_one() -> None:
+    from ister.core.replication import replacement_step
+
+    rec = ReplicaRecord(replicas=[1, 2, 3], isr=[1, 2], leader=1, epoch=4, min_insync=2)
+    added = replacement_step(rec, {3}, lambda: [3, 4, 5])
+    assert added is not None and added.replicas == [1, 2, 3, 4] and added.isr == [1, 2]
+    # Not yet: the new follower is not in sync.
+    assert replacement_step(added, {3}, lambda: [5]) is None
+    synced = added.with_isr([1, 2, 4])
+    dropped = replacement_step(synced, {3}, lambda: [5])
+    assert dropped is not None and dropped.replicas == [1, 2, 4] and dropped.isr == [1, 2, 4]
+    assert replacement_step(dropped, set(), lambda: [5]) is None  # at its factor: nothing to do
+
+
+def test_replacement_without_candidates_drops_only_above_the_minimum() -> None:
+    from ister.core.replication import replacement_step
+
+    rec = ReplicaRecord(replicas=[1, 2, 3], isr=[1, 2, 3], leader=1, epoch=1, min_insync=2)
+    dropped = replacement_step(rec, {3}, list)
+    assert dropped is not None and dropped.replicas == [1, 2] and dropped.isr == [1, 2]
+    two = ReplicaRecord(replicas=[1, 2], isr=[1, 2], leader=1, epoch=1, min_insync=2)
+    assert replacement_step(two, {2}, list) is None  # one copy would be left: it stays
+    assert replacement_step(rec, {1}, list) is None  # the leader never replaces itself
+
+
+def test_a_topic_below_its_factor_grows_when_a_broker_is_there() -> None:
+    from ister.core.replication import replacement_step
+
+    rec = ReplicaRecord(replicas=[1, 2], isr=[1, 2], leader=1, epoch=1, min_insync=2, factor=3)
+    grown = replacement_step(rec, set(), lambda: [2, 7])
+    assert grown is not None and grown.replicas == [1, 2, 7] and grown.isr == [1, 2]
+    assert ReplicaRecord.parse({**rec.to_json(), "factor": 9}) is None
+
+
+def test_followers_spread_over_zones_before_filling_one() -> None:
+    from ister.cluster.replicas import spread_over_zones
+
+    zones = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c"}
+    # ranked best first; the leader's zone "a" is taken
+    assert spread_over_zones([2, 3, 4, 5], zones, {"a"}, 2) == [3, 5]
+    assert spread_over_zones([2, 3, 4], zones, {"a"}, 2) == [3, 2]  # two zones only: then the best left
+    assert spread_over_zones([2, 3, 4], {}, {""}, 2) == [2, 3]  # no zones: the ranking as it is

@@ -1,6 +1,7 @@
 """The danube-client cases: the official Danube Python client (PyPI danube-client) against `ister broker`.
 
-Runs as its own process, `python -m ister.benchmark.danube_cases [options]`, and prints one JSON object:
+Runs as its own process, `python -m ister.benchmark.danube_cases [options]`, and prints one JSON object
+(`--url` runs against a broker or cluster already running, e.g. the replication suite's; no no-op cases):
 danube-client registers the `danube` proto package in the process that imports it, and so does
 `ister.wire.gen.DanubeApi_pb2`, so the two never share a process. The broker and the no-op server
 (`ister.benchmark.noop_server`) are subprocesses too.
@@ -36,6 +37,7 @@ from ister.benchmark.stats import (
     PAYLOAD,
     latency_result,
     latency_us,
+    process_cpu_s,
     rate,
     stamp_age_s,
     stamped_payload,
@@ -215,32 +217,53 @@ def run_noop(n_seq: int, n_pipe: int) -> dict[str, Any]:
         stop_process(proc)
 
 
-def run_all(fsync: str, n_seq: int, n_pipe: int, latency_seconds: float, noop: bool) -> dict[str, Any]:
+ALL_CASES = ("seq", "pipe", "consume", "e2e")
+
+
+def run_cases(
+    url: str,
+    broker_cpu: Callable[[], float],
+    n_seq: int,
+    n_pipe: int,
+    latency_seconds: float,
+    cases: tuple[str, ...] = ALL_CASES,
+) -> dict[str, Any]:
+    """The selected cases against the broker (or cluster: lookups lead to each topic's owner) at `url`;
+    `broker_cpu` gives the CPU seconds of the broker process(es) so far."""
     out: dict[str, Any] = {}
 
     def note(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    with BenchBroker(fsync=fsync) as broker:
+    def measured(key: str, case: Coroutine[Any, Any, dict[str, Any]], messages: int) -> None:
+        cpu0 = broker_cpu()
+        out[key] = uvloop.run(case)
+        out[key]["broker_cpu_us_per_msg"] = (broker_cpu() - cpu0) / messages * 1e6
 
-        def measured(key: str, case: Coroutine[Any, Any, dict[str, Any]], messages: int) -> None:
-            cpu0 = broker.cpu_seconds()
-            out[key] = uvloop.run(case)
-            out[key]["broker_cpu_us_per_msg"] = (broker.cpu_seconds() - cpu0) / messages * 1e6
-
-        note(f"danube-client: sequential durable publish of {n_seq:,} messages (broker pid {broker.pid})")
-        measured("danube_seq_publish", seq_publish(broker.url, "/default/danube_seq", n_seq), n_seq + 50)
+    if "seq" in cases:
+        note(f"danube-client: sequential durable publish of {n_seq:,} messages")
+        measured("danube_seq_publish", seq_publish(url, "/default/danube_seq", n_seq), n_seq + 50)
+    if "consume" in cases:
         note(f"danube-client: {n_pipe:,} durable publishes, {IN_FLIGHT} in flight, then consume + ack")
-        pub, con = uvloop.run(
-            pipe_publish_and_consume(broker.url, "/default/danube_pipe", n_pipe, broker.cpu_seconds)
-        )
+        pub, con = uvloop.run(pipe_publish_and_consume(url, "/default/danube_pipe", n_pipe, broker_cpu))
         out["danube_pipe_publish"] = pub
         out["danube_consume_ack"] = con
+    elif "pipe" in cases:
+        note(f"danube-client: {n_pipe:,} durable publishes, {IN_FLIGHT} in flight")
+        measured("danube_pipe_publish", pipe_publish_only(url, "/default/danube_pipe", n_pipe), n_pipe)
+    if "e2e" in cases:
         note(f"danube-client: e2e latency at 1,000 msg/s for {latency_seconds:g} s")
         n_lat = int(1000 * latency_seconds)
-        measured("danube_e2e", e2e_latency(broker.url, "/default/danube_lat", 1000, latency_seconds), n_lat)
+        measured("danube_e2e", e2e_latency(url, "/default/danube_lat", 1000, latency_seconds), n_lat)
+    return out
+
+
+def run_all(fsync: str, n_seq: int, n_pipe: int, latency_seconds: float, noop: bool) -> dict[str, Any]:
+    with BenchBroker(fsync=fsync) as broker:
+        print(f"danube-client: broker pid {broker.pid}", file=sys.stderr, flush=True)
+        out = run_cases(broker.url, broker.cpu_seconds, n_seq, n_pipe, latency_seconds)
     if noop:
-        note("danube-client against the no-op gRPC server")
+        print("danube-client against the no-op gRPC server", file=sys.stderr, flush=True)
         out.update(run_noop(n_seq, n_pipe))
     return out
 
@@ -252,8 +275,24 @@ def main() -> None:
     ap.add_argument("--n-pipe", type=int, default=20000)
     ap.add_argument("--latency-seconds", type=float, default=10.0)
     ap.add_argument("--no-noop", action="store_true", help="skip the no-op server cases")
+    ap.add_argument("--url", help="run against this running broker or cluster instead of starting one")
+    ap.add_argument("--broker-pids", default="", help="with --url: the broker processes, for CPU per message")
+    ap.add_argument(
+        "--cases", default=",".join(ALL_CASES), help="with --url: a subset of seq,pipe,consume,e2e"
+    )
     args = ap.parse_args()
-    result = run_all(args.fsync, args.n_seq, args.n_pipe, args.latency_seconds, not args.no_noop)
+    if args.url:
+        pids = [int(p) for p in args.broker_pids.split(",") if p]
+        cases = tuple(c for c in args.cases.split(",") if c)
+        if not set(cases) <= set(ALL_CASES):
+            ap.error(f"--cases takes a subset of {','.join(ALL_CASES)}")
+
+        def cpu() -> float:
+            return sum(process_cpu_s(pid) for pid in pids)
+
+        result = run_cases(args.url, cpu, args.n_seq, args.n_pipe, args.latency_seconds, cases)
+    else:
+        result = run_all(args.fsync, args.n_seq, args.n_pipe, args.latency_seconds, not args.no_noop)
     print(json.dumps(result))
 
 

@@ -126,6 +126,14 @@ def _table(title: str) -> Table:
 
 def render(result: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console(width=None if sys.stdout.isatty() else WIDTH)
+    if result["cases"] or result.get("jetstream"):
+        _render_single(result, console)
+    if result.get("replication"):
+        render_replication(result["replication"], console)
+    _render_footer(result, console)
+
+
+def _render_single(result: dict[str, Any], console: Console) -> None:
     cases = result["cases"]
     js = result.get("jetstream")
     rat = result["ratios"]
@@ -150,12 +158,19 @@ def render(result: dict[str, Any], console: Console | None = None) -> None:
                 jt.add_row(*_case_row(label, js[key]))
         console.print(jt)
     console.print(_details(cases))
-    for target in result["targets"]:
+    _print_targets(result["targets"], console)
+
+
+def _print_targets(rows: list[dict[str, Any]], console: Console) -> None:
+    for target in rows:
         met = target["met"]
         mark = "[green]met[/]" if met else ("[red]not met[/]" if met is False else "[yellow]not measured[/]")
         value = target["value"]
         shown = "—" if value is None else f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
         console.print(f"target: {target['target']}: {shown} → {mark}")
+
+
+def _render_footer(result: dict[str, Any], console: Console) -> None:
     console.print(
         f"load average {result['loadavg_start']} at start, {result['loadavg_end']} at end; "
         f"{result['host']['cpus']} CPUs; {result['duration_s']:.0f} s"
@@ -168,6 +183,116 @@ def render(result: dict[str, Any], console: Console | None = None) -> None:
     if shares:
         console.print("host CPU (all cores) during " + "; ".join(shares))
     for note in result["notes"]:
+        console.print(f"note: {note}")
+
+
+# (label, Ister case key, JetStream key, ratio name in replication.COMPARED, kind)
+REPLICATION_ROWS = [
+    ("batch API · durable publish", "ister_publish", "pipelined_best", "publish", "rate"),
+    ("batch API · e2e at 1k msg/s", "ister_e2e", "e2e", "e2e_p99", "latency"),
+    (
+        "danube-client · publish, sequential",
+        "danube_seq_publish",
+        "seq_publish",
+        "danube_seq_publish",
+        "rate",
+    ),
+    (
+        "danube-client · publish, 64 in flight",
+        "danube_pipe_publish",
+        "pipelined_best",
+        "danube_pipe_publish",
+        "rate",
+    ),
+    ("danube-client · e2e at 1k msg/s", "danube_e2e", "e2e", "danube_e2e_p99", "latency"),
+]
+
+JS_REPLICATED_ROWS = [
+    ("seq_publish", "seq_publish: awaited js.publish"),
+    ("async_publish", "async_publish: publish_async, 4,000 in flight"),
+    ("gather_publish", "gather_publish: gather of 1,000 js.publish"),
+    ("e2e", "e2e: 1k msg/s open loop, push consumer"),
+]
+
+
+def _cell(case: dict[str, Any] | None, kind: str) -> str:
+    if not case:
+        return "—"
+    if kind == "latency":
+        lat = case.get("latency_us")
+        return f"p50 {_ms(lat, 'p50')} / p99 {_ms(lat, 'p99')} ms"
+    return f"{case['msgs_per_s']:,.0f} msg/s"
+
+
+def _factor_cell(section: dict[str, Any] | None, key: str, kind: str) -> str:
+    if section is None:
+        return "—"
+    if not section.get("available", True):
+        return "not available"
+    return _cell((section.get("cases") or {}).get(key), kind)
+
+
+def render_replication(rep: dict[str, Any], console: Console) -> None:
+    """The `--cases replicated` part: Ister RF 1 / RF 3 and JetStream R1 / R3 side by side, ratios."""
+    ister, js, rat = rep["ister"], rep["jetstream"], rep["ratios"]
+    rf1, rf3 = ister.get("rf1"), ister.get("rf3")
+    opts = rep["options"]
+    t = Table(
+        title=f"ister bench — replication: {opts['brokers']} brokers (one etcd), fsync {opts['fsync']}; "
+        "NATS JetStream sync_interval always",
+        title_justify="left",
+    )
+    t.add_column("case", no_wrap=True)
+    for col in ("Ister RF 1", "Ister RF 3", "RF 3 / RF 1", "JetStream R1", "JetStream R3", "RF 3 / JS R3"):
+        t.add_column(col, justify="right")
+    for label, key, js_key, name, kind in REPLICATION_ROWS:
+        if not any((s or {}).get("cases", {}).get(key) for s in (rf1, rf3)):
+            continue
+        t.add_row(
+            label,
+            _factor_cell(rf1, key, kind),
+            _factor_cell(rf3, key, kind),
+            _ratio_cell(rat.get(f"rf3_vs_rf1_{name}"), kind),
+            _js_cell(js.get("r1"), js_key, kind),
+            _js_cell(js.get("r3"), js_key, kind),
+            _ratio_cell(rat.get(f"rf3_vs_jetstream_r3_{name}"), kind),
+        )
+    console.print(t)
+    for rf_key, section in sorted(ister.items()):
+        if not section.get("available", True):
+            console.print(f"Ister {rf_key.upper()}: {section.get('reason')}")
+            continue
+        it = _table(f"Ister cluster {rf_key.upper()} (config {section.get('config') or '{}'})")
+        for label, key, _, _, _ in REPLICATION_ROWS:
+            case = section["cases"].get(key)
+            if case:
+                it.add_row(*_case_row(label, case))
+        console.print(it)
+        owners = section.get("owners") or {}
+        if owners:
+            console.print("topic owners (lookup): " + ", ".join(f"{t} → {u}" for t, u in owners.items()))
+        console.print(_details(section["cases"]))
+    for _, section in sorted(js.items()):
+        jt = _table(
+            f"NATS JetStream {section.get('server_version') or ''}, {section['nodes']} node(s), "
+            f"R{section['replicas']}, sync_interval always (same run)"
+        )
+        for key, label in JS_REPLICATED_ROWS:
+            if key in section:
+                jt.add_row(*_case_row(label, section[key]))
+        console.print(jt)
+    r = rat.get("jetstream_r3_vs_r1_publish")
+    if r is not None:
+        console.print(f"JetStream R3 / R1 pipelined publish: {TIMES}{r:.2f}")
+    _print_targets(rep["targets"], console)
+    shares = [
+        f"{phase} {v['busy_pct']:.0f} % busy, {v['steal_pct']:.1f} % stolen"
+        for phase, v in (rep.get("host_cpu") or {}).items()
+        if v
+    ]
+    if shares:
+        console.print("host CPU (all cores) during " + "; ".join(shares))
+    for note in rep["notes"]:
         console.print(f"note: {note}")
 
 

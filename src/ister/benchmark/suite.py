@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ister.benchmark import ister_cases
+from ister.benchmark import ister_cases, replication
 from ister.benchmark import nats as nats_peer
 from ister.benchmark.broker import BenchBroker
 from ister.benchmark.stats import host_cpu_share, host_cpu_ticks
@@ -42,6 +42,9 @@ class Options:
     nats_seq: int = 3_000
     nats_pipe: int = 100_000
     quick: bool = False
+    # `--cases replicated`: Ister clusters at RF 1 and RF 3 next to JetStream R1 and R3 (replication.py)
+    replicated: bool = False
+    replicated_nats_pipe: int = 20_000  # JetStream R1/R3 pipelined publishes (about 5k msg/s each here)
 
     @classmethod
     def quick_run(cls, **overrides: Any) -> Options:
@@ -53,6 +56,7 @@ class Options:
             danube_pipe=2_000,
             nats_seq=300,
             nats_pipe=5_000,
+            replicated_nats_pipe=2_000,
             quick=True,
         )
         base.update(overrides)
@@ -177,8 +181,26 @@ def targets(cases: dict[str, Any], rat: dict[str, float | None]) -> list[dict[st
     ]
 
 
+def run_replicated(opts: Options, progress: Progress) -> dict[str, Any]:
+    return replication.run(
+        replication.ReplicationOptions(
+            fsync=opts.fsync,
+            messages=opts.messages,
+            latency_seconds=opts.latency_seconds,
+            danube=opts.danube,
+            danube_seq=opts.danube_seq,
+            danube_pipe=opts.danube_pipe,
+            nats=opts.nats,
+            nats_seq=opts.nats_seq,
+            nats_pipe=opts.replicated_nats_pipe,
+        ),
+        progress,
+    )
+
+
 def run(opts: Options, progress: Progress = lambda _: None) -> dict[str, Any]:
-    """Run everything `opts` asks for; returns the one JSON-able result object."""
+    """Run everything `opts` asks for; returns the one JSON-able result object. The single-broker part
+    (batch API, danube-client, the shared JetStream peer) runs when `opts.cases` names any of its cases."""
     started = time.time()
     load_start = _loadavg()
     notes: list[str] = []
@@ -186,9 +208,11 @@ def run(opts: Options, progress: Progress = lambda _: None) -> dict[str, Any]:
         notes.append("--quick: small counts, figures are a smoke test, not a measurement")
     host_cpu: dict[str, Any] = {}
     ticks = host_cpu_ticks()
+    standalone = bool(opts.cases)
     cases: dict[str, Any] = run_ister(opts, progress)
-    host_cpu["ister"], ticks = host_cpu_share(ticks, host_cpu_ticks()), host_cpu_ticks()
-    if opts.danube:
+    if standalone:
+        host_cpu["ister"], ticks = host_cpu_share(ticks, host_cpu_ticks()), host_cpu_ticks()
+    if opts.danube and standalone:
         if importlib.util.find_spec("danube") is None:
             notes.append("danube-client is not installed (a dev dependency): danube-client cases skipped")
         else:
@@ -198,7 +222,7 @@ def run(opts: Options, progress: Progress = lambda _: None) -> dict[str, Any]:
                 notes.append(f"danube-client cases failed: {exc}")
             host_cpu["danube"], ticks = host_cpu_share(ticks, host_cpu_ticks()), host_cpu_ticks()
     js: dict[str, Any] | None = None
-    if opts.nats:
+    if opts.nats and standalone:
         if not opts.nats_script.exists():
             notes.append(f"{opts.nats_script} not found: JetStream skipped")
         else:
@@ -208,6 +232,7 @@ def run(opts: Options, progress: Progress = lambda _: None) -> dict[str, Any]:
             except (RuntimeError, ValueError, KeyError, OSError) as exc:
                 notes.append(f"JetStream run failed: {exc}")
             host_cpu["jetstream"] = host_cpu_share(ticks, host_cpu_ticks())
+    replicated = run_replicated(opts, progress) if opts.replicated else None
     rat = ratios(cases, js)
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()}
     options["cases"] = sorted(opts.cases)
@@ -227,6 +252,7 @@ def run(opts: Options, progress: Progress = lambda _: None) -> dict[str, Any]:
         "cases": cases,
         "jetstream": js,
         "ratios": rat,
-        "targets": targets(cases, rat),
+        "targets": targets(cases, rat) if standalone else [],
+        "replication": replicated,
         "notes": notes,
     }

@@ -22,6 +22,7 @@ from ister.broker.ownership import BrokerInfo
 from ister.broker.service import BrokerService
 from ister.broker.topic import NON_RELIABLE, RELIABLE
 from ister.core.dispatch import FailurePolicy
+from ister.core.replication import ReplicaRecord
 from ister.core.schema import ValidationPolicy
 from ister.errors import AlreadyExists, FailedPrecondition, InvalidArgument, IsterError, NotFound
 from ister.ids import PARTITION_MARKER, TopicName, shown, validate_client_name, validate_segment
@@ -54,6 +55,8 @@ class TopicDescription:
     subscriptions: list[str]
     partitions: list[str] = field(default_factory=list)  # a partitioned topic's `-part-N` topics
     schema_subject: str | None = None
+    replication: ReplicaRecord | None = None  # a replicated topic's replica record
+    replica_lag: dict[int, int] | None = None  # follower -> records it lacks (asked broker leads it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,12 +305,15 @@ class AdminOps:
         if targets == [name]:
             kv = await self.store.get(keys.topic_schema_subject(name))
             subject = kv.value if kv is not None and isinstance(kv.value, str) else None
+            replicas = await self.store.get(keys.replicas(name))
             return TopicDescription(
                 name.full,
                 await self.ownership.owner(name),
                 await self._delivery_of(name),
                 subscriptions,
                 schema_subject=subject,
+                replication=ReplicaRecord.parse(replicas.value) if replicas is not None else None,
+                replica_lag=self.ownership.replica_lag(name.full),
             )
         deliveries = set(await self._deliveries(targets))
         owners = {await self.ownership.owner(t) for t in targets}

@@ -58,11 +58,35 @@ class TopicHost(Protocol):
         """Held while the topic is loaded or its local files are changed."""
 
 
+class ReplicationGate(Protocol):
+    """A replicated topic's leader (docs/replication.md): publishes are acknowledged once enough replicas
+    hold them."""
+
+    def check_writable(self) -> None:
+        """Raise Unavailable when nothing could be committed now (too few in-sync replicas, fenced)."""
+
+    def appended(self) -> None:
+        """Records became durable on this broker."""
+
+    async def wait_committed(self, end: int) -> None:
+        """Return once every offset below `end` is committed (Unavailable when it cannot be here)."""
+
+    async def hand_over(self, within: float) -> None:
+        """Appends are refused already: return once every in-sync replica holds the whole log, so any of
+        them can lead next without the durable tier (Unavailable when that does not happen in time)."""
+
+    async def close(self, reason: str) -> None: ...
+
+
 class TopicClaim(Protocol):
     """The fence on one loaded topic: consulted before every append and every owner-only metadata write."""
 
     @property
     def epoch(self) -> int: ...
+
+    @property
+    def replication(self) -> ReplicationGate | None:
+        """The topic's replication leader, None for a topic with one copy."""
 
     def check(self, count: int = 1) -> None:
         """Raise Fenced unless this broker may append `count` records now."""
@@ -182,6 +206,9 @@ class Ownership(Protocol):
         """Owner broker of each topic (None: waiting for an owner)."""
 
     async def owner(self, name: TopicName) -> int | None: ...
+
+    def replica_lag(self, topic: str) -> dict[int, int] | None:
+        """Follower -> records it lacks, for a replicated topic this broker leads (else None)."""
 
     async def broker_topics(self, broker_id: int) -> list[str]:
         """Topics assigned to a broker (NotFound: no such broker)."""

@@ -38,6 +38,10 @@ class LocalClaim:
     def epoch(self) -> int:
         return 0
 
+    @property
+    def replication(self) -> None:
+        return None
+
     def check(self, count: int = 1) -> None:
         if self.revoked is not None:
             raise Fenced(f"topic {self.topic} is no longer served here ({self.revoked}); redo the lookup")
@@ -123,6 +127,9 @@ class StandaloneOwnership:
     # -- the admin API's view ---------------------------------------------------------------------------
     async def owners(self, names: list[TopicName]) -> dict[str, int | None]:
         return {n.full: STANDALONE_BROKER_ID for n in names}
+
+    def replica_lag(self, topic: str) -> dict[int, int] | None:
+        return None  # one copy
 
     async def owner(self, name: TopicName) -> int | None:
         return STANDALONE_BROKER_ID

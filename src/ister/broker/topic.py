@@ -120,6 +120,9 @@ class Topic:
             raise Unavailable(f"topic {self.name} is {self.lifecycle.state}; redo the lookup")
         claim = self.claim
         claim.check(len(records))
+        gate = claim.replication
+        if gate is not None:
+            gate.check_writable()
         self._m_in.inc(len(records))
         self._m_bytes.inc(payload_bytes)
         self.messages_in += len(records)  # cumulative, for load reports (rates are deltas of these)
@@ -129,12 +132,17 @@ class Topic:
                 async with asyncio.timeout(PUBLISH_TIMEOUT_SECONDS):
                     # msgspec.Raw is a buffer over the client's record bytes: framed without a copy
                     offset = await self.wal.append(records)
-                claim.appended()
+                    claim.appended()
+                    if gate is not None:
+                        # acknowledged only once enough replicas hold it (readers see it from then on)
+                        gate.appended()
+                        await gate.wait_committed(offset + len(records))
                 if self.cursors:
                     self._cursor_lag_changed()
             except TimeoutError:
+                where = "the WAL" if gate is None else "the WAL and its in-sync replicas"
                 raise Timeout(
-                    f"{self.name}: the WAL did not make the message durable "
+                    f"{self.name}: {where} did not make the message durable "
                     f"within {PUBLISH_TIMEOUT_SECONDS:.0f} s"
                 ) from None
             for sub in self.subscriptions.values():
@@ -202,5 +210,8 @@ class Topic:
         metrics.forget_topic(self.name.full)
         self.cursors.clear()
         self._cursor_gauges.clear()
+        gate = self.claim.replication
+        if gate is not None:
+            await gate.close(self.lifecycle.state.value)
         if self.wal is not None:
             await self.wal.close()

@@ -300,9 +300,15 @@ class TopicRegistry:
         lifecycle = loaded.lifecycle
         lifecycle.handle(Event.SEAL, reason)  # producers get UNAVAILABLE from here on and look it up again
         wal = loaded.wal
-        if wal is not None and self.ownership.moves_need_export:
+        gate = loaded.claim.replication
+        if wal is not None and (gate is not None or self.ownership.moves_need_export):
             try:
-                await self._export_before_seal(loaded)
+                if gate is not None:
+                    # Replicated: a leadership transfer. The next owner is an in-sync replica; it needs
+                    # every record on its own copy, not in the durable tier.
+                    await gate.hand_over(SEAL_EXPORT_SECONDS)
+                else:
+                    await self._export_before_seal(loaded)
             except BaseException:
                 lifecycle.handle(Event.SEAL_FAILED)
                 raise
@@ -337,7 +343,7 @@ class TopicRegistry:
             async with asyncio.timeout(SEAL_EXPORT_SECONDS):
                 await loaded.exporter.export_tail()
         except Exception as exc:
-            if self.ownership.moves_need_export:
+            if self.ownership.moves_need_export and loaded.claim.replication is None:
                 # Everything was exported just before; the topic reloads here from its WAL.
                 raise Unavailable(
                     f"cannot move {loaded.name}: exporting its last records failed ({exc}); "

@@ -285,6 +285,12 @@ def topics_describe(
     }
     if described.HasField("schema_subject"):
         info["schema_subject"] = described.schema_subject
+    if described.replicas:
+        info["replicas"] = [str(b) for b in described.replicas]
+        info["in_sync_replicas"] = [str(b) for b in described.in_sync_replicas]
+        info["min_insync_replicas"] = described.min_insync_replicas
+        info["leader_epoch"] = described.leader_epoch
+        info["replica_lag"] = {str(b): lag for b, lag in sorted(described.replica_lag.items())}
     if parts:
         info["partitions"] = parts
     if output == Output.json:
@@ -298,6 +304,18 @@ def topics_describe(
     ]
     if described.HasField("schema_subject"):
         fields.append(("Schema subject", described.schema_subject))
+    if described.replicas:
+        lag = described.replica_lag
+        fields += [
+            ("Replicas", ", ".join(str(b) for b in described.replicas)),
+            (
+                "In sync",
+                f"{', '.join(str(b) for b in described.in_sync_replicas)} "
+                f"(min {described.min_insync_replicas}, epoch {described.leader_epoch})",
+            ),
+        ]
+        if lag:
+            fields.append(("Follower lag", ", ".join(f"{b}: {n}" for b, n in sorted(lag.items()))))
     if parts:
         fields.append(("Partitions", str(len(parts))))
     emit_fields(fields)

@@ -12,6 +12,7 @@ from ister.cli.main import app
 from ister.cli.security_opts import TlsCaOpt, TokenOpt, use
 
 CASES = ("publish", "consume", "latency")
+REPLICATED = "replicated"  # Ister clusters at RF 1 and RF 3 vs NATS JetStream R1 and R3 (issue 16)
 
 
 @app.command("bench")
@@ -29,7 +30,12 @@ def bench(
         typer.Option("--nats-script", help="the JetStream peer (default ../shared/peers/nats_bench.py)"),
     ] = None,
     cases: Annotated[
-        str, typer.Option("--cases", help="batch-API cases to run, comma-separated: publish,consume,latency")
+        str,
+        typer.Option(
+            "--cases",
+            help="cases to run, comma-separated: publish,consume,latency (one broker) and/or replicated "
+            "(3-broker Ister clusters at RF 1 and RF 3 vs 3-node JetStream R3 and 1-node R1)",
+        ),
     ] = ",".join(CASES),
     token: TokenOpt = None,
     tls_ca: TlsCaOpt = None,
@@ -40,20 +46,26 @@ def bench(
 
     danube-client: sequential and 64-in-flight publish, consume + ack, e2e latency, no-op gRPC ceiling.
 
-    NATS JetStream (sync_interval always) in the same run, for the ratios. See docs/benchmarks.md."""
+    NATS JetStream (sync_interval always) in the same run, for the ratios.
+
+    --cases replicated: etcd + 3 cluster brokers at RF 1, then at RF 3 (batch API and danube-client publish
+    and e2e latency), then JetStream on 1 node (R1) and on 3 nodes (R3). See docs/benchmarks.md."""
     use(token, tls_ca)
     from ister.benchmark import report, suite
 
     if fsync not in ("always", "interval"):
         raise typer.BadParameter("--fsync must be always or interval")
     selected = frozenset(c.strip() for c in cases.split(",") if c.strip())
-    if not selected or not selected <= set(CASES):
-        raise typer.BadParameter(f"--cases takes a comma-separated subset of {','.join(CASES)}")
+    if not selected or not selected <= {*CASES, REPLICATED}:
+        raise typer.BadParameter(
+            f"--cases takes a comma-separated subset of {','.join((*CASES, REPLICATED))}"
+        )
     if messages is not None and messages < 1:
         raise typer.BadParameter("--messages must be positive")
     overrides: dict[str, object] = {
         "fsync": fsync,
-        "cases": selected,
+        "cases": selected - {REPLICATED},
+        "replicated": REPLICATED in selected,
         "danube": not no_danube,
         "nats": not no_nats,
     }

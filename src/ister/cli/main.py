@@ -45,6 +45,9 @@ def broker(
         Path | None, typer.Option("--etcd-tls-key", help="cluster mode: client certificate key for etcd")
     ] = None,
     cluster_name: Annotated[str | None, typer.Option("--cluster-name", help="cluster mode: name")] = None,
+    zone: Annotated[
+        str | None, typer.Option("--zone", help="cluster mode: this broker's zone (replica placement)")
+    ] = None,
     durable_url: Annotated[
         str | None,
         typer.Option("--durable-url", help="durable tier: file:///dir, s3://bucket/prefix, … or none"),
@@ -82,6 +85,7 @@ def broker(
                 "wal.fsync": fsync,
                 "storage.durable.url": durable_url,
                 "cluster_name": cluster_name,
+                "cluster.zone": zone,
                 "cluster.etcd_endpoints": [e.strip() for e in etcd_endpoints.split(",") if e.strip()]
                 if etcd_endpoints
                 else None,

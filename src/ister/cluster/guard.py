@@ -13,6 +13,7 @@ from ister.metadata import keys
 from ister.metadata.store import Compare, MetadataStore, Put
 
 if TYPE_CHECKING:
+    from ister.broker.ownership import ReplicationGate
     from ister.storage.wal import Wal
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class OwnershipGuard:
         self.revoked: str | None = None
         self.wal: Wal | None = None
         self._extending: asyncio.Task[None] | None = None
+        self.replication: ReplicationGate | None = None  # set when the topic is replicated
 
     @property
     def epoch(self) -> int:

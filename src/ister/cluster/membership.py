@@ -94,6 +94,8 @@ class Membership:
         }
         if self.config.prom_exporter:
             value["prom_exporter"] = self.config.prom_exporter
+        if self.config.cluster.zone:
+            value["zone"] = self.config.cluster.zone  # Ister: replica placement spreads over zones
         return value
 
     async def register(self) -> None:

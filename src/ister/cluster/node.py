@@ -35,6 +35,7 @@ from ister.core.cluster.load import rank
 from ister.core.cluster.moves import Code, MoveFailure, next_failure
 from ister.core.cluster.ownership import OwnerRecord, assign
 from ister.core.cluster.planner import ClusterState, abandoned_moves, orphans, plan_assignments
+from ister.core.replication import ReplicaRecord
 from ister.errors import FailedPrecondition, IsterError, MetadataError, Unavailable
 from ister.metadata import keys
 from ister.metadata.cache import LocalCache
@@ -57,7 +58,10 @@ class ClusterNode:
         self.config = config
         self.store = store
         self.broker_id = load_broker_id(data_dir)
-        self.cache = LocalCache(store, [keys.CLUSTER_PREFIX, keys.OWNERS_PREFIX, keys.MOVE_FAILURES_PREFIX])
+        self.cache = LocalCache(
+            store,
+            [keys.CLUSTER_PREFIX, keys.OWNERS_PREFIX, keys.MOVE_FAILURES_PREFIX, keys.REPLICAS_PREFIX],
+        )
         self.view = ClusterView(self.cache)
         self.membership = Membership(config, store, self.broker_id, self._lease_lost)
         self.selector = BrokerSelector()
@@ -556,7 +560,10 @@ class ClusterNode:
         }
         for t in [t for t, kv in unassigned_kvs.items() if self._consumed.get(kv.key) == kv.version]:
             del state.unassigned[t]
-        for step in plan_assignments(state, self.selector, scores=self._strategy_scores(state)):
+        plan = plan_assignments(
+            state, self.selector, scores=self._strategy_scores(state), eligible=self._eligible(state)
+        )
+        for step in plan:
             topic = step.topic
             marker_kv = unassigned_kvs[topic]
             owner_kv = self.cache.get(keys.owner(topic))
@@ -583,6 +590,16 @@ class ClusterNode:
             writes.append(write)
         if writes:
             await self._apply_writes(guard, writes)
+
+    def _eligible(self, state: ClusterState) -> dict[str, set[int]]:
+        """Replicated topics waiting for an owner: only their in-sync replicas may take them over."""
+        out: dict[str, set[int]] = {}
+        for topic in state.unassigned:
+            kv = self.cache.get(keys.replicas(topic))
+            record = ReplicaRecord.parse(kv.value) if kv is not None else None
+            if record is not None:
+                out[topic] = set(record.isr)
+        return out
 
     @staticmethod
     def _abandoned_move_writes(state: ClusterState, unassigned_kvs: dict[str, KeyValue]) -> list[_Write]:

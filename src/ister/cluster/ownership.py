@@ -28,15 +28,18 @@ from ister.broker.ownership import (
 from ister.cluster.balancer import set_broker_mode
 from ister.cluster.guard import OwnershipGuard
 from ister.cluster.node import ClusterNode
+from ister.cluster.replicated import ReplicatedTopics
 from ister.config import BrokerConfig
 from ister.core.cluster.load import imbalance, rank
 from ister.core.cluster.ownership import OwnerRecord, plan_load
 from ister.core.cluster.planner import ACTIVE, DRAINED, DRAINING
+from ister.core.replication import MAX_REPLICATION_FACTOR
 from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from ister.ids import TopicName, shown
 from ister.metadata import keys
-from ister.metadata.records import BrokerRegistration, SealedState
+from ister.metadata.records import BrokerRegistration, NamespacePolicy, SealedState
 from ister.metadata.store import MetadataStore, list_all
+from ister.security.peer import PeerSecret
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
 
@@ -51,7 +54,12 @@ SUPERSEDED_RETRY_SECONDS = 10.0  # while an archive could not be exported yet
 
 class ClusterOwnership:
     def __init__(
-        self, node: ClusterNode, config: BrokerConfig, store: MetadataStore, storage: TopicStorage
+        self,
+        node: ClusterNode,
+        config: BrokerConfig,
+        store: MetadataStore,
+        storage: TopicStorage,
+        peer: PeerSecret | None = None,
     ) -> None:
         self.node = node
         self.config = config
@@ -60,6 +68,7 @@ class ClusterOwnership:
         self._host: TopicHost | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
+        self.replicated = ReplicatedTopics(node, config, store, storage, peer)
 
     @property
     def broker_id(self) -> int:
@@ -86,8 +95,12 @@ class ClusterOwnership:
                 "and rebalancing leave them where they are), and after a broker dies its unexported records "
                 "are unreadable until it returns. Configure a shared object store to move topics freely."
             )
+        # Before registering: a broker must not be promoted for a copy it lost with its disk.
+        await self.replicated.manager.load_peer_secret()
+        await self.replicated.manager.leave_lost_copies()
         self._sweeper = asyncio.create_task(self._superseded_loop(), name="superseded-wals")
         await self.node.start(self._host)
+        self.replicated.manager.start()
 
     async def close(self) -> None:
         """Leave the cluster last (the lease is revoked after cursors were flushed as the owner)."""
@@ -95,6 +108,7 @@ class ClusterOwnership:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
+        await self.replicated.manager.close()
         await self.node.close()
 
     # -- serving ----------------------------------------------------------------------------------------
@@ -144,6 +158,28 @@ class ClusterOwnership:
     # -- claiming ---------------------------------------------------------------------------------------
     async def open_reliable(self, name: TopicName, storage: TopicStorage) -> tuple[Wal, OwnershipGuard]:
         """The topic's WAL opened where its offsets continue, and the committed claim that fences it."""
+        replica_kv = await self.store.get(keys.replicas(name))
+        if replica_kv is None:
+            wanted, placed, min_insync = await self._replication_of(name)
+            if placed > 1:
+                return await self.replicated.lead(name, None, wanted, min_insync)
+            return await self._open_single(name, storage)
+        return await self.replicated.lead(name, replica_kv, 0, 0)
+
+    async def _replication_of(self, name: TopicName) -> tuple[int, int, int]:
+        """(replication factor, copies it can have now (capped by the live brokers), min in-sync) for a
+        topic loaded for the first time: the namespace policy's, else the broker's. A topic placed on fewer
+        brokers than its factor gets its missing followers when brokers join."""
+        kv = await self.store.get(keys.namespace_policy(name.namespace))
+        policy = NamespacePolicy.lenient(kv.value if kv is not None else None)
+        c = self.config.cluster
+        wanted = max(1, min(policy.replication_factor or c.replication_factor, MAX_REPLICATION_FACTOR))
+        placed = min(wanted, len(self.node.live_brokers()))
+        min_insync = policy.min_insync_replicas or c.min_insync_replicas or wanted // 2 + 1
+        return wanted, placed, max(1, min(min_insync, wanted))
+
+    async def _open_single(self, name: TopicName, storage: TopicStorage) -> tuple[Wal, OwnershipGuard]:
+        """One copy: the local WAL of the last loader, else a new one after the seal or the reservation."""
         node = self.node
         sealed_kv = await self.store.get(keys.storage_state(name.full))
         sealed = SealedState.parse(sealed_kv.value) if sealed_kv is not None else None
@@ -248,6 +284,10 @@ class ClusterOwnership:
         for name, local_epoch in await storage.local_epochs():
             if host.is_loaded(name.full) or self.node.assigned_here(name.full):
                 continue
+            if self.node.cache.get(keys.replicas(name)) is not None:
+                # Replicated: never exported from here (its suffix may be uncommitted); this copy is
+                # followed, cut where it diverges, or dropped when this broker is no longer a replica.
+                continue
             exists = await self.store.get(keys.namespace_topic(name.full)) is not None
             kv = await self.store.get(keys.owner(name.full))
             record = OwnerRecord.parse(kv.value) if kv is not None else None
@@ -273,6 +313,10 @@ class ClusterOwnership:
     async def owners(self, names: list[TopicName]) -> dict[str, int | None]:
         assigned = await self._assignments()
         return {n.full: assigned.get(n.full) for n in names}
+
+    def replica_lag(self, topic: str) -> dict[int, int] | None:
+        leader = self.replicated.manager.leaders.get(topic)
+        return leader.lag() if leader is not None else None
 
     async def owner(self, name: TopicName) -> int | None:
         kv = await self.store.get(keys.owner(name))

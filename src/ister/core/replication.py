@@ -20,6 +20,7 @@ The model is Kafka's in-sync-set replication with leader epochs (docs/replicatio
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,9 @@ class ReplicaRecord(msgspec.Struct, frozen=True, kw_only=True):
     leader: int
     epoch: int  # bumped at every promotion; a follower rejects anything from an older epoch
     min_insync: int
+    # How many replicas the topic should have (0: as many as listed). More are listed while a new
+    # follower replaces a dead or draining one: it joins before the one it replaces leaves.
+    factor: int = 0
 
     @classmethod
     def parse(cls, value: Any) -> ReplicaRecord | None:
@@ -52,7 +56,12 @@ class ReplicaRecord(msgspec.Struct, frozen=True, kw_only=True):
             and (self.leader in self.isr or self.leader == NO_LEADER)
             and self.epoch >= 1
             and 1 <= self.min_insync <= len(self.replicas)
+            and 0 <= self.factor <= MAX_REPLICATION_FACTOR
         )
+
+    @property
+    def target(self) -> int:
+        return self.factor or len(self.replicas)
 
     def to_json(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)  # type: ignore[no-any-return]
@@ -253,6 +262,32 @@ def after_restart(
     if promoted is not None:
         return promoted
     return msgspec.structs.replace(record, leader=NO_LEADER, epoch=record.epoch + 1, isr=sorted(isr))
+
+
+def replacement_step(
+    record: ReplicaRecord, leaving: set[int], candidates: Callable[[], list[int]]
+) -> ReplicaRecord | None:
+    """The next record while the topic has fewer replicas than it should, or replicas on dead or draining
+    brokers (`leaving`); None when nothing is to change now.
+
+    A new follower from `candidates()` (best first) is added first; once every replica that stays is in
+    sync, the leaving ones are dropped from the replicas and the in-sync set. So a replacement never leaves
+    the topic with fewer in-sync copies than it had."""
+    leaving = {r for r in leaving if r in record.replicas and r != record.leader}
+    staying = [r for r in record.replicas if r not in leaving]
+    if len(staying) < record.target and len(record.replicas) < MAX_REPLICATION_FACTOR:
+        fresh = [c for c in candidates() if c not in record.replicas]
+        if fresh:  # the factor is pinned first: the list is longer than it while the new one catches up
+            return msgspec.structs.replace(
+                record, replicas=[*record.replicas, fresh[0]], factor=record.target
+            )
+    if not leaving or len(staying) < record.min_insync:
+        return None  # nothing leaves, or dropping them would leave too few copies
+    if all(r in record.isr for r in staying):
+        return msgspec.structs.replace(
+            record, replicas=staying, isr=[r for r in record.isr if r not in leaving]
+        )
+    return None
 
 
 def transfer(record: ReplicaRecord, to: int) -> ReplicaRecord | None:

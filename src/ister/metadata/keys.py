@@ -37,6 +37,9 @@ MOVE_FAILURES_PREFIX = "/ister/move-failures/"
 CONSUMER_INDEX_PREFIX = "/ister/consumers/"
 # Cluster mode: one partitioned topic's Failover subscription assigned as one group across its brokers.
 PARTITION_GROUPS_PREFIX = "/ister/partition-groups/"
+# /ister/replicas/{ns}/{topic}: a replicated topic's replica set, in-sync set, leader and epoch
+REPLICAS_PREFIX = "/ister/replicas/"
+PEER_SECRET = "/ister/peer-secret"  # the secret brokers of the cluster prove themselves to each other with
 
 BROKER_STATE = "state"
 OBJECTS_CUR = "cur"
@@ -125,6 +128,18 @@ def unassigned_prefix() -> str:
 
 def owner(topic: TopicLike) -> str:
     return f"{OWNERS_PREFIX}{_topic(topic).path}"
+
+
+def replicas(topic: TopicLike) -> str:
+    return f"{REPLICAS_PREFIX}{_topic(topic).path}"
+
+
+def replicas_topic(key: str) -> str | None:
+    """The topic's full name of a replica record key, None for another key."""
+    if not key.startswith(REPLICAS_PREFIX):
+        return None
+    parts = key[len(REPLICAS_PREFIX) :].split("/")
+    return _parse_topic(parts[0], parts[1]) if len(parts) == 2 else None
 
 
 def consumer_index(consumer_id: int) -> str:

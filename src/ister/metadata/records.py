@@ -101,6 +101,9 @@ class NamespacePolicy(Record, frozen=True):
     max_consumers_per_topic: int = 0
     max_consumers_per_subscription: int = 0
     max_message_size: int | None = None
+    # Replicated topics (Ister): None takes the broker's cluster.replication_factor / min_insync_replicas
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
 
     @classmethod
     def lenient(cls, value: Any) -> NamespacePolicy:
@@ -124,6 +127,7 @@ class BrokerRegistration(Record, frozen=True):
     admin_addr: str = ""
     broker_addr: str = ""
     prom_exporter: str = ""
+    zone: str = ""  # Ister: where the broker runs, for replica placement
 
     @property
     def url(self) -> str:

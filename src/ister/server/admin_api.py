@@ -161,6 +161,13 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
         )
         if d.schema_subject is not None:
             out.schema_subject = d.schema_subject
+        if d.replication is not None:
+            out.replicas.extend(d.replication.replicas)
+            out.in_sync_replicas.extend(d.replication.isr)
+            out.min_insync_replicas = d.replication.min_insync
+            out.leader_epoch = d.replication.epoch
+        for follower, lag in (d.replica_lag or {}).items():
+            out.replica_lag[follower] = lag
         return out
 
     @unary

@@ -10,6 +10,7 @@ is refused (default-deny). Client streams are checked on their first frame; late
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ import grpc
 from ister.broker.service import BrokerService
 from ister.errors import PermissionDenied, Unauthenticated
 from ister.security.audit import AuditLog
+from ister.security.peer import PEER_METADATA, PeerSecret, verify_peer_token
 from ister.security.rbac import CLUSTER, Resource
 from ister.security.rbac_store import RbacStore
 from ister.security.tokens import Principal, TokenVerifier
@@ -45,12 +47,14 @@ class Guard:
         audit: AuditLog,
         broker: BrokerService | None,
         mtls_identities: bool = True,
+        peer: PeerSecret | None = None,
     ) -> None:
         self.verifier = verifier
         self.rbac = rbac
         self.audit = audit
         self.broker = broker
         self.mtls_identities = mtls_identities
+        self.peer = peer or PeerSecret()
         self.owners: dict[int, str] = {}  # consumer id → owning principal name (pruned to live consumers)
 
     def authenticate(self, context: Any) -> Principal:
@@ -68,6 +72,14 @@ class Guard:
             if names:
                 return Principal("service_account", names[0].decode(errors="replace"), "mtls")
         raise Unauthenticated(MISSING)
+
+    def authenticate_peer(self, context: Any) -> Principal:
+        """Another broker of this cluster (replication), by its `x-ister-peer` credentials only."""
+        for key, value in context.invocation_metadata() or ():
+            if key == PEER_METADATA:
+                broker_id = verify_peer_token(self.peer.secret, str(value), time.time())
+                return Principal("broker", str(broker_id), "peer")
+        raise Unauthenticated("only brokers of this cluster may call this (peer credentials missing)")
 
     def authorize(self, principal: Principal, method: str, rule: Rule, request: Any) -> Resource:
         if isinstance(request, Undecodable):
@@ -173,6 +185,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if rule is not None and rule.kind == "public":
             return ANONYMOUS, None
         try:
+            if rule is not None and rule.kind == "peer":
+                return g.authenticate_peer(context), CLUSTER
             principal = g.authenticate(context)
             if rule is None:
                 raise PermissionDenied(f"{_action(method)} is not open to any principal")

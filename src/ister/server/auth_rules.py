@@ -3,7 +3,8 @@
 `None` as permission: authentication only. `change`: a successful call is an admin change (audited).
 `kind` names the checks beyond the table: `subscribe` records the consumer's owner, `receive` and `ack`
 accept only the owner of the consumer (a consumer acks only its own deliveries), `stream` applies the rule
-to the first frame of a client stream (Ister's Publish and Consume).
+to the first frame of a client stream (Ister's Publish and Consume), `peer` admits only another broker of
+the cluster (security/peer.py).
 """
 
 from __future__ import annotations
@@ -122,6 +123,8 @@ RULES: dict[str, Rule] = {
 # The one call without credentials: it is how a client holding an API key gets them (a wrong key is
 # UNAUTHENTICATED from the call itself, and audited).
 RULES[f"/{_I}ExchangeApiKey"] = Rule(None, _cluster, kind="public")
+# Between brokers: a follower replica fetching a topic's records is a cluster-level right.
+RULES["/ister.v1.IsterReplica/Replicate"] = Rule(None, _cluster, kind="peer")
 _IA = "ister.v1.IsterAdmin/"
 RULES[f"/{_IA}CreateApiKey"] = Rule("ManageCluster", _cluster, change=True)
 RULES[f"/{_IA}RevokeApiKey"] = Rule("ManageCluster", _cluster, change=True)

@@ -15,6 +15,7 @@ from ister.security.api_keys import ApiKeyStore
 from ister.server.danube_api import add_danube_services
 from ister.server.ister_api import add_ister_service
 from ister.server.metrics_http import MetricsServer, start_metrics_server
+from ister.server.replica_api import LeaderLookup, add_replica_service
 from ister.server.schema_api import add_schema_service
 from ister.server.tls import bind
 
@@ -36,13 +37,17 @@ async def start_client_server(
     tls: TlsFiles | None = None,
     interceptors: Sequence[Any] = (),
     api_keys: ApiKeyStore | None = None,
+    replica_leaders: LeaderLookup | None = None,
 ) -> Any:
     """Serve the client API on `addr`, over TLS when `tls` names files; `interceptors` (authentication
-    and authorization) only when security is on."""
+    and authorization) only when security is on. `replica_leaders`: a cluster's replicated topics this
+    broker leads, for its peers' fetches."""
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=list(interceptors) or None)
     add_danube_services(server, broker)
     add_ister_service(server, broker, api_keys)
     add_schema_service(server, broker)
+    if replica_leaders is not None:
+        add_replica_service(server, replica_leaders)
     bound = bind(server, addr, tls, "broker_addr")
     if bound == 0:
         raise OSError(f"cannot listen on {addr} (address in use or not local)")

@@ -12,6 +12,7 @@ from ister.broker.service import BrokerService
 from ister.config import BrokerConfig
 from ister.security.api_keys import ApiKeyStore
 from ister.security.audit import AuditLog
+from ister.security.peer import PeerSecret
 from ister.security.rbac_store import RbacStore
 from ister.security.tokens import TokenVerifier
 from ister.server.auth import AuthInterceptor, Guard
@@ -29,7 +30,9 @@ class Security:
         await self.rbac.close()
 
 
-async def start_security(config: BrokerConfig, broker: BrokerService) -> Security:
+async def start_security(
+    config: BrokerConfig, broker: BrokerService, peer: PeerSecret | None = None
+) -> Security:
     sec = config.security
     rbac = RbacStore(broker.store, sec.superusers)
     await rbac.start()
@@ -41,7 +44,7 @@ async def start_security(config: BrokerConfig, broker: BrokerService) -> Securit
     verifier = TokenVerifier(sec.auth.jwt) if sec.auth.jwt.configured else None
     audit = AuditLog(sec.audit.max_lines_per_second, sec.audit.enabled)
     api_keys = ApiKeyStore(broker.store, sec.auth.jwt, verifier, ttl, audit)
-    guard = Guard(verifier, rbac, audit, broker, mtls_identities=sec.auth.mtls_identities)
+    guard = Guard(verifier, rbac, audit, broker, mtls_identities=sec.auth.mtls_identities, peer=peer)
     for port, addr in (("client", config.broker_addr), ("admin", config.admin_addr)):
         if sec.tls.for_port(port) is None:  # type: ignore[arg-type]
             log.warning(

@@ -25,7 +25,8 @@ from ister.storage.objects import ObjectStore, SegmentExporter
 from ister.storage.objects.catalog import list_descriptors
 from ister.storage.objects.retention import covered
 from ister.storage.wal import Wal, WalConfig, WriterPool
-from ister.storage.wal.segment import fsync_dir, list_segment_files
+from ister.storage.wal.durable import fsync_dir
+from ister.storage.wal.names import list_segment_files
 
 log = logging.getLogger(__name__)
 

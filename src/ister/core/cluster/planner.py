@@ -72,12 +72,16 @@ def plan_assignments(
     limit: int | None = None,
     scores: Mapping[int, float] | None = None,
     step: float = 1.0,
+    eligible: Mapping[str, set[int]] | None = None,
 ) -> list[Assign]:
     """Owners for the unassigned topics (in name order), counting each pick at once so a batch spreads.
 
     `scores`: the configured strategy's score per live broker (lower is better); None means Fair (topic
     counts). Each pick adds `step` (the score of one topic without load yet) to the chosen broker.
     A topic that still has a live owner is skipped: the other half of its move has not happened yet.
+    `eligible`: for a replicated topic, the brokers that may take it over (its in-sync replicas): after a
+    failover, none of them alive means it waits rather than losing acknowledged records; a move goes to
+    one of them (a leadership transfer; a named target outside them is ignored).
     """
     if not state.unassigned:
         return []  # the common case on a busy leader: no O(topics) count for nothing
@@ -94,7 +98,16 @@ def plan_assignments(
         if state.assignments.get(topic) in state.live:
             continue
         rankings = fair_rankings({b: math.floor(v) for b, v in current.items()})
-        broker = selector.choose(rankings, active, marker)
+        allowed = eligible.get(topic) if eligible is not None else None
+        if allowed is None:
+            pool = active
+        elif marker.reason == "failover":
+            pool = (active & allowed) or (state.live & allowed)
+        else:
+            pool = active & allowed  # a move of a replicated topic is a transfer to an in-sync replica
+        if not pool:
+            continue
+        broker = selector.choose(rankings, pool, marker)
         if broker is None:
             continue
         current[broker] = current.get(broker, 0.0) + step

@@ -290,6 +290,8 @@ class SegmentExporter:
                 continue
             # the file's last offset is at most this (exact for the active file of a closed WAL)
             bound = segments[i + 1][0] - 1 if i + 1 < len(segments) else self.wal.next_offset - 1
+            if self.wal.visible_cap is not None and bound >= self.wal.committed_offset:
+                break  # a replicated leader exports only what replicas hold: never a suffix cut later
             if bound >= first and _spans_cover(spans, first, bound):
                 self._done[path] = size
                 continue

@@ -50,6 +50,28 @@ class RecordCache:
         self._bytes = 0
         self._end = end_offset
 
+    def truncate(self, end: int) -> None:
+        """Forget the records at and above `end` (the log was cut there)."""
+        if end >= self._end:
+            return
+        firsts = self._firsts
+        head = self._head
+        if head >= len(firsts) or end <= firsts[head]:
+            self.reset(end)
+            return
+        i = bisect_right(firsts, end - 1, lo=head) - 1  # the chunk holding end - 1
+        for j in range(i + 1, len(firsts)):
+            self._bytes -= self._sizes[j]
+        del firsts[i + 1 :]
+        del self._chunks[i + 1 :]
+        del self._sizes[i + 1 :]
+        kept = self._chunks[i][: end - firsts[i]]
+        size = sum(len(p) for p in kept) + HEADER_SIZE * len(kept) + CHUNK_OVERHEAD
+        self._bytes += size - self._sizes[i]
+        self._chunks[i] = kept
+        self._sizes[i] = size
+        self._end = end
+
     def add(self, first_offset: int, payloads: Sequence[bytes], payload_bytes: int) -> None:
         """Append a committed chunk; it must start at end_offset (otherwise the cache restarts there)."""
         if first_offset != self._end:

@@ -12,14 +12,14 @@ renamed over the old file, then the directory is fsync'd: a reader sees the old 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import struct
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
 from crc32c import crc32c
+
+from .durable import replace_file
 
 CHECKPOINT_NAME = "highwater.ckpt"
 TMP_NAME = CHECKPOINT_NAME + ".tmp"
@@ -75,27 +75,7 @@ def read_checkpoint(directory: Path) -> Checkpoint | None:
 def write_checkpoint(directory: Path, checkpoint: Checkpoint) -> None:
     """Atomically replace the checkpoint (tmp file, fsync, rename, directory fsync). Raises OSError; a
     failure leaves the previous checkpoint in place."""
-    tmp = directory / TMP_NAME
-    data = encode(checkpoint)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, directory / CHECKPOINT_NAME)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    replace_file(directory, CHECKPOINT_NAME, encode(checkpoint))
 
 
 __all__ = [

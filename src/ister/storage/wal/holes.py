@@ -105,6 +105,16 @@ class Holes:
             if len(kept) != len(self._holes):
                 self._index = (kept, [h.first for h in kept])
 
+    def cut(self, end: int) -> None:
+        """Forget everything at and above `end` (the log was truncated there): holes starting there go,
+        a hole across it ends there."""
+        with self._lock:
+            kept = [
+                h if h.end <= end else Hole(h.first, end, h.lost, h.why) for h in self._holes if h.first < end
+            ]
+            if kept != self._holes:
+                self._index = (kept, [h.first for h in kept])
+
     def snapshot(self) -> list[Hole]:
         return list(self._holes)
 

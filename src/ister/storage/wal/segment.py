@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,47 +19,19 @@ from ister.core.frames import (
     payload_crc,
     scan_frames,
 )
-from ister.errors import CorruptionError
+from ister.errors import CorruptionError, StorageError
 from ister.limits import MiB
 
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from .durable import fsync_dir
 from .holes import Hole
 from .locks import claim_directory
+from .names import list_segment_files, segment_name
+from .truncate import finish_pending_cut
 
 log = logging.getLogger(__name__)
 
-SEGMENT_SUFFIX = ".wal"
-_NAME_RE = re.compile(r"^(\d{20})\.wal$")
 SCAN_CHUNK = 4 * MiB
-
-
-def segment_name(first_offset: int) -> str:
-    return f"{first_offset:020d}{SEGMENT_SUFFIX}"
-
-
-def parse_segment_name(name: str) -> int | None:
-    m = _NAME_RE.match(name)
-    return int(m.group(1)) if m else None
-
-
-def list_segment_files(directory: Path) -> list[tuple[int, Path]]:
-    """(first_offset, path) of every segment file, by first offset. Other files are ignored."""
-    found: list[tuple[int, Path]] = []
-    with os.scandir(directory) as it:
-        for entry in it:
-            first = parse_segment_name(entry.name)
-            if first is not None and entry.is_file(follow_symlinks=False):
-                found.append((first, Path(entry.path)))
-    found.sort()
-    return found
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass(eq=False)
@@ -173,6 +144,10 @@ def recover(
     fsync_dir(directory.parent)
     release = claim_directory(directory, lock_root)
     try:
+        try:
+            finish_pending_cut(directory)  # a truncation a crash interrupted: the log reopens cut
+        except OSError as exc:
+            raise StorageError(f"WAL {directory}: cannot finish an interrupted truncation: {exc}") from exc
         recovered = _recover(directory, start_offset, index_every_frames, index_every_bytes)
     except BaseException:
         release()

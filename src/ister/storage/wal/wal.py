@@ -15,13 +15,16 @@ from ister.errors import Fenced, IsterError, OffsetOutOfRange, StorageError, Sto
 
 from .cache import RecordCache
 from .config import WalConfig
+from .durable import fsync_dir
 from .holes import Hole, Holes
 from .pool import WriterPool, default_pool
 from .reader import WalReader, verify_segment
-from .segment import Recovered, Segment, fsync_dir, recover
+from .segment import Recovered, Segment, recover
 from .writer import Entry, WalWriter
 
 log = logging.getLogger(__name__)
+
+MAX_CUTS_KEPT = 64  # a reader that missed more cuts than this is treated as cut (raises LogTruncated)
 
 
 class Wal:
@@ -41,6 +44,10 @@ class Wal:
         "_closing",
         "_committed",
         "_config",
+        "_cut_count",
+        "_cut_gen",
+        "_cuts",
+        "_cutting",
         "_directory",
         "_failed",
         "_first_offset",
@@ -55,6 +62,7 @@ class Wal:
         "_space_waiters",
         "_stopped",
         "_synced",
+        "_visible",
         "_writer",
         "damage",
         "label",
@@ -83,6 +91,9 @@ class Wal:
         self._next_offset = recovered.next_offset
         self._committed = recovered.next_offset
         self._synced = recovered.next_offset
+        # A replicated topic's leader caps what readers see at the replication commit (None: no cap, every
+        # durable record is visible). Only `durable_offset` readers (followers' fetches) see past it.
+        self._visible: int | None = None
         self._cache = RecordCache(config.cache_max_bytes)
         self._last_append = loop.time()  # when records were last committed (or the WAL opened)
         self._cache.reset(recovered.next_offset)
@@ -104,6 +115,10 @@ class Wal:
         self.lost_ranges: list[tuple[int, int]] = [(h.first, h.end) for h in recovered.holes if h.lost]
         self._release = recovered.release
         self._stopped: asyncio.Future[None] | None = None  # resolved by the writer at the end of close()
+        self._cutting = False  # a truncate/reset runs: appends are refused, readers wait
+        self._cut_gen = 0  # bumped when a cut starts: a file read that overlapped one is done again
+        self._cut_count = 0  # cuts made (or attempted) so far: readers compare it with what they saw
+        self._cuts: list[int] | None = None  # the ends of the newest MAX_CUTS_KEPT cuts (None: none yet)
         self._writer = WalWriter(
             pool,
             loop,
@@ -117,6 +132,7 @@ class Wal:
             self._on_writer_stopped,
             self.damage.lost_ranges,
             0 if recovered.mark is None else recovered.mark,  # None: an empty new WAL, nothing to keep
+            self._on_cut,
         )
 
     @classmethod
@@ -176,7 +192,28 @@ class Wal:
 
     @property
     def committed_offset(self) -> int:
+        """Records below this are durable here and visible to readers (for a replicated topic's leader:
+        also on enough replicas, see `cap_visible`)."""
+        visible = self._visible
+        return self._committed if visible is None or visible > self._committed else visible
+
+    @property
+    def durable_offset(self) -> int:
+        """Records below this are durable on this broker's disk (visible or not)."""
         return self._committed
+
+    @property
+    def visible_cap(self) -> int | None:
+        return self._visible
+
+    def cap_visible(self, end: int | None) -> None:
+        """Readers see offsets below `end` only (None: no cap). A replicated topic's leader moves it to the
+        replication commit; it never goes back while set."""
+        if end is not None and self._visible is not None and end < self._visible:
+            raise ValueError(f"the visible end of {self.label} cannot go back ({self._visible} -> {end})")
+        self._visible = end
+        if self._read_waiters:
+            self._wake_readers()
 
     @property
     def synced_offset(self) -> int:
@@ -208,7 +245,10 @@ class Wal:
         """Read every committed frame of the segment that starts at `first_offset` (CRC checked), recording
         each damaged range found in `damage` (logged and counted once); returns the new ones."""
         seg = next((s for s in self.segments_snapshot() if s.first_offset == first_offset), None)
-        return [] if seg is None else await verify_segment(seg, self._committed, self.damage)
+        if seg is None or self._cutting:
+            return []
+        gen = self._cut_gen
+        return await verify_segment(seg, self._committed, self.damage, lambda: self._cut_gen == gen)
 
     @property
     def active_bytes(self) -> int:
@@ -242,6 +282,8 @@ class Wal:
         the WAL's first offset moves to the first remaining segment. Readers below it get OffsetOutOfRange
         (the tiered reader then reads from objects). Returns how many files were deleted.
         """
+        if self._cutting:
+            return 0  # the cut decides which files stay; retention asks again later
         wanted = {Path(p) for p in paths}
         with self._segments_lock:
             drop = []
@@ -283,6 +325,8 @@ class Wal:
             raise StorageError(f"wal failed: {self._failed}")
         if self._closing:
             raise StorageError("wal closed")
+        if self._cutting:
+            raise StorageError("wal is being truncated")
 
     def _finished_error(self) -> StorageError | None:
         """The error readers get once they have read everything: None while more may still come."""
@@ -310,7 +354,7 @@ class Wal:
         if count == 0:
             raise ValueError("append needs at least one payload")
         self._check_limit(self._next_offset, count)
-        if self._failed is not None or self._closing:
+        if self._failed is not None or self._closing or self._cutting:
             self._check_writable()
         items = list(payloads)
         first = self._next_offset
@@ -416,6 +460,82 @@ class Wal:
         self._writer.submit(Entry(self._next_offset, 0, b"", [], 0, future))
         await future
 
+    # ---- cutting (replicas) ----------------------------------------------------------------------
+
+    async def truncate(self, end: int) -> None:
+        """Cut the log so that `next_offset == end`: the records at offsets >= end are gone for good, and
+        the next append gets `end` (a follower replica drops records its leader never committed).
+
+        `first_offset <= end <= next_offset`, else ValueError (nothing changes); `end == next_offset` does
+        nothing. Appends already made are flushed first; appends, rotate() and truncate()/reset() called
+        while it runs raise StorageError ("being truncated"), drop_segments() drops nothing. Readers
+        positioned past `end` raise LogTruncated from their next read (never a stale record); readers at or
+        below it go on. Holes and lost ranges at or above `end` are forgotten. Crash-safe (truncate.py):
+        a crash at any point reopens as the old log or the truncated one. A disk error raises StorageError
+        and fails the WAL (reopen it: it is then old or truncated, as after a crash). If the caller is
+        cancelled once the cut was handed to the writer, the cut still completes.
+        """
+        if not self._first_offset <= end <= self._next_offset:
+            raise ValueError(
+                f"truncate to {end}: the WAL holds offsets {self._first_offset}..{self._next_offset - 1}"
+            )
+        await self._cut(end, reset=False)
+
+    async def reset(self, start: int) -> None:
+        """Drop every record and restart the log empty at `start` (any offset >= 0): first_offset ==
+        next_offset == start. For a replica that must follow a leader whose log starts elsewhere (its
+        older records are in the durable tier), or whose own log cannot be trusted. Every segment file is
+        deleted (unlike `open(start_offset=...)`, which keeps older files and never moves backwards), the
+        high-water checkpoint is rewritten to `start` with no lost range. Readers below `start` get
+        OffsetOutOfRange, past it LogTruncated; the rest as for `truncate`, also crash-safety."""
+        if start < 0:
+            raise ValueError("start must be >= 0")
+        await self._cut(start, reset=True)
+
+    async def _cut(self, end: int, *, reset: bool) -> None:
+        self._check_writable()
+        self._cutting = True
+        self._cut_gen += 1
+        future: asyncio.Future[int] | None = None
+        try:
+            await self.flush()  # appends already made are durable first: the cut keeps what is below end
+            if not reset:
+                if not self._first_offset <= end <= self._next_offset:  # refused appends handed offsets back
+                    raise ValueError(f"truncate to {end}: the WAL now ends at {self._next_offset}")
+                if end == self._next_offset:
+                    return
+            future = self._loop.create_future()
+            self._writer.submit_cut(end, reset, Entry(end, 0, b"", [], 0, future))
+            future.add_done_callback(self._cut_finished)  # runs after _on_cut, whatever the outcome
+        finally:
+            if future is None:
+                self._cut_finished(None)
+        await asyncio.shield(future)
+
+    def _cut_finished(self, _: asyncio.Future[int] | None) -> None:
+        self._cutting = False
+        self._wake_readers()
+
+    def _on_cut(self, end: int, reset: bool) -> None:
+        """The writer cut the log to `end` (or tried: then the WAL fails right after; readers must not see
+        records above `end` either way)."""
+        self._next_offset = end
+        self._committed = self._synced = end
+        if reset:
+            self._first_offset = end
+            self._cache.reset(end)
+            self.damage.prune(end)
+        else:
+            self._cache.truncate(end)
+        self.damage.cut(end)
+        self.lost_ranges = [(a, min(b, end)) for a, b in self.lost_ranges if a < end and not reset]
+        self._cut_count += 1
+        cuts = self._cuts if self._cuts is not None else []
+        cuts.append(end)
+        del cuts[:-MAX_CUTS_KEPT]
+        self._cuts = cuts
+        self._wake_readers()
+
     # ---- completions from the writer thread (run on the loop) ------------------------------------
 
     def _on_commit(self, group: list[Entry], committed: int, synced: int, nbytes: int) -> None:
@@ -483,7 +603,7 @@ class Wal:
 
     # ---- reading ---------------------------------------------------------------------------------
 
-    def reader(self, start: int, *, skip_holes: bool = True) -> WalReader:
+    def reader(self, start: int, *, skip_holes: bool = True, durable: bool = False) -> WalReader:
         """A reader from `start` (first_offset <= start <= next_offset; start == next_offset reads live).
 
         With `skip_holes` the reader steps over lost or damaged ranges (listing them in `skipped`);
@@ -492,7 +612,7 @@ class Wal:
             raise ValueError("start must be >= 0")
         if start > self._next_offset:
             raise OffsetOutOfRange(f"offset {start} is beyond the WAL's next offset {self._next_offset}")
-        return WalReader(self, start, skip_holes=skip_holes)
+        return WalReader(self, start, skip_holes=skip_holes, durable=durable)
 
     # ---- shutdown --------------------------------------------------------------------------------
 

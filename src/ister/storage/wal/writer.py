@@ -26,12 +26,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ister.core.frames import SparseIndex
-from ister.errors import DiskFull, StorageError, StorageExhausted
+from ister.errors import CorruptionError, DiskFull, StorageError, StorageExhausted
 
 from .checkpoint import Checkpoint, write_checkpoint
 from .config import WalConfig
+from .durable import fsync_dir
+from .names import segment_name
 from .pool import Call, WriterPool
-from .segment import Segment, fsync_dir, segment_name
+from .segment import Segment
+from .truncate import CutPlan, carry_out, clip_ranges, frame_position
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +83,8 @@ CommitCallback = Callable[[list[Entry], int, int, int], None]
 FailureCallback = Callable[[list[Entry], StorageError], None]
 # (entries refused for lack of space or descriptors, error, offset the next append must get) -> None
 RefusedCallback = Callable[[list[Entry], StorageExhausted, int], None]
+# (end, reset) -> None: a cut was made, or was attempted and failed (on_failure follows then)
+CutCallback = Callable[[int, bool], None]
 
 
 class WalWriter:
@@ -92,6 +97,8 @@ class WalWriter:
         "_checkpoint_slot",
         "_close_now",
         "_config",
+        "_cut_now",
+        "_cut_request",
         "_directory",
         "_failed",
         "_fd",
@@ -108,6 +115,7 @@ class WalWriter:
         "_mark",
         "_nbytes",
         "_on_commit",
+        "_on_cut",
         "_on_failure",
         "_on_refused",
         "_on_stopped",
@@ -146,6 +154,7 @@ class WalWriter:
         on_stopped: Callable[[], None],
         lost_ranges: Callable[[], tuple[tuple[int, int], ...]],
         mark: int,
+        on_cut: CutCallback,
     ) -> None:
         self.pool = pool
         self.loop = loop
@@ -159,6 +168,7 @@ class WalWriter:
         self._on_failure = on_failure
         self._on_refused = on_refused
         self._on_stopped = on_stopped
+        self._on_cut = on_cut
         self._lost_ranges = lost_ranges
         # Guarded by the pool's lock: the queue, the flags below and the pool's bookkeeping of this writer.
         self._lock = pool.lock
@@ -173,6 +183,8 @@ class WalWriter:
         self._active = segments[-1]
         self._active_since = time.monotonic()
         self.rotate_requested = False  # set by the loop (Wal.rotate), honoured before the next group
+        self._cut_request: tuple[int, bool] | None = None  # (end, reset) from Wal.truncate / Wal.reset
+        self._cut_now: tuple[int, bool] | None = None  # the cut this turn makes
         self._fd: int | None = None  # the active segment, open only while it is being written
         self._written_end = self._active.end_offset
         self._synced_end = self._written_end
@@ -209,6 +221,18 @@ class WalWriter:
                 raise StorageError("wal closed")
             if self._refusing is not None:
                 raise type(self._refusing)(str(self._refusing))
+            self._queue.append(entry)
+            self.pool.wake(self)
+
+    def submit_cut(self, end: int, reset: bool, entry: Entry) -> None:
+        """Queue a cut of the log to `end` (see truncate.py) and a marker that completes after it. The loop
+        queues nothing else with it: the turn that takes the marker makes the cut before any write."""
+        with self._lock:
+            if self._failed is not None:
+                raise StorageError(f"wal failed: {self._failed}")
+            if self._stopping or self.pool.closed:
+                raise StorageError("wal closed")
+            self._cut_request = (end, reset)
             self._queue.append(entry)
             self.pool.wake(self)
 
@@ -263,15 +287,19 @@ class WalWriter:
             del queue[:taken]
         self._group = group
         self._nbytes = nbytes
+        self._cut_now, self._cut_request = self._cut_request, None
         self._sync_requested = sync_requested
         self._close_now = self.close_requested
         self._final = self._stopping and not queue
         self._wrote = False
 
     def turn_write(self) -> None:
+        cut, self._cut_now = self._cut_now, None
         if self._stopped or self._failed is not None or not self._group:
             return
         try:
+            if cut is not None:
+                self._cut(*cut)
             self._write_group(self._group, self._nbytes, self._sync_requested)
         except _NoSpace as exc:
             self._refuse(exc.cause)
@@ -496,6 +524,51 @@ class WalWriter:
         self._active_since = time.monotonic()
         return seg
 
+    def _cut(self, end: int, reset: bool) -> None:
+        """Cut the log to `end` (everything with `reset`) on disk and here (truncate.py). The loop refuses
+        appends meanwhile and flushed before asking, so everything below the old end is durable. Any error
+        fails the WAL (the caller of turn_write): memory no longer says what the disk holds, the next open
+        does (the old log, or the cut one when the intent got to disk)."""
+        try:
+            self._close_fd()
+            with self._segments_lock:
+                segments = list(self._segments)
+            keep: list[Segment] = []
+            holder: Segment | None = None
+            position = 0
+            if not reset:
+                i = max(i for i, s in enumerate(segments) if s.first_offset <= end)
+                keep = segments[: i + 1]
+                seg = segments[i]
+                if end <= seg.end_offset:  # else `end` lies past its readable frames: a new segment
+                    holder = seg
+                    found = seg.index.floor(end) or (seg.first_offset, 0)
+                    at = seg.size if end == seg.end_offset else frame_position(seg.path, *found, end)
+                    if at is None:
+                        raise CorruptionError(f"{seg.path}: no frame boundary for offset {end}")
+                    position = at
+            lost = () if reset else clip_ranges(self._lost_ranges(), end)
+            drop = [s.path for s in segments[len(keep) :]]
+            plan = CutPlan(end, reset, drop, None if holder is None else holder.path, position, lost)
+            path = carry_out(self._directory, plan)
+            index = SparseIndex(self._config.index_every_frames, self._config.index_every_bytes)
+            if holder is not None:
+                for offset, pos in holder.index.entries:  # a new index: readers may hold the old one
+                    if offset < end:
+                        index.add(offset, pos)
+                holder.index, holder.size, holder.end_offset = index, position, end
+            else:
+                keep.append(Segment(end, path, size=0, end_offset=end, index=index))
+            with self._segments_lock:
+                self._segments[:] = keep  # the list is shared with the Wal
+            self._active = keep[-1]
+            self._active_since = time.monotonic()
+            self._written_end = self._synced_end = end
+            self._mark = end
+            self._checkpoint_slot = None
+        finally:
+            self.posts.append((self._on_cut, (end, reset)))
+
     def _refuse(self, cause: OSError) -> None:
         """Out of space (or descriptors): refuse this group and everything queued behind it until the loop
         takes their offsets back (Wal._on_refused, then accept()); the next append tries again."""
@@ -579,6 +652,7 @@ class WalWriter:
         self._on_failure = _ignore
         self._on_refused = _ignore
         self._on_stopped = _ignore
+        self._on_cut = _ignore
         self._lost_ranges = _no_ranges
 
 

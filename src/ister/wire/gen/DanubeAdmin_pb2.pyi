@@ -379,7 +379,14 @@ class DescribeTopicRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class DescribeTopicResponse(_message.Message):
-    __slots__ = ("name", "subscriptions", "broker_id", "delivery", "schema_subject", "schema_id", "schema_version", "schema_type", "compatibility_mode")
+    __slots__ = ("name", "subscriptions", "broker_id", "delivery", "schema_subject", "schema_id", "schema_version", "schema_type", "compatibility_mode", "replicas", "in_sync_replicas", "min_insync_replicas", "leader_epoch", "replica_lag")
+    class ReplicaLagEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -389,6 +396,11 @@ class DescribeTopicResponse(_message.Message):
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_TYPE_FIELD_NUMBER: _ClassVar[int]
     COMPATIBILITY_MODE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_LAG_FIELD_NUMBER: _ClassVar[int]
     name: str
     subscriptions: _containers.RepeatedScalarFieldContainer[str]
     broker_id: str
@@ -398,7 +410,12 @@ class DescribeTopicResponse(_message.Message):
     schema_version: int
     schema_type: str
     compatibility_mode: str
-    def __init__(self, name: _Optional[str] = ..., subscriptions: _Optional[_Iterable[str]] = ..., broker_id: _Optional[str] = ..., delivery: _Optional[str] = ..., schema_subject: _Optional[str] = ..., schema_id: _Optional[int] = ..., schema_version: _Optional[int] = ..., schema_type: _Optional[str] = ..., compatibility_mode: _Optional[str] = ...) -> None: ...
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    in_sync_replicas: _containers.RepeatedScalarFieldContainer[int]
+    min_insync_replicas: int
+    leader_epoch: int
+    replica_lag: _containers.ScalarMap[int, int]
+    def __init__(self, name: _Optional[str] = ..., subscriptions: _Optional[_Iterable[str]] = ..., broker_id: _Optional[str] = ..., delivery: _Optional[str] = ..., schema_subject: _Optional[str] = ..., schema_id: _Optional[int] = ..., schema_version: _Optional[int] = ..., schema_type: _Optional[str] = ..., compatibility_mode: _Optional[str] = ..., replicas: _Optional[_Iterable[int]] = ..., in_sync_replicas: _Optional[_Iterable[int]] = ..., min_insync_replicas: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replica_lag: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class UnloadBrokerRequest(_message.Message):
     __slots__ = ("broker_id", "max_parallel", "namespaces_include", "namespaces_exclude", "dry_run", "timeout_seconds")

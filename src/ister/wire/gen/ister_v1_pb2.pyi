@@ -25,6 +25,60 @@ SHARED: SubscriptionType
 FAILOVER: SubscriptionType
 KEY_SHARED: SubscriptionType
 
+class ReplicaUp(_message.Message):
+    __slots__ = ("open", "acked")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    open: ReplicaFetchRequest
+    acked: int
+    def __init__(self, open: _Optional[_Union[ReplicaFetchRequest, _Mapping]] = ..., acked: _Optional[int] = ...) -> None: ...
+
+class EpochStart(_message.Message):
+    __slots__ = ("epoch", "start")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    start: int
+    def __init__(self, epoch: _Optional[int] = ..., start: _Optional[int] = ...) -> None: ...
+
+class ReplicaFetchRequest(_message.Message):
+    __slots__ = ("topic", "follower", "epoch", "log_start", "log_end", "history", "max_bytes", "wait_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    follower: int
+    epoch: int
+    log_start: int
+    log_end: int
+    history: _containers.RepeatedCompositeFieldContainer[EpochStart]
+    max_bytes: int
+    wait_ms: int
+    def __init__(self, topic: _Optional[str] = ..., follower: _Optional[int] = ..., epoch: _Optional[int] = ..., log_start: _Optional[int] = ..., log_end: _Optional[int] = ..., history: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class ReplicaFetchResponse(_message.Message):
+    __slots__ = ("epoch", "truncate_to", "reset_to", "first_offset", "records", "epochs", "committed")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_TO_FIELD_NUMBER: _ClassVar[int]
+    RESET_TO_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    truncate_to: int
+    reset_to: int
+    first_offset: int
+    records: _containers.RepeatedScalarFieldContainer[bytes]
+    epochs: _containers.RepeatedCompositeFieldContainer[EpochStart]
+    committed: int
+    def __init__(self, epoch: _Optional[int] = ..., truncate_to: _Optional[int] = ..., reset_to: _Optional[int] = ..., first_offset: _Optional[int] = ..., records: _Optional[_Iterable[bytes]] = ..., epochs: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., committed: _Optional[int] = ...) -> None: ...
+
 class ListPartitionAssignmentsRequest(_message.Message):
     __slots__ = ("topic",)
     TOPIC_FIELD_NUMBER: _ClassVar[int]

@@ -627,3 +627,96 @@ class IsterAdmin:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class IsterReplicaStub:
+    """Between brokers of a cluster (docs/replication.md): a follower replica of a replicated reliable topic
+    streams the leader's WAL records. First request: `open` (where the follower's log stands); then `acked`
+    each time more of it is durable (and about every second while idle). Responses: records as they become
+    durable on the leader, at most a window ahead of `acked`; or one answer saying to cut (`truncate_to`)
+    or restart (`reset_to`) the follower's log, after which the stream ends and the follower opens a new
+    one. UNAVAILABLE when the asked broker does not lead the topic (now); FAILED_PRECONDITION when the
+    follower's epoch is newer than the leader's (a stale leader).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Replicate = channel.stream_stream(
+                '/ister.v1.IsterReplica/Replicate',
+                request_serializer=ister__v1__pb2.ReplicaUp.SerializeToString,
+                response_deserializer=ister__v1__pb2.ReplicaFetchResponse.FromString,
+                _registered_method=True)
+
+
+class IsterReplicaServicer:
+    """Between brokers of a cluster (docs/replication.md): a follower replica of a replicated reliable topic
+    streams the leader's WAL records. First request: `open` (where the follower's log stands); then `acked`
+    each time more of it is durable (and about every second while idle). Responses: records as they become
+    durable on the leader, at most a window ahead of `acked`; or one answer saying to cut (`truncate_to`)
+    or restart (`reset_to`) the follower's log, after which the stream ends and the follower opens a new
+    one. UNAVAILABLE when the asked broker does not lead the topic (now); FAILED_PRECONDITION when the
+    follower's epoch is newer than the leader's (a stale leader).
+    """
+
+    def Replicate(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_IsterReplicaServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Replicate': grpc.stream_stream_rpc_method_handler(
+                    servicer.Replicate,
+                    request_deserializer=ister__v1__pb2.ReplicaUp.FromString,
+                    response_serializer=ister__v1__pb2.ReplicaFetchResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'ister.v1.IsterReplica', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('ister.v1.IsterReplica', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class IsterReplica:
+    """Between brokers of a cluster (docs/replication.md): a follower replica of a replicated reliable topic
+    streams the leader's WAL records. First request: `open` (where the follower's log stands); then `acked`
+    each time more of it is durable (and about every second while idle). Responses: records as they become
+    durable on the leader, at most a window ahead of `acked`; or one answer saying to cut (`truncate_to`)
+    or restart (`reset_to`) the follower's log, after which the stream ends and the follower opens a new
+    one. UNAVAILABLE when the asked broker does not lead the topic (now); FAILED_PRECONDITION when the
+    follower's epoch is newer than the leader's (a stale leader).
+    """
+
+    @staticmethod
+    def Replicate(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/ister.v1.IsterReplica/Replicate',
+            ister__v1__pb2.ReplicaUp.SerializeToString,
+            ister__v1__pb2.ReplicaFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -1,0 +1,222 @@
+"""`ReplicaManager`: this broker's part in replicated reliable topics (docs/replication.md).
+
+* Follows every replicated topic whose replica record names this broker and that it does not lead: one
+  `ReplicaFollower` each, pointed at the leader the record names (re-pointed when the record changes).
+* Keeps the `ReplicaLeader` of every replicated topic it leads, for the `IsterReplica.Fetch` servicer.
+* Creates a topic's replica record when its first replicated owner loads it, and picks its followers.
+* At start, before this broker registers, leaves the in-sync set of every topic whose copy it lost (an
+  empty data directory): it holds nothing, and being promoted would lose every acknowledged record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from ister.client._conn import NO_CREDENTIALS, Credentials
+from ister.core.replication import NO_LEADER, ReplicaRecord
+from ister.errors import MetadataError
+from ister.ids import TopicName
+from ister.metadata import keys
+from ister.metadata.records import BrokerRegistration
+from ister.metadata.store import Compare, MetadataStore, Put, list_all
+from ister.replication import metrics
+from ister.replication.follower import ChannelPool, LeaderTarget, ReplicaFollower
+from ister.replication.leader import ReplicaLeader
+from ister.security.peer import PEER_METADATA, PeerSecret, new_secret, peer_token
+from ister.storage.topic_storage import TopicStorage
+
+if TYPE_CHECKING:
+    from ister.cluster.node import ClusterNode
+
+log = logging.getLogger(__name__)
+
+SYNC_SECONDS = 0.5  # also without a cache change: a topic unloaded here is followed again this soon
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        node: ClusterNode,
+        store: MetadataStore,
+        storage: TopicStorage,
+        peer: PeerSecret | None = None,
+        credentials: Credentials = NO_CREDENTIALS,
+    ) -> None:
+        self.node = node
+        self.peer = peer or PeerSecret()
+        self.store = store
+        self.storage = storage
+        self.broker_id = node.broker_id
+        self.followers: dict[str, ReplicaFollower] = {}
+        self.leaders: dict[str, ReplicaLeader] = {}
+        self.leading: set[str] = set()  # being loaded or served here as the leader: never followed
+        self.channels = ChannelPool(credentials, self._peer_metadata)
+        self._task: asyncio.Task[None] | None = None
+        self._committed_hint: dict[str, int] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+    async def load_peer_secret(self) -> None:
+        """Read the cluster's peer secret, creating it if this is the first broker that needs it."""
+        kv = await self.store.get(keys.PEER_SECRET)
+        if kv is None:
+            await self.store.compare_and_set(keys.PEER_SECRET, new_secret(), expected_version=None)
+            kv = await self.store.get(keys.PEER_SECRET)
+        if kv is None or not isinstance(kv.value, str) or not kv.value:
+            raise MetadataError(f"{keys.PEER_SECRET} holds no usable secret")
+        self.peer.secret = kv.value.encode()
+
+    def _peer_metadata(self) -> list[tuple[str, str]]:
+        secret = self.peer.secret
+        return [] if secret is None else [(PEER_METADATA, peer_token(secret, self.broker_id, time.time()))]
+
+    async def leave_lost_copies(self) -> None:
+        """Before registering: leave the in-sync set of each topic whose local copy is gone."""
+        for kv in await list_all(self.store, keys.REPLICAS_PREFIX):
+            topic = keys.replicas_topic(kv.key)
+            record = ReplicaRecord.parse(kv.value)
+            if topic is None or record is None or self.broker_id not in record.isr:
+                continue
+            if self.storage.wal_dir(TopicName.parse(topic)).exists():
+                continue
+            isr = [b for b in record.isr if b != self.broker_id]
+            new = msgspec.structs.replace(record, isr=isr)
+            if await self.store.txn([Compare(kv.key, kv.version)], [Put(kv.key, new.to_json())]):
+                log.warning(
+                    "%s: this broker's copy is gone (empty data directory): it left the in-sync set %s",
+                    topic,
+                    record.isr,
+                )
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._watch(), name="replica followers")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for follower in list(self.followers.values()):
+            await follower.stop()
+        self.followers.clear()
+        for leader in list(self.leaders.values()):
+            await leader.close("broker closing")
+        self.leaders.clear()
+        await self.channels.close()
+
+    async def _watch(self) -> None:
+        while True:
+            changed = self.node.cache.change_event()
+            try:
+                await self.sync()
+                leaders = list(self.leaders.values())
+                metrics.under_replicated.set(sum(1 for x in leaders if x.under_replicated))
+                metrics.under_min_isr.set(sum(1 for x in leaders if x.under_min_isr))
+            except Exception:
+                log.exception("replica followers: sync failed")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(SYNC_SECONDS):
+                    await changed.wait()
+
+    # -- following -------------------------------------------------------------------------------------
+    def record_of(self, topic: str) -> ReplicaRecord | None:
+        kv = self.node.cache.get(keys.replicas(topic))
+        return ReplicaRecord.parse(kv.value) if kv is not None else None
+
+    async def sync(self) -> None:
+        """Follow what the records say this broker follows; stop following what it no longer does."""
+        wanted: set[str] = set()
+        for kv in self.node.cache.list(keys.REPLICAS_PREFIX):
+            topic = keys.replicas_topic(kv.key)
+            record = ReplicaRecord.parse(kv.value)
+            if topic is None or record is None or self.broker_id not in record.replicas:
+                continue
+            if topic in self.leading:
+                continue
+            wanted.add(topic)
+        for topic in list(self.followers):
+            if topic not in wanted:
+                await self.stop_following(topic)
+        for topic in wanted:
+            follower = self.followers.get(topic)
+            if follower is None:
+                follower = ReplicaFollower(
+                    TopicName.parse(topic),
+                    self.storage,
+                    self.broker_id,
+                    lambda t=topic: self._target(t),  # type: ignore[misc]
+                    self.channels,
+                )
+                self.followers[topic] = follower
+                follower.start()
+            else:
+                follower.poke()
+
+    def _target(self, topic: str) -> LeaderTarget | None:
+        record = self.record_of(topic)
+        if record is None or record.leader == NO_LEADER or record.leader == self.broker_id:
+            return None
+        url = self.node.url_of(record.leader)
+        return LeaderTarget(record.epoch, record.leader, url) if url else None
+
+    async def stop_following(self, topic: str) -> int:
+        """Stop this broker's follower of `topic` (its WAL closed); returns the last commit it heard of."""
+        follower = self.followers.pop(topic, None)
+        if follower is not None:
+            await follower.stop()
+            self._committed_hint[topic] = max(self._committed_hint.get(topic, 0), follower.leader_committed)
+        return self._committed_hint.pop(topic, 0)
+
+    # -- leading ---------------------------------------------------------------------------------------
+    def begin_leading(self, topic: str) -> None:
+        self.leading.add(topic)
+
+    def end_leading(self, topic: str) -> None:
+        self.leading.discard(topic)
+        self.leaders.pop(topic, None)  # the next sync follows it again if this broker is still a replica
+
+    def peers(self) -> tuple[set[int], set[int]]:
+        """(live brokers, active brokers: live and neither draining nor drained)."""
+        self.node.view.refresh()
+        state = self.node.view.state()
+        return set(state.live), state.active()
+
+    def choose_followers(self, count: int, prefer: list[int], exclude: set[int] | None = None) -> list[int]:
+        """`count` active brokers other than this one (and `exclude`): those that already hold a copy
+        first, then the ones following the fewest topics (spreads copies), by id."""
+        _, active = self.peers()
+        live = [b for b in sorted(active) if b != self.broker_id and b not in (exclude or set())]
+        load: Counter[int] = Counter()
+        for kv in self.node.cache.list(keys.REPLICAS_PREFIX):
+            record = ReplicaRecord.parse(kv.value)
+            if record is not None:
+                load.update(record.replicas)
+        ranked = sorted(live, key=lambda b: (b not in prefer, load[b], b))
+        zones = {b: self.zone_of(b) for b in [self.broker_id, *ranked, *(exclude or set())]}
+        return spread_over_zones(
+            ranked, zones, {zones[b] for b in [self.broker_id, *(exclude or set())]}, count
+        )
+
+    def zone_of(self, broker_id: int) -> str:
+        kv = self.node.cache.get(keys.broker_register(broker_id))
+        reg = BrokerRegistration.parse(kv.value) if kv is not None else None
+        return reg.zone if reg is not None else ""
+
+
+def spread_over_zones(ranked: list[int], zones: dict[int, str], used: set[str], count: int) -> list[int]:
+    """`count` brokers from `ranked` (best first): first one per zone not `used` yet, then the best of the
+    rest. Brokers without a zone all count as one zone, so without zones this is `ranked[:count]`."""
+    picked: list[int] = []
+    taken = set(used)
+    for b in ranked:
+        if len(picked) < count and zones.get(b, "") not in taken:
+            picked.append(b)
+            taken.add(zones.get(b, ""))
+    picked += [b for b in ranked if b not in picked][: count - len(picked)]
+    return picked

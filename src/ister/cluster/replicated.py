@@ -1,0 +1,268 @@
+"""Loading a replicated reliable topic as its leader (docs/replication.md).
+
+The owner the cluster leader assigned becomes the topic's replication leader at the next epoch:
+
+* after a failover it must be an in-sync replica (the cluster leader only picks those) and it continues its
+  own copy of the WAL where it ends: no reservation gap, nothing acknowledged is missing from it;
+* after a graceful move (the old owner sealed the topic and exported up to its commit) any broker may lead:
+  a broker without an in-sync copy starts an empty WAL after the sealed offset;
+* the first load of a topic that should be replicated picks its followers and writes the replica record.
+
+A broker asked to lead a topic it cannot (not in sync, its copy gone) gives the assignment back, so the
+cluster leader assigns it to an in-sync replica instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import msgspec
+
+from ister.client._conn import NO_CREDENTIALS, Credentials
+from ister.cluster.guard import OwnershipGuard
+from ister.cluster.node import ClusterNode
+from ister.cluster.replicas import ReplicaManager
+from ister.config import BrokerConfig
+from ister.core.cluster.ownership import OwnerRecord, plan_load
+from ister.core.replication import MAX_REPLICATION_FACTOR, EpochHistory, ReplicaRecord
+from ister.errors import Unavailable
+from ister.ids import TopicName
+from ister.metadata import keys
+from ister.metadata.records import SealedState
+from ister.metadata.store import Compare, Delete, KeyValue, MetadataStore, Put
+from ister.replication.leader import ReplicaLeader
+from ister.security.peer import PeerSecret
+from ister.storage.topic_storage import TopicStorage
+from ister.storage.wal import Wal
+from ister.storage.wal.epochs import load_epochs, save_epochs
+
+log = logging.getLogger(__name__)
+
+
+class ReplicatedTopics:
+    def __init__(
+        self,
+        node: ClusterNode,
+        config: BrokerConfig,
+        store: MetadataStore,
+        storage: TopicStorage,
+        peer: PeerSecret | None = None,
+    ) -> None:
+        self.node = node
+        self.config = config
+        self.store = store
+        self.storage = storage
+        self.manager = ReplicaManager(node, store, storage, peer, peer_credentials(config))
+
+    @property
+    def broker_id(self) -> int:
+        return self.node.broker_id
+
+    async def lead(
+        self, name: TopicName, replica_kv: KeyValue | None, factor: int, min_insync: int
+    ) -> tuple[Wal, OwnershipGuard]:
+        manager = self.manager
+        manager.begin_leading(name.full)
+        try:
+            return await self._lead(name, replica_kv, factor, min_insync)
+        except BaseException:
+            manager.end_leading(name.full)
+            raise
+
+    async def _lead(
+        self, name: TopicName, replica_kv: KeyValue | None, factor: int, min_insync: int
+    ) -> tuple[Wal, OwnershipGuard]:
+        me = self.broker_id
+        storage = self.storage
+        hint = await self.manager.stop_following(name.full)  # its WAL is ours from here on
+        sealed_kv = await self.store.get(keys.storage_state(name.full))
+        sealed = SealedState.parse(sealed_kv.value) if sealed_kv is not None else None
+        owner, versions = await self.node.read_owner(name.full, fresh=True)
+        sealed_next = _sealed_next(sealed, owner)
+        record = ReplicaRecord.parse(replica_kv.value) if replica_kv is not None else None
+        wal_dir = storage.wal_dir(name)
+        has_copy = wal_dir.exists()
+        if record is None:
+            return await self._first_load(name, owner, versions, factor, min_insync)
+        in_sync = me in record.isr and (has_copy or owner.loaded_epoch == 0)
+        if not in_sync and sealed_next is None:
+            await self._give_back(name, record, replica_kv)
+            raise Unavailable(
+                f"topic {name}: broker {me} holds no in-sync copy (in-sync: {record.isr}); "
+                "it is handed to an in-sync replica, redo the lookup"
+            )
+        wal = await storage.open_wal(name)
+        try:
+            if sealed_next is not None and (not in_sync or wal.next_offset < sealed_next):
+                # A graceful move here without a complete copy: every record below the seal is in the
+                # durable tier; this copy restarts empty after it.
+                await wal.reset(sealed_next)
+                await asyncio.to_thread(save_epochs, wal.directory, EpochHistory())
+            known = max(hint, wal.first_offset, sealed_next or 0)
+            replicas = record.replicas
+            if me not in replicas:
+                keep = [r for r in replicas if r != record.leader][: len(replicas) - 1]
+                replicas = [me, *keep]
+            isr = sorted(set(record.isr) | {me}) if in_sync else sorted(replicas)
+            new = ReplicaRecord(
+                replicas=replicas,
+                isr=isr,
+                leader=me,
+                epoch=max(owner.epoch, record.epoch + 1),
+                min_insync=record.min_insync,
+                factor=record.factor,
+            )
+            return await self._serve(name, wal, owner, versions, new, replica_kv, known)
+        except BaseException:
+            await wal.close()
+            raise
+
+    async def _first_load(
+        self,
+        name: TopicName,
+        owner: OwnerRecord,
+        versions: tuple[int, int],
+        factor: int,
+        min_insync: int,
+    ) -> tuple[Wal, OwnershipGuard]:
+        """The topic's first replicated load: where offsets continue follows the single-copy rules (the
+        last loader's WAL, else after the seal or the reservation); then its followers are chosen."""
+        me = self.broker_id
+        storage = self.storage
+        local_epoch = storage.read_epoch(name)
+        wal = await storage.open_wal(name) if local_epoch is not None else None
+        sealed_kv = await self.store.get(keys.storage_state(name.full))
+        sealed = SealedState.parse(sealed_kv.value) if sealed_kv is not None else None
+        sealed_next = _sealed_next(sealed, owner)
+        plan = plan_load(
+            owner,
+            local_epoch,
+            wal.next_offset if wal is not None else None,
+            sealed_next,
+            self.config.cluster.offset_reservation,
+        )
+        try:
+            if wal is not None and not plan.keep_local:
+                await wal.close()
+                wal = None
+            if wal is None:
+                await storage.archive_superseded(name, local_epoch)
+                wal = await storage.open_wal(name, start_offset=plan.start_offset)
+            elif plan.start_offset > wal.next_offset:
+                await wal.close()
+                wal = await storage.open_wal(name, start_offset=plan.start_offset)
+            followers = self.manager.choose_followers(factor - 1, [])
+            replicas = [me, *followers]
+            new = ReplicaRecord(
+                replicas=replicas,
+                isr=sorted(replicas),
+                leader=me,
+                epoch=owner.epoch,
+                min_insync=min(min_insync, len(replicas)),
+                factor=factor,
+            )
+            # Everything below the WAL's start is in the durable tier or was never written: committed.
+            return await self._serve(name, wal, owner, versions, new, None, wal.next_offset)
+        except BaseException:
+            if wal is not None:
+                await wal.close()
+            raise
+
+    async def _serve(
+        self,
+        name: TopicName,
+        wal: Wal,
+        owner: OwnerRecord,
+        versions: tuple[int, int],
+        record: ReplicaRecord,
+        replica_kv: KeyValue | None,
+        known_committed: int,
+    ) -> tuple[Wal, OwnershipGuard]:
+        """Write the replica record naming this broker leader (compare-and-set: followers stop taking the
+        old leader's records as they see it), claim the topic, and start leading."""
+        key = keys.replicas(name)
+        expected = replica_kv.version if replica_kv is not None else None
+        if not await self.store.txn([Compare(key, expected)], [Put(key, record.to_json())]):
+            raise Unavailable(f"topic {name}: its replica record changed while loading; redo the lookup")
+        kv = await self.store.get(key)
+        if kv is None or ReplicaRecord.parse(kv.value) != record:
+            raise Unavailable(f"topic {name}: its replica record changed while loading; redo the lookup")
+        start = wal.next_offset
+        claimed = msgspec.structs.replace(
+            owner,
+            loaded_epoch=owner.epoch,
+            reserved_until=max(start + self.config.cluster.offset_reservation, owner.reserved_until),
+        )
+        guard = await self.node.commit_claim(name.full, versions, claimed)
+        history = (await asyncio.to_thread(load_epochs, wal.directory)).history
+        history.truncate(start)
+        history.begin(record.epoch, start)
+        await asyncio.to_thread(save_epochs, wal.directory, history)
+        await self.store.delete(keys.storage_state(name.full))
+        leader = ReplicaLeader(
+            name,
+            wal,
+            history,
+            record,
+            kv.version,
+            self.store,
+            self.broker_id,
+            self.config.cluster.replica_max_lag_seconds,
+            known_committed=known_committed,
+            on_fenced=guard.revoke,
+            on_closed=lambda: self.manager.end_leading(name.full),
+            peers=self.manager.peers,
+            choose=lambda exclude: self.manager.choose_followers(MAX_REPLICATION_FACTOR, [], exclude),
+            replace_after_s=self.config.cluster.replica_replace_after_seconds,
+        )
+        guard.bind(wal)
+        guard.replication = leader
+        self.manager.leaders[name.full] = leader
+        leader.start()
+        log.info(
+            "leading %s at epoch %d: offsets from %d, replicas %s, in sync %s, committed %d",
+            name,
+            record.epoch,
+            start,
+            record.replicas,
+            record.isr,
+            leader.committed,
+        )
+        return wal, guard
+
+    async def _give_back(self, name: TopicName, record: ReplicaRecord, replica_kv: KeyValue | None) -> None:
+        """This broker cannot lead the topic: leave its in-sync set and hand the assignment back for a
+        failover to an in-sync replica."""
+        me = self.broker_id
+        if replica_kv is not None and me in record.isr:
+            left = record.with_isr([b for b in record.isr if b != me])
+            await self.store.txn(
+                [Compare(replica_kv.key, replica_kv.version)], [Put(replica_kv.key, left.to_json())]
+            )
+        marker = keys.unassigned(name)
+        await self.store.txn(
+            [Compare(marker, None)],
+            [Delete(keys.broker_topic(me, name)), Put(marker, {"reason": "failover", "from_broker": me})],
+        )
+        log.warning("%s: no in-sync copy here; handed back for a failover to %s", name, record.isr)
+
+
+def _sealed_next(sealed: SealedState | None, owner: OwnerRecord) -> int | None:
+    """Where the last loader's seal says offsets continue (only its seal vouches for that)."""
+    return sealed.next_offset if sealed is not None and sealed.epoch == owner.loaded_epoch else None
+
+
+def peer_credentials(config: BrokerConfig) -> Credentials:
+    """How this broker connects to the others' client ports: their CA when they serve TLS, and this
+    broker's own certificate when they require client certificates (mutual TLS)."""
+    tls = config.security.tls
+    client = tls.for_port("client")
+    if client is None:
+        return NO_CREDENTIALS
+    mutual = client.client_ca_file is not None
+    return Credentials(
+        tls_ca=tls.peer_ca_file or client.client_ca_file,
+        cert_file=client.cert_file if mutual else None,
+        key_file=client.key_file if mutual else None,
+    )

@@ -1,0 +1,1 @@
+"""Replicated reliable topics: the leader and follower sides (docs/replication.md)."""

@@ -1,0 +1,320 @@
+"""`ReplicaFollower`: this broker's copy of a replicated topic it does not lead (docs/replication.md).
+
+It keeps the topic's WAL in the same place an owner would (so a promotion continues it where it stands),
+pulls the leader's records with `IsterReplica.Fetch`, appends them with the same frame format and group
+commit, and keeps the epoch history next to the WAL. Each fetch reports how far its durable log equals the
+leader's: that is the acknowledgement the leader commits on. When the leader says the log diverges, the
+suffix is cut; when the leader's WAL no longer holds the follower's next records (they are in the durable
+tier), the copy restarts empty at the leader's first offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from ister.client._conn import NO_CREDENTIALS, Credentials, open_channel
+from ister.core.replication import EpochHistory
+from ister.ids import TopicName
+from ister.storage.topic_storage import TopicStorage
+from ister.storage.wal import Wal
+from ister.storage.wal.epochs import load_epochs, save_epochs
+from ister.wire.gen import ister_v1_pb2 as pb
+from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+ACK_IDLE_SECONDS = 1.0
+FETCH_MAX_BYTES = 4 * 1024 * 1024
+RETRY_SECONDS = 0.2
+MAX_RETRY_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderTarget:
+    epoch: int
+    broker_id: int
+    url: str
+
+
+class ReplicaFollower:
+    def __init__(
+        self,
+        name: TopicName,
+        storage: TopicStorage,
+        broker_id: int,
+        target: Callable[[], LeaderTarget | None],
+        channels: ChannelPool,
+    ) -> None:
+        self.name = name
+        self.storage = storage
+        self.broker_id = broker_id
+        self._target = target
+        self._channels = channels
+        self.wal: Wal | None = None
+        self.history = EpochHistory()
+        self.leader_committed = 0  # the newest commit the leader told us (a promotion starts from it)
+        self.fetches = 0
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._call: Any = None  # the open stream, cancelled when the leader changes
+        self._epoch = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"follow {self.name.full}")
+
+    def poke(self) -> None:
+        """The replica record changed: follow whoever leads now (a stream to an old leader is dropped)."""
+        target = self._target()
+        if self._call is not None and (target is None or target.epoch != self._epoch):
+            self._call.cancel()
+        self._changed.set()
+
+    async def stop(self) -> None:
+        """Stop fetching and close the WAL (a promotion reopens it as the owner)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.wal is not None:
+            await self.wal.close()
+            self.wal = None
+
+    async def _open(self) -> Wal:
+        loaded = await asyncio.to_thread(load_epochs, self.storage.wal_dir(self.name))
+        if loaded.status == "damaged":
+            log.warning(
+                "%s: the epoch history is damaged (%s): the leader will cut this copy where "
+                "the histories agree",
+                self.name,
+                loaded.problem,
+            )
+        self.history = loaded.history
+        wal = await self.storage.open_wal(self.name)
+        self.history.truncate(wal.next_offset)  # entries saved before a crash cut their records short
+        return wal
+
+    async def _run(self) -> None:
+        delay = RETRY_SECONDS
+        while True:
+            try:
+                if self.wal is None:
+                    self.wal = await self._open()
+                if await self._fetch_once():
+                    delay = RETRY_SECONDS
+                    continue
+            except asyncio.CancelledError:
+                raise
+            except grpc.aio.AioRpcError as exc:
+                log.debug("%s: fetch failed: %s %s", self.name, exc.code(), exc.details())
+            except Exception as exc:
+                log.warning("%s: following the leader failed (%s); retrying", self.name, exc)
+                if self.wal is not None and self.wal.failed is not None:
+                    with contextlib.suppress(Exception):
+                        await self.wal.close()
+                    self.wal = None
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._changed.wait()
+            delay = min(delay * 2, MAX_RETRY_SECONDS)
+
+    async def _fetch_once(self) -> bool:
+        """One stream from the leader, until it ends; False when there is nobody to follow right now."""
+        target = self._target()
+        wal = self.wal
+        assert wal is not None
+        if target is None or target.broker_id == self.broker_id:
+            return False
+        req = pb.ReplicaFetchRequest(
+            topic=self.name.full,
+            follower=self.broker_id,
+            epoch=target.epoch,
+            log_start=wal.first_offset,
+            log_end=wal.durable_offset,
+            max_bytes=FETCH_MAX_BYTES,
+        )
+        req.history.extend(pb.EpochStart(epoch=e, start=s) for e, s in self.history.entries)
+        call = self._channels.stub(target.url).Replicate(metadata=self._channels.metadata())
+        self._call, self._epoch = call, target.epoch
+        stream = _Acks(call, wal)
+        try:
+            await call.write(pb.ReplicaUp(open=req))
+            stream.start()
+            while True:
+                resp = await self._read(call)
+                if resp is None:
+                    return True
+                ended = await self._handle(resp, target, stream)
+                if ended is not None:
+                    return ended
+        finally:
+            self._call = None
+            await stream.close()
+            call.cancel()
+
+    async def _read(self, call: Any) -> Any:
+        """The next answer; None when the stream ended (or `poke` dropped it for a new leader)."""
+        try:
+            resp = await call.read()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            return None
+        return None if resp is grpc.aio.EOF else resp
+
+    async def _handle(self, resp: Any, target: LeaderTarget, stream: _Acks) -> bool | None:
+        """Apply one answer; True/False: the stream is over (reconnect at once / after a pause)."""
+        self.fetches += 1
+        if resp.epoch < target.epoch:
+            return False  # a stale leader answered: wait for the new one
+        self.leader_committed = max(self.leader_committed, resp.committed)
+        if resp.HasField("truncate_to") or resp.HasField("reset_to"):
+            await stream.drain()
+            if resp.HasField("truncate_to"):
+                await self._truncate(resp.truncate_to)
+            else:
+                await self._reset(resp.reset_to)
+            return True
+        stream.check()
+        if not resp.records:
+            return None
+        if resp.first_offset != stream.expected:
+            log.warning(
+                "%s: the leader sent records from %d, the local log ends at %d; reconnecting",
+                self.name,
+                resp.first_offset,
+                stream.expected,
+            )
+            return False
+        before = list(self.history.entries)
+        for e in resp.epochs:
+            self.history.begin(e.epoch, e.start)
+        if self.history.entries != before:
+            # Before the records: an entry whose records did not land is dropped at the next open.
+            await asyncio.to_thread(save_epochs, stream.wal.directory, self.history)
+        stream.append(list(resp.records))
+        return None
+
+    async def _truncate(self, end: int) -> None:
+        wal = self.wal
+        assert wal is not None
+        log.info("%s: cutting the local copy at %d (it diverges from the leader's)", self.name, end)
+        if end < wal.first_offset:
+            await self._reset(end)
+            return
+        await wal.truncate(end)  # the WAL first, then the history (an entry past the log is dropped at open)
+        self.history.truncate(end)
+        await asyncio.to_thread(save_epochs, wal.directory, self.history)
+
+    async def _reset(self, start: int) -> None:
+        """Drop the local copy and restart it empty at `start`."""
+        log.info("%s: restarting the local copy empty at offset %d", self.name, start)
+        wal = self.wal
+        assert wal is not None
+        await wal.reset(start)
+        self.history = EpochHistory()
+        await asyncio.to_thread(save_epochs, wal.directory, self.history)
+
+
+class ChannelPool:
+    """One gRPC channel per peer broker URL, shared by all followers of this broker; `metadata` gives
+    the credentials each new stream carries (security/peer.py)."""
+
+    def __init__(
+        self,
+        credentials: Credentials = NO_CREDENTIALS,
+        metadata: Callable[[], list[tuple[str, str]]] = list,
+    ) -> None:
+        self.credentials = credentials
+        self.metadata = metadata
+        self._stubs: dict[str, Any] = {}
+        self._channels: list[Any] = []
+
+    def stub(self, url: str) -> Any:
+        stub = self._stubs.get(url)
+        if stub is None:
+            channel = open_channel(url, self.credentials)
+            self._channels.append(channel)
+            stub = self._stubs[url] = pb_grpc.IsterReplicaStub(channel)
+        return stub
+
+    async def close(self) -> None:
+        for channel in self._channels:
+            with contextlib.suppress(Exception):
+                await channel.close()
+        self._channels.clear()
+        self._stubs.clear()
+
+
+class _Acks:
+    """A follower stream's appends and acknowledgements: records are appended in order without waiting
+    (the next ones arrive while these are fsync'd), and one writer tells the leader the durable end each
+    time it moves, and about every second while idle (the leader counts a silent follower as gone)."""
+
+    def __init__(self, call: Any, wal: Wal) -> None:
+        self.call = call
+        self.wal = wal
+        self.expected = wal.next_offset
+        self._durable = asyncio.Event()
+        self._appends: list[asyncio.Task[int]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._writer = asyncio.get_running_loop().create_task(self._write())
+
+    def append(self, records: list[bytes]) -> None:
+        task = asyncio.get_running_loop().create_task(self.wal.append(records))
+        task.add_done_callback(self._appended)
+        self._appends.append(task)
+        self.expected += len(records)
+
+    def _appended(self, task: asyncio.Task[int]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            self._durable.set()
+
+    def check(self) -> None:
+        """Raise what failed: an append, or the writer."""
+        pending = []
+        for task in self._appends:
+            if task.done():
+                task.result()
+            else:
+                pending.append(task)
+        self._appends = pending
+        if self._writer is not None and self._writer.done():
+            self._writer.result()
+
+    async def drain(self) -> None:
+        await asyncio.gather(*self._appends)
+        self._appends.clear()
+
+    async def _write(self) -> None:
+        told = -1
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(ACK_IDLE_SECONDS):
+                    await self._durable.wait()
+            moved = self._durable.is_set()
+            self._durable.clear()  # after waking: a set during the write below wakes the next wait
+            end = self.wal.durable_offset
+            if end != told or not moved:
+                await self.call.write(pb.ReplicaUp(acked=end))
+                told = end
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.cancel()
+            with contextlib.suppress(BaseException):
+                await self._writer
+        for task in self._appends:
+            with contextlib.suppress(BaseException):
+                await task

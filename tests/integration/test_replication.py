@@ -1,0 +1,477 @@
+"""Replicated reliable topics on real parts (issue 16): three broker processes on etcd, RF 3, min in-sync 2.
+
+No durable tier: after a broker dies, its records are readable only because the other replicas hold them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from ister import errors
+from ister.client import Client
+from ister.core.record import decode_message
+from ister.core.replication import ReplicaRecord
+from ister.ids import TopicName
+from ister.metadata import keys
+from ister.storage.wal import Wal
+from ister.wire.gen import ister_v1_pb2 as ister_pb
+from ister.wire.gen import ister_v1_pb2_grpc as ister_pb_grpc
+from tests.etcd_server import EtcdServer
+from tests.integration.cluster import Cluster
+from tests.integration.security_support import make_pki, secret_file, token
+
+pytestmark = pytest.mark.timeout(300)
+
+ISTER = [sys.executable, "-m", "ister.cli"]
+RF_ENV = {
+    "ISTER_CLUSTER__REPLICATION_FACTOR": "3",
+    "ISTER_CLUSTER__MIN_INSYNC_REPLICAS": "2",
+    "ISTER_CLUSTER__REPLICA_MAX_LAG_SECONDS": "2",
+}
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, etcd_server: EtcdServer) -> AsyncIterator[Cluster]:
+    c = Cluster(tmp_path, etcd_server.endpoint, 3, 2, env=RF_ENV)
+    try:
+        await c.start()
+        yield c
+    finally:
+        await c.stop()
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return str(r.read().decode())
+
+
+async def replica_record(cluster: Cluster, topic: str) -> ReplicaRecord | None:
+    assert cluster.store is not None
+    kv = await cluster.store.get(keys.replicas(topic))
+    return ReplicaRecord.parse(kv.value) if kv is not None else None
+
+
+async def read_all(url: str, topic: str, end: int) -> dict[int, bytes]:
+    out: dict[int, bytes] = {}
+    async with Client(url) as ister:
+        async for batch in ister.read(topic, 0, end):
+            for offset, record in batch:
+                out[offset] = decode_message(record).payload
+    return out
+
+
+async def publish(url: str, topic: str, prefix: str, count: int) -> dict[int, bytes]:
+    """Acknowledged offsets -> payloads, sent in batches of 100."""
+    acked: dict[int, bytes] = {}
+    async with Client(url) as ister:
+        pub = await ister.producer(topic)
+        for start in range(0, count, 100):
+            payloads = [f"{prefix}{i}".encode() for i in range(start, min(count, start + 100))]
+            offsets = await pub.send_batch(payloads)
+            acked.update(zip(offsets, payloads, strict=True))
+        await pub.flush()
+    return acked
+
+
+async def test_an_acknowledged_record_survives_its_leaders_death(cluster: Cluster) -> None:
+    topic = "/default/replicated_kill"
+    entry = cluster.brokers[0]
+    acked = await publish(entry.url, topic, "a", 1_000)
+    assert sorted(acked) == list(range(1_000))
+    record = await cluster.until(lambda: replica_record(cluster, topic), "a replica record")
+    assert len(record.replicas) == 3 and record.min_insync == 2
+    leader = record.leader
+    assert (await cluster.assignments())[topic] == leader
+
+    # What an operator sees: the replica set, the in-sync set and each follower's lag, on the CLI and in
+    # the leader's metrics.
+    admin_addr = cluster.process_of(leader).admin_addr
+    cli = [*ISTER, "admin", "topics", "describe", topic, "--admin-addr", admin_addr, "-o", "json"]
+    done = await asyncio.to_thread(
+        subprocess.run, cli, check=True, capture_output=True, text=True, timeout=60
+    )
+    described = json.loads(done.stdout)
+    assert sorted(described["replicas"]) == sorted(str(b) for b in record.replicas)
+    assert sorted(described["in_sync_replicas"]) == sorted(str(b) for b in record.isr)
+    assert described["min_insync_replicas"] == 2
+    assert set(described["replica_lag"]) == {str(b) for b in record.replicas if b != leader}
+    scraped = await asyncio.to_thread(scrape, cluster.process_of(leader).metrics_url)
+    assert "ister_replica_lag_messages{" in scraped and "ister_under_min_isr_topics 0.0" in scraped
+
+    # The followers hold everything acknowledged: kill the leader, and its disk with it.
+    victim = cluster.process_of(leader)
+    victim.kill9()
+    shutil.rmtree(victim.data_dir / "wal", ignore_errors=True)
+    started = time.monotonic()
+
+    async def new_leader() -> int | None:
+        now = (await cluster.assignments()).get(topic)
+        rec = await replica_record(cluster, topic)
+        return now if now not in (None, leader) and rec is not None and rec.leader == now else None
+
+    await cluster.until(new_leader, "an in-sync follower leads", 60)
+    survivor = next(b for b in cluster.brokers if b is not victim)
+    more = await publish(survivor.url, topic, "b", 500)
+    failover = time.monotonic() - started
+    # Offsets continue densely after the last acknowledged one: no reservation gap.
+    assert sorted(more) == list(range(1_000, 1_500)), sorted(more)[:3]
+    got = await read_all(survivor.url, topic, 1_500)
+    assert got == {**acked, **more}
+    print(f"failover to a follower and 500 more acknowledged: {failover:.2f} s")
+
+
+async def test_publishes_fail_fast_below_min_insync(cluster: Cluster) -> None:
+    topic = "/default/replicated_min_isr"
+    entry = cluster.brokers[0]
+    acked = await publish(entry.url, topic, "a", 100)
+    record = await cluster.until(lambda: replica_record(cluster, topic), "a replica record")
+    followers = [b for b in record.replicas if b != record.leader]
+    for f in followers:
+        cluster.process_of(f).kill9()
+
+    async def shrunk() -> bool:
+        rec = await replica_record(cluster, topic)
+        return rec is not None and len(rec.isr) == 2
+
+    # One dead follower leaves; the other cannot (the set would fall below 2) and stalls commits.
+    await cluster.until(shrunk, "the in-sync set shrinks to the minimum", 30)
+    leader_url = cluster.process_of(record.leader).url
+    async with Client(leader_url, retry_timeout=1.0) as ister:
+        pub = await ister.producer(topic)
+        started = time.monotonic()
+        with pytest.raises(errors.Unavailable, match="stopped following"):
+            await pub.send_batch([b"refused"])
+        assert time.monotonic() - started < 10  # fails fast, not at the 30 s publish timeout
+    got = await read_all(leader_url, topic, 1_000)
+    assert got == acked  # nothing of the refused publish is visible
+
+
+async def produce(urls: list[str], topic: str, acked: dict[int, bytes], stop: asyncio.Event) -> None:
+    """Publish batches of 50 until `stop`; `acked` gets offset -> payload of every acknowledged record."""
+    async with Client(urls) as ister:
+        pub = await ister.producer(topic)
+        n = 0
+        while not stop.is_set():
+            payloads = [f"r{n + i}".encode() for i in range(50)]
+            n += 50
+            try:
+                offsets = await pub.send_batch(payloads)
+            except errors.IsterError:
+                continue  # not acknowledged: may or may not be stored, never counted
+            for offset, payload in zip(offsets, payloads, strict=True):
+                assert acked.setdefault(offset, payload) == payload, f"offset {offset} acknowledged twice"
+
+
+ROUNDS = int(os.environ.get("ISTER_REPLICATION_ROUNDS", "6"))
+
+
+async def test_kill_rounds_during_traffic_lose_nothing_acknowledged(cluster: Cluster) -> None:
+    """A producer runs while the topic's leader is killed (SIGKILL) round after round, every other round
+    with its data directory deleted before it returns: every acknowledged record is read back at its
+    offset."""
+    topic = "/default/replicated_rounds"
+    urls = [b.url for b in cluster.brokers]
+    acked: dict[int, bytes] = {}
+    stop = asyncio.Event()
+    failovers: list[float] = []
+    producer_task = asyncio.create_task(produce(urls, topic, acked, stop))
+    try:
+        await cluster.until(lambda: len(acked) >= 500, "traffic flows")
+        for round_ in range(ROUNDS):
+            record = await cluster.until(lambda: replica_record(cluster, topic), "a replica record")
+            leader = record.leader
+            victim = cluster.process_of(leader)
+            before = len(acked)
+            victim.kill9()
+            if round_ % 2 == 1:
+                shutil.rmtree(victim.data_dir / "wal", ignore_errors=True)
+            started = time.monotonic()
+            await cluster.until(
+                lambda b=before: len(acked) >= b + 200, f"round {round_}: traffic resumes", 60
+            )
+            failovers.append(time.monotonic() - started)
+            victim.start()
+
+            async def all_in_sync() -> bool:
+                rec = await replica_record(cluster, topic)
+                return rec is not None and len(rec.isr) == 3
+
+            await cluster.until(all_in_sync, f"round {round_}: the restarted broker is in sync again", 60)
+    finally:
+        stop.set()
+        await producer_task
+    last = max(acked)
+    got = await read_all(urls[0], topic, last + 1)
+    missing = [o for o in acked if got.get(o) != acked[o]]
+    assert not missing, f"{len(missing)} acknowledged offsets lost or changed, first {sorted(missing)[:5]}"
+    print(
+        f"{ROUNDS} rounds, {len(acked)} acknowledged, none lost; time to the next acknowledgement "
+        f"after a kill: median {sorted(failovers)[len(failovers) // 2]:.2f} s, max {max(failovers):.2f} s"
+    )
+
+
+async def test_a_leader_paused_past_its_lease_acknowledges_nothing_after_its_epoch(cluster: Cluster) -> None:
+    topic = "/default/replicated_paused"
+    urls = [b.url for b in cluster.brokers]
+    acked: dict[int, bytes] = {}
+    stop = asyncio.Event()
+    producer_task = asyncio.create_task(produce(urls, topic, acked, stop))
+    try:
+        await cluster.until(lambda: len(acked) >= 500, "traffic flows")
+        record = await cluster.until(lambda: replica_record(cluster, topic), "a replica record")
+        paused = cluster.process_of(record.leader)
+        assert paused.proc is not None
+        paused.proc.send_signal(signal.SIGSTOP)
+        try:
+
+            async def replaced() -> bool:
+                rec = await replica_record(cluster, topic)
+                return rec is not None and rec.leader != record.leader and rec.epoch > record.epoch
+
+            await cluster.until(replaced, "another replica leads", 60)
+            before = len(acked)
+            await cluster.until(lambda: len(acked) >= before + 200, "traffic resumes on the new leader", 60)
+        finally:
+            paused.proc.send_signal(signal.SIGCONT)
+        before = len(acked)
+        await cluster.until(lambda: len(acked) >= before + 500, "traffic continues after the resume", 60)
+    finally:
+        stop.set()
+        await producer_task
+    got = await read_all(urls[0], topic, max(acked) + 1)
+    changed = [o for o in acked if got.get(o) != acked[o]]
+    assert not changed, f"acknowledged offsets lost or bound to another payload: {sorted(changed)[:5]}"
+
+
+async def wal_contents(data_dir: Path, topic: str) -> dict[int, bytes]:
+    """offset -> payload of every record in a stopped broker's copy of the topic."""
+    name = TopicName.parse(topic)
+    wal = await Wal.open(data_dir / "wal" / name.namespace / name.topic)
+    try:
+        out: dict[int, bytes] = {}
+        reader = wal.reader(wal.first_offset)
+        while reader.next_offset < wal.committed_offset:
+            for offset, record in await reader.read(10_000):
+                out[offset] = decode_message(bytes(record)).payload
+        return out
+    finally:
+        await wal.close()
+
+
+async def test_an_old_leaders_uncommitted_suffix_is_cut_when_it_returns(cluster: Cluster) -> None:
+    """The leader appends records its followers never get (both dead), then dies too. A follower leads and
+    reuses those offsets for other records; the old leader returns with its disk, follows, and its copy is
+    cut where it diverges: afterwards no offset holds two payloads on any replica."""
+    topic = "/default/replicated_diverge"
+    entry = cluster.brokers[0]
+    acked = await publish(entry.url, topic, "a", 200)
+    record = await cluster.until(lambda: replica_record(cluster, topic), "a replica record")
+    old = cluster.process_of(record.leader)
+    followers = [cluster.process_of(b) for b in record.replicas if b != record.leader]
+    for f in followers:
+        f.kill9()
+    async with Client(old.url, retry_timeout=0.5) as ister:
+        pub = await ister.producer(topic)
+        with pytest.raises(errors.IsterError):
+            await pub.send_batch([b"never-acknowledged"] * 50)  # appended on the old leader only
+    old.kill9()
+    for f in followers:
+        f.start()
+
+    async def led_by_a_follower() -> bool:
+        rec = await replica_record(cluster, topic)
+        return rec is not None and rec.leader != record.leader and rec.epoch > record.epoch
+
+    await cluster.until(led_by_a_follower, "a former follower leads", 60)
+    more = await publish(followers[0].url, topic, "b", 100)
+    assert min(more) == 200  # the offsets the old leader used for its unacknowledged records
+    old.start()
+
+    async def all_in_sync() -> bool:
+        rec = await replica_record(cluster, topic)
+        return rec is not None and len(rec.isr) == 3
+
+    await cluster.until(all_in_sync, "the old leader follows and is in sync again", 60)
+    assert "cutting the local copy at 200" in old.log()
+    old.stop()
+    copy = await wal_contents(old.data_dir, topic)
+    expected = {**acked, **more}
+    assert {o: copy[o] for o in expected} == expected
+    assert b"never-acknowledged" not in copy.values()
+
+
+async def test_a_move_is_a_leadership_transfer_to_an_in_sync_replica(cluster: Cluster) -> None:
+    """Without a durable tier a single-copy topic holding records cannot move; a replicated one moves to an
+    in-sync follower, which continues its own copy."""
+    topic = "/default/replicated_move"
+    entry = cluster.brokers[0]
+    acked = await publish(entry.url, topic, "a", 300)
+    record = await cluster.until(lambda: replica_record(cluster, topic), "a replica record")
+    for move in range(2):
+        before = await cluster.until(lambda: replica_record(cluster, topic), "a replica record")
+        await cluster.unload(topic)
+
+        async def moved(b: ReplicaRecord = before) -> ReplicaRecord | None:
+            rec = await replica_record(cluster, topic)
+            owner = (await cluster.assignments()).get(topic)
+            if rec is None or rec.epoch <= b.epoch or owner != rec.leader:
+                return None
+            return rec
+
+        after = await cluster.until(moved, f"move {move + 1}", 60)
+        assert after.leader != before.leader and after.leader in before.isr
+        acked.update(await publish(entry.url, topic, f"m{move}-", 100))
+    assert sorted(acked) == list(range(500))  # dense across both transfers
+    assert await read_all(entry.url, topic, 500) == acked
+    assert record.replicas == after.replicas  # the same three copies, only the leader changed
+
+
+async def test_a_dead_replica_is_replaced_by_a_new_follower_that_catches_up(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    env = {**RF_ENV, "ISTER_CLUSTER__REPLICA_REPLACE_AFTER_SECONDS": "2"}
+    four = Cluster(tmp_path, etcd_server.endpoint, 4, 2, env=env)
+    try:
+        await four.start(3)
+        topic = "/default/replicated_replace"
+        acked = await publish(four.brokers[0].url, topic, "a", 500)
+        record = await four.until(lambda: replica_record(four, topic), "a replica record")
+        await four.start_more()
+        newcomer = four.broker_id(four.brokers[3])
+        assert newcomer not in record.replicas
+        dead = next(b for b in record.replicas if b != record.leader)
+        four.process_of(dead).kill9()
+
+        async def replaced() -> ReplicaRecord | None:
+            rec = await replica_record(four, topic)
+            done = rec is not None and dead not in rec.replicas and newcomer in rec.isr
+            return rec if done else None
+
+        after = await four.until(replaced, "the dead replica replaced and the new one in sync", 60)
+        assert sorted(after.replicas) == sorted([*(b for b in record.replicas if b != dead), newcomer])
+        assert sorted(after.isr) == sorted(after.replicas)
+        acked.update(await publish(four.process_of(after.leader).url, topic, "b", 100))
+        four.brokers[3].stop()
+        copy = await wal_contents(four.brokers[3].data_dir, topic)
+        assert {o: copy.get(o) for o in acked if o < 500} == {o: p for o, p in acked.items() if o < 500}
+    finally:
+        await four.stop()
+
+
+async def test_drain_moves_leaderships_and_replicas_away(tmp_path: Path, etcd_server: EtcdServer) -> None:
+    four = Cluster(tmp_path, etcd_server.endpoint, 4, 2, env=RF_ENV)
+    try:
+        await four.start(3)
+        topic = "/default/replicated_drain"
+        acked = await publish(four.brokers[0].url, topic, "a", 300)
+        record = await four.until(lambda: replica_record(four, topic), "a replica record")
+        await four.start_more()
+        drained = record.leader  # it leads and holds a copy: both must move
+        cli = [*ISTER, "admin", "brokers", "drain", str(drained), "--admin-addr", four.brokers[3].admin_addr]
+        await asyncio.to_thread(subprocess.run, cli, check=True, capture_output=True, timeout=60)
+
+        async def moved_away() -> ReplicaRecord | None:
+            rec = await replica_record(four, topic)
+            owner = (await four.assignments()).get(topic)
+            done = rec is not None and drained not in rec.replicas and owner == rec.leader
+            return rec if done and sorted(rec.isr) == sorted(rec.replicas) else None
+
+        after = await four.until(moved_away, "leadership and copy moved off the drained broker", 60)
+        assert len(after.replicas) == 3
+        url = four.process_of(after.leader).url
+        acked.update(await publish(url, topic, "b", 100))
+        assert await read_all(url, topic, 400) == acked
+    finally:
+        await four.stop()
+
+
+async def test_copies_go_to_different_zones(tmp_path: Path, etcd_server: EtcdServer) -> None:
+    env = {**RF_ENV, "ISTER_CLUSTER__REPLICATION_FACTOR": "2", "ISTER_CLUSTER__MIN_INSYNC_REPLICAS": "1"}
+    four = Cluster(tmp_path, etcd_server.endpoint, 4, 2, env=env)
+    zone_of = {}
+    for i, b in enumerate(four.brokers):
+        b.extra = [*b.extra, "--zone", "east" if i < 2 else "west"]
+    try:
+        await four.start()
+        for i, b in enumerate(four.brokers):
+            zone_of[four.broker_id(b)] = "east" if i < 2 else "west"
+        for t in range(6):
+            topic = f"/default/replicated_zones_{t}"
+            await publish(four.brokers[t % 4].url, topic, "z", 10)
+            rec = await four.until(lambda t=topic: replica_record(four, t), "a replica record")
+            assert len(rec.replicas) == 2
+            assert {zone_of[b] for b in rec.replicas} == {"east", "west"}, rec
+    finally:
+        await four.stop()
+
+
+async def test_replication_between_brokers_with_tls_and_authentication_on(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    """Every port TLS, JWT authentication with default-deny RBAC: brokers replicate with the cluster's peer
+    credentials; a client's token, even a superuser's, cannot open a replica stream."""
+    pki = make_pki(tmp_path / "pki")
+    secure = Cluster(
+        tmp_path,
+        etcd_server.endpoint,
+        3,
+        2,
+        *("--tls-cert", str(pki.cert_file), "--tls-key", str(pki.key_file)),
+        *("--auth-jwt-secret-file", str(secret_file(tmp_path)), "--superuser", "app"),
+        env={**RF_ENV, "ISTER_SECURITY__TLS__PEER_CA_FILE": str(pki.ca_file)},
+    )
+    try:
+        await secure.start()
+        topic = "/default/replicated_secure"
+        jwt = token("app")
+        urls = [f"https://127.0.0.1:{b.port}" for b in secure.brokers]
+        acked: dict[int, bytes] = {}
+        async with Client(urls, token=jwt, tls_ca=str(pki.ca_file)) as ister:
+            pub = await ister.producer(topic)
+            offsets = await pub.send_batch([f"s{i}".encode() for i in range(200)])
+            acked.update((o, f"s{i}".encode()) for i, o in enumerate(offsets))
+        record = await secure.until(lambda: replica_record(secure, topic), "a replica record")
+        assert sorted(record.isr) == sorted(record.replicas) and len(record.replicas) == 3
+
+        creds = grpc.composite_channel_credentials(
+            grpc.ssl_channel_credentials(pki.ca_file.read_bytes()), grpc.access_token_call_credentials(jwt)
+        )
+        leader = secure.process_of(record.leader)
+        async with grpc.aio.secure_channel(f"127.0.0.1:{leader.port}", creds) as ch:
+            call = ister_pb_grpc.IsterReplicaStub(ch).Replicate()
+            await call.write(
+                ister_pb.ReplicaUp(
+                    open=ister_pb.ReplicaFetchRequest(topic=topic, follower=record.replicas[1])
+                )
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await call.read()
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+        leader.kill9()
+
+        async def new_leader() -> ReplicaRecord | None:
+            rec = await replica_record(secure, topic)
+            return rec if rec is not None and rec.leader != record.leader else None
+
+        await secure.until(new_leader, "a follower leads", 60)
+        async with Client(urls, token=jwt, tls_ca=str(pki.ca_file)) as ister:
+            got: dict[int, bytes] = {}
+            async for batch in ister.read(topic, 0, 200):
+                got.update((o, decode_message(r).payload) for o, r in batch)
+        assert got == acked
+    finally:
+        await secure.stop()
