@@ -58,6 +58,7 @@ class ReplicaManager:
         self.leaders: dict[str, ReplicaLeader] = {}
         self.leading: set[str] = set()  # being loaded or served here as the leader: never followed
         self.channels = ChannelPool(credentials, self._peer_metadata)
+        self.live: set[int] = set()  # registered brokers as of the last sync (leaders read it often)
         self._task: asyncio.Task[None] | None = None
         self._committed_hint: dict[str, int] = {}
 
@@ -114,6 +115,7 @@ class ReplicaManager:
         while True:
             changed = self.node.cache.change_event()
             try:
+                self.live = set(self.node.live_brokers())
                 await self.sync()
                 leaders = list(self.leaders.values())
                 metrics.under_replicated.set(sum(1 for x in leaders if x.under_replicated))

@@ -215,6 +215,7 @@ class ReplicatedTopics:
             peers=self.manager.peers,
             choose=lambda exclude: self.manager.choose_followers(MAX_REPLICATION_FACTOR, [], exclude),
             replace_after_s=self.config.cluster.replica_replace_after_seconds,
+            live=lambda: self.manager.live,
         )
         guard.bind(wal)
         guard.replication = leader

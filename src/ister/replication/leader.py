@@ -61,6 +61,7 @@ class ReplicaLeader:
         peers: Callable[[], tuple[set[int], set[int]]] | None = None,
         choose: Callable[[set[int]], list[int]] | None = None,
         replace_after_s: float = 120.0,
+        live: Callable[[], set[int]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
@@ -75,6 +76,7 @@ class ReplicaLeader:
         self._on_fenced = on_fenced
         self._on_closed = on_closed
         self._peers = peers  # (live brokers, active brokers) as the cluster view shows them
+        self._live = live  # registered brokers, cheap to ask often
         self._choose = choose  # brokers for a new follower, best first, none of the given ones
         self.replace_after_s = replace_after_s
         self._absent_since: dict[int, float] = {}
@@ -318,6 +320,11 @@ class ReplicaLeader:
         lagging |= {
             m for m in isr if m != self.broker_id and now - self.last_fetch.get(m, now) > self.max_lag_s
         }
+        # A member whose broker is gone (its registration lapsed) leaves at once: waiting out its lag time
+        # would only delay the commit after a failover.
+        live = self._live() if self._live is not None else set()
+        if live:  # empty: not known yet
+            lagging |= {m for m in isr if m != self.broker_id and m not in live}
         # Leave, but never below the minimum: a dead member keeps its place rather than leaving a set that
         # one more failure would empty (found by the simulation).
         for member in sorted(lagging, key=lambda m: self._matched(m)):
