@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import subprocess
@@ -33,6 +32,7 @@ from typing import Any
 import yaml
 
 from ister.benchmark.broker import free_port, stop_process, wait_port
+from ister.benchmark.etcd import EtcdServer
 from ister.benchmark.stats import process_cpu_s
 from ister.config import ClusterSettings, load_config
 from ister.errors import ConfigError, IsterError
@@ -55,65 +55,6 @@ def replication_settings_exist() -> bool:
 def default_min_insync(replication_factor: int) -> int:
     """A majority: 2 of 3 (the issue's default), 1 of 1, 3 of 5."""
     return replication_factor // 2 + 1
-
-
-class BenchEtcd:
-    """A single-member etcd on free loopback ports with its data under `root`."""
-
-    def __init__(self, root: Path) -> None:
-        binary = shutil.which("etcd") or ("/usr/bin/etcd" if os.access("/usr/bin/etcd", os.X_OK) else None)
-        if binary is None:
-            raise RuntimeError("etcd is not installed (make test installs etcd-server)")
-        self.binary = binary
-        self.root = root
-        self.client_port = free_port()
-        self.peer_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
-
-    def start(self) -> None:
-        client = f"http://{self.endpoint}"
-        peer = f"http://127.0.0.1:{self.peer_port}"
-        args = [
-            self.binary,
-            "--name",
-            "bench",
-            "--data-dir",
-            str(self.root / "etcd"),
-            "--listen-client-urls",
-            client,
-            "--advertise-client-urls",
-            client,
-            "--listen-peer-urls",
-            peer,
-            "--initial-advertise-peer-urls",
-            peer,
-            "--initial-cluster",
-            f"bench={peer}",
-            "--initial-cluster-state",
-            "new",
-        ]
-        with open(self.root / "etcd.log", "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        wait_port(self.client_port, self.proc, START_SECONDS, "etcd")
-        deadline = time.monotonic() + START_SECONDS
-        while True:  # /health answers from a quorum read: etcd has elected itself
-            try:
-                with urllib.request.urlopen(f"{client}/health", timeout=1.0) as response:
-                    if json.loads(response.read()).get("health") == "true":
-                        return
-            except (OSError, urllib.error.URLError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"etcd not healthy within {START_SECONDS:.0f} s")
-            time.sleep(0.05)  # poll interval
-
-    def stop(self) -> None:
-        stop_process(self.proc)
-        self.proc = None
 
 
 class BenchBrokerNode:
@@ -187,7 +128,7 @@ class BenchCluster:
         self.durable = durable
         self.log_level = log_level
         self.tmp = Path(tempfile.mkdtemp(prefix="ister-bench-cluster-"))
-        self.etcd: BenchEtcd | None = None
+        self.etcd: EtcdServer | None = None
         self.nodes: list[BenchBrokerNode] = []
         self.config_file = self.tmp / "broker.yaml"
 
@@ -236,7 +177,7 @@ class BenchCluster:
     def start(self) -> BenchCluster:
         try:
             self.check_config()
-            self.etcd = BenchEtcd(self.tmp)
+            self.etcd = EtcdServer(self.tmp / "etcd", name="bench")
             self.etcd.start()
             env = {
                 **os.environ,

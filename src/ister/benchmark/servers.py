@@ -1,0 +1,66 @@
+"""The stop/kill/restart/log-tail part shared by the harnesses of external servers (etcd, SeaweedFS) that
+tests and benchmarks start."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+from typing import IO
+
+from ister.benchmark.broker import stop_process
+
+STOP_SECONDS = 10.0  # after SIGTERM, then SIGKILL
+
+
+class ServerProcess:
+    """The stop/kill/restart/log-tail part of the harnesses of external servers (etcd, SeaweedFS).
+
+    Subclasses set `proc` and `_log` in `start()` and define `log_path`; `_cleanup()` runs on reap."""
+
+    proc: subprocess.Popen[bytes] | None
+    _log: IO[bytes] | None
+
+    @property
+    def log_path(self) -> Path:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def _tail(self) -> str:
+        try:
+            return "log tail: " + " | ".join(self.log_path.read_text(errors="replace").splitlines()[-5:])
+        except OSError:
+            return f"log {self.log_path}"
+
+    def stop(self) -> None:
+        """SIGTERM and wait (SIGKILL if it does not exit in time)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(STOP_SECONDS)
+        self._reap()
+
+    def kill(self) -> None:
+        """SIGKILL and wait: a crash."""
+        stop_process(self.proc, STOP_SECONDS)
+        self._reap()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def _reap(self) -> None:
+        stop_process(self.proc, STOP_SECONDS)
+        self.proc = None
+        self._cleanup()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def _cleanup(self) -> None:
+        """Anything the server leaves behind (a subclass hook)."""
