@@ -364,6 +364,12 @@ async def test_a_dead_replica_is_replaced_by_a_new_follower_that_catches_up(
         assert sorted(after.replicas) == sorted([*(b for b in record.replicas if b != dead), newcomer])
         assert sorted(after.isr) == sorted(after.replicas)
         acked.update(await publish(four.process_of(after.leader).url, topic, "b", 100))
+        # The replaced broker comes back: it is no longer a replica, so its copy goes.
+        returned = four.process_of(dead)
+        returned.start()
+        name = TopicName.parse(topic)
+        copy_dir = returned.data_dir / "wal" / name.namespace / name.topic
+        await four.until(lambda: not copy_dir.exists(), "the replaced broker drops its copy", 60)
         four.brokers[3].stop()
         copy = await wal_contents(four.brokers[3].data_dir, topic)
         assert {o: copy.get(o) for o in acked if o < 500} == {o: p for o, p in acked.items() if o < 500}

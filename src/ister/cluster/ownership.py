@@ -258,6 +258,7 @@ class ClusterOwnership:
             if keys.assignments([kv.key]).get(name.full) is not None:
                 await self.store.delete(kv.key)
         await self.store.delete(keys.unassigned(name))
+        await self.store.delete(keys.replicas(name))  # its followers stop and drop their copies
 
     # -- superseded WALs --------------------------------------------------------------------------------
     async def _superseded_loop(self) -> None:

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -59,6 +60,7 @@ class ReplicaManager:
         self.leading: set[str] = set()  # being loaded or served here as the leader: never followed
         self.channels = ChannelPool(credentials, self._peer_metadata)
         self.live: set[int] = set()  # registered brokers as of the last sync (leaders read it often)
+        self._scanned = False
         self._task: asyncio.Task[None] | None = None
         self._committed_hint: dict[str, int] = {}
 
@@ -142,9 +144,16 @@ class ReplicaManager:
             if topic in self.leading:
                 continue
             wanted.add(topic)
+        if not self._scanned:
+            # Copies left from before a restart whose topics dropped this broker (or were deleted) meanwhile.
+            self._scanned = True
+            for topic in await asyncio.to_thread(_local_copies, self.storage.wal_root):
+                if topic not in wanted and topic not in self.leading and self._gone(topic):
+                    await self._drop_copy(topic)
         for topic in list(self.followers):
-            if topic not in wanted:
+            if topic not in wanted and topic not in self.leading:
                 await self.stop_following(topic)
+                await self._drop_copy(topic)
         for topic in wanted:
             follower = self.followers.get(topic)
             if follower is None:
@@ -159,6 +168,28 @@ class ReplicaManager:
                 follower.start()
             else:
                 follower.poke()
+
+    def _gone(self, topic: str) -> bool:
+        """A replicated topic that no longer lists this broker, or a deleted one that was replicated: a
+        single-copy topic's WAL (no record, not deleted) is the superseded sweep's business."""
+        kv = self.node.cache.get(keys.replicas(topic))
+        if kv is None:
+            return False
+        record = ReplicaRecord.parse(kv.value)
+        return record is not None and self.broker_id not in record.replicas
+
+    async def _drop_copy(self, topic: str) -> None:
+        """This broker no longer holds a copy of `topic` (replaced, or the topic was deleted): its WAL goes.
+        The in-sync replicas hold every committed record; one it leads or was assigned is left alone."""
+        if self.node.assigned_here(topic):
+            return
+        record = self.record_of(topic)
+        if record is not None and self.broker_id in record.replicas:
+            return
+        name = TopicName.parse(topic)
+        await self.storage.remove_local(name)
+        await self.storage.forget_epoch(name)
+        log.info("%s: this broker is no longer a replica; its copy was deleted", topic)
 
     def _target(self, topic: str) -> LeaderTarget | None:
         record = self.record_of(topic)
@@ -222,3 +253,17 @@ def spread_over_zones(ranked: list[int], zones: dict[int, str], used: set[str], 
             taken.add(zones.get(b, ""))
     picked += [b for b in ranked if b not in picked][: count - len(picked)]
     return picked
+
+
+def _local_copies(wal_root: Path) -> list[str]:
+    """Full names of the topics this broker has a WAL directory for."""
+    out: list[str] = []
+    if not wal_root.is_dir():
+        return out
+    for ns in wal_root.iterdir():
+        if ns.is_dir():
+            for topic in ns.iterdir():
+                name = keys.replicas_topic(f"{keys.REPLICAS_PREFIX}{ns.name}/{topic.name}")
+                if topic.is_dir() and name is not None:  # None: not a valid topic name
+                    out.append(name)
+    return out
