@@ -31,6 +31,8 @@ BIDI_STREAMS = {"/ister.v1.Ister/Publish", "/ister.v1.Ister/Consume"}
 AUTHN_ONLY = {"/danube.HealthCheck/HealthCheck", "/danube.ConsumerService/ReceiveMessages"}
 # Needs no credentials: the API key in the request is the credential (an empty one: UNAUTHENTICATED).
 PUBLIC = {"/ister.v1.Ister/ExchangeApiKey"}
+# Between brokers only: a client's credentials, even a superuser's, are not peer credentials.
+PEER_ONLY = {"/ister.v1.IsterReplica/Replicate"}
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +129,9 @@ async def test_every_rpc_denies_a_principal_without_roles(broker: BrokerProcess,
                 if on_admin_port(method) == admin:
                     got[method] = await call(ch, method, bearer(tok("nobody")))
     denied = {m for m, c in got.items() if c == grpc.StatusCode.PERMISSION_DENIED}
-    assert denied == set(RULES) - AUTHN_ONLY - PUBLIC
+    assert denied == set(RULES) - AUTHN_ONLY - PUBLIC - PEER_ONLY
     assert {got[m] for m in PUBLIC} == {grpc.StatusCode.UNAUTHENTICATED}  # no API key in the request
+    assert {got[m] for m in PEER_ONLY} == {grpc.StatusCode.UNAUTHENTICATED}
     assert got["/danube.HealthCheck/HealthCheck"] == grpc.StatusCode.OK
     assert got["/danube.ConsumerService/ReceiveMessages"] == grpc.StatusCode.NOT_FOUND
     assert "audit principal=service_account:nobody" in broker.log_path.read_text()
@@ -143,7 +146,7 @@ async def test_superuser_passes_every_check(broker: BrokerProcess, pki: Pki) -> 
                     code = await call(ch, method, bearer(tok("root")))
                     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                         refused[method] = code
-    assert refused == {}
+    assert refused == dict.fromkeys(PEER_ONLY, grpc.StatusCode.UNAUTHENTICATED)
 
 
 async def _grant(

@@ -46,8 +46,8 @@ async def start_client_server(
     add_danube_services(server, broker)
     add_ister_service(server, broker, api_keys)
     add_schema_service(server, broker)
-    if replica_leaders is not None:
-        add_replica_service(server, replica_leaders)
+    # Served in standalone mode too (it leads nothing: UNAVAILABLE), so the method answers like every other.
+    add_replica_service(server, replica_leaders or (lambda _topic: None))
     bound = bind(server, addr, tls, "broker_addr")
     if bound == 0:
         raise OSError(f"cannot listen on {addr} (address in use or not local)")
