@@ -17,10 +17,20 @@ from ister.benchmark.stats import process_cpu_s
 ISTER = [sys.executable, "-m", "ister.cli"]
 
 
+_handed_out: set[int] = set()  # ports this process gave out: picked before any server binds them
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on, never one this process handed out before: a cluster's ports
+    are all picked before its servers start, and the kernel may offer a just-closed port again (two
+    brokers of one test got the same port)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def port_open(port: int) -> bool:
