@@ -19,6 +19,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import yaml
 
 from ister import errors
 from ister.client import Client
@@ -481,3 +482,53 @@ async def test_replication_between_brokers_with_tls_and_authentication_on(
         assert got == acked
     finally:
         await secure.stop()
+
+
+async def test_followers_keep_only_what_the_durable_tier_lacks(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    """With a durable tier a follower's copy drops the segments the tier holds, as the leader's WAL does;
+    promoted, it reads them back from the tier."""
+    tier = tmp_path / "objects"
+    config = tmp_path / "ister.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "wal": {"segment_max_bytes": 64 * 1024},
+                "storage": {
+                    "durable": {
+                        "url": tier.as_uri(),
+                        "export_interval_seconds": 0.3,
+                        "segment_max_age_seconds": 0.5,
+                        "local_retention_bytes": 0,
+                        "local_retention_seconds": 0,
+                    }
+                },
+            }
+        )
+    )
+    tiered = Cluster(tmp_path, etcd_server.endpoint, 3, 2, "--config-file", str(config), env=RF_ENV)
+    try:
+        await tiered.start()
+        topic = "/default/replicated_tiered"
+        acked = await publish(tiered.brokers[0].url, topic, "t" * 200, 3_000)  # ~700 KB: several segments
+        record = await tiered.until(lambda: replica_record(tiered, topic), "a replica record")
+        name = TopicName.parse(topic)
+        follower = tiered.process_of(next(b for b in record.replicas if b != record.leader))
+        copy = follower.data_dir / "wal" / name.namespace / name.topic
+
+        def segment_files() -> int:
+            return len(list(copy.glob("*.wal")))
+
+        await tiered.until(lambda: segment_files() <= 2, "the follower drops exported segments", 60)
+        tiered.process_of(record.leader).kill9()
+
+        async def led_elsewhere() -> bool:
+            rec = await replica_record(tiered, topic)
+            return rec is not None and rec.leader != record.leader
+
+        await tiered.until(led_elsewhere, "a follower leads", 60)
+        survivor = next(b for b in tiered.brokers if b.proc is not None)
+        assert await read_all(survivor.url, topic, 3_000) == acked  # the early ones from the tier
+    finally:
+        await tiered.stop()

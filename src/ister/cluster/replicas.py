@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SYNC_SECONDS = 0.5  # also without a cache change: a topic unloaded here is followed again this soon
+TRIM_SECONDS = 5.0  # how often followers' copies drop segments the durable tier holds
 
 
 class ReplicaManager:
@@ -62,6 +63,7 @@ class ReplicaManager:
         self.live: set[int] = set()  # registered brokers as of the last sync (leaders read it often)
         self._scanned = False
         self._task: asyncio.Task[None] | None = None
+        self._trimmer: asyncio.Task[None] | None = None
         self._committed_hint: dict[str, int] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------------------
@@ -98,13 +100,26 @@ class ReplicaManager:
                 )
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._watch(), name="replica followers")
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._watch(), name="replica followers")
+        self._trimmer = loop.create_task(self._trim_loop(), name="replica retention")
+
+    async def _trim_loop(self) -> None:
+        """Followers' copies keep what the leader's would: segments the durable tier holds are deleted."""
+        while True:
+            await asyncio.sleep(TRIM_SECONDS)
+            for topic, follower in list(self.followers.items()):
+                try:
+                    await follower.trim()
+                except Exception as exc:  # the store or etcd is down: the files stay until the next pass
+                    log.warning("%s: trimming this broker's copy failed (%s); retried", topic, exc)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._trimmer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for follower in list(self.followers.values()):
             await follower.stop()
         self.followers.clear()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ import grpc
 from ister.client._conn import NO_CREDENTIALS, Credentials, open_channel
 from ister.core.replication import EpochHistory
 from ister.ids import TopicName
+from ister.storage.objects import catalog
+from ister.storage.objects.retention import deletable, file_ages
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
 from ister.storage.wal.epochs import load_epochs, save_epochs
@@ -86,6 +89,22 @@ class ReplicaFollower:
         if self.wal is not None:
             await self.wal.close()
             self.wal = None
+
+    async def trim(self) -> int:
+        """Delete this copy's oldest segment files that the durable tier holds (the leader's retention
+        rules: `storage.durable.local_retention_*`); returns how many. A promotion then reads them from the
+        tier, as the leader would."""
+        wal = self.wal
+        storage = self.storage
+        if wal is None or storage.objects is None or wal.failed is not None:
+            return 0
+        descriptors = await catalog.list_descriptors(storage.store, self.name)
+        segments = wal.segments()
+        ages = None
+        if storage.retention.keep_seconds > 0:
+            ages = await asyncio.to_thread(file_ages, [p for _, p, _ in segments], time.time())
+        paths = deletable(segments, descriptors, storage.retention, ages=ages, holes=wal.holes())
+        return await wal.drop_segments(paths) if paths else 0
 
     async def _open(self) -> Wal:
         loaded = await asyncio.to_thread(load_epochs, self.storage.wal_dir(self.name))
