@@ -87,11 +87,13 @@ def d_range(d: object) -> tuple[int, int]:
 async def test_partition_topics_carry_the_base_topic_and_index(tmp_path: Path) -> None:
     wal = await Wal.open(tmp_path / "wal", WalConfig(segment_max_bytes=1024))
     objects = open_store("memory://")
-    exporter = SegmentExporter("/default/orders-part-3", wal, objects, EmbeddedStore.in_memory(), parquet=True)
+    meta = EmbeddedStore.in_memory()
+    exporter = SegmentExporter("/default/orders-part-3", wal, objects, meta, parquet=True)
     try:
         await fill(wal, 40)
         d = (await exporter.export_closed())[0]
-        table = parquet.read_table(await objects.get(parquet.parquet_key(d.key)), d.start_offset, d.end_offset)
+        data = await objects.get(parquet.parquet_key(d.key))
+        table = parquet.read_table(data, d.start_offset, d.end_offset)
         assert set(table.column("topic").to_pylist()) == {TOPIC}
         assert set(table.column("partition").to_pylist()) == {3}
     finally:
