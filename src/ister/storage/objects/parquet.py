@@ -11,7 +11,6 @@ Needs pyarrow (the `spark` extra): the broker imports this module only when `sto
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
@@ -26,11 +25,10 @@ from ister.core.frames import split_dense
 from ister.core.record import LeanMessage, StoredMessage
 from ister.errors import CorruptionError, InvalidArgument
 
-from .segment import object_name
+from .segment import object_name, parse_parquet_name
 from .store import check_key
 
 PARQUET_SUFFIX = ".parquet"
-_NAME = re.compile(r"^data-(0|[1-9]\d{0,19})-(0|[1-9]\d{0,19})\.parquet$")
 # Records per row group: small enough that a reader of part of a file skips most of it by the offset
 # column's statistics, large enough that per-group overhead does not matter.
 ROW_GROUP_ROWS = 64 * 1024
@@ -71,14 +69,6 @@ def parquet_key(dnb1_key: str) -> str:
     if not dnb1_key.endswith(".dnb1"):
         raise InvalidArgument(f"not a durable object key: {dnb1_key!r}")
     return check_key(dnb1_key.removesuffix(".dnb1") + PARQUET_SUFFIX)
-
-
-def parse_parquet_name(name: str) -> tuple[int, int] | None:
-    m = _NAME.match(name.rsplit("/", 1)[-1])
-    if m is None:
-        return None
-    start, end = int(m.group(1)), int(m.group(2))
-    return (start, end) if start <= end else None
 
 
 def to_batch(
@@ -204,6 +194,23 @@ def check_metadata(meta: Any, first: int, last: int) -> str | None:
     return None
 
 
+FOOTER_READ = 64 * 1024  # one suffix GET holds the footer of a copy of up to ~1,000 row groups
+
+
+def footer_metadata(tail: bytes) -> Any:
+    """The FileMetaData from a copy's last bytes, or None when `tail` does not hold the whole footer (or
+    is not a Parquet footer at all)."""
+    if len(tail) < 8 or tail[-4:] != b"PAR1":
+        return None
+    length = int.from_bytes(tail[-8:-4], "little")
+    if length + 8 > len(tail):
+        return None
+    try:
+        return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-(length + 8) :]))
+    except Exception:  # a damaged footer
+        return None
+
+
 def read_table(data: bytes, first: int, last: int) -> pa.Table:
     """A Parquet copy's rows, checked to be exactly offsets first..last in order (CorruptionError)."""
     try:
@@ -230,6 +237,7 @@ __all__ = [
     "arrow_schema",
     "check_metadata",
     "encode",
+    "footer_metadata",
     "parquet_key",
     "parquet_name",
     "parse_parquet_name",
