@@ -10,7 +10,7 @@ pytest.importorskip("pyspark")
 
 from ister.core.stream_offsets import TopicPartition
 from ister.errors import InvalidArgument
-from ister.spark.batch import _hadoop_base, _merged, _minus
+from ister.spark.batch import _hadoop_base, _minus
 from ister.spark.options import RANGES, SourceOptions
 
 
@@ -19,7 +19,6 @@ def test_minus_leaves_exactly_the_uncovered_offsets() -> None:
     assert _minus((0, 100), [(0, 100)]) == []
     assert _minus((0, 100), [(10, 20), (20, 30), (50, 60)]) == [(0, 10), (30, 50), (60, 100)]
     assert _minus((5, 25), [(0, 10), (20, 40)]) == [(10, 20)]
-    assert _merged([(20, 30), (0, 10), (10, 20), (40, 50)]) == [(0, 30), (40, 50)]
 
 
 def test_hadoop_base() -> None:

@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Mapping
+from functools import reduce
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -46,7 +47,8 @@ def read(spark: Any, options: Mapping[str, str] | None = None, **more: str) -> A
     planner = reader.planner
     try:
         ranges = reader.plan()
-        files: list[str] = []
+        whole: list[str] = []  # copies entirely inside the planned range: read as they are
+        edges: dict[TopicPartition, list[tuple[str, Span]]] = {}  # copies cut by the range's ends
         covered: dict[TopicPartition, list[Span]] = {}
         for tp, (start, end) in sorted(ranges.items()):
             if start >= end:
@@ -57,19 +59,23 @@ def read(spark: Any, options: Mapping[str, str] | None = None, **more: str) -> A
                 continue
             wanted = {r: k for r, k in copies.items() if r[1] >= start and r[0] < end}
             for (first, last), key in sorted(_checked(url, opts.storage_options, wanted).items()):
-                files.append(f"{base}/{key}")
-                covered.setdefault(tp, []).append((max(first, start), min(last + 1, end)))
+                span = (max(first, start), min(last + 1, end))
+                if span == (first, last + 1):
+                    whole.append(f"{base}/{key}")
+                else:
+                    edges.setdefault(tp, []).append((f"{base}/{key}", span))
+                covered.setdefault(tp, []).append(span)
     finally:
         planner.close()
-    if not files:
+    if not covered:
         return plain()
     rest = {tp: _minus(span, covered.get(tp, [])) for tp, span in ranges.items()}
-    history = _parquet_frame(spark, files, covered, opts.include_headers)
+    history = _parquet_frame(spark, whole, edges, opts.include_headers)
     todo = {tp: spans for tp, spans in rest.items() if spans}
     log.info(
         "ister.spark.read: %d offsets from %d Parquet copies, %d through the ister format",
         sum(b - a for spans in covered.values() for a, b in spans),
-        len(files),
+        len(whole) + sum(map(len, edges.values())),
         sum(b - a for spans in todo.values() for a, b in spans),
     )
     if not todo:
@@ -138,44 +144,37 @@ def _minus(span: Span, covered: list[Span]) -> list[Span]:
     return [(a, b) for a, b in out if a < b]
 
 
-def _merged(spans: list[Span]) -> list[Span]:
-    """Adjacent spans as one (a shorter filter for Spark)."""
-    out: list[Span] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
 def _parquet_frame(
-    spark: Any, files: list[str], covered: dict[TopicPartition, list[Span]], include_headers: bool
+    spark: Any,
+    whole: list[str],
+    edges: dict[TopicPartition, list[tuple[str, Span]]],
+    include_headers: bool,
 ) -> Any:
-    from functools import reduce
-
+    """The copies as one DataFrame: those inside the range read as they are (their footers were checked
+    to hold exactly their object's offsets: no filter to evaluate per row), the few cut by a range's ends
+    filtered to the offsets planned."""
     from pyspark.sql import functions as F
 
-    conditions = [
-        (F.col("topic") == F.lit(tp.topic))
-        & (F.col("partition") == F.lit(tp.partition))
-        & (F.col("offset") >= F.lit(a))
-        & (F.col("offset") < F.lit(b))
-        for tp, spans in covered.items()
-        for a, b in _merged(spans)
-    ]
     from ister.storage.objects.parquet import BASE_COLUMNS
 
     columns = [*BASE_COLUMNS, "headers"] if include_headers else BASE_COLUMNS
-    frame = (
-        spark.read.schema(ddl(True))
+
+    def scan(files: list[str]) -> Any:
         # the copies have page checksums: a damaged page fails the query instead of giving wrong rows
-        .option("parquet.page.verify-checksum.enabled", "true")
-        .parquet(*files)
-        .where(reduce(lambda x, y: x | y, conditions))
-        .select(*columns)
-    )
-    return frame
+        reader = spark.read.schema(ddl(True)).option("parquet.page.verify-checksum.enabled", "true")
+        return reader.parquet(*files)
+
+    frames = [scan(whole).select(*columns)] if whole else []
+    for tp, cut in sorted(edges.items()):
+        for url, (a, b) in cut:
+            wanted = (
+                (F.col("topic") == F.lit(tp.topic))
+                & (F.col("partition") == F.lit(tp.partition))
+                & (F.col("offset") >= F.lit(a))
+                & (F.col("offset") < F.lit(b))
+            )
+            frames.append(scan([url]).where(wanted).select(*columns))
+    return reduce(lambda x, y: x.unionByName(y), frames)
 
 
 __all__ = ["read"]
