@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from ister.client.records import array_header
 from ister.core.frames import split_dense
-from ister.core.record import LeanMessage, StoredMessage
+from ister.core.record import NO_ATTRIBUTES, LeanMessage
 from ister.errors import CorruptionError, InvalidArgument
 
 from .segment import object_name, parse_parquet_name
@@ -33,8 +33,8 @@ PARQUET_SUFFIX = ".parquet"
 # column's statistics, large enough that per-group overhead does not matter.
 ROW_GROUP_ROWS = 64 * 1024
 
-_decode_all = msgspec.msgpack.Decoder(list[StoredMessage]).decode
-_decode_lean = msgspec.msgpack.Decoder(list[LeanMessage]).decode  # no headers column: attributes stay raw
+_decode_lean = msgspec.msgpack.Decoder(list[LeanMessage]).decode  # attributes stay raw
+_decode_attrs = msgspec.msgpack.Decoder(dict[str, str]).decode
 
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 FIELDS = [
@@ -75,14 +75,13 @@ def to_batch(
     topic: str, partition: int, offsets: Sequence[int], records: Sequence[bytes], include_headers: bool
 ) -> pa.RecordBatch:
     """One Arrow batch from stored records and their offsets; the records are decoded in one msgspec call
-    and each column is built by C-level maps (this is the per-row cost of every Python reader)."""
+    (attributes left raw) and each column is built by C-level maps (this is the per-row cost of every
+    Python reader, and of writing a Parquet copy)."""
     n = len(records)
-    blob = array_header(n) + b"".join(records)
-    messages: Sequence[StoredMessage | LeanMessage]
-    messages = _decode_all(blob) if include_headers else _decode_lean(blob)
-    keys = [None if k is None else k.encode() for k in map(_routing_key, messages)]
+    messages: list[LeanMessage] = _decode_lean(array_header(n) + b"".join(records))
     columns = [
-        pa.array(keys, pa.binary()),
+        # str -> binary is a cast of the same UTF-8 bytes: no Python-level encode per key
+        pa.array(list(map(_routing_key, messages)), pa.string()).cast(pa.binary()),
         pa.array(list(map(_payload, messages)), pa.binary()),
         pa.repeat(pa.scalar(topic, pa.string()), n) if n else pa.array([], pa.string()),
         pa.repeat(pa.scalar(partition, pa.int32()), n) if n else pa.array([], pa.int32()),
@@ -96,13 +95,21 @@ def to_batch(
         pa.array(list(map(_schema_version, messages)), pa.int32()),
     ]
     if include_headers:
-        headers = [
-            [{"key": k, "value": v.encode()} for k, v in m.attributes.items()]
-            for m in messages
-            if isinstance(m, StoredMessage)
-        ]
-        columns.append(pa.array(headers, HEADERS_TYPE))
+        columns.append(_headers(list(map(_attributes, messages))))
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+
+
+def _headers(raws: list[msgspec.Raw]) -> pa.Array:
+    """The headers column from raw attribute maps: only records that have attributes are decoded (most
+    have none, and a dict per record is the largest part of a full decode)."""
+    if all(r == NO_ATTRIBUTES for r in raws):
+        offsets = pa.array([0] * (len(raws) + 1), pa.int32())
+        return pa.ListArray.from_arrays(offsets, pa.array([], HEADERS_TYPE.value_type), type=HEADERS_TYPE)
+    headers = [
+        [] if r == NO_ATTRIBUTES else [{"key": k, "value": v.encode()} for k, v in _decode_attrs(r).items()]
+        for r in raws
+    ]
+    return pa.array(headers, HEADERS_TYPE)
 
 
 _routing_key = attrgetter("routing_key")
@@ -111,6 +118,7 @@ _publish_time = attrgetter("publish_time")
 _producer = attrgetter("producer_name")
 _schema_id = attrgetter("schema_id")
 _schema_version = attrgetter("schema_version")
+_attributes = attrgetter("attributes")
 
 
 class ParquetEncoder:
