@@ -1,6 +1,6 @@
 """Spark connector benchmarks (issue 7): batch read of objects into Parquet, the export job, the sink.
 
-usage: python bench/spark_bench.py [--messages 1000000] [--json]
+usage: python bench/spark_bench.py [--messages 1000000] [--parquet] [--json]
 
 One standalone broker whose WAL segments (8 MiB) are exported to its file:// tier within a second and not
 kept locally; N reliable 100-byte messages produced through the batch API; once every offset is in objects,
@@ -14,6 +14,11 @@ on a local[2] Spark session:
 * sink: `df.write.format("ister")` of N 100-byte rows (2 tasks) into a new reliable topic, with and without
   the per-row batch-id header (rows/s), as a ratio to the client's own batch publish of the same N
   messages at the start of the run.
+
+* with --parquet the broker also writes each object's Parquet copy (storage.durable.parquet), and one more
+  read is measured: `ister.spark.read` (history through Spark's own Parquet reader from the copies, the
+  rest through the format) written as Parquet (rows/s); "objects → parquet" then reads the copies in the
+  format's Python workers (pyarrow) instead of decoding the objects.
 
 * baseline (the peer): Spark's own in-JVM source (`spark.range`) shaped like the same rows (100-byte value,
   same columns and types, 4 partitions) written as Parquet: what this machine's local[2] Spark can do at
@@ -42,13 +47,13 @@ import yaml
 from ister.benchmark.broker import free_port, wait_port
 from ister.client import Client
 from ister.spark.pipeline import ExportJob, local_session
-from ister.storage.objects.segment import list_segments
+from ister.storage.objects.segment import list_topic_files
 from ister.storage.objects.store import open_store
 
 TOPIC = "/default/spark_bench"
 
 
-def start_broker(root: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_broker(root: Path, parquet: bool = False) -> tuple[subprocess.Popen[bytes], str]:
     config = root / "ister.yml"
     config.write_text(
         yaml.safe_dump(
@@ -60,6 +65,7 @@ def start_broker(root: Path) -> tuple[subprocess.Popen[bytes], str]:
                         "segment_max_age_seconds": 1,
                         "local_retention_bytes": 0,
                         "local_retention_seconds": 0,
+                        **({"parquet": True} if parquet else {}),
                     }
                 },
             }
@@ -93,10 +99,18 @@ async def produce(url: str, count: int) -> float:
     return time.monotonic() - start
 
 
-async def exported_until(data: Path) -> int:
+async def exported_until(data: Path, parquet: bool = False) -> int:
+    """The offset below which every record is in objects (and, with `parquet`, has its Parquet copy)."""
     store = open_store(f"file://{data / 'objects'}")
-    found = await list_segments(store, TOPIC.strip("/"))
-    return found[-1][1] + 1 if found else 0
+    found, copies = await list_topic_files(store, TOPIC.strip("/"))
+    if parquet:
+        found = [f for f in found if (f[0], f[1]) in copies]
+    at = 0
+    for first, last, _ in found:
+        if first != at:
+            break
+        at = last + 1
+    return at
 
 
 def ister_df(spark: Any, url: str, **options: str) -> Any:
@@ -161,15 +175,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--parquet", action="store_true", help="the broker writes Parquet copies (and measure them)"
+    )
     args = ap.parse_args()
     n = args.messages
     root = Path(tempfile.mkdtemp(prefix="ister-spark-bench-"))
-    broker, url = start_broker(root)
-    result: dict[str, Any] = {"messages": n}
+    broker, url = start_broker(root, args.parquet)
+    result: dict[str, Any] = {"messages": n, "parquet_copies": args.parquet}
     try:
         result["produce_s"] = round(asyncio.run(produce(url, n)), 2)
         deadline = time.monotonic() + 300
-        while asyncio.run(exported_until(root / "data")) < n:
+        while asyncio.run(exported_until(root / "data", args.parquet)) < n:
             if time.monotonic() > deadline:
                 raise RuntimeError("export did not finish")
             time.sleep(0.5)
@@ -181,6 +198,15 @@ def main() -> None:
                 spark, lambda: baseline_df(spark, n), root / "b", n
             )
             result["objects_to_parquet"] = timed_parquet(spark, lambda: ister_df(spark, url), root / "o", n)
+            if args.parquet:
+                import ister.spark
+
+                result["read_api_to_parquet"] = timed_parquet(
+                    spark,
+                    lambda: ister.spark.read(spark, {"ister.service.url": url, "topic": TOPIC}),
+                    root / "p",
+                    n,
+                )
             result["broker_to_parquet"] = timed_parquet(
                 spark, lambda: ister_df(spark, url, **{"ister.storage.url": "memory://"}), root / "r", n
             )
@@ -196,8 +222,9 @@ def main() -> None:
             for header in ("true", "false"):
                 result[f"sink_header_{header}"] = timed_sink(spark, url, n, header)
             base = result["baseline_jvm_to_parquet"]["rows_per_s"]
-            for k in ("objects_to_parquet", "broker_to_parquet", "export_job"):
-                result[k]["ratio_to_baseline"] = round(result[k]["rows_per_s"] / base, 2)
+            for k in ("objects_to_parquet", "read_api_to_parquet", "broker_to_parquet", "export_job"):
+                if k in result:
+                    result[k]["ratio_to_baseline"] = round(result[k]["rows_per_s"] / base, 2)
             publish = n / result["produce_s"]  # the client's own batch publish, same broker, same run
             for header in ("true", "false"):
                 sink = result[f"sink_header_{header}"]

@@ -94,6 +94,10 @@ class DurableSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     segment_max_age_seconds: float = 60.0  # the active WAL segment rotates (becomes exportable) after this
     local_retention_bytes: int = 256 * MiB  # newest WAL bytes kept locally even when exported
     local_retention_seconds: float = 600.0  # WAL files younger than this are kept locally too
+    # Also write each exported object's records as `data-<start>-<end>.parquet` in the Spark row layout, so
+    # Spark reads history with its own Parquet reader (docs/spark.md). Off by default: it costs the broker
+    # a decode of every record once (CPU it would otherwise give to publishers) and needs pyarrow.
+    parquet: bool = False
 
 
 class LoadManagerSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -43,4 +43,12 @@ def register(spark: Any) -> None:
     spark.dataSource.register(IsterDataSource)
 
 
-__all__ = ["register", "workers_python_warning"]
+def read(spark: Any, options: dict[str, str] | None = None, **more: str) -> Any:
+    """A batch read of topics (the `ister` format's options) with exported history read by Spark's own
+    Parquet reader from the tier's Parquet copies; see `ister.spark.batch.read` and docs/spark.md."""
+    from ister.spark.batch import read as batch_read
+
+    return batch_read(spark, options, **more)
+
+
+__all__ = ["read", "register", "workers_python_warning"]

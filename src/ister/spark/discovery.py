@@ -14,7 +14,7 @@ from ister.client.client import TopicOffsets
 from ister.core.stream_offsets import TopicPartition
 from ister.errors import FailedPrecondition, NotFound, Unavailable
 from ister.spark.options import ADMIN_URL, SourceOptions
-from ister.storage.objects.segment import list_segments
+from ister.storage.objects.segment import list_topic_files
 from ister.storage.objects.store import open_store
 from ister.wire.gen import DanubeAdmin_pb2 as admin_pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as admin_grpc
@@ -90,14 +90,17 @@ def describe(
     return out
 
 
-def list_objects(url: str | None, storage_options: dict[str, str], prefix: str) -> list[tuple[int, int, str]]:
-    """The topic's exported objects, listed straight from the store; [] when it cannot be reached from
-    here (the broker then serves those offsets too: slower, same records)."""
+def list_objects(
+    url: str | None, storage_options: dict[str, str], prefix: str
+) -> tuple[list[tuple[int, int, str]], dict[tuple[int, int], str]]:
+    """The topic's exported objects and their Parquet copies (by range), listed straight from the store;
+    nothing when it cannot be reached from here (the broker then serves those offsets too: slower, same
+    records)."""
     if not url:
-        return []
+        return [], {}
     try:
         store = open_store(url, storage_options)
-        return asyncio.run(list_segments(store, prefix))
+        return asyncio.run(list_topic_files(store, prefix))
     except Exception as exc:  # any failure here only costs speed
         log.warning("cannot list objects under %s at %s (%s); reading through the broker", prefix, url, exc)
-        return []
+        return [], {}

@@ -3,6 +3,7 @@ the driver so a typo fails the query at once with a clear message instead of ins
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ister.core.stream_offsets import Spec, parse_spec
+from ister.core.stream_offsets import Spec, TopicPartition, parse_spec
 from ister.errors import InvalidArgument
 from ister.ids import TopicName, validate_client_name
 
@@ -24,6 +25,9 @@ STORAGE_PREFIX = "ister.storage."  # ister.storage.<obstore option>, e.g. ister.
 CONNECT_TIMEOUT = "ister.connect.timeout"
 AUTH_TOKEN = "ister.auth.token"  # bearer token (JWT): never logged, never in a plan or a repr
 TLS_CA = "ister.tls.ca"  # CA file (PEM, a path readable on the driver and every executor)
+# Set by `ister.spark.read` for the part of a batch query it leaves to this source: exact offset ranges
+# planned once on the driver (JSON {"/ns/t": {"<partition>": [[start, end), ...]}}), not for users.
+RANGES = "ister.internal.ranges"
 DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds, the client's default
 MAX_CONNECT_TIMEOUT = 600.0
 
@@ -32,7 +36,7 @@ SOURCE_OPTIONS = {
     "endingoffsets", "minpartitions", "includeheaders", "failondataloss", "maxoffsetspertrigger",
     "valueformat", "readmode", "ister.read.maxrecords", "maxoffsetsperpartition", "predefinedsubscription",
     CONNECT_TIMEOUT, AUTH_TOKEN, TLS_CA, "schemasubject", "schemaversion", "mode",
-    "columnnameofcorruptrecord",
+    "columnnameofcorruptrecord", "ister.read.parquet", "ister.read.parqueturl", RANGES,
 }  # fmt: skip
 VALUE_SCHEMA_OPTIONS = ("schemasubject", "schemaversion", "mode", "columnnameofcorruptrecord")
 SINK_OPTIONS = {
@@ -234,6 +238,23 @@ def _unknown(opts: Mapping[str, str], known: set[str], what: str) -> None:
             raise InvalidArgument(f"unknown {what} option {key!r}; known: {', '.join(sorted(known))}")
 
 
+def _ranges(raw: str | None, streaming: bool | None) -> dict[TopicPartition, list[tuple[int, int]]] | None:
+    if raw is None:
+        return None
+    if streaming:
+        raise InvalidArgument(f"option {RANGES} applies to batch queries only")
+    try:
+        parsed = json.loads(raw)
+        out: dict[TopicPartition, list[tuple[int, int]]] = {}
+        for topic, parts in parsed.items():
+            for part, spans in parts.items():
+                tp = TopicPartition(TopicName.parse(topic).full, int(part))
+                out[tp] = [(int(a), int(b)) for a, b in spans if 0 <= int(a) <= int(b)]
+        return out
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise InvalidArgument(f"option {RANGES}: not a set of offset ranges ({exc})") from None
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     service_url: str
@@ -255,6 +276,10 @@ class SourceOptions:
     value: ValueOptions = field(default_factory=ValueOptions)
     value_spec: ValueSpec | None = None  # the reader's version, resolved on the driver (valueFormat=schema)
     auth: ClientAuth = field(default_factory=ClientAuth)
+    # Read exported ranges from their Parquet copies when there are any (docs/spark.md, "Parquet copies").
+    use_parquet: bool = True
+    parquet_url: str | None = None  # the store as Spark's JVM (Hadoop) names it, e.g. s3a://bucket/prefix
+    ranges: dict[TopicPartition, list[tuple[int, int]]] | None = None  # RANGES, from `ister.spark.read`
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool | None) -> SourceOptions:
@@ -320,6 +345,9 @@ class SourceOptions:
             connect_timeout=_connect_timeout(opts),
             value=value,
             auth=ClientAuth.parse(opts),
+            use_parquet=_bool(opts, "ister.read.parquet", True),
+            parquet_url=opts.get("ister.read.parqueturl", "").strip().rstrip("/") or None,
+            ranges=_ranges(opts.get(RANGES), streaming),
         )
 
 

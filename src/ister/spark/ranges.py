@@ -22,10 +22,12 @@ from ister.spark.options import ClientAuth
 from ister.spark.rows import to_batch
 from ister.spark.shared import shared_client
 from ister.spark.values import ValueDecoder, ValueSpec, fetcher
+from ister.storage.objects import parquet
 from ister.storage.objects.segment import read_segment_runs
 from ister.storage.objects.store import open_store
 
 log = logging.getLogger(__name__)
+COPY_BATCH_ROWS = 64 * 1024  # rows per Arrow batch handed to Spark from a Parquet copy
 T = TypeVar("T")
 
 
@@ -46,6 +48,8 @@ class OffsetRange(InputPartition):
     storage_options: dict[str, str] = field(default_factory=dict)
     value_spec: ValueSpec | None = None  # valueFormat=schema: decode values by the registry's schemas
     auth: ClientAuth = field(default_factory=ClientAuth)  # its repr hides the token
+    # Parquet copies (docs/formats.md) of those objects, by (first, last): read instead when they check out.
+    copies: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
 def _sync(agen: AsyncIterator[T], loop: asyncio.AbstractEventLoop) -> Iterator[T]:
@@ -77,6 +81,16 @@ def read_raw(part: OffsetRange) -> Iterator[pa.RecordBatch]:
                     continue
                 if first > position or position >= part.end:
                     break  # a hole in the objects: the broker's read knows whether offsets exist there
+                copy = part.copies.get((first, last))
+                table = None if copy is None else _read_copy(store, copy, first, last, loop)
+                if table is not None:
+                    stop = min(part.end, last + 1)
+                    rows = table.slice(position - first, stop - position)
+                    if not part.include_headers:
+                        rows = rows.drop_columns(["headers"])
+                    yield from rows.to_batches(max_chunksize=COPY_BATCH_ROWS)
+                    position = stop
+                    continue
                 for first, payloads in _sync(read_segment_runs(store, key, position, part.end - 1), loop):
                     count = len(payloads)
                     yield to_batch(part.tp, range(first, first + count), payloads, part.include_headers)
@@ -90,3 +104,16 @@ def read_raw(part: OffsetRange) -> Iterator[pa.RecordBatch]:
             if records:
                 offsets = [o for o, _ in records]
                 yield to_batch(part.tp, offsets, [r for _, r in records], part.include_headers)
+
+
+def _read_copy(
+    store: Any, key: str, first: int, last: int, loop: asyncio.AbstractEventLoop
+) -> pa.Table | None:
+    """The rows of a Parquet copy (checked to be exactly first..last), or None when it cannot be used: the
+    caller then reads the object itself, so a missing or damaged copy only costs speed."""
+    try:
+        data = loop.run_until_complete(store.get(key))
+        return parquet.read_table(data, first, last).replace_schema_metadata(None)
+    except Exception as exc:
+        log.warning("Parquet copy %s not used (%s); reading its object", key, exc)
+        return None

@@ -123,6 +123,9 @@ class _Planner:
         self.described: dict[TopicPartition, TopicOffsets] = {}  # as of the last `describe`
         self._client: BlockingClient | None = None
         self._skipped: set[str] = set()  # topicsPattern: topics already warned about
+        self._listed: dict[
+            TopicPartition, tuple[list[tuple[int, int, str]], dict[tuple[int, int], str]]
+        ] = {}  # per planning round: objects and Parquet copies
 
     @property
     def client(self) -> BlockingClient:
@@ -142,8 +145,11 @@ class _Planner:
             self._client.close()
             self._client = None
 
-    def describe(self) -> dict[TopicPartition, TopicOffsets]:
-        tps = discovery.partitions(self.client, self.opts, self._skipped)
+    def describe(self, tps: list[TopicPartition] | None = None) -> dict[TopicPartition, TopicOffsets]:
+        """Offsets of the query's partitions (or of `tps`); objects are listed again after this."""
+        if tps is None:
+            tps = discovery.partitions(self.client, self.opts, self._skipped)
+        self._listed = {}
         self.described = discovery.describe(self.client, self.opts, tps, self._skipped)
         return self.described
 
@@ -180,19 +186,37 @@ class _Planner:
         log.warning("%s; continuing at offset %d (failOnDataLoss=false)", what, info.earliest)
         return info.earliest
 
-    def input_partitions(self, ranges: dict[TopicPartition, tuple[int, int]]) -> list[OffsetRange]:
+    def listing(
+        self, tp: TopicPartition
+    ) -> tuple[str | None, list[tuple[int, int, str]], dict[tuple[int, int], str]]:
+        """(store URL, objects, Parquet copies) of a described partition, listed once per planner."""
+        info = self.described.get(tp)
+        url = self.opts.storage_url or (info.durable_url if info else None)
+        found = self._listed.get(tp)
+        if found is None:
+            found = (
+                discovery.list_objects(url, self.opts.storage_options, info.object_prefix)
+                if info
+                else ([], {})
+            )
+            self._listed[tp] = found
+        return url, found[0], found[1] if self.opts.use_parquet else {}
+
+    def input_partitions(
+        self, ranges: dict[TopicPartition, tuple[int, int]] | list[tuple[TopicPartition, int, int]]
+    ) -> list[OffsetRange]:
+        """Input partitions of `ranges` (one range per partition, cut by minPartitions and
+        maxOffsetsPerPartition; or ranges planned already, cut by maxOffsetsPerPartition only)."""
+        if isinstance(ranges, dict):
+            planned = so.plan_ranges(ranges, self.opts.min_partitions, self.opts.max_offsets_per_partition)
+        else:
+            planned = []
+            for tp, a, b in ranges:
+                planned.extend(so.plan_ranges({tp: (a, b)}, None, self.opts.max_offsets_per_partition))
         out = []
-        infos = self.described
-        objects: dict[TopicPartition, list[tuple[int, int, str]]] = {}
-        for tp, start, end in so.plan_ranges(
-            ranges, self.opts.min_partitions, self.opts.max_offsets_per_partition
-        ):
-            info = infos.get(tp)
-            url = self.opts.storage_url or (info.durable_url if info else None)
-            if tp not in objects:
-                prefix = info.object_prefix if info else ""
-                objects[tp] = discovery.list_objects(url, self.opts.storage_options, prefix) if info else []
-            overlapping = [o for o in objects[tp] if o[1] >= start and o[0] < end]
+        for tp, start, end in planned:
+            url, objects, copies = self.listing(tp)
+            overlapping = [o for o in objects if o[1] >= start and o[0] < end]
             out.append(
                 OffsetRange(
                     tp=tp,
@@ -207,6 +231,7 @@ class _Planner:
                     storage_options=dict(self.opts.storage_options),
                     value_spec=self.opts.value_spec,
                     auth=self.opts.auth,
+                    copies={(a, b): copies[(a, b)] for a, b, _ in overlapping if (a, b) in copies},
                 )
             )
         return out
@@ -217,12 +242,19 @@ class IsterBatchReader(DataSourceReader):
         self.planner = _Planner(opts)
 
     def partitions(self) -> Sequence[InputPartition]:
-        opts = self.planner.opts
-        ranges: dict[TopicPartition, tuple[int, int]] = {}
         try:
-            described = self.planner.describe()
+            if self.planner.opts.ranges is not None:
+                return self.planner.input_partitions(self.given_ranges())
+            return self.planner.input_partitions(self.plan())
         finally:
             self.planner.close()  # planned once: the executors open their own clients
+
+    def plan(self) -> dict[TopicPartition, tuple[int, int]]:
+        """[start, end) of every partition of the query, from startingOffsets and endingOffsets and one
+        round of Offsets calls."""
+        opts = self.planner.opts
+        ranges: dict[TopicPartition, tuple[int, int]] = {}
+        described = self.planner.describe()
         starting = check_spec(opts.starting, "startingOffsets", described)
         ending = check_spec(opts.ending, "endingOffsets", described)
         for tp, info in described.items():
@@ -233,7 +265,23 @@ class IsterBatchReader(DataSourceReader):
                 raise InvalidArgument(f"{tp.name}: startingOffsets {start} is after endingOffsets {end}")
             start = self.planner.first_position(tp, start, info)
             ranges[tp] = (start, max(start, min(end, info.next)))
-        return self.planner.input_partitions(ranges)
+        return ranges
+
+    def given_ranges(self) -> list[tuple[TopicPartition, int, int]]:
+        """The exact ranges `ister.spark.read` planned (RANGES): only retention running since then can
+        change them (failOnDataLoss decides)."""
+        given = self.planner.opts.ranges or {}
+        described = self.planner.describe(sorted(given))
+        out = []
+        for tp, spans in sorted(given.items()):
+            info = described.get(tp)
+            if info is None:
+                continue  # a topicsPattern topic deleted since: skipped with a warning
+            for a, b in spans:
+                start = a if a >= info.earliest else self.planner.check_loss(tp, a, info)
+                if start < b:
+                    out.append((tp, start, b))
+        return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, OffsetRange):  # Spark reads one empty partition when none was planned

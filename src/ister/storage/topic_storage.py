@@ -75,6 +75,7 @@ class TopicStorage:
         )
         self.wal_root = data_dir / "wal"
         self.superseded_retention_s = config.cluster.superseded_wal_retention_seconds
+        self.parquet = durable.parquet  # Parquet copies of exported objects (docs/formats.md)
         self._release_wal_root: Callable[[], None] | None = None
 
     async def start(self) -> None:
@@ -172,7 +173,9 @@ class TopicStorage:
 
     # -- the durable tier -----------------------------------------------------------------------------------
     def exporter(self, name: TopicName, wal: Wal) -> SegmentExporter | None:
-        return SegmentExporter(name, wal, self.objects, self.store) if self.objects is not None else None
+        if self.objects is None:
+            return None
+        return SegmentExporter(name, wal, self.objects, self.store, parquet=self.parquet)
 
     @staticmethod
     async def export_tail_now(wal: Wal, exporter: SegmentExporter) -> None:

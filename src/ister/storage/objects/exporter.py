@@ -23,7 +23,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client import Counter
+
 from ister.core.frames import INDEX_EVERY_BYTES, INDEX_EVERY_FRAMES, scan_frames
+from ister.core.stream_offsets import TopicPartition
 from ister.errors import CorruptionError, FailedPrecondition, IsterError
 from ister.ids import TopicName
 from ister.limits import MiB
@@ -38,6 +41,12 @@ from .segment import SegmentBuilder, object_key, object_name, topic_object_prefi
 from .store import ObjectStore, PutInfo
 
 log = logging.getLogger(__name__)
+
+parquet_copies = Counter(
+    "ister_parquet_copies",
+    "Parquet copies of exported objects (storage.durable.parquet): written, or failed (the object is used)",
+    ("result",),
+)
 
 FILE_CHUNK = 4 * MiB  # bytes read from a WAL file at a time
 
@@ -173,6 +182,7 @@ class SegmentExporter:
         index_every_frames: int = INDEX_EVERY_FRAMES,
         index_every_bytes: int = INDEX_EVERY_BYTES,
         clock: Callable[[], float] = time.time,
+        parquet: bool = False,
     ) -> None:
         self.topic = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
         self.wal = wal
@@ -187,6 +197,11 @@ class SegmentExporter:
         self.index_every_frames = index_every_frames
         self.index_every_bytes = index_every_bytes
         self._clock = clock
+        # Also write each object's records as a Parquet copy (docs/formats.md, "Parquet copies"), for
+        # Spark's own Parquet reader. Best effort: a failure is counted and logged, never fails the export.
+        self.parquet = parquet
+        self.parquet_written = 0
+        self.parquet_failures = 0
         self._lock = asyncio.Lock()
         self._done: dict[Path, int] = {}  # files found fully exported: path -> size then
         self._wakeup: asyncio.Event | None = None  # made by run() (an Event costs ~700 bytes per topic)
@@ -356,6 +371,7 @@ class SegmentExporter:
             return builder.finish()
 
         info: PutInfo
+        body: bytes | None = None
         if body_size <= self.objects.multipart_threshold:
             body = await asyncio.to_thread(_pread, path, piece.start_pos, body_size)
             head = builder.feed(body)
@@ -391,7 +407,54 @@ class SegmentExporter:
         log.info(
             "exported %s offsets %d..%d to %s (%d bytes)", self.topic.full, piece.first, piece.last, key, size
         )
+        if self.parquet:
+            # After the descriptor: the copy never delays the object's record (nor the WAL's retention).
+            await self._write_parquet(path, piece, key, body)
         return desc
+
+    async def _write_parquet(self, path: Path, piece: Piece, key: str, body: bytes | None) -> None:
+        """Write the Parquet copy of an exported piece; any failure is logged and counted, never raised
+        (readers then use the object itself)."""
+        try:
+            from . import parquet  # pyarrow: only brokers that turn the copies on need it
+
+            tp = TopicPartition.of(self.topic.full)
+            encoder = parquet.ParquetEncoder(tp.topic, tp.partition, piece.first, piece.last)
+
+            def build() -> bytes:
+                if body is not None:
+                    encoder.feed(body)
+                else:  # a large piece: read it again in chunks rather than keep it in memory
+                    for at in range(piece.start_pos, piece.end_pos, FILE_CHUNK):
+                        encoder.feed(_pread(path, at, min(FILE_CHUNK, piece.end_pos - at)))
+                return encoder.finish()
+
+            data = await asyncio.to_thread(build)
+            pkey = parquet.parquet_key(key)
+            await self.objects.put(pkey, data)
+        except asyncio.CancelledError:
+            raise
+        except ImportError as exc:
+            self.parquet = False  # said once, not per object
+            self.parquet_failures += 1
+            parquet_copies.labels("failed").inc()
+            log.error("Parquet copies are on but cannot be written (%s): install pyarrow; turned off", exc)
+            return
+        except Exception as exc:
+            self.parquet_failures += 1
+            parquet_copies.labels("failed").inc()
+            log.warning(
+                "Parquet copy of %s offsets %d..%d not written (%s); readers use the object",
+                self.topic.full,
+                piece.first,
+                piece.last,
+                exc,
+                exc_info=not isinstance(exc, IsterError),
+            )
+            return
+        self.parquet_written += 1
+        parquet_copies.labels("written").inc()
+        log.debug("wrote %s (%d bytes)", pkey, len(data))
 
 
 __all__ = ["LocalRetention", "Piece", "SegmentExporter", "deletable", "plan_file"]

@@ -92,6 +92,41 @@ async def list_segments(store: ObjectStore, prefix_for_topic: str) -> list[tuple
     return found
 
 
+_PARQUET_NAME = re.compile(r"^data-(0|[1-9]\d{0,19})-(0|[1-9]\d{0,19})\.parquet$")
+
+
+def parse_parquet_name(name: str) -> tuple[int, int] | None:
+    """(start, end) from a Parquet copy's name (or a key ending in one), None if it is not one."""
+    m = _PARQUET_NAME.match(name.rsplit("/", 1)[-1])
+    if m is None:
+        return None
+    start, end = int(m.group(1)), int(m.group(2))
+    return (start, end) if start <= end <= MAX_OFFSET else None
+
+
+async def list_topic_files(
+    store: ObjectStore, prefix_for_topic: str
+) -> tuple[list[tuple[int, int, str]], dict[tuple[int, int], str]]:
+    """One listing of a topic's prefix: its .dnb1 objects as `list_segments` gives them, and the keys of
+    their Parquet copies (docs/formats.md) by (start, end); a copy whose object is not listed is left out
+    (an export that stopped between the two puts)."""
+    prefix = prefix_for_topic.strip("/")
+    found = []
+    copies: dict[tuple[int, int], str] = {}
+    for info in await store.list(prefix):
+        rest = info.key[len(prefix) + 1 :] if prefix else info.key
+        if "/" in rest:
+            continue
+        parsed = parse_object_name(rest)
+        if parsed is not None:
+            found.append((parsed[0], parsed[1], info.key))
+        elif (copy := parse_parquet_name(rest)) is not None:
+            copies[copy] = info.key
+    found.sort()
+    have = {(a, b) for a, b, _ in found}
+    return found, {r: k for r, k in copies.items() if r in have}
+
+
 @dataclass(frozen=True, slots=True)
 class Footer:
     first_offset: int
