@@ -84,7 +84,7 @@ class ReplicatedTopics:
         wal_dir = storage.wal_dir(name)
         has_copy = wal_dir.exists()
         if record is None:
-            return await self._first_load(name, owner, versions, factor, min_insync)
+            return await self._first_load(name, owner, versions, factor, min_insync, sealed_kv)
         in_sync = me in record.isr and (has_copy or owner.loaded_epoch == 0)
         if not in_sync and sealed_next is None:
             await self._give_back(name, record, replica_kv)
@@ -113,7 +113,7 @@ class ReplicatedTopics:
                 min_insync=record.min_insync,
                 factor=record.factor,
             )
-            return await self._serve(name, wal, owner, versions, new, replica_kv, known)
+            return await self._serve(name, wal, owner, versions, new, replica_kv, known, sealed_kv)
         except BaseException:
             await wal.close()
             raise
@@ -125,6 +125,7 @@ class ReplicatedTopics:
         versions: tuple[int, int],
         factor: int,
         min_insync: int,
+        sealed_kv: KeyValue | None,
     ) -> tuple[Wal, OwnershipGuard]:
         """The topic's first replicated load: where offsets continue follows the single-copy rules (the
         last loader's WAL, else after the seal or the reservation); then its followers are chosen."""
@@ -132,7 +133,6 @@ class ReplicatedTopics:
         storage = self.storage
         local_epoch = storage.read_epoch(name)
         wal = await storage.open_wal(name) if local_epoch is not None else None
-        sealed_kv = await self.store.get(keys.storage_state(name.full))
         sealed = SealedState.parse(sealed_kv.value) if sealed_kv is not None else None
         sealed_next = _sealed_next(sealed, owner)
         plan = plan_load(
@@ -163,7 +163,7 @@ class ReplicatedTopics:
                 factor=factor,
             )
             # Everything below the WAL's start is in the durable tier or was never written: committed.
-            return await self._serve(name, wal, owner, versions, new, None, wal.next_offset)
+            return await self._serve(name, wal, owner, versions, new, None, wal.next_offset, sealed_kv)
         except BaseException:
             if wal is not None:
                 await wal.close()
@@ -178,6 +178,7 @@ class ReplicatedTopics:
         record: ReplicaRecord,
         replica_kv: KeyValue | None,
         known_committed: int,
+        sealed_kv: KeyValue | None,
     ) -> tuple[Wal, OwnershipGuard]:
         """Write the replica record naming this broker leader (compare-and-set: followers stop taking the
         old leader's records as they see it), claim the topic, and start leading."""
@@ -199,7 +200,8 @@ class ReplicatedTopics:
         history.truncate(start)
         history.begin(record.epoch, start)
         await asyncio.to_thread(save_epochs, wal.directory, history)
-        await self.store.delete(keys.storage_state(name.full))
+        if sealed_kv is not None:  # consumed: the next load must not trust it again
+            await self.store.compare_and_delete(sealed_kv.key, expected_version=sealed_kv.version)
         leader = ReplicaLeader(
             name,
             wal,
