@@ -139,8 +139,9 @@ class ClusterSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # <data_dir>/wal-stale for manual recovery, then deleted. With a tier it is exported, then deleted.
     superseded_wal_retention_seconds: float = 7 * 86_400.0
     # Replicated reliable topics (docs/replication.md): copies of each topic's WAL, the owner (leader)
-    # included; a namespace policy may override both. min_insync_replicas 0: a majority of the replicas.
-    replication_factor: int = 1
+    # included, capped by the live brokers; a namespace policy may override both. min_insync_replicas 0:
+    # a majority of the replicas. Standalone mode keeps one copy whatever this says.
+    replication_factor: int = 3
     min_insync_replicas: int = 0
     replica_max_lag_seconds: float = 10.0  # an in-sync follower that has not caught up this long leaves
     # Where this broker runs (a rack, an availability zone): a replicated topic's copies go to as many

@@ -47,6 +47,8 @@ async def start_member(
             "broker_addr": broker_addr,
             "admin_addr": admin_addr,
             "cluster.lease_ttl_seconds": 3,
+            # in-process members serve no gRPC, so nobody could follow a replicated topic: one copy
+            "cluster.replication_factor": 1,
             **overrides,
         },
         environ={},
