@@ -539,8 +539,11 @@ class AdminOps:
                         f"namespace {shown(ns)} has min_insync_replicas {new.min_insync_replicas}, more than "
                         f"replication_factor {new_factor}; give min_insync_replicas too"
                     )
-                value["replication_factor"] = new.replication_factor
-                value["min_insync_replicas"] = new.min_insync_replicas
+                # Only the fields given: the other one stays as stored (absent stays absent, not null).
+                if factor is not None:
+                    value["replication_factor"] = factor
+                if min_insync is not None:
+                    value["min_insync_replicas"] = min_insync
                 if await self.store.compare_and_set(key, value, expected_version=kv.version):
                     log.info(
                         "admin: namespace %s replication factor %s, min in-sync %s",
