@@ -153,6 +153,8 @@ async def test_an_invalid_setting_creates_nothing(member: Member) -> None:
     for setting, message in cases:
         with pytest.raises(InvalidArgument, match=message):
             await member.ops.create_topic("/default/bad", reliable=True, partitions=2, replication=setting)
+    with pytest.raises(InvalidArgument, match="apply to Reliable topics only"):
+        await member.ops.create_topic("/default/bad", reliable=False, replication=S(1, None))
     assert await member.ops.namespace_topics("default") == []
     assert await member.store.list("/topics/default/") == []
 

@@ -229,6 +229,10 @@ class AdminOps:
         """
         name = TopicName.parse(raw)
         if replication is not None:
+            if not reliable:  # only a Reliable topic's WAL is copied: the setting would silently do nothing
+                raise InvalidArgument(
+                    "replication_factor and min_insync_replicas apply to Reliable topics only"
+                )
             check_setting(ReplicationSetting(replication.replication_factor), 1)  # the factor's range
             self._refuse_copies_standalone(replication)
         if schema_subject:
