@@ -90,6 +90,7 @@ U32_EDGES = (0, 1, 2, 7, 100, 10_000, 10_001, 2**31, 2**32 - 1)
 I32_EDGES = (0, 1, 2, 3, 4, -1, 99, 2**31 - 1, -(2**31))
 _OFFSET_FIELDS = {"topic_offset", "first", "last", "upto", "start", "end", "next", "after_offset"}
 _ID_FIELDS = {"producer_id", "consumer_id", "id"}
+_REPLICATION_FIELDS = {"replication_factor", "min_insync_replicas"}
 _CLIENT_NAME_FIELDS = {"producer_name", "consumer_name", "subscription", "subscription_name"}
 
 
@@ -142,7 +143,7 @@ class Gen:
 
     def string(self, desc: FieldDescriptor) -> str:
         name, owner = desc.name, desc.containing_type.name
-        if name in ("name", "base_name") and owner in ("NamespaceRequest",):
+        if (name in ("name", "base_name") and owner in ("NamespaceRequest",)) or name == "namespace":
             return self._pick(ADMIN_NAMESPACES)
         if name in ("topic", "topic_name", "name", "base_name", "dead_letter_topic"):
             return self.topic()
@@ -171,6 +172,8 @@ class Gen:
             return rng.randint(0, 20)
         if name == "window" and rng.random() < 0.5:
             return rng.randint(0, 12)
+        if name in _REPLICATION_FIELDS and rng.random() < 0.7:
+            return rng.randint(0, 6)  # around the valid 1..5 (standalone: above 1 is refused)
         if desc.type == FieldDescriptor.TYPE_INT32:
             return rng.choice(I32_EDGES)
         if unsigned64:

@@ -18,17 +18,33 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from ister.broker.ownership import BrokerInfo
 from ister.broker.service import BrokerService
 from ister.broker.topic import NON_RELIABLE, RELIABLE
 from ister.core.dispatch import FailurePolicy
-from ister.core.replication import ReplicaRecord
+from ister.core.replication import MAX_REPLICATION_FACTOR, ReplicaRecord
+from ister.core.replication_policy import ReplicationSetting, check_setting, resolve
 from ister.core.schema import ValidationPolicy
-from ister.errors import AlreadyExists, FailedPrecondition, InvalidArgument, IsterError, NotFound
+from ister.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    IsterError,
+    NotFound,
+    Unavailable,
+)
 from ister.ids import PARTITION_MARKER, TopicName, shown, validate_client_name, validate_segment
 from ister.limits import MAX_NAME_LEN, MAX_WINDOW, MIN_WINDOW
 from ister.metadata import keys
-from ister.metadata.records import ConsumerIndexRecord, DispatchConfigRecord, SubscriptionRecord
+from ister.metadata.records import (
+    ConsumerIndexRecord,
+    DispatchConfigRecord,
+    NamespacePolicy,
+    SubscriptionRecord,
+    TopicReplication,
+)
 from ister.metadata.store import Compare, KeyValue, Put, list_all
 from ister.storage.objects import list_segments, topic_object_prefix
 
@@ -38,6 +54,8 @@ MAX_PARTITIONS = 1_000
 READ_CONCURRENCY = 32
 NO_LEADER = "not_found"
 DLQ_SUFFIX_LEN = len("-DLQ")
+POLICY_CAS_ATTEMPTS = 10  # a namespace policy changed by another broker meanwhile: read it again
+STANDALONE_ONE_COPY = "a standalone broker keeps one copy of each topic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +183,23 @@ class AdminOps:
             (kv.key for kv in await self._list_all(keys.namespace_topics_prefix(ns))), ns
         )
 
+    def _inherited_factor(self, policy: NamespacePolicy) -> int:
+        """The factor a topic of a namespace with this policy gets when it sets none itself (standalone:
+        one copy, whatever is configured or stored)."""
+        if self.broker.config.mode != "cluster":
+            return 1
+        c = self.broker.config.cluster
+        layers = [
+            ReplicationSetting(policy.replication_factor, policy.min_insync_replicas),
+            ReplicationSetting(c.replication_factor, c.min_insync_replicas),
+        ]
+        return resolve(layers, MAX_REPLICATION_FACTOR).factor
+
+    def _refuse_copies_standalone(self, setting: ReplicationSetting) -> None:
+        factor = setting.replication_factor
+        if self.broker.config.mode != "cluster" and factor is not None and factor > 1:
+            raise FailedPrecondition(f"replication_factor {factor}: {STANDALONE_ONE_COPY}")
+
     # -- topics -------------------------------------------------------------------------------------------
     async def list_namespace_topics(self, ns: str) -> list[TopicInfo]:
         await self._require_namespace(ns)
@@ -176,22 +211,39 @@ class AdminOps:
         return [TopicInfo(i.name, bid, i.delivery) for i in infos]
 
     async def create_topic(
-        self, raw: str, *, reliable: bool, partitions: int | None = None, schema_subject: str | None = None
+        self,
+        raw: str,
+        *,
+        reliable: bool,
+        partitions: int | None = None,
+        schema_subject: str | None = None,
+        replication: ReplicationSetting | None = None,
     ) -> list[str]:
         """Create a topic, or a partitioned topic (`{base}-part-0..N-1`); returns the topics created.
 
         Cluster mode: the topics are queued for the leader to assign (asynchronous, as Danube). Standalone:
         they are loaded at once. With a schema subject, the subject must be registered (checked before
         anything is created) and each topic is bound to it with policy warn and payload validation (tighten
-        it with UpdateTopicValidationPolicy).
+        it with UpdateTopicValidationPolicy). A replication setting is stored with each topic, in the
+        transaction that creates it (`keys.topic_replication`).
         """
         name = TopicName.parse(raw)
+        if replication is not None:
+            if not reliable:  # only a Reliable topic's WAL is copied: the setting would silently do nothing
+                raise InvalidArgument(
+                    "replication_factor and min_insync_replicas apply to Reliable topics only"
+                )
+            check_setting(ReplicationSetting(replication.replication_factor), 1)  # the factor's range
+            self._refuse_copies_standalone(replication)
         if schema_subject:
             await self.broker.schemas.require_subject(schema_subject)
         targets = _creation_targets(name, partitions)
         delivery = RELIABLE if reliable else NON_RELIABLE
+        stored = _replication_record(replication)
         async with self._lock:
-            await self._require_namespace(name.namespace)
+            ns_policy = await self._require_namespace(name.namespace)
+            if replication is not None:
+                check_setting(replication, self._inherited_factor(NamespacePolicy.lenient(ns_policy)))
             if await self._exists(name):
                 raise AlreadyExists(f"topic {name} already exists")
             if await self._partitions_of(name):
@@ -208,6 +260,8 @@ class AdminOps:
                     [
                         Put(keys.topic_root(t), 0),
                         Put(keys.topic_delivery(t), delivery),
+                        # before the topic is visible: its first load reads it (cluster/ownership.py)
+                        *([Put(keys.topic_replication(t), stored.to_json())] if stored is not None else []),
                         Put(keys.namespace_topic(t), None),
                     ],
                 )
@@ -460,6 +514,50 @@ class AdminOps:
             raise AlreadyExists(f"namespace {shown(ns)} already exists")
         log.info("admin: created namespace %s", ns)
 
+    async def set_namespace_replication(self, ns: str, setting: ReplicationSetting) -> NamespacePolicy:
+        """Set a namespace's replication factor and/or minimum in-sync set by compare-and-set, keeping its
+        other policies (also fields Ister does not know); returns the policy as stored."""
+        factor, min_insync = setting.replication_factor, setting.min_insync_replicas
+        if factor is None and min_insync is None:
+            raise InvalidArgument("nothing to set: give replication_factor, min_insync_replicas or both")
+        check_setting(ReplicationSetting(factor), 1)  # the factor's range, before anything is read
+        self._refuse_copies_standalone(setting)
+        validate_segment(ns, "namespace")
+        key = keys.namespace_policy(ns)
+        async with self._lock:  # against a concurrent delete here; other brokers: the compare-and-set
+            for _ in range(POLICY_CAS_ATTEMPTS):
+                kv = await self.store.get(key)
+                if kv is None:
+                    raise NotFound(f"namespace {shown(ns)} does not exist")
+                value = dict(kv.value) if isinstance(kv.value, dict) else {}
+                old = NamespacePolicy.lenient(value)
+                check_setting(setting, self._inherited_factor(old))
+                new = msgspec.structs.replace(
+                    old,
+                    replication_factor=factor if factor is not None else old.replication_factor,
+                    min_insync_replicas=min_insync if min_insync is not None else old.min_insync_replicas,
+                )
+                new_factor = self._inherited_factor(new)
+                if min_insync is None and (new.min_insync_replicas or 0) > new_factor:
+                    raise InvalidArgument(
+                        f"namespace {shown(ns)} has min_insync_replicas {new.min_insync_replicas}, more than "
+                        f"replication_factor {new_factor}; give min_insync_replicas too"
+                    )
+                # Only the fields given: the other one stays as stored (absent stays absent, not null).
+                if factor is not None:
+                    value["replication_factor"] = factor
+                if min_insync is not None:
+                    value["min_insync_replicas"] = min_insync
+                if await self.store.compare_and_set(key, value, expected_version=kv.version):
+                    log.info(
+                        "admin: namespace %s replication factor %s, min in-sync %s",
+                        ns,
+                        new.replication_factor,
+                        new.min_insync_replicas,
+                    )
+                    return new
+        raise Unavailable(f"the policy of namespace {shown(ns)} kept changing; retry")
+
     async def delete_namespace(self, ns: str) -> None:
         async with self._lock:
             await self._require_namespace(ns)
@@ -516,6 +614,14 @@ def _creation_targets(name: TopicName, partitions: int | None) -> list[TopicName
                 f"topic name {t.topic!r} is too long: at most {MAX_NAME_LEN - DLQ_SUFFIX_LEN} characters"
             )
     return targets
+
+
+def _replication_record(setting: ReplicationSetting | None) -> TopicReplication | None:
+    if setting is None or (setting.replication_factor is None and setting.min_insync_replicas is None):
+        return None
+    return TopicReplication(
+        replication_factor=setting.replication_factor, min_insync_replicas=setting.min_insync_replicas
+    )
 
 
 def policies_json(policies: dict[str, Any]) -> str:

@@ -40,7 +40,9 @@ admin_app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Administer brokers through the admin gRPC API."
 )
 topics_app = typer.Typer(no_args_is_help=True, help="Topics: list, describe, create, delete, unload, ...")
-namespaces_app = typer.Typer(no_args_is_help=True, help="Namespaces: list, create, delete, policies.")
+namespaces_app = typer.Typer(
+    no_args_is_help=True, help="Namespaces: list, create, delete, policies, set-replication."
+)
 brokers_app = typer.Typer(
     no_args_is_help=True, help="Brokers: list, leader, drain, activate, balance, rebalance."
 )
@@ -71,6 +73,16 @@ AdminAddr = Annotated[
 OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table or json")]
 TopicArg = Annotated[str, typer.Argument(help="topic name, /namespace/topic")]
 SubscriptionOpt = Annotated[str, typer.Option("--subscription", "-s", help="subscription name")]
+# Checked by the broker (1..5, 1..factor): one place for the rules, and its messages name the factor that
+# applies when only the minimum is given.
+ReplicationFactorOpt = Annotated[
+    int | None,
+    typer.Option("--replication-factor", help="copies of each topic in a cluster (1..5)"),
+]
+MinInsyncOpt = Annotated[
+    int | None,
+    typer.Option("--min-insync", help="in-sync copies a publish needs (1..replication factor)"),
+]
 
 
 # -- plumbing -------------------------------------------------------------------------------------------
@@ -342,56 +354,92 @@ def topics_create(
     validation_policy: Annotated[
         str, typer.Option("--validation-policy", help="with --schema-subject: none|warn|enforce")
     ] = "enforce",
+    replication_factor: ReplicationFactorOpt = None,
+    min_insync: MinInsyncOpt = None,
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Create a topic, or a partitioned topic with --partitions."""
+    """Create a topic, or a partitioned topic with --partitions. In a cluster, --replication-factor and
+    --min-insync set its copies (Reliable topics; default: the namespace policy's, else the broker's)."""
     name = topic_name(topic)
     strategy = pb.Reliable if reliable else pb.NonReliable
     delivery = "Reliable" if reliable else "NonReliable"
+    replication = _replication_fields(replication_factor, min_insync)
+    copies = "".join(f", {k} {v}" for k, v in replication.items())
     if schema_subject:
-        _create_with_schema(name, partitions, strategy, schema_subject, validation_policy, admin_addr)
+        _create_with_schema(
+            name, partitions, strategy, schema_subject, validation_policy, admin_addr, replication
+        )
         emit_done(
             output,
-            f"created topic {name} ({delivery}) with schema subject {schema_subject} ({validation_policy})",
+            f"created topic {name} ({delivery}{copies}) with schema subject {schema_subject} "
+            f"({validation_policy})",
             topic=name,
             delivery=delivery,
             schema_subject=schema_subject,
             validation_policy=validation_policy,
+            **replication,
         )
         return
     if partitions is None:
-        request: Any = pb.NewTopicRequest(name=name, dispatch_strategy=strategy)
+        request: Any = _with(pb.NewTopicRequest(name=name, dispatch_strategy=strategy), replication)
         call(admin_addr, lambda s: s.topics.CreateTopic(request, **_timeout()))
-        emit_done(output, f"created topic {name} ({delivery})", topic=name, delivery=delivery)
+        emit_done(
+            output, f"created topic {name} ({delivery}{copies})", topic=name, delivery=delivery, **replication
+        )
     else:
-        request = pb.PartitionedTopicRequest(
-            base_name=name, partitions=partitions, dispatch_strategy=strategy
+        request = _with(
+            pb.PartitionedTopicRequest(base_name=name, partitions=partitions, dispatch_strategy=strategy),
+            replication,
         )
         call(admin_addr, lambda s: s.topics.CreatePartitionedTopic(request, **_timeout()))
         emit_done(
             output,
-            f"created partitioned topic {name} with {partitions} partitions ({delivery})",
+            f"created partitioned topic {name} with {partitions} partitions ({delivery}{copies})",
             topic=name,
             partitions=partitions,
             delivery=delivery,
+            **replication,
         )
 
 
+def _replication_fields(factor: int | None, min_insync: int | None) -> dict[str, int]:
+    """The request fields for --replication-factor / --min-insync (only those given)."""
+    fields = {"replication_factor": factor, "min_insync_replicas": min_insync}
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _with(request: T, fields: dict[str, int]) -> T:
+    for key, value in fields.items():
+        setattr(request, key, value)
+    return request
+
+
 def _create_with_schema(
-    name: str, partitions: int | None, strategy: Any, subject: str, policy: str, admin_addr: str
+    name: str,
+    partitions: int | None,
+    strategy: Any,
+    subject: str,
+    policy: str,
+    admin_addr: str,
+    replication: dict[str, int],
 ) -> None:
     from ister.cli.schemas import set_topic_policy
 
     if policy.lower() not in ("none", "warn", "enforce"):
         fail(f"--validation-policy must be none, warn or enforce, not {policy!r}")
     if partitions is None:
-        request: Any = pb.NewTopicRequest(name=name, dispatch_strategy=strategy, schema_subject=subject)
+        request: Any = _with(
+            pb.NewTopicRequest(name=name, dispatch_strategy=strategy, schema_subject=subject), replication
+        )
         call(admin_addr, lambda s: s.topics.CreateTopic(request, **_timeout()))
         created = [name]
     else:
-        request = pb.PartitionedTopicRequest(
-            base_name=name, partitions=partitions, dispatch_strategy=strategy, schema_subject=subject
+        request = _with(
+            pb.PartitionedTopicRequest(
+                base_name=name, partitions=partitions, dispatch_strategy=strategy, schema_subject=subject
+            ),
+            replication,
         )
         call(admin_addr, lambda s: s.topics.CreatePartitionedTopic(request, **_timeout()))
         created = [f"{name}-part-{i}" for i in range(partitions)]
@@ -722,6 +770,30 @@ def namespaces_delete(
         admin_addr, lambda s: s.namespaces.DeleteNamespace(pb.NamespaceRequest(name=namespace), **_timeout())
     )
     emit_done(output, f"deleted namespace {namespace}", namespace=namespace)
+
+
+@namespaces_app.command("set-replication")
+def namespaces_set_replication(
+    namespace: Annotated[str, typer.Argument(help="namespace")],
+    replication_factor: ReplicationFactorOpt = None,
+    min_insync: MinInsyncOpt = None,
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Set a namespace's replication policy (cluster mode): the copies its Reliable topics get when they
+    set none themselves. A value not given stays as it is. Applies when a topic is next loaded without
+    a replica record (new topics; a replicated topic keeps its replica record)."""
+    if replication_factor is None and min_insync is None:
+        fail("give --replication-factor, --min-insync or both")
+    fields = _replication_fields(replication_factor, min_insync)
+    request = _with(ister_pb.SetNamespaceReplicationRequest(namespace=namespace), fields)
+    response = call(admin_addr, lambda s: s.ister_admin.SetNamespaceReplication(request, **_timeout()))
+    stored = {
+        f: getattr(response, f) if response.HasField(f) else None
+        for f in ("replication_factor", "min_insync_replicas")
+    }
+    shown_policy = ", ".join(f"{k} {'(broker default)' if v is None else v}" for k, v in stored.items())
+    emit_done(output, f"namespace {namespace}: {shown_policy}", namespace=namespace, **stored)
 
 
 @namespaces_app.command("policies")

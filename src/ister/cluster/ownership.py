@@ -33,11 +33,11 @@ from ister.config import BrokerConfig
 from ister.core.cluster.load import imbalance, rank
 from ister.core.cluster.ownership import OwnerRecord, plan_load
 from ister.core.cluster.planner import ACTIVE, DRAINED, DRAINING
-from ister.core.replication import MAX_REPLICATION_FACTOR
+from ister.core.replication_policy import ReplicationSetting, resolve
 from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from ister.ids import TopicName, shown
 from ister.metadata import keys
-from ister.metadata.records import BrokerRegistration, NamespacePolicy, SealedState
+from ister.metadata.records import BrokerRegistration, NamespacePolicy, SealedState, TopicReplication
 from ister.metadata.store import MetadataStore, list_all
 from ister.security.peer import PeerSecret
 from ister.storage.topic_storage import TopicStorage
@@ -168,15 +168,23 @@ class ClusterOwnership:
 
     async def _replication_of(self, name: TopicName) -> tuple[int, int, int]:
         """(replication factor, copies it can have now (capped by the live brokers), min in-sync) for a
-        topic loaded for the first time: the namespace policy's, else the broker's. A topic placed on fewer
-        brokers than its factor gets its missing followers when brokers join."""
-        kv = await self.store.get(keys.namespace_policy(name.namespace))
-        policy = NamespacePolicy.lenient(kv.value if kv is not None else None)
+        topic loaded without a replica record: the topic's own setting, else the namespace policy's, else
+        the broker's, field by field. A topic placed on fewer brokers than its factor gets its missing
+        followers when brokers join."""
+        topic_kv = await self.store.get(keys.topic_replication(name))
+        topic = (
+            TopicReplication.parse(topic_kv.value) if topic_kv is not None else None
+        ) or TopicReplication()
+        ns_kv = await self.store.get(keys.namespace_policy(name.namespace))
+        policy = NamespacePolicy.lenient(ns_kv.value if ns_kv is not None else None)
         c = self.config.cluster
-        wanted = max(1, min(policy.replication_factor or c.replication_factor, MAX_REPLICATION_FACTOR))
-        placed = min(wanted, len(self.node.live_brokers()))
-        min_insync = policy.min_insync_replicas or c.min_insync_replicas or wanted // 2 + 1
-        return wanted, placed, max(1, min(min_insync, wanted))
+        layers = [
+            ReplicationSetting(topic.replication_factor, topic.min_insync_replicas),
+            ReplicationSetting(policy.replication_factor, policy.min_insync_replicas),
+            ReplicationSetting(c.replication_factor, c.min_insync_replicas),
+        ]
+        r = resolve(layers, len(self.node.live_brokers()))
+        return r.factor, r.placed, r.min_insync
 
     async def _open_single(self, name: TopicName, storage: TopicStorage) -> tuple[Wal, OwnershipGuard]:
         """One copy: the local WAL of the last loader, else a new one after the seal or the reservation."""

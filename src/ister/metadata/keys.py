@@ -237,6 +237,11 @@ def topic_policy(topic: TopicLike) -> str:
     return f"{topic_prefix(topic)}policy"
 
 
+def topic_replication(topic: TopicLike) -> str:
+    """The topic's own replication factor and minimum in-sync set (an Ister addition)."""
+    return f"{topic_prefix(topic)}replication"
+
+
 def topic_schema_subject(topic: TopicLike) -> str:
     return f"{topic_prefix(topic)}schema_subject"
 

@@ -119,6 +119,17 @@ class NamespacePolicy(Record, frozen=True):
         return cls(**fields)
 
 
+class TopicReplication(Record, frozen=True):
+    """`/topics/{ns}/{topic}/replication` (Ister): the topic's own replication setting, given at creation;
+    None: the namespace policy's, else the broker's (core.replication_policy)."""
+
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in msgspec.to_builtins(self).items() if v is not None}
+
+
 class BrokerRegistration(Record, frozen=True):
     """`/cluster/register/{id}` (Danube v0.15 names and the older layout's, docs/metadata.md)."""
 

@@ -26,6 +26,7 @@ from ister.server.handlers import add_service
 from ister.server.schema_api import add_schema_service
 from ister.server.security_api import ApiKeyExchangeServicer, IsterAdminServicer, SecurityAdminServicer
 from ister.server.tls import bind
+from ister.wire.convert import replication_from_wire
 from ister.wire.enums import reliable_from_wire
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
@@ -116,6 +117,7 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
             request.name,
             reliable=reliable_from_wire(request.dispatch_strategy, "dispatch_strategy"),
             schema_subject=request.schema_subject if request.HasField("schema_subject") else None,
+            replication=replication_from_wire(request),
         )
         return pb.TopicResponse(success=True)
 
@@ -128,6 +130,7 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
             reliable=reliable_from_wire(request.dispatch_strategy, "dispatch_strategy"),
             partitions=request.partitions,
             schema_subject=request.schema_subject if request.HasField("schema_subject") else None,
+            replication=replication_from_wire(request),
         )
         return pb.TopicResponse(success=True)
 
@@ -366,7 +369,7 @@ def add_admin_services(
     add_service(server, SecurityAdminServicer(rbac), pb, "SecurityAdmin")
     if api_keys is not None:
         groups = broker.consumer_refs.partition_groups
-        add_service(server, IsterAdminServicer(api_keys, groups), ister_pb, "IsterAdmin")
+        add_service(server, IsterAdminServicer(api_keys, groups, ops), ister_pb, "IsterAdmin")
         add_service(server, ApiKeyExchangeServicer(api_keys), ister_pb, "Ister", only={"ExchangeApiKey"})
     add_schema_service(server, broker)  # Danube serves the registry on both ports
     return ops

@@ -43,6 +43,10 @@ def _namespace(request: Any) -> Resource:
     return Resource("namespace", request.name.strip("/"))
 
 
+def _field_namespace(request: Any) -> Resource:
+    return Resource("namespace", request.namespace.strip("/"))
+
+
 def _msg_topic(request: Any) -> Resource:
     return topic_resource(request.msg_id.topic_name) if request.HasField("msg_id") else CLUSTER
 
@@ -131,6 +135,8 @@ RULES[f"/{_IA}RevokeApiKey"] = Rule("ManageCluster", _cluster, change=True)
 RULES[f"/{_IA}ListApiKeys"] = Rule("ManageCluster", _cluster)
 RULES[f"/{_IA}CreateToken"] = Rule("ManageCluster", _cluster, change=True, audited=_token_audit)
 RULES[f"/{_IA}ListPartitionAssignments"] = Rule("ManageTopic", T_TOPIC)
+# the namespace's policy record, as CreateNamespace writes it
+RULES[f"/{_IA}SetNamespaceReplication"] = Rule("ManageNamespace", _field_namespace, change=True)
 for _m in ("CreateRole", "DeleteRole", "CreateBinding", "DeleteBinding"):
     RULES[f"/{_A}SecurityAdmin/{_m}"] = Rule("ManageCluster", _cluster, change=True)
 for _m in ("GetRole", "ListRoles", "GetBinding", "ListBindings", "ListAllBindings"):

@@ -1,18 +1,22 @@
 """`danube_admin.SecurityAdmin`: roles and bindings (Danube's RPCs and status codes, docs/security.md), and
-Ister's `ister.v1.IsterAdmin`: API keys (Danube's admin proto has none)."""
+Ister's `ister.v1.IsterAdmin`: API keys (Danube's admin proto has none), partition assignments and namespace
+replication."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from ister.broker.admin_ops import AdminOps
 from ister.broker.partition_groups import PartitionGroups
+from ister.core.replication_policy import ReplicationSetting
 from ister.errors import FailedPrecondition
 from ister.ids import TopicName
 from ister.security.api_keys import ApiKey, ApiKeyStore
 from ister.security.rbac import Binding, Role
 from ister.security.rbac_store import RbacStore
 from ister.server.errors import unary
+from ister.wire.convert import replication_from_wire
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
 from ister.wire.gen import ister_v1_pb2 as ipb
@@ -132,9 +136,27 @@ class ApiKeyExchangeServicer:
 
 
 class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
-    def __init__(self, api_keys: ApiKeyStore, groups: PartitionGroups | None = None) -> None:
+    def __init__(
+        self, api_keys: ApiKeyStore, groups: PartitionGroups | None = None, ops: AdminOps | None = None
+    ) -> None:
         self.api_keys = api_keys
         self.groups = groups
+        self.ops = ops
+
+    @unary
+    async def SetNamespaceReplication(
+        self, request: ipb.SetNamespaceReplicationRequest, context: Ctx
+    ) -> ipb.SetNamespaceReplicationResponse:
+        if self.ops is None:
+            raise FailedPrecondition("this server does not administer namespaces")
+        setting = replication_from_wire(request) or ReplicationSetting()
+        policy = await self.ops.set_namespace_replication(request.namespace, setting)
+        out = ipb.SetNamespaceReplicationResponse()
+        if policy.replication_factor:
+            out.replication_factor = policy.replication_factor
+        if policy.min_insync_replicas:
+            out.min_insync_replicas = policy.min_insync_replicas
+        return out
 
     @unary
     async def ListPartitionAssignments(

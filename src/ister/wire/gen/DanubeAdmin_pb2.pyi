@@ -173,14 +173,18 @@ class NamespaceResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ...) -> None: ...
 
 class NewTopicRequest(_message.Message):
-    __slots__ = ("name", "schema_subject", "dispatch_strategy")
+    __slots__ = ("name", "schema_subject", "dispatch_strategy", "replication_factor", "min_insync_replicas")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_SUBJECT_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     name: str
     schema_subject: str
     dispatch_strategy: DispatchStrategy
-    def __init__(self, name: _Optional[str] = ..., schema_subject: _Optional[str] = ..., dispatch_strategy: _Optional[_Union[DispatchStrategy, str]] = ...) -> None: ...
+    replication_factor: int
+    min_insync_replicas: int
+    def __init__(self, name: _Optional[str] = ..., schema_subject: _Optional[str] = ..., dispatch_strategy: _Optional[_Union[DispatchStrategy, str]] = ..., replication_factor: _Optional[int] = ..., min_insync_replicas: _Optional[int] = ...) -> None: ...
 
 class TopicRequest(_message.Message):
     __slots__ = ("name",)
@@ -195,16 +199,20 @@ class TopicResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ...) -> None: ...
 
 class PartitionedTopicRequest(_message.Message):
-    __slots__ = ("base_name", "partitions", "schema_subject", "dispatch_strategy")
+    __slots__ = ("base_name", "partitions", "schema_subject", "dispatch_strategy", "replication_factor", "min_insync_replicas")
     BASE_NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_SUBJECT_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     base_name: str
     partitions: int
     schema_subject: str
     dispatch_strategy: DispatchStrategy
-    def __init__(self, base_name: _Optional[str] = ..., partitions: _Optional[int] = ..., schema_subject: _Optional[str] = ..., dispatch_strategy: _Optional[_Union[DispatchStrategy, str]] = ...) -> None: ...
+    replication_factor: int
+    min_insync_replicas: int
+    def __init__(self, base_name: _Optional[str] = ..., partitions: _Optional[int] = ..., schema_subject: _Optional[str] = ..., dispatch_strategy: _Optional[_Union[DispatchStrategy, str]] = ..., replication_factor: _Optional[int] = ..., min_insync_replicas: _Optional[int] = ...) -> None: ...
 
 class SubscriptionRequest(_message.Message):
     __slots__ = ("topic", "subscription")

@@ -105,6 +105,24 @@ class ListPartitionAssignmentsResponse(_message.Message):
     assignments: _containers.RepeatedCompositeFieldContainer[PartitionAssignment]
     def __init__(self, assignments: _Optional[_Iterable[_Union[PartitionAssignment, _Mapping]]] = ...) -> None: ...
 
+class SetNamespaceReplicationRequest(_message.Message):
+    __slots__ = ("namespace", "replication_factor", "min_insync_replicas")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    replication_factor: int
+    min_insync_replicas: int
+    def __init__(self, namespace: _Optional[str] = ..., replication_factor: _Optional[int] = ..., min_insync_replicas: _Optional[int] = ...) -> None: ...
+
+class SetNamespaceReplicationResponse(_message.Message):
+    __slots__ = ("replication_factor", "min_insync_replicas")
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    replication_factor: int
+    min_insync_replicas: int
+    def __init__(self, replication_factor: _Optional[int] = ..., min_insync_replicas: _Optional[int] = ...) -> None: ...
+
 class LookupRequest(_message.Message):
     __slots__ = ("topic",)
     TOPIC_FIELD_NUMBER: _ClassVar[int]

@@ -409,6 +409,11 @@ class IsterAdminStub:
                 request_serializer=ister__v1__pb2.ListPartitionAssignmentsRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.ListPartitionAssignmentsResponse.FromString,
                 _registered_method=True)
+        self.SetNamespaceReplication = channel.unary_unary(
+                '/ister.v1.IsterAdmin/SetNamespaceReplication',
+                request_serializer=ister__v1__pb2.SetNamespaceReplicationRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.SetNamespaceReplicationResponse.FromString,
+                _registered_method=True)
 
 
 class IsterAdminServicer:
@@ -453,6 +458,17 @@ class IsterAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetNamespaceReplication(self, request, context):
+        """A namespace's replication policy (docs/replication.md): a field given replaces the stored one, a field
+        absent keeps it; the namespace's other policies are kept. Applies to its topics that have no replication
+        setting of their own, when they are first loaded. INVALID_ARGUMENT for a factor outside 1..5 or a
+        minimum outside 1..factor (or neither given), NOT_FOUND for an unknown namespace, FAILED_PRECONDITION
+        for a factor above 1 on a standalone broker.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -480,6 +496,11 @@ def add_IsterAdminServicer_to_server(servicer, server):
                     servicer.ListPartitionAssignments,
                     request_deserializer=ister__v1__pb2.ListPartitionAssignmentsRequest.FromString,
                     response_serializer=ister__v1__pb2.ListPartitionAssignmentsResponse.SerializeToString,
+            ),
+            'SetNamespaceReplication': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNamespaceReplication,
+                    request_deserializer=ister__v1__pb2.SetNamespaceReplicationRequest.FromString,
+                    response_serializer=ister__v1__pb2.SetNamespaceReplicationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -618,6 +639,33 @@ class IsterAdmin:
             '/ister.v1.IsterAdmin/ListPartitionAssignments',
             ister__v1__pb2.ListPartitionAssignmentsRequest.SerializeToString,
             ister__v1__pb2.ListPartitionAssignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNamespaceReplication(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/SetNamespaceReplication',
+            ister__v1__pb2.SetNamespaceReplicationRequest.SerializeToString,
+            ister__v1__pb2.SetNamespaceReplicationResponse.FromString,
             options,
             channel_credentials,
             insecure,
