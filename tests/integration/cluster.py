@@ -23,9 +23,9 @@ WAIT = 20.0  # generous upper bound for cluster reactions (lease TTL is 2 s in t
 LEASE_TTL = 2
 # The product's default is 3 copies per reliable topic; most cluster tests were written for (and check the
 # offsets, seals and reservations of) the single-copy path, which stays a supported setting, so they ask for
-# it. Replication tests pass their own `ISTER_CLUSTER__REPLICATION_FACTOR`; `ISTER_TEST_CLUSTER_RF` runs
+# it. Replication tests pass their own `ISTER_CLUSTER__REPLICATION_FACTOR`; `TEST_CLUSTER_RF` runs
 # every other cluster test at another factor, to look for what replication changes.
-SINGLE_COPY = {"ISTER_CLUSTER__REPLICATION_FACTOR": os.environ.get("ISTER_TEST_CLUSTER_RF", "1")}
+SINGLE_COPY = {"ISTER_CLUSTER__REPLICATION_FACTOR": os.environ.get("TEST_CLUSTER_RF", "1")}
 
 
 class Cluster:

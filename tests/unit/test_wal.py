@@ -435,6 +435,47 @@ async def test_directory_is_locked_while_open(tmp_path: Path) -> None:
     await again.close()
 
 
+async def test_an_open_cancelled_during_recovery_leaves_the_directory_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelling an open while its recovery runs in a thread (a follower stopped for a promotion) must
+    not leave the directory locked by nobody: the next open of it succeeds."""
+    import ister.storage.wal.wal as wal_module
+
+    entered, release, finished = threading.Event(), threading.Event(), threading.Event()
+    real_recover = wal_module.recover
+
+    def slow_recover(*args: object, **kwargs: object) -> object:
+        entered.set()
+        release.wait(10)
+        try:
+            return real_recover(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(wal_module, "recover", slow_recover)
+    opening = asyncio.ensure_future(Wal.open(tmp_path, WalConfig()))
+    await asyncio.to_thread(entered.wait, 10)
+    opening.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    release.set()
+    monkeypatch.setattr(wal_module, "recover", real_recover)
+    await asyncio.to_thread(finished.wait, 10)  # the abandoned recovery has claimed the directory
+    deadline = asyncio.get_running_loop().time() + 5
+    while True:  # its result reaches the loop, which gives the claim back
+        try:
+            wal = await Wal.open(tmp_path, WalConfig())
+            break
+        except StorageError as e:
+            print("retry", e)
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.01)
+    await wal.append([b"x"])
+    await wal.close()
+
+
 async def test_reopen_continues_offsets(tmp_path: Path) -> None:
     await write_records(tmp_path, 100)
     wal = await Wal.open(tmp_path, SMALL_SEGMENTS)

@@ -170,6 +170,8 @@ class ReplicaManager:
                 await self.stop_following(topic)
                 await self._drop_copy(topic)
         for topic in wanted:
+            if topic in self.leading:
+                continue  # a load began while this pass awaited: its WAL is the leader's now
             follower = self.followers.get(topic)
             if follower is None:
                 follower = ReplicaFollower(

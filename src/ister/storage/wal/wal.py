@@ -159,14 +159,23 @@ class Wal:
         config = config if config is not None else WalConfig()
         directory = Path(directory)
         loop = asyncio.get_running_loop()
-        recovered = await asyncio.to_thread(
-            recover,
-            directory,
-            start_offset,
-            index_every_frames=config.index_every_frames,
-            index_every_bytes=config.index_every_bytes,
-            lock_root=lock_root,
+        recovery = asyncio.ensure_future(
+            asyncio.to_thread(
+                recover,
+                directory,
+                start_offset,
+                index_every_frames=config.index_every_frames,
+                index_every_bytes=config.index_every_bytes,
+                lock_root=lock_root,
+            )
         )
+        try:
+            recovered = await asyncio.shield(recovery)
+        except asyncio.CancelledError:
+            # The recovery runs on in its thread and takes the directory's lock: without this the lock
+            # would stay taken by nobody and every later open of the directory would fail.
+            recovery.add_done_callback(_release_recovered)
+            raise
         try:
             label = label or f"/{directory.parent.name}/{directory.name}"
             wal = cls(directory, config, recovered, loop, label, pool or default_pool())
@@ -646,6 +655,11 @@ class Wal:
                 )
             self._closed = True
             self._wake_readers()
+
+
+def _release_recovered(job: asyncio.Future[Recovered]) -> None:
+    if not job.cancelled() and job.exception() is None:
+        job.result().release()
 
 
 def _unlink_all(paths: list[Path], directory: Path) -> None:
