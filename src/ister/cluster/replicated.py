@@ -264,6 +264,11 @@ def peer_credentials(config: BrokerConfig) -> Credentials:
     if client is None:
         return NO_CREDENTIALS
     mutual = client.client_ca_file is not None
+    if tls.peer_ca_file is None and not mutual:
+        log.warning(
+            "TLS on the client port without security.tls.peer_ca_file: replication streams verify the "
+            "other brokers' certificates against the system roots; set it when they come from a private CA"
+        )
     return Credentials(
         tls_ca=tls.peer_ca_file or client.client_ca_file,
         cert_file=client.cert_file if mutual else None,

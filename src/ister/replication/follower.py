@@ -37,6 +37,7 @@ ACK_IDLE_SECONDS = 1.0
 FETCH_MAX_BYTES = 4 * 1024 * 1024
 RETRY_SECONDS = 0.2
 MAX_RETRY_SECONDS = 2.0
+WARN_EVERY_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,7 @@ class ReplicaFollower:
         self._task: asyncio.Task[None] | None = None
         self._call: Any = None  # the open stream, cancelled when the leader changes
         self._epoch = 0
+        self._warned_at = -WARN_EVERY_SECONDS
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"follow {self.name.full}")
@@ -132,7 +134,7 @@ class ReplicaFollower:
             except asyncio.CancelledError:
                 raise
             except grpc.aio.AioRpcError as exc:
-                log.debug("%s: fetch failed: %s %s", self.name, exc.code(), exc.details())
+                self._fetch_failed(exc)
             except Exception as exc:
                 log.warning("%s: following the leader failed (%s); retrying", self.name, exc)
                 if self.wal is not None and self.wal.failed is not None:
@@ -144,6 +146,16 @@ class ReplicaFollower:
                 async with asyncio.timeout(delay):
                     await self._changed.wait()
             delay = min(delay * 2, MAX_RETRY_SECONDS)
+
+    def _fetch_failed(self, exc: grpc.aio.AioRpcError) -> None:
+        """Logged as a warning at most every `WARN_EVERY_SECONDS` (a leader that moved or died answers like
+        this for a moment; one that cannot be reached at all, e.g. a TLS peer CA missing, must be seen)."""
+        now = time.monotonic()
+        if now - self._warned_at >= WARN_EVERY_SECONDS:
+            self._warned_at = now
+            log.warning("%s: following the leader failed: %s %s", self.name, exc.code(), exc.details())
+        else:
+            log.debug("%s: fetch failed: %s %s", self.name, exc.code(), exc.details())
 
     async def _fetch_once(self) -> bool:
         """One stream from the leader, until it ends; False when there is nobody to follow right now."""
