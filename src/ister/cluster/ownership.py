@@ -69,6 +69,7 @@ class ClusterOwnership:
         self._sweeper: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
         self.replicated = ReplicatedTopics(node, config, store, storage, peer)
+        node.followed = self.replicated.manager.followed
 
     @property
     def broker_id(self) -> int:
