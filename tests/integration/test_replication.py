@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -112,6 +113,30 @@ async def test_an_acknowledged_record_survives_its_leaders_death(cluster: Cluste
     scraped = await asyncio.to_thread(scrape, cluster.process_of(leader).metrics_url)
     assert "ister_replica_lag_messages{" in scraped and "ister_under_min_isr_topics 0.0" in scraped
 
+    # A follower's load report counts its copy (docs/architecture.md §13): with records arriving while it
+    # reports (every second here), its follower totals show them; `brokers load` shows the same.
+    follower = next(b for b in record.replicas if b != leader)
+    async with Client(entry.url) as ister:
+        pub = await ister.producer(topic)
+
+        async def follower_load() -> dict[str, Any] | None:
+            payloads = [f"l{len(acked) + i}".encode() for i in range(20)]
+            acked.update(zip(await pub.send_batch(payloads), payloads, strict=True))
+            report = await cluster.load_report(follower)
+            busy = report and report.get("followed_topics", 0) >= 1 and report["follower_message_rate"] > 0
+            return report if busy and report["follower_byte_rate"] > 0 else None
+
+        loaded = await cluster.until(follower_load, "the follower's load report shows its copy", 30)
+        await pub.flush()
+    assert all(t["topic_name"] != topic for t in loaded["topics"])  # a copy, not a led topic
+    cli = [*ISTER, "admin", "brokers", "load", "--admin-addr", admin_addr, "-o", "json"]
+    done = await asyncio.to_thread(
+        subprocess.run, cli, check=True, capture_output=True, text=True, timeout=60
+    )
+    shown = {row["broker_id"]: row for row in json.loads(done.stdout)}
+    assert shown[follower]["followed_topics"] >= 1 and shown[leader]["topics"] >= 1
+    assert sorted(acked) == list(range(len(acked)))
+
     # The followers hold everything acknowledged: kill the leader, and its disk with it.
     victim = cluster.process_of(leader)
     victim.kill9()
@@ -128,8 +153,9 @@ async def test_an_acknowledged_record_survives_its_leaders_death(cluster: Cluste
     more = await publish(survivor.url, topic, "b", 500)
     failover = time.monotonic() - started
     # Offsets continue densely after the last acknowledged one: no reservation gap.
-    assert sorted(more) == list(range(1_000, 1_500)), sorted(more)[:3]
-    got = await read_all(survivor.url, topic, 1_500)
+    end = len(acked) + 500
+    assert sorted(more) == list(range(len(acked), end)), sorted(more)[:3]
+    got = await read_all(survivor.url, topic, end)
     assert got == {**acked, **more}
     print(f"failover to a follower and 500 more acknowledged: {failover:.2f} s")
 
@@ -398,6 +424,13 @@ async def test_drain_moves_leaderships_and_replicas_away(tmp_path: Path, etcd_se
 
         after = await four.until(moved_away, "leadership and copy moved off the drained broker", 60)
         assert len(after.replicas) == 3
+
+        async def idle_report() -> bool:
+            report = await four.load_report(drained)
+            return bool(report) and not report["topics"] and report.get("followed_topics") == 0
+
+        # Its load report shows it: no led topic, no follower copy left.
+        await four.until(idle_report, "the drained broker reports neither topics nor copies", 30)
         url = four.process_of(after.leader).url
         acked.update(await publish(url, topic, "b", 100))
         assert await read_all(url, topic, 400) == acked

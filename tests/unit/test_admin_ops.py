@@ -16,6 +16,7 @@ from ister.broker.service import BrokerService
 from ister.config import load_config
 from ister.core.dispatch import SubType
 from ister.core.record import StoredMessage
+from ister.errors import FailedPrecondition
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
@@ -481,6 +482,9 @@ async def test_drain_and_rebalance_need_cluster_mode(admin: Admin) -> None:
             await call
         assert info.value.code() == Code.FAILED_PRECONDITION
         assert "cluster mode" in (info.value.details() or "")
+    # Ister's broker load view (IsterAdmin.ListBrokerLoads) reads the same cluster-only reports.
+    with pytest.raises(FailedPrecondition, match="cluster mode"):
+        await admin.ops.ownership.load_reports()
 
 
 async def test_start_admin_server_and_bind_errors(tmp_path: Path) -> None:

@@ -16,19 +16,25 @@ from ister.core.cluster.assignment import BrokerSelector, Marker
 from ister.core.cluster.load import (
     CPU,
     DISK_IO,
+    FOLLOWER_WEIGHT,
     MEMORY,
     NETWORK_IO,
+    STRATEGIES,
     LoadReport,
     Rates,
     RateTracker,
     TopicLoad,
+    follower_load,
     imbalance,
     imbalance_of,
     place_topic,
     rank,
     rank_balanced,
     rank_fair,
+    rank_replica_candidates,
     rank_weighted_load,
+    replica_placement_load,
+    spread_over_zones,
     topic_load_score,
     weighted_load_metrics,
     weighted_load_score,
@@ -152,6 +158,44 @@ def test_report_parse_never_raises(value: Any) -> None:
     LoadReport.parse({"broker_id": 1, "resources_usage": value})
 
 
+def test_report_follower_fields_round_trip() -> None:
+    """The Ister extension: a broker's follower copies, totals only (docs/metadata.md)."""
+    report = LoadReport.build(
+        4, 10, topics("n", 1), followed_topics=3, follower_rates=Rates(250.4, 2_500_000.0)
+    )
+    assert (report.followed_topics, report.follower_message_rate, report.follower_byte_rate) == (
+        3,
+        250,
+        2_500_000,
+    )
+    assert report.follower_throughput_mbps == 2.5
+    assert report.total_message_rate == 0  # the led topics' totals are unchanged by the copies
+    wire = report.to_json()
+    assert wire["followed_topics"] == 3 and wire["follower_throughput_mbps"] == 2.5
+    import msgspec
+
+    assert LoadReport.parse(msgspec.json.encode(wire)) == report
+    # Without copies the report is Danube's shape: the extension's fields are left out.
+    assert "followed_topics" not in LoadReport.build(4, 10, topics("n", 1)).to_json()
+
+
+def test_report_without_follower_fields_parses_as_zero() -> None:
+    """Danube's reports and Ister's before the extension: no follower fields, no follower load."""
+    report = LoadReport.parse(DANUBE_REPORT)
+    assert report is not None
+    assert (report.followed_topics, report.follower_message_rate, report.follower_byte_rate) == (0, 0, 0)
+    assert report.follower_throughput_mbps == 0.0 and follower_load(report) == 0.0
+    # Lenient as the rest: unknown neighbours ignored; a bad follower value rejects the report.
+    assert LoadReport.parse({**DANUBE_REPORT, "followed_topics": 2, "x": 1}) is not None
+    for bad in (
+        {"followed_topics": -1},
+        {"follower_message_rate": 1.5},
+        {"follower_byte_rate": "many"},
+        {"follower_throughput_mbps": float("inf")},
+    ):
+        assert LoadReport.parse({**DANUBE_REPORT, **bad}) is None, bad
+
+
 def test_report_build_computes_totals() -> None:
     a = TopicLoad.build("/n/a", message_rate=10.4, byte_rate=1_500_000, producer_count=1, backlog_messages=5)
     b = TopicLoad.build("/n/b", message_rate=2.6, byte_rate=500_000, consumer_count=2)
@@ -213,6 +257,66 @@ def test_topic_load_score_seed_formula() -> None:
     report = LoadReport.build(1, 0, [t, TopicLoad(topic_name="/n/idle")])
     assert weighted_topic_load(report) == pytest.approx(4.5 + 0.2)
     assert weighted_topic_load(LoadReport.empty(1)) == 0.0
+
+
+def followers(report: LoadReport, copies: int, mbps: float = 0.0) -> LoadReport:
+    """`report` with `copies` follower copies appending `mbps` MB/s together."""
+    import msgspec
+
+    return msgspec.structs.replace(
+        report,
+        followed_topics=copies,
+        follower_byte_rate=round(mbps * 1e6),
+        follower_throughput_mbps=mbps,
+        follower_message_rate=round(mbps * 1000),
+    )
+
+
+def test_follower_load_is_half_a_led_topics_disk_and_network_part() -> None:
+    hot = TopicLoad.build("/n/hot", byte_rate=4e6, producer_count=2, consumer_count=3, backlog_messages=1)
+    led = LoadReport.build(1, 0, [hot])
+    # The same traffic as a follower copy: 0.5 x (0.2 + 0.3 x 4 MB/s); no connections, no backlog.
+    copy = followers(LoadReport.build(2, 0), 1, mbps=4.0)
+    assert follower_load(copy) == pytest.approx(FOLLOWER_WEIGHT * (0.2 + 1.2))
+    assert weighted_topic_load(copy) == pytest.approx(0.7)
+    assert weighted_topic_load(led) == pytest.approx(topic_load_score(hot))
+    assert weighted_topic_load(followers(led, 1, 4.0)) == pytest.approx(topic_load_score(hot) + 0.7)
+
+
+def test_every_strategy_counts_follower_copies() -> None:
+    """Two brokers leading the same; one also follows 40 busy topics: it ranks as the more loaded one."""
+    base = {b: LoadReport.build(b, 0, topics(f"b{b}", 10, mbps=0.5), cpu=30, memory=30) for b in (1, 2)}
+    reports = {1: followers(base[1], 40, mbps=60.0), 2: base[2]}
+    # Fair: 10 led + 40 copies at half a topic each.
+    assert rank_fair(reports) == [(2, 10), (1, 30)]
+    # Balanced: 0.3 x (topic load + follower load) + 0.35 x CPU + 0.35 x memory.
+    led = weighted_topic_load(base[1])
+    assert rank_balanced(reports) == [(2, int(0.3 * led + 21)), (1, int(0.3 * (led + 0.5 * 22) + 21))]
+    # WeightedLoad: throughput (5 + 0.5 x 60 MB/s) and topic load are its bottleneck.
+    metrics = weighted_load_metrics(reports)
+    assert metrics[1][2] == 1.0 and metrics[2][2] == pytest.approx(5 / 35)
+    assert metrics[1][3] == 1.0 and metrics[2][3] < 0.5
+    assert [b for b, _ in rank_weighted_load(reports)] == [2, 1]
+    # Every strategy: the broker busy with copies ranks last.
+    assert all(rank(s, reports)[-1][0] == 1 for s in STRATEGIES)
+
+
+def test_rebalancing_moves_led_topics_off_a_broker_busy_with_copies() -> None:
+    """Equal led load, but broker 1 also follows busy topics: the planner sees it overloaded and moves one
+    of its led topics; the topic's share excludes the copies (they do not move with it)."""
+    base = {b: LoadReport.build(b, 0, topics(f"b{b}", 4, mbps=1.0), cpu=1, memory=1) for b in (1, 2, 3)}
+    reports = {**base, 1: followers(base[1], 30, mbps=40.0)}
+    planner = RebalancePlanner(RebalanceConfig.preset("aggressive", enabled=True), "balanced")
+    without = planner.plan(base, {1, 2, 3}, seen(base), [], 1_000.0)
+    assert without.status == "balanced"
+    decision = planner.plan(reports, {1, 2, 3}, seen(reports), [], 1_000.0)
+    assert decision.status == "move" and decision.move is not None
+    assert decision.move.from_broker == 1 and decision.move.to_broker == 2
+    loads = dict(decision.rankings)
+    share = planner._share(reports[1], loads[1], decision.move.topic)
+    topic = reports[1].topic(decision.move.topic)
+    assert topic is not None
+    assert share == pytest.approx(loads[1] * topic_load_score(topic) / weighted_topic_load(reports[1]))
 
 
 def test_fair_ranks_by_topic_count_then_id() -> None:
@@ -306,6 +410,50 @@ def test_rankings_are_sorted_and_order_independent(counts: dict[int, int], rnd: 
         assert ranked == rank(strategy, dict(items))  # type: ignore[arg-type]
         assert [(s, b) for b, s in ranked] == sorted((s, b) for b, s in ranked)
         assert {b for b, _ in ranked} == set(reports) and all(s >= 0 for _, s in ranked)
+
+
+# -- follower placement ------------------------------------------------------------------------------------
+def test_followers_go_to_the_least_loaded_broker_not_the_fewest_copies() -> None:
+    """Broker 2 holds fewer copies but leads busy topics and its copies are busy; 3 holds more idle ones."""
+    reports = {
+        2: followers(LoadReport.build(2, 0, topics("b2", 3, mbps=20.0)), 2, mbps=30.0),
+        3: followers(LoadReport.build(3, 0, topics("b3", 1)), 6),
+        4: followers(LoadReport.build(4, 0, topics("b4", 2)), 6),
+    }
+    copies = {2: 2, 3: 6, 4: 6}
+    assert rank_replica_candidates([2, 3, 4], [], reports, copies) == [3, 4, 2]
+    # A broker that already holds a copy comes first, whatever its load.
+    assert rank_replica_candidates([2, 3, 4], [2], reports, copies) == [2, 3, 4]
+    # The copy counts are the records' (current): a burst of new copies on 3 pushes it back.
+    assert rank_replica_candidates([3, 4], [], reports, {3: 30, 4: 6}) == [4, 3]
+    # Without reports (a new broker, or none written yet): fewest copies, then id, as before.
+    assert rank_replica_candidates([7, 5, 6], [], {}, {5: 3, 6: 1}) == [7, 6, 5]
+    assert replica_placement_load(None, 4) == pytest.approx(FOLLOWER_WEIGHT * 0.2 * 4)
+
+
+def test_followers_spread_over_zones_before_load() -> None:
+    """The least loaded broker is skipped when its zone already holds a copy (the leader's)."""
+    reports = {b: followers(LoadReport.build(b, 0), n) for b, n in {2: 0, 3: 5, 4: 9}.items()}
+    ranked = rank_replica_candidates([2, 3, 4], [], reports, {3: 5, 4: 9})
+    assert ranked == [2, 3, 4]
+    zones = {1: "a", 2: "a", 3: "a", 4: "b"}
+    assert spread_over_zones(ranked, zones, {zones[1]}, 2) == [4, 2]
+    assert spread_over_zones(ranked, {}, {""}, 2) == [2, 3]
+
+
+@given(
+    st.dictionaries(st.integers(1, 20), st.tuples(st.integers(0, 30), st.floats(0, 50)), max_size=8),
+    st.randoms(use_true_random=False),
+)
+def test_replica_candidates_are_deterministic(loads: dict[int, tuple[int, float]], rnd: Any) -> None:
+    reports = {b: followers(LoadReport.build(b, 0), n, mbps) for b, (n, mbps) in loads.items()}
+    copies = {b: n for b, (n, _) in loads.items()}
+    ranked = rank_replica_candidates(list(loads), [], reports, copies)
+    shuffled = list(loads)
+    rnd.shuffle(shuffled)
+    assert rank_replica_candidates(shuffled, [], reports, copies) == ranked
+    scores = [replica_placement_load(reports[b], copies[b]) for b in ranked]
+    assert scores == sorted(scores)
 
 
 # -- imbalance ---------------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from ister.core.replication import (
@@ -158,10 +160,81 @@ def test_a_topic_below_its_factor_grows_when_a_broker_is_there() -> None:
 
 
 def test_followers_spread_over_zones_before_filling_one() -> None:
-    from ister.cluster.replicas import spread_over_zones
+    from ister.core.cluster.load import spread_over_zones
 
     zones = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c"}
     # ranked best first; the leader's zone "a" is taken
     assert spread_over_zones([2, 3, 4, 5], zones, {"a"}, 2) == [3, 5]
     assert spread_over_zones([2, 3, 4], zones, {"a"}, 2) == [3, 2]  # two zones only: then the best left
     assert spread_over_zones([2, 3, 4], {}, {""}, 2) == [2, 3]  # no zones: the ranking as it is
+
+
+def test_leaving_replicas_draining_at_once_dead_after_the_grace() -> None:
+    from ister.core.replication import leaving_replicas
+
+    rec = ReplicaRecord(replicas=[1, 2, 3, 4], isr=[1, 2, 3, 4], leader=1, epoch=1, min_insync=2)
+    absent: dict[int, float] = {}
+    # 2 drains (live, not active), 3 is gone, 4 is fine; the leader (1) is never its own replacement.
+    live, active = {1, 2, 4}, {4}
+    assert leaving_replicas(rec, 1, live, active, absent, 100.0, 30.0) == {2}
+    assert leaving_replicas(rec, 1, live, active, absent, 129.0, 30.0) == {2}
+    assert leaving_replicas(rec, 1, live, active, absent, 130.0, 30.0) == {2, 3}
+    # 3 came back: its absence is forgotten, the grace starts again next time it goes.
+    assert leaving_replicas(rec, 1, {1, 2, 3, 4}, {1, 3, 4}, absent, 131.0, 30.0) == {2}
+    assert absent == {}
+    assert leaving_replicas(rec, 1, {1, 2, 4}, {1, 4}, absent, 140.0, 30.0) == {2}
+
+
+def test_drain_moves_the_brokers_leaderships_and_its_copies_away() -> None:
+    """Broker 1 drains. It leads T and follows U. The leader's planner hands T to an in-sync replica (a
+    transfer); then each topic's leader sees 1 leaving, adds the least loaded active broker and drops 1
+    once the new copy is in sync. Nothing is ever placed on 1; no topic has fewer than 3 in-sync copies."""
+    from ister.core.cluster.assignment import BrokerSelector, Marker
+    from ister.core.cluster.load import LoadReport, rank_replica_candidates
+    from ister.core.cluster.planner import DRAINING, ClusterState, plan_assignments
+    from ister.core.replication import leaving_replicas, replacement_step
+
+    live = {1, 2, 3, 4, 5}
+    modes = {1: DRAINING}
+    active = {b for b in live if modes.get(b) != DRAINING}
+    t = ReplicaRecord(replicas=[1, 2, 3], isr=[1, 2, 3], leader=1, epoch=3, min_insync=2, factor=3)
+    u = ReplicaRecord(replicas=[2, 1, 3], isr=[1, 2, 3], leader=2, epoch=1, min_insync=2, factor=3)
+
+    # The drain's unload of T (sealed and ready): assigned to an in-sync replica, never back to 1.
+    state = ClusterState(
+        live=live, assignments={}, unassigned={"/n/t": Marker("unload", from_broker=1)}, modes=modes
+    )
+    plan = plan_assignments(state, BrokerSelector(), eligible={"/n/t": set(t.isr)})
+    assert len(plan) == 1 and plan[0].broker in {2, 3}
+    moved = transfer(t, plan[0].broker)
+    assert moved is not None and moved.leader != 1
+
+    # 4 is busy (a heavy led topic), 5 is idle: new copies go to 5 first.
+    reports = {
+        4: LoadReport.build(4, 0, [_busy("/n/busy")]),
+        5: LoadReport.build(5, 0),
+    }
+    records = {"/n/t": moved, "/n/u": u}
+    for _ in range(6):  # each leader's replacement passes; a new copy catches up between them
+        for name, rec in list(records.items()):
+            copies = {b: sum(b in r.replicas and b != r.leader for r in records.values()) for b in live}
+            leaving = leaving_replicas(rec, rec.leader, live, active, {}, 0.0, 30.0)
+            step = replacement_step(
+                rec,
+                leaving,
+                lambda r=rec, c=copies: rank_replica_candidates(active - set(r.replicas), [], reports, c),
+            )
+            if step is not None:
+                assert len(step.isr) >= 3  # a copy leaves only once its replacement is in sync
+                rec = step.with_isr(step.replicas)  # the new follower catches up
+                records[name] = rec
+    for rec in records.values():
+        assert 1 not in rec.replicas and 1 not in rec.isr
+        assert len(rec.replicas) == 3 and rec.leader in active
+    assert 5 in records["/n/t"].replicas  # the idle broker took the first new copy
+
+
+def _busy(name: str) -> Any:
+    from ister.core.cluster.load import TopicLoad
+
+    return TopicLoad.build(name, byte_rate=50e6, producer_count=4, consumer_count=8)

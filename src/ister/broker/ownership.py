@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from ister.core.cluster.load import LoadReport
     from ister.core.cluster.rebalance import Move
     from ister.ids import TopicName
     from ister.storage.topic_storage import TopicStorage
@@ -224,5 +225,8 @@ class Ownership(Protocol):
     async def activate(self, broker: str, reason: str) -> None: ...
 
     async def balance(self) -> ClusterBalance: ...
+
+    async def load_reports(self) -> list[LoadReport]:
+        """Every live broker's latest load report, by id (an empty one where none was written yet)."""
 
     async def rebalance(self, dry_run: bool, max_moves: int | None) -> RebalanceResult: ...

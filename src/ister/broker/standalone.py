@@ -12,6 +12,7 @@ from ister.broker.ownership import (
     TopicHost,
 )
 from ister.config import BrokerConfig, http_url
+from ister.core.cluster.load import LoadReport
 from ister.errors import FailedPrecondition, Fenced, NotFound
 from ister.ids import TopicName
 from ister.metadata import keys
@@ -172,4 +173,7 @@ class StandaloneOwnership:
         raise FailedPrecondition(_CLUSTER_ONLY)
 
     async def rebalance(self, dry_run: bool, max_moves: int | None) -> RebalanceResult:
+        raise FailedPrecondition(_CLUSTER_ONLY)
+
+    async def load_reports(self) -> list[LoadReport]:
         raise FailedPrecondition(_CLUSTER_ONLY)

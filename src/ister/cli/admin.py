@@ -938,6 +938,61 @@ def brokers_balance(admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOp
     )
 
 
+@brokers_app.command("load")
+def brokers_load(admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table) -> None:
+    """Every live broker's latest load report: the topics it leads and the follower copies it keeps."""
+    r = call(
+        admin_addr, lambda s: s.ister_admin.ListBrokerLoads(ister_pb.ListBrokerLoadsRequest(), **_timeout())
+    )
+    rows = [
+        {
+            "broker_id": b.broker_id,
+            "reported_at": b.timestamp,
+            "cpu_percent": b.cpu_percent,
+            "memory_percent": b.memory_percent,
+            "topics": b.topics,
+            "message_rate": b.message_rate,
+            "throughput_mbps": b.throughput_mbps,
+            "followed_topics": b.followed_topics,
+            "follower_message_rate": b.follower_message_rate,
+            "follower_throughput_mbps": b.follower_throughput_mbps,
+        }
+        for b in r.brokers
+    ]
+    if output == Output.json:
+        emit_json(rows)
+        return
+    emit_table(
+        [
+            "BROKER",
+            "CPU %",
+            "MEM %",
+            "TOPICS",
+            "MSG/S",
+            "MB/S",
+            "FOLLOWED",
+            "FOLLOWER MSG/S",
+            "FOLLOWER MB/S",
+        ],
+        [
+            [
+                b["broker_id"],
+                f"{b['cpu_percent']:.1f}",
+                f"{b['memory_percent']:.1f}",
+                b["topics"],
+                b["message_rate"],
+                f"{b['throughput_mbps']:.2f}",
+                b["followed_topics"],
+                b["follower_message_rate"],
+                f"{b['follower_throughput_mbps']:.2f}",
+            ]
+            if b["reported_at"]
+            else [b["broker_id"], "-", "-", "-", "-", "-", "-", "-", "-"]  # no report yet
+            for b in rows
+        ],
+    )
+
+
 @brokers_app.command("rebalance")
 def brokers_rebalance(
     dry_run: Annotated[

@@ -45,15 +45,23 @@ class Balancer:
         self.last_check = 0.0
         self.last_step = 0.0
         self._stuck_logged: set[tuple[int, str, int]] = set()
+        self._parsed: dict[str, tuple[int, LoadReport | None]] = {}  # report key -> (version, report)
 
     # -- views ------------------------------------------------------------------------------------------
     def reports(self) -> dict[int, LoadReport]:
         live = set(self.node.live_brokers())
         found: dict[int, LoadReport] = {}
+        parsed: dict[str, tuple[int, LoadReport | None]] = {}
         for kv in self.node.cache.list(keys.LOAD_PREFIX):
-            report = LoadReport.parse(kv.value)
+            # Parsed once per version: every follower placement reads them too, not only the leader.
+            cached = self._parsed.get(kv.key)
+            if cached is None or cached[0] != kv.version:
+                cached = (kv.version, LoadReport.parse(kv.value))
+            parsed[kv.key] = cached
+            report = cached[1]
             if report is not None and report.broker_id in live:
                 found[report.broker_id] = report
+        self._parsed = parsed
         for broker in live - set(found):
             found[broker] = LoadReport.empty(broker)
         return found

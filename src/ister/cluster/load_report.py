@@ -1,8 +1,10 @@
 """The load report each cluster broker writes to `/cluster/load/{broker_id}` (docs/architecture.md §13;
-fields as Danube v0.15's report): resource usage from psutil, per-topic rates and client counts, totals.
+fields as Danube v0.15's report): resource usage from psutil, per-topic rates and client counts, totals;
+and, an Ister extension, the totals of its follower copies of replicated topics (count and the rates their
+records are appended at).
 
 Rates are deltas of cumulative counters between two reports divided by the elapsed time; the first
-report of a topic has rate 0.
+report of a topic (or of a copy) has rate 0.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import psutil
 
 from ister.broker.ownership import TopicStats
+from ister.core.cluster.load import RateTracker
 
 
 @dataclass
@@ -30,12 +33,27 @@ class LoadReporter:
     durable_tier: bool = True  # shown in the report: without one, moves of reliable topics are refused
     _topics: dict[str, _Sample] = field(default_factory=dict)
     _io: tuple[float, int, int] | None = None  # (time, disk bytes, net bytes)
+    _followed: RateTracker = field(default_factory=RateTracker)
 
     def report(
-        self, topics: Iterable[tuple[str, TopicStats, int]], now: float | None = None
+        self,
+        topics: Iterable[tuple[str, TopicStats, int]],
+        now: float | None = None,
+        followed: Iterable[tuple[str, int, int]] = (),
     ) -> dict[str, Any]:
-        """The report for these (name, topic, backlog) now; call it once per interval."""
+        """The report for these (name, topic, backlog) and these follower copies (name, records appended,
+        bytes appended: cumulative) now; call it once per interval."""
         now = time.monotonic() if now is None else now
+        copies = 0
+        copy_msgs = copy_bytes = 0.0
+        names: set[str] = set()
+        for name, records, size in followed:
+            names.add(name)
+            rates = self._followed.update(name, records, size, now)
+            copies += 1
+            copy_msgs += rates.messages_per_second
+            copy_bytes += rates.bytes_per_second
+        self._followed.retain(names)
         loads: list[dict[str, Any]] = []
         seen: set[str] = set()
         for name, topic, backlog in topics:
@@ -69,6 +87,10 @@ class LoadReporter:
             "timestamp": int(time.time()),
             "broker_id": self.broker_id,
             "durable_tier": self.durable_tier,
+            "followed_topics": copies,
+            "follower_message_rate": round(max(copy_msgs, 0.0)),
+            "follower_byte_rate": round(max(copy_bytes, 0.0)),
+            "follower_throughput_mbps": max(copy_bytes, 0.0) / 1_000_000,
         }
 
     def _resources(self, now: float) -> list[dict[str, Any]]:

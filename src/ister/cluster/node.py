@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +31,7 @@ from ister.cluster.membership import LeaseClock, Membership, load_broker_id
 from ister.cluster.view import ClusterView
 from ister.config import BrokerConfig
 from ister.core.cluster.assignment import BrokerSelector, Marker
-from ister.core.cluster.load import rank
+from ister.core.cluster.load import FOLLOWER_WEIGHT, rank
 from ister.core.cluster.moves import Code, MoveFailure, next_failure
 from ister.core.cluster.ownership import OwnerRecord, assign
 from ister.core.cluster.planner import ClusterState, abandoned_moves, orphans, plan_assignments
@@ -67,6 +67,8 @@ class ClusterNode:
         self.selector = BrokerSelector()
         self.reporter = LoadReporter(self.broker_id, durable_tier=config.durable_url(data_dir) is not None)
         self.balancer = Balancer(self)
+        # (topic, records appended, bytes appended) of each follower copy kept here, for the load report.
+        self.followed: Callable[[], Iterable[tuple[str, int, int]]] = tuple
         self.guards: dict[str, OwnershipGuard] = {}
         self.assignments_made = 0
         self._host: TopicHost | None = None
@@ -133,7 +135,7 @@ class ClusterNode:
             host = self._host
             try:
                 if host is not None:
-                    report = self.reporter.report(host.load_snapshot())
+                    report = self.reporter.report(host.load_snapshot(), followed=self.followed())
                     bid = str(self.broker_id)
                     usage = {r["resource"]: r["usage"] for r in report["resources_usage"]}
                     cluster_metrics.cpu_usage.labels(bid).set(usage.get("CPU", 0.0))
@@ -514,10 +516,14 @@ class ClusterNode:
     def _strategy_scores(self, state: ClusterState) -> dict[int, float] | None:
         """Balanced / WeightedLoad: the brokers' scores from their latest load reports, plus one unit per
         topic assigned since a report was written (so a burst spreads before fresh reports arrive).
-        None for Fair, which counts assignments directly."""
-        if self.balancer.strategy == "fair":
-            return None
+        Fair counts assignments directly, plus FOLLOWER_WEIGHT per follower copy its report names (None:
+        no broker reports copies, plain counts)."""
         reports = self.balancer.reports()
+        if self.balancer.strategy == "fair":
+            followed = {b: r.followed_topics for b, r in reports.items() if r.followed_topics}
+            if not followed:
+                return None
+            return {b: n + FOLLOWER_WEIGHT * followed.get(b, 0) for b, n in state.topic_counts().items()}
         scores = {b: float(v) for b, v in rank(self.balancer.strategy, reports)}
         for topic, broker in state.assignments.items():
             report = reports.get(broker)

@@ -30,7 +30,7 @@ from ister.cluster.guard import OwnershipGuard
 from ister.cluster.node import ClusterNode
 from ister.cluster.replicated import ReplicatedTopics
 from ister.config import BrokerConfig
-from ister.core.cluster.load import imbalance, rank
+from ister.core.cluster.load import LoadReport, imbalance, rank
 from ister.core.cluster.ownership import OwnerRecord, plan_load
 from ister.core.cluster.planner import ACTIVE, DRAINED, DRAINING
 from ister.core.replication_policy import ReplicationSetting, resolve
@@ -69,6 +69,7 @@ class ClusterOwnership:
         self._sweeper: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
         self.replicated = ReplicatedTopics(node, config, store, storage, peer)
+        node.followed = self.replicated.manager.followed
 
     @property
     def broker_id(self) -> int:
@@ -427,6 +428,10 @@ class ClusterOwnership:
             ],
             strategy=balancer.strategy,
         )
+
+    async def load_reports(self) -> list[LoadReport]:
+        reports = self.node.balancer.reports()
+        return [reports[b] for b in sorted(reports)]
 
     async def rebalance(self, dry_run: bool, max_moves: int | None) -> RebalanceResult:
         """Dry run: the moves rebalancing would make. Otherwise start one move now (pacing applies)."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from ister.client._conn import NO_CREDENTIALS, Credentials
+from ister.core.cluster.load import rank_replica_candidates, spread_over_zones
 from ister.core.replication import NO_LEADER, ReplicaRecord
 from ister.errors import MetadataError
 from ister.ids import TopicName
@@ -223,6 +224,10 @@ class ReplicaManager:
             self._committed_hint[topic] = max(self._committed_hint.get(topic, 0), follower.leader_committed)
         return self._committed_hint.pop(topic, 0)
 
+    def followed(self) -> list[tuple[str, int, int]]:
+        """(topic, records appended, bytes appended) of every copy followed here, for the load report."""
+        return [(t, f.records_appended, f.bytes_appended) for t, f in self.followers.items()]
+
     # -- leading ---------------------------------------------------------------------------------------
     def begin_leading(self, topic: str) -> None:
         self.leading.add(topic)
@@ -238,16 +243,17 @@ class ReplicaManager:
         return set(state.live), state.active()
 
     def choose_followers(self, count: int, prefer: list[int], exclude: set[int] | None = None) -> list[int]:
-        """`count` active brokers other than this one (and `exclude`): those that already hold a copy
-        first, then the ones following the fewest topics (spreads copies), by id."""
+        """`count` active brokers other than this one (and `exclude`): those that already hold a copy first,
+        then the least loaded (led topics and follower copies, `rank_replica_candidates`), one per zone
+        first."""
         _, active = self.peers()
         live = [b for b in sorted(active) if b != self.broker_id and b not in (exclude or set())]
-        load: Counter[int] = Counter()
+        copies: Counter[int] = Counter()
         for kv in self.node.cache.list(keys.REPLICAS_PREFIX):
             record = ReplicaRecord.parse(kv.value)
             if record is not None:
-                load.update(record.replicas)
-        ranked = sorted(live, key=lambda b: (b not in prefer, load[b], b))
+                copies.update(b for b in record.replicas if b != record.leader)
+        ranked = rank_replica_candidates(live, prefer, self.node.balancer.reports(), copies)
         zones = {b: self.zone_of(b) for b in [self.broker_id, *ranked, *(exclude or set())]}
         return spread_over_zones(
             ranked, zones, {zones[b] for b in [self.broker_id, *(exclude or set())]}, count
@@ -257,19 +263,6 @@ class ReplicaManager:
         kv = self.node.cache.get(keys.broker_register(broker_id))
         reg = BrokerRegistration.parse(kv.value) if kv is not None else None
         return reg.zone if reg is not None else ""
-
-
-def spread_over_zones(ranked: list[int], zones: dict[int, str], used: set[str], count: int) -> list[int]:
-    """`count` brokers from `ranked` (best first): first one per zone not `used` yet, then the best of the
-    rest. Brokers without a zone all count as one zone, so without zones this is `ranked[:count]`."""
-    picked: list[int] = []
-    taken = set(used)
-    for b in ranked:
-        if len(picked) < count and zones.get(b, "") not in taken:
-            picked.append(b)
-            taken.add(zones.get(b, ""))
-    picked += [b for b in ranked if b not in picked][: count - len(picked)]
-    return picked
 
 
 def _local_copies(wal_root: Path) -> list[str]:

@@ -264,6 +264,31 @@ def after_restart(
     return msgspec.structs.replace(record, leader=NO_LEADER, epoch=record.epoch + 1, isr=sorted(isr))
 
 
+def leaving_replicas(
+    record: ReplicaRecord,
+    leader: int,
+    live: set[int],
+    active: set[int],
+    absent_since: dict[int, float],
+    now: float,
+    replace_after_s: float,
+) -> set[int]:
+    """The followers to replace: those on draining or drained brokers (live but not active) at once, and
+    those whose broker has been gone for `replace_after_s`. `absent_since` (follower -> when it was first
+    seen gone) is the caller's memory between calls and is updated here."""
+    leaving: set[int] = set()
+    for r in record.replicas:
+        if r == leader:
+            continue
+        if r in live:
+            absent_since.pop(r, None)
+            if r not in active:
+                leaving.add(r)  # draining or drained: its copies move away at once
+        elif now - absent_since.setdefault(r, now) >= replace_after_s:
+            leaving.add(r)
+    return leaving
+
+
 def replacement_step(
     record: ReplicaRecord, leaving: set[int], candidates: Callable[[], list[int]]
 ) -> ReplicaRecord | None:

@@ -65,6 +65,9 @@ class ReplicaFollower:
         self.history = EpochHistory()
         self.leader_committed = 0  # the newest commit the leader told us (a promotion starts from it)
         self.fetches = 0
+        # Cumulative, for the load report's follower rates (what this copy costs its broker in disk writes).
+        self.records_appended = 0
+        self.bytes_appended = 0
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._call: Any = None  # the open stream, cancelled when the leader changes
@@ -232,7 +235,10 @@ class ReplicaFollower:
         if self.history.entries != before:
             # Before the records: an entry whose records did not land is dropped at the next open.
             await asyncio.to_thread(save_epochs, stream.wal.directory, self.history)
-        stream.append(list(resp.records))
+        records = list(resp.records)
+        stream.append(records)
+        self.records_appended += len(records)
+        self.bytes_appended += sum(len(r) for r in records)
         return None
 
     async def _truncate(self, end: int) -> None:

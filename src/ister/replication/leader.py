@@ -23,6 +23,7 @@ from ister.core.replication import (
     LeaderState,
     ReplicaRecord,
     divergence,
+    leaving_replicas,
     replacement_step,
 )
 from ister.errors import CorruptRange, FailedPrecondition, InvalidArgument, MetadataError, Unavailable
@@ -355,17 +356,10 @@ class ReplicaLeader:
             return None
         self._peers_checked = now
         live, active = self._peers()
-        leaving: set[int] = set()
-        for r in self.record.replicas:
-            if r == self.broker_id:
-                continue
-            if r in live:
-                self._absent_since.pop(r, None)
-                if r not in active:
-                    leaving.add(r)  # draining or drained: its copies move away at once
-            elif now - self._absent_since.setdefault(r, now) >= self.replace_after_s:
-                leaving.add(r)
         record = self.record
+        leaving = leaving_replicas(
+            record, self.broker_id, live, active, self._absent_since, now, self.replace_after_s
+        )
         if not leaving and len(record.replicas) >= record.target:
             return None
         choose = self._choose

@@ -135,6 +135,7 @@ RULES[f"/{_IA}RevokeApiKey"] = Rule("ManageCluster", _cluster, change=True)
 RULES[f"/{_IA}ListApiKeys"] = Rule("ManageCluster", _cluster)
 RULES[f"/{_IA}CreateToken"] = Rule("ManageCluster", _cluster, change=True, audited=_token_audit)
 RULES[f"/{_IA}ListPartitionAssignments"] = Rule("ManageTopic", T_TOPIC)
+RULES[f"/{_IA}ListBrokerLoads"] = Rule("ManageCluster", _cluster)  # as GetClusterBalance
 # the namespace's policy record, as CreateNamespace writes it
 RULES[f"/{_IA}SetNamespaceReplication"] = Rule("ManageNamespace", _field_namespace, change=True)
 for _m in ("CreateRole", "DeleteRole", "CreateBinding", "DeleteBinding"):

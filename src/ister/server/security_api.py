@@ -1,6 +1,6 @@
 """`danube_admin.SecurityAdmin`: roles and bindings (Danube's RPCs and status codes, docs/security.md), and
-Ister's `ister.v1.IsterAdmin`: API keys (Danube's admin proto has none), partition assignments and namespace
-replication."""
+Ister's `ister.v1.IsterAdmin`: API keys (Danube's admin proto has none), partition assignments, namespace
+replication and the brokers' load reports."""
 
 from __future__ import annotations
 
@@ -157,6 +157,30 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
         if policy.min_insync_replicas:
             out.min_insync_replicas = policy.min_insync_replicas
         return out
+
+    @unary
+    async def ListBrokerLoads(
+        self, request: ipb.ListBrokerLoadsRequest, context: Ctx
+    ) -> ipb.ListBrokerLoadsResponse:
+        if self.ops is None:
+            raise FailedPrecondition("this server does not administer brokers")
+        return ipb.ListBrokerLoadsResponse(
+            brokers=[
+                ipb.BrokerLoadReport(
+                    broker_id=r.broker_id,
+                    timestamp=r.timestamp,
+                    cpu_percent=r.cpu,
+                    memory_percent=r.memory,
+                    topics=r.topic_count,
+                    message_rate=r.total_message_rate,
+                    throughput_mbps=r.total_throughput_mbps,
+                    followed_topics=r.followed_topics,
+                    follower_message_rate=r.follower_message_rate,
+                    follower_throughput_mbps=r.follower_throughput_mbps,
+                )
+                for r in await self.ops.ownership.load_reports()
+            ]
+        )
 
     @unary
     async def ListPartitionAssignments(

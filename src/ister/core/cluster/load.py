@@ -30,6 +30,15 @@ STRATEGIES: tuple[Strategy, ...] = ("fair", "balanced", "weighted_load")
 BYTES_PER_MB = 1_000_000  # byte_rate_mbps is MB/s (bytes / 1e6), as Danube computes it
 BACKLOG_UNIT = 10_000  # backlog messages per unit of topic load
 BOTTLENECK = 0.7  # WeightedLoad: a normalised metric above this is the broker's bottleneck
+# A follower copy costs its broker the leader's disk work (append, fsync) and the network in, but no producer
+# or consumer connections and no dispatch: half of what a led topic with the same traffic weighs.
+FOLLOWER_WEIGHT = 0.5
+FOLLOWER_FIELDS = (
+    "followed_topics",
+    "follower_message_rate",
+    "follower_byte_rate",
+    "follower_throughput_mbps",
+)
 
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
 NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
@@ -81,11 +90,18 @@ class TopicLoad(msgspec.Struct, frozen=True, kw_only=True):
 class LoadReport(msgspec.Struct, frozen=True, kw_only=True):
     broker_id: NonNegInt
     resources_usage: list[ResourceUsage] = msgspec.field(default_factory=list)
-    topics: list[TopicLoad] = msgspec.field(default_factory=list)
+    topics: list[TopicLoad] = msgspec.field(default_factory=list)  # the topics it leads (owns)
     total_throughput_mbps: NonNegFloat = 0.0
     total_message_rate: NonNegInt = 0
     total_lag_messages: NonNegInt = 0
     timestamp: NonNegInt = 0  # unix seconds
+    # Ister extension: the follower copies of replicated topics it keeps (0 in Danube's and older reports).
+    # Totals only: a per-topic list would repeat the leaders' entries (a copy replicates what its leader
+    # takes in) and make the report RF times larger.
+    followed_topics: NonNegInt = 0
+    follower_message_rate: NonNegInt = 0  # records per second appended to its copies
+    follower_byte_rate: NonNegInt = 0  # bytes per second appended to its copies
+    follower_throughput_mbps: NonNegFloat = 0.0  # follower_byte_rate / 1e6
 
     @classmethod
     def build(
@@ -97,8 +113,11 @@ class LoadReport(msgspec.Struct, frozen=True, kw_only=True):
         memory: float = 0.0,
         disk_io: float | None = None,
         network_io: float | None = None,
+        followed_topics: int = 0,
+        follower_rates: Rates | None = None,
     ) -> LoadReport:
-        """A report with its totals computed from the topics. CPU and memory are percentages (clamped)."""
+        """A report with its totals computed from the topics. CPU and memory are percentages (clamped);
+        `follower_rates`: what this broker's follower copies append, all together."""
         resources = [
             ResourceUsage(resource=CPU, usage=_pct(cpu)),
             ResourceUsage(resource=MEMORY, usage=_pct(memory)),
@@ -106,9 +125,16 @@ class LoadReport(msgspec.Struct, frozen=True, kw_only=True):
         for name, value in ((DISK_IO, disk_io), (NETWORK_IO, network_io)):
             if value is not None:
                 resources.append(ResourceUsage(resource=name, usage=max(float(value), 0.0)))
-        return cls(broker_id=broker_id, resources_usage=resources, timestamp=max(0, int(timestamp)))._retotal(
-            list(topics)
-        )
+        follower = follower_rates or Rates()
+        return cls(
+            broker_id=broker_id,
+            resources_usage=resources,
+            timestamp=max(0, int(timestamp)),
+            followed_topics=max(0, followed_topics),
+            follower_message_rate=max(0, round(follower.messages_per_second)),
+            follower_byte_rate=max(0, round(follower.bytes_per_second)),
+            follower_throughput_mbps=max(0.0, follower.bytes_per_second) / BYTES_PER_MB,
+        )._retotal(list(topics))
 
     @classmethod
     def empty(cls, broker_id: int, timestamp: float = 0) -> LoadReport:
@@ -125,12 +151,22 @@ class LoadReport(msgspec.Struct, frozen=True, kw_only=True):
             report = msgspec.convert(value, cls)
         except (msgspec.ValidationError, msgspec.DecodeError):
             return None
-        floats = [report.total_throughput_mbps, *(r.usage for r in report.resources_usage)]
+        floats = [
+            report.total_throughput_mbps,
+            report.follower_throughput_mbps,
+            *(r.usage for r in report.resources_usage),
+        ]
         floats += [t.byte_rate_mbps for t in report.topics]
         return report if all(math.isfinite(f) for f in floats) else None
 
     def to_json(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
+        """As Danube writes it; the follower fields only when the broker keeps copies."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        if not self.followed_topics:
+            for name in FOLLOWER_FIELDS:
+                if not out[name]:
+                    del out[name]
+        return out
 
     def usage(self, resource: str) -> float:
         """The last entry for `resource`, 0.0 when the broker did not report it."""
@@ -258,19 +294,40 @@ def topic_load_score(topic: TopicLoad) -> float:
     )
 
 
+def led_topic_load(report: LoadReport) -> float:
+    """The sum of the load scores of the topics the broker leads (0 without topics)."""
+    return sum(topic_load_score(t) for t in report.topics)
+
+
+def follower_load(report: LoadReport) -> float:
+    """The broker's follower copies, scored like led topics (0.2 per copy + 0.3·MB/s appended) without the
+    connection and backlog terms (a copy has neither), times FOLLOWER_WEIGHT."""
+    return FOLLOWER_WEIGHT * (0.2 * report.followed_topics + 0.3 * report.follower_throughput_mbps)
+
+
 def weighted_topic_load(report: LoadReport) -> float:
-    """The specification's weighted topic load of a broker: the sum of its topics' load scores (0 without
-    topics).
+    """The specification's weighted topic load of a broker: the sum of its topics' load scores, plus (an
+    Ister extension) its follower copies' `follower_load`.
 
     The specification writes the backlog term as `backlog * 0.2` here and `backlog/10000 * 0.2` for topic
     scores; both use the /10000 scale so a broker's topic load is exactly the sum of its topics' scores.
     """
-    return sum(topic_load_score(t) for t in report.topics)
+    return led_topic_load(report) + follower_load(report)
+
+
+def fair_count(report: LoadReport) -> int:
+    """Fair's score: the topics it leads, plus FOLLOWER_WEIGHT per follower copy (rounded down)."""
+    return report.topic_count + math.floor(FOLLOWER_WEIGHT * report.followed_topics)
+
+
+def broker_throughput_mbps(report: LoadReport) -> float:
+    """What the broker takes in, MB/s: its led topics', plus FOLLOWER_WEIGHT times its copies'."""
+    return report.total_throughput_mbps + FOLLOWER_WEIGHT * report.follower_throughput_mbps
 
 
 def rank_fair(reports: Mapping[int, LoadReport]) -> Rankings:
-    """Fair: score = number of topics."""
-    return fair_rankings({b: r.topic_count for b, r in reports.items()})
+    """Fair: score = number of topics led, plus half a topic per follower copy (`fair_count`)."""
+    return fair_rankings({b: fair_count(r) for b, r in reports.items()})
 
 
 def _ranked(scores: Mapping[int, float]) -> Rankings:
@@ -282,8 +339,9 @@ def _ranked(scores: Mapping[int, float]) -> Rankings:
 def rank_balanced(reports: Mapping[int, LoadReport]) -> Rankings:
     """Balanced: trunc(0.3·weighted_topic_load + 0.35·CPU% + 0.35·Memory%).
 
-    When no broker reports any CPU or memory usage (no resource monitor) the score is the topic count, as in
-    Danube: otherwise the truncation would flatten every broker to (nearly) zero.
+    When no broker reports any CPU or memory usage (no resource monitor) the score is Fair's (the topic
+    count, as in Danube, plus the follower copies): otherwise the truncation would flatten every broker to
+    (nearly) zero.
     """
     if not any(_pct(r.cpu) > 0 or _pct(r.memory) > 0 for r in reports.values()):
         return rank_fair(reports)
@@ -300,19 +358,20 @@ def _pct(value: float) -> float:
 
 
 def weighted_load_metrics(reports: Mapping[int, LoadReport]) -> dict[int, tuple[float, float, float, float]]:
-    """Each broker's normalised (CPU, memory, throughput, topic load), all in 0..1.
+    """Each broker's normalised (CPU, memory, throughput, topic load), all in 0..1; throughput and topic
+    load count follower copies at FOLLOWER_WEIGHT.
 
     CPU and memory are utilisations (percent / 100). Throughput and topic load have no capacity, so they are
     relative to the cluster's largest value, which is floored at 1 (1 MB/s, 1 load unit) so that an almost
     idle cluster does not look saturated.
     """
-    max_thr = max([1.0, *(r.total_throughput_mbps for r in reports.values())])
+    max_thr = max([1.0, *(broker_throughput_mbps(r) for r in reports.values())])
     max_w = max([1.0, *(weighted_topic_load(r) for r in reports.values())])
     return {
         b: (
             _pct(r.cpu) / 100,
             _pct(r.memory) / 100,
-            r.total_throughput_mbps / max_thr,
+            broker_throughput_mbps(r) / max_thr,
             weighted_topic_load(r) / max_w,
         )
         for b, r in reports.items()
@@ -341,6 +400,50 @@ def rank(strategy: Strategy, reports: Mapping[int, LoadReport]) -> Rankings:
     if strategy == "weighted_load":
         return rank_weighted_load(reports)
     raise ValueError(f"unknown assignment strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+
+
+# -- follower placement ------------------------------------------------------------------------------------
+def replica_placement_load(report: LoadReport | None, copies: int) -> float:
+    """A broker's load when choosing where a new follower copy goes: its led topics' load from its report
+    plus `follower_load` with `copies`, the copies it follows as the replica records say now (the report's
+    count can be one interval old: a burst of new topics must not all pick the same broker)."""
+    if report is None:
+        return FOLLOWER_WEIGHT * 0.2 * copies
+    current = msgspec.structs.replace(report, followed_topics=copies)
+    return led_topic_load(report) + follower_load(current)
+
+
+def rank_replica_candidates(
+    candidates: Iterable[int],
+    prefer: Collection[int],
+    reports: Mapping[int, LoadReport],
+    copies: Mapping[int, int],
+) -> list[int]:
+    """Where follower copies go, best first: brokers in `prefer` (they already hold a copy), then the least
+    loaded by `replica_placement_load` (led and followed work, not only the number of copies), then the
+    fewest copies, then by id. `copies`: broker -> follower copies it holds per the replica records."""
+    return sorted(
+        set(candidates),
+        key=lambda b: (
+            b not in prefer,
+            replica_placement_load(reports.get(b), copies.get(b, 0)),
+            copies.get(b, 0),
+            b,
+        ),
+    )
+
+
+def spread_over_zones(ranked: list[int], zones: Mapping[int, str], used: set[str], count: int) -> list[int]:
+    """`count` brokers from `ranked` (best first): first one per zone not `used` yet, then the best of the
+    rest. Brokers without a zone all count as one zone, so without zones this is `ranked[:count]`."""
+    picked: list[int] = []
+    taken = set(used)
+    for b in ranked:
+        if len(picked) < count and zones.get(b, "") not in taken:
+            picked.append(b)
+            taken.add(zones.get(b, ""))
+    picked += [b for b in ranked if b not in picked][: count - len(picked)]
+    return picked
 
 
 # -- imbalance ---------------------------------------------------------------------------------------------

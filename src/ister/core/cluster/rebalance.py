@@ -17,7 +17,8 @@ Rules, in order (Danube's load-manager specification, with Danube's faults fixed
 5. Candidates on a source: topics its report lists that it still owns, not blacklisted, at least
    `min_topic_age_seconds` old (from their first-seen time), and not moved within max(cooldown, min topic
    age): a moved topic is young again on its new broker, so it can never bounce back within the cooldown.
-   Lightest first by the topic load score (`load.topic_load_score`).
+   Lightest first by the topic load score (`load.topic_load_score`). Only led topics move: a broker's
+   follower copies count in its score (`load.follower_load`) but follow the replica records, not moves.
 6. Target: the least loaded active broker other than the source. The move is made only if it narrows the
    gap: the topic's estimated share of the source's score is smaller than the source/target difference
    (so the pair's spread shrinks and moves cannot ping-pong). If the lightest candidate does not fit, the
@@ -45,6 +46,7 @@ from ister.core.cluster.load import (
     place_topic,
     rank,
     topic_load_score,
+    weighted_topic_load,
 )
 from ister.errors import ConfigError
 
@@ -354,11 +356,12 @@ class RebalancePlanner:
 
     def _share(self, report: LoadReport, load: float, topic: str) -> float:
         """How much of the broker's score moving `topic` away is estimated to take: one topic under Fair,
-        otherwise the topic's part of the broker's topic load applied to the whole score."""
+        otherwise the topic's part of the broker's topic load (its follower copies included: they stay)
+        applied to the whole score."""
         if self.strategy == "fair":
             return 1.0
         entry = report.topic(topic)
-        total = sum(topic_load_score(t) for t in report.topics)
+        total = weighted_topic_load(report)
         if entry is None or total <= 0:
             return 0.0
         return load * topic_load_score(entry) / total

@@ -123,6 +123,40 @@ class SetNamespaceReplicationResponse(_message.Message):
     min_insync_replicas: int
     def __init__(self, replication_factor: _Optional[int] = ..., min_insync_replicas: _Optional[int] = ...) -> None: ...
 
+class ListBrokerLoadsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BrokerLoadReport(_message.Message):
+    __slots__ = ("broker_id", "timestamp", "cpu_percent", "memory_percent", "topics", "message_rate", "throughput_mbps", "followed_topics", "follower_message_rate", "follower_throughput_mbps")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_RATE_FIELD_NUMBER: _ClassVar[int]
+    THROUGHPUT_MBPS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWED_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWER_MESSAGE_RATE_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWER_THROUGHPUT_MBPS_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    timestamp: int
+    cpu_percent: float
+    memory_percent: float
+    topics: int
+    message_rate: int
+    throughput_mbps: float
+    followed_topics: int
+    follower_message_rate: int
+    follower_throughput_mbps: float
+    def __init__(self, broker_id: _Optional[int] = ..., timestamp: _Optional[int] = ..., cpu_percent: _Optional[float] = ..., memory_percent: _Optional[float] = ..., topics: _Optional[int] = ..., message_rate: _Optional[int] = ..., throughput_mbps: _Optional[float] = ..., followed_topics: _Optional[int] = ..., follower_message_rate: _Optional[int] = ..., follower_throughput_mbps: _Optional[float] = ...) -> None: ...
+
+class ListBrokerLoadsResponse(_message.Message):
+    __slots__ = ("brokers",)
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
+    brokers: _containers.RepeatedCompositeFieldContainer[BrokerLoadReport]
+    def __init__(self, brokers: _Optional[_Iterable[_Union[BrokerLoadReport, _Mapping]]] = ...) -> None: ...
+
 class LookupRequest(_message.Message):
     __slots__ = ("topic",)
     TOPIC_FIELD_NUMBER: _ClassVar[int]

@@ -414,6 +414,11 @@ class IsterAdminStub:
                 request_serializer=ister__v1__pb2.SetNamespaceReplicationRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.SetNamespaceReplicationResponse.FromString,
                 _registered_method=True)
+        self.ListBrokerLoads = channel.unary_unary(
+                '/ister.v1.IsterAdmin/ListBrokerLoads',
+                request_serializer=ister__v1__pb2.ListBrokerLoadsRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.ListBrokerLoadsResponse.FromString,
+                _registered_method=True)
 
 
 class IsterAdminServicer:
@@ -469,6 +474,15 @@ class IsterAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListBrokerLoads(self, request, context):
+        """Every live broker's latest load report (`/cluster/load/{id}`, docs/architecture.md §13): what it leads
+        and the follower copies it keeps. A broker that has not reported yet has timestamp 0.
+        FAILED_PRECONDITION on a standalone broker.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -501,6 +515,11 @@ def add_IsterAdminServicer_to_server(servicer, server):
                     servicer.SetNamespaceReplication,
                     request_deserializer=ister__v1__pb2.SetNamespaceReplicationRequest.FromString,
                     response_serializer=ister__v1__pb2.SetNamespaceReplicationResponse.SerializeToString,
+            ),
+            'ListBrokerLoads': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBrokerLoads,
+                    request_deserializer=ister__v1__pb2.ListBrokerLoadsRequest.FromString,
+                    response_serializer=ister__v1__pb2.ListBrokerLoadsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -666,6 +685,33 @@ class IsterAdmin:
             '/ister.v1.IsterAdmin/SetNamespaceReplication',
             ister__v1__pb2.SetNamespaceReplicationRequest.SerializeToString,
             ister__v1__pb2.SetNamespaceReplicationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBrokerLoads(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/ListBrokerLoads',
+            ister__v1__pb2.ListBrokerLoadsRequest.SerializeToString,
+            ister__v1__pb2.ListBrokerLoadsResponse.FromString,
             options,
             channel_credentials,
             insecure,
