@@ -26,7 +26,7 @@ from ister.server.handlers import add_service
 from ister.server.schema_api import add_schema_service
 from ister.server.security_api import ApiKeyExchangeServicer, IsterAdminServicer, SecurityAdminServicer
 from ister.server.tls import bind
-from ister.wire.convert import replication_from_wire
+from ister.wire.admin_convert import replication_from_wire
 from ister.wire.enums import reliable_from_wire
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc

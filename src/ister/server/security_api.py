@@ -16,7 +16,7 @@ from ister.security.api_keys import ApiKey, ApiKeyStore
 from ister.security.rbac import Binding, Role
 from ister.security.rbac_store import RbacStore
 from ister.server.errors import unary
-from ister.wire.convert import replication_from_wire
+from ister.wire.admin_convert import replication_from_wire
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
 from ister.wire.gen import ister_v1_pb2 as ipb

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ister.core.record import StoredMessage, check_attributes, check_routing_key
-from ister.core.replication_policy import ReplicationSetting
 from ister.wire.gen import DanubeApi_pb2 as pb
 
 
@@ -54,14 +51,3 @@ def wire_from_stored(
     if message.schema_version is not None:
         out.schema_version = message.schema_version
     return out
-
-
-def replication_from_wire(request: Any) -> ReplicationSetting | None:
-    """The optional `replication_factor` / `min_insync_replicas` of an admin request (NewTopicRequest,
-    PartitionedTopicRequest, SetNamespaceReplicationRequest); None when neither is given. Checked later,
-    where the inherited factor is known."""
-    factor = request.replication_factor if request.HasField("replication_factor") else None
-    min_insync = request.min_insync_replicas if request.HasField("min_insync_replicas") else None
-    if factor is None and min_insync is None:
-        return None
-    return ReplicationSetting(factor, min_insync)
