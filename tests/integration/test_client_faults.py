@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import time
 from pathlib import Path
 
 import grpc
@@ -203,3 +205,25 @@ async def test_broker_checks_raw_attributes(shared_broker: BrokerProcess, topic:
     async with Client(shared_broker.url) as client:
         records = [r async for batch in client.read(topic, 0, 10) for r in batch]
     assert [decode_message(r).attributes for _, r in records] == [{}, {"h": "1"}]
+
+
+async def test_a_frozen_broker_fails_outstanding_publishes_within_the_ping_timeout(
+    fresh_broker: BrokerProcess, topic: str
+) -> None:
+    """A broker that stops answering while its sockets stay open (SIGSTOP; a VM stall) ends the client's
+    stream within gRPC's ping timeout (5 s) plus the retries, not at the 45 s ack deadline: a bandwidth
+    probe sent just before the stall used to hold off every keepalive ping for 60 s."""
+    proc = fresh_broker.proc
+    assert proc is not None
+    async with Client(fresh_broker.url, retry_timeout=2.0) as client:
+        producer = await client.producer(topic)
+        await producer.send_batch([b"before"] * 10)
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(errors.IsterError):
+                await asyncio.wait_for(producer.send_batch([b"frozen"] * 10), 40)  # below the ack deadline
+            elapsed = time.monotonic() - started
+        finally:
+            proc.send_signal(signal.SIGCONT)
+    assert elapsed < 20, f"the frozen broker was noticed after {elapsed:.1f} s"

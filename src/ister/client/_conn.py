@@ -22,6 +22,10 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 0),
     ("grpc.http2.max_pings_without_data", 0),
+    # Any ping (gRPC's own bandwidth probes too) unanswered this long ends the connection: a keepalive ping
+    # is never sent while another is outstanding, so with the default 60 s a probe sent just as the broker
+    # froze kept a stopped broker's stream open past the ack deadline (45 s).
+    ("grpc.http2.ping_timeout_ms", 5_000),
     # Our own loops retry with backoff; gRPC's reconnect backoff (default up to 120 s) must not stack on it.
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),

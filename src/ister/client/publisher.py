@@ -20,8 +20,9 @@ acks everything before it); the remaining batches are re-sent on a new stream. I
 opened with a non-retriable status, every pending batch fails.
 
 Deadlines: opening a stream (the open frame written and answered) takes at most connect_timeout; while
-batches are outstanding, each ack must come within ACK_TIMEOUT_SECONDS of the previous one; a dead
-connection with nothing outstanding is found by gRPC keepalive (about 15 s) or by the next write.
+batches are outstanding, each ack must come within ACK_TIMEOUT_SECONDS of the previous one (the backstop);
+a dead or frozen broker is found by gRPC's pings first: keepalive every 10 s, any ping unanswered for 5 s
+ends the connection (`_conn.py`).
 """
 
 from __future__ import annotations
