@@ -66,8 +66,11 @@ class BrokerProcess:
             env=env,
         )
         log.close()
+        # Ready means every listener is up: the metrics port opens last, after the cluster has started.
         try:
-            wait_port(self.port, self.proc, timeout, "broker")
+            deadline = time.monotonic() + timeout
+            for port in (self.port, self.admin_port, self.prom_port):
+                wait_port(port, self.proc, max(0.1, deadline - time.monotonic()), "broker")
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}:\n{self.log()}") from None
 
