@@ -14,13 +14,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from crc32c import crc32c
 
 from ister.client._conn import NO_CREDENTIALS, Credentials, open_channel
+from ister.core.frames import HEADER_SIZE, scan_frames
 from ister.core.replication import EpochHistory
 from ister.ids import TopicName
 from ister.storage.objects import catalog
@@ -174,6 +176,7 @@ class ReplicaFollower:
             log_start=wal.first_offset,
             log_end=wal.durable_offset,
             max_bytes=FETCH_MAX_BYTES,
+            frames_ok=True,
         )
         req.history.extend(pb.EpochStart(epoch=e, start=s) for e, s in self.history.entries)
         call = self._channels.stub(target.url).Replicate(metadata=self._channels.metadata())
@@ -219,7 +222,8 @@ class ReplicaFollower:
                 await self._reset(resp.reset_to)
             return True
         stream.check()
-        if not resp.records:
+        count = resp.frame_count if resp.frames else len(resp.records)
+        if not count:
             return None
         if resp.first_offset != stream.expected:
             log.warning(
@@ -235,10 +239,21 @@ class ReplicaFollower:
         if self.history.entries != before:
             # Before the records: an entry whose records did not land is dropped at the next open.
             await asyncio.to_thread(save_epochs, stream.wal.directory, self.history)
-        records = list(resp.records)
-        stream.append(records)
-        self.records_appended += len(records)
-        self.bytes_appended += sum(len(r) for r in records)
+        if resp.frames:
+            frames = resp.frames
+            problem = check_frames(frames, resp.first_offset, count, resp.frames_crc)
+            if problem is not None:
+                log.warning(
+                    "%s: the leader's frames from %d %s; reconnecting", self.name, resp.first_offset, problem
+                )
+                return False
+            stream.append_frames(resp.first_offset, count, frames)
+            self.bytes_appended += len(frames) - HEADER_SIZE * count
+        else:
+            records = list(resp.records)
+            stream.append(records)
+            self.bytes_appended += sum(len(r) for r in records)
+        self.records_appended += count
         return None
 
     async def _truncate(self, end: int) -> None:
@@ -260,6 +275,17 @@ class ReplicaFollower:
         await wal.reset(start)
         self.history = EpochHistory()
         await asyncio.to_thread(save_epochs, wal.directory, self.history)
+
+
+def check_frames(frames: bytes, first: int, count: int, crc: int) -> str | None:
+    """Why `frames` cannot be appended as `count` frames from offset `first` (None: they can). Checksums
+    the whole and walks the headers only: every payload's own CRC is checked when it is read back."""
+    if crc32c(frames) != crc:
+        return "fail their checksum"
+    scan = scan_frames(frames, expect_offset=first, verify_crc=False, collect=False)
+    if scan.stop != "end" or scan.count != count or scan.safe_length != len(frames):
+        return f"are not {count} whole frames ({scan.count} read, stopped: {scan.stop})"
+    return None
 
 
 class ChannelPool:
@@ -309,10 +335,18 @@ class _Acks:
         self._writer = asyncio.get_running_loop().create_task(self._write())
 
     def append(self, records: list[bytes]) -> None:
-        task = asyncio.get_running_loop().create_task(self.wal.append(records))
+        self._track(self.wal.append(records, at=self.expected), len(records))
+
+    def append_frames(self, first: int, count: int, frames: bytes) -> None:
+        self._track(self.wal.append_frames(first, count, frames), count)
+
+    def _track(self, append: Coroutine[Any, Any, int], count: int) -> None:
+        # In order, without waiting: the offsets are checked as each append starts, and one refused (disk
+        # full) fails every later one (`at`), so the copy never gets records at the wrong offsets.
+        task = asyncio.get_running_loop().create_task(append)
         task.add_done_callback(self._appended)
         self._appends.append(task)
-        self.expected += len(records)
+        self.expected += count
 
     def _appended(self, task: asyncio.Task[int]) -> None:
         if not task.cancelled() and task.exception() is None:

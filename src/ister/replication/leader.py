@@ -17,6 +17,8 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
+from crc32c import crc32c
+
 from ister.core.replication import (
     EpochHistory,
     FollowerProgress,
@@ -32,6 +34,7 @@ from ister.metadata import keys
 from ister.metadata.store import Compare, MetadataStore, Put
 from ister.replication import metrics
 from ister.storage.wal import Wal, WalReader
+from ister.storage.wal.frametail import FrameRun
 from ister.wire.gen import ister_v1_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -42,6 +45,7 @@ FETCH_MAX_BYTES = 4 * 1024 * 1024
 FETCH_MAX_RECORDS = 65_536
 WINDOW_RECORDS = 262_144  # records sent to a follower and not yet acknowledged by it, at most
 IDLE_SECONDS = 1.0  # a stream with nothing new still says so (and the commit) this often
+FRAME_TAIL_BYTES = 4 * 1024 * 1024  # the newest appends' frames kept to ship as they are (Wal.keep_frames)
 
 
 class ReplicaLeader:
@@ -83,6 +87,7 @@ class ReplicaLeader:
         self._absent_since: dict[int, float] = {}
         self._peers_checked = float("-inf")
         self._readers: set[WalReader] = set()  # followers' streams, ended when this leader closes
+        self._sent: dict[WalReader, int] = {}  # what each stream has sent: frames below all are dropped
         followers = [r for r in record.replicas if r != broker_id]
         self.state = LeaderState.take_over(
             record.epoch, wal.durable_offset, known_committed, clock(), followers
@@ -97,6 +102,7 @@ class ReplicaLeader:
         # minimum): nothing commits while there are any, so publishes are refused at once.
         self.stalled: list[int] = []
         wal.cap_visible(self.state.committed)
+        wal.keep_frames(FRAME_TAIL_BYTES)
 
     @property
     def epoch(self) -> int:
@@ -120,6 +126,7 @@ class ReplicaLeader:
         )
         for reader in list(self._readers):
             reader.close()  # ends the followers' streams now
+        self.wal.keep_frames(0)
         if self._isr_task is not None:
             self._isr_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -256,8 +263,10 @@ class ReplicaLeader:
                 moved.set()
 
         acks_task = asyncio.get_running_loop().create_task(take_acks())
+        frames_ok = req.frames_ok
         reader = wal.reader(start, skip_holes=False, durable=True)
         self._readers.add(reader)
+        self._sent[reader] = sent
         try:
             while not acks_task.done():
                 if self.fenced is not None:
@@ -269,29 +278,50 @@ class ReplicaLeader:
                         async with asyncio.timeout(IDLE_SECONDS):
                             await moved.wait()
                     continue
+                wanted = min(room, FETCH_MAX_RECORDS)
                 try:
-                    records = await reader.read(min(room, FETCH_MAX_RECORDS), FETCH_MAX_BYTES, IDLE_SECONDS)
+                    if frames_ok:
+                        got = await reader.read_run(wanted, FETCH_MAX_BYTES, IDLE_SECONDS)
+                    else:
+                        got = await reader.read(wanted, FETCH_MAX_BYTES, IDLE_SECONDS)
                 except CorruptRange as exc:
                     why = f"{self.name}: the leader's WAL cannot serve offsets from {sent} ({exc})"
                     raise Unavailable(why) from exc
-                resp = pb.ReplicaFetchResponse(epoch=self.epoch, first_offset=sent, committed=self.committed)
-                if records:
-                    end = records[-1][0] + 1
-                    # the cache may hold msgspec.Raw views of the publishers' buffers
-                    resp.records.extend([bytes(r) for _, r in records])
-                    resp.epochs.append(pb.EpochStart(epoch=self.history.epoch_at(sent), start=sent))
-                    resp.epochs.extend(
-                        pb.EpochStart(epoch=e, start=s) for e, s in self.history.entries if sent < s < end
-                    )
-                    sent = end
+                resp, sent = self._response(got, sent)
+                if got:
+                    self._sent[reader] = sent
+                    wal.trim_frames(min(self._sent.values()))
                 yield resp  # with no records: a heartbeat carrying the commit
             acks_task.result()  # the follower ended its side: its error, if any
         finally:
             self._readers.discard(reader)
+            self._sent.pop(reader, None)
             reader.close()
             acks_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await acks_task
+
+    def _response(
+        self, got: list[tuple[int, bytes]] | FrameRun, sent: int
+    ) -> tuple[pb.ReplicaFetchResponse, int]:
+        """The answer carrying `got` (records or frames from `sent`; none: a heartbeat), and where the
+        stream then stands."""
+        resp = pb.ReplicaFetchResponse(epoch=self.epoch, first_offset=sent, committed=self.committed)
+        if isinstance(got, FrameRun):
+            end = got.end
+            frames = got.blobs[0] if len(got.blobs) == 1 else b"".join(got.blobs)
+            resp.frames = frames
+            resp.frame_count = got.count
+            resp.frames_crc = crc32c(frames)
+        elif got:
+            end = got[-1][0] + 1
+            # the cache may hold msgspec.Raw views of the publishers' buffers
+            resp.records.extend([bytes(r) for _, r in got])
+        else:
+            return resp, sent
+        resp.epochs.append(pb.EpochStart(epoch=self.history.epoch_at(sent), start=sent))
+        resp.epochs.extend(pb.EpochStart(epoch=e, start=s) for e, s in self.history.entries if sent < s < end)
+        return resp, end
 
     def _progress(self, follower: int, end: int, *, reset: bool = False) -> None:
         now = self._clock()

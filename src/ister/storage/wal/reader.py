@@ -10,6 +10,7 @@ from ister.errors import CorruptRange, DataLoss, LogTruncated, OffsetOutOfRange,
 from ister.limits import MiB
 
 from .filereader import FilePosition, read_segments
+from .frametail import FrameRun
 from .holes import Hole, Holes
 from .segment import Segment
 
@@ -80,6 +81,28 @@ class WalReader:
         Raises OffsetOutOfRange if next_offset is older than the WAL keeps, StorageError once the WAL is
         closed (or failed) and every committed record was returned, or if this reader was closed.
         """
+        run = await self._read_checked(max_records, max_bytes, timeout, frames=False)
+        assert not isinstance(run, FrameRun)
+        return run
+
+    async def read_run(
+        self,
+        max_records: int = 512,
+        max_bytes: int = 4 * MiB,
+        timeout: float | None = None,  # noqa: ASYNC109 (part of the broker-facing API)
+    ) -> list[tuple[int, bytes]] | FrameRun:
+        """As `read`, but whole appends come as their frames (`FrameRun`) while the WAL keeps them
+        (`Wal.keep_frames`): a replicated leader ships those to its followers as they are."""
+        return await self._read_checked(max_records, max_bytes, timeout, frames=True)
+
+    async def _read_checked(
+        self,
+        max_records: int,
+        max_bytes: int,
+        timeout: float | None,  # noqa: ASYNC109 (read's, passed on)
+        *,
+        frames: bool,
+    ) -> list[tuple[int, bytes]] | FrameRun:
         if max_records < 1 or max_bytes < 1:
             raise ValueError("max_records and max_bytes must be >= 1")
         if self._reading:
@@ -88,14 +111,14 @@ class WalReader:
         loop = asyncio.get_running_loop()
         try:
             return await self._read(
-                max_records, max_bytes, None if timeout is None else loop.time() + timeout
+                max_records, max_bytes, None if timeout is None else loop.time() + timeout, frames
             )
         finally:
             self._reading = False
 
     async def _read(
-        self, max_records: int, max_bytes: int, deadline: float | None
-    ) -> list[tuple[int, bytes]]:
+        self, max_records: int, max_bytes: int, deadline: float | None, frames: bool = False
+    ) -> list[tuple[int, bytes]] | FrameRun:
         wal = self._wal
         while True:
             if self._closed:
@@ -111,6 +134,13 @@ class WalReader:
                 raise OffsetOutOfRange(f"offset {start} is older than the WAL's first offset {first}")
             committed = self._end()
             if start < committed:
+                if frames:
+                    run = wal.frames(start, committed, max_records, max_bytes)
+                    if run is not None:
+                        self.next_offset = run.end
+                        self._returned = True
+                        return run
+                    committed = wal.frames_start(start, committed)  # records up to where frames begin
                 records = wal._cache.read(start, committed, max_records, max_bytes)
                 if records is None:
                     hole = wal.hole_at(start)

@@ -16,6 +16,7 @@ from ister.errors import Fenced, IsterError, OffsetOutOfRange, StorageError, Sto
 from .cache import RecordCache
 from .config import WalConfig
 from .durable import fsync_dir
+from .frametail import FrameRun, FrameTail
 from .holes import Hole, Holes
 from .pool import WriterPool, default_pool
 from .reader import WalReader, verify_segment
@@ -51,6 +52,7 @@ class Wal:
         "_directory",
         "_failed",
         "_first_offset",
+        "_frame_tail",
         "_last_append",
         "_loop",
         "_next_offset",
@@ -97,6 +99,7 @@ class Wal:
         self._cache = RecordCache(config.cache_max_bytes)
         self._last_append = loop.time()  # when records were last committed (or the WAL opened)
         self._cache.reset(recovered.next_offset)
+        self._frame_tail: FrameTail | None = None  # kept only while a replicated topic's leader asks
         self._queued_bytes = 0
         # appends waiting for queue space, FIFO (created when first needed: most WALs never wait)
         self._space_waiters: deque[tuple[int, asyncio.Future[None]]] | None = None
@@ -347,7 +350,7 @@ class Wal:
 
     # ---- writing ---------------------------------------------------------------------------------
 
-    async def append(self, payloads: Sequence[bytes]) -> int:
+    async def append(self, payloads: Sequence[bytes], *, at: int | None = None) -> int:
         """Append records with consecutive offsets; returns the first offset once they are committed.
 
         Offsets are assigned when the call starts (after waiting for queue space, if the writer is more than
@@ -357,11 +360,14 @@ class Wal:
         consumed. Raises DiskFull (retriable) while the disk is full, StorageExhausted (retriable) while no
         file descriptor is left to open a segment: nothing of the append stays on disk and its offsets are
         handed back (never acknowledged, they go to later appends). If the caller is
-        cancelled after the offsets were assigned, the records are still written.
+        cancelled after the offsets were assigned, the records are still written. With `at` (a follower
+        copying its leader's offsets), StorageError unless the records get exactly offsets from `at`.
         """
         count = len(payloads)
         if count == 0:
             raise ValueError("append needs at least one payload")
+        if at is not None:
+            self._check_at(at)
         self._check_limit(self._next_offset, count)
         if self._failed is not None or self._closing or self._cutting:
             self._check_writable()
@@ -383,8 +389,10 @@ class Wal:
             if self._next_offset != first:
                 first = self._next_offset
                 try:
+                    if at is not None:
+                        self._check_at(at)
                     self._check_limit(first, count)
-                except Fenced:
+                except (Fenced, StorageError):
                     self._release_space(size)
                     raise
                 data = encode_frames(first, items)
@@ -399,6 +407,72 @@ class Wal:
         if not reserved:
             self._queued_bytes += size
         return await future
+
+    async def append_frames(self, first: int, count: int, frames: bytes) -> int:
+        """Append `count` frames already encoded (a follower's copy of its leader's, offsets from `first`);
+        returns `first` once they are committed. The frames are written as they are and not cached (nothing
+        reads a follower's copy until it leads). StorageError unless `first` is the next offset; otherwise
+        as `append`."""
+        if count < 1 or len(frames) < HEADER_SIZE * count:
+            raise ValueError(f"{count} frames in {len(frames)} bytes")
+        self._check_at(first)
+        self._check_limit(first, count)
+        if self._failed is not None or self._closing or self._cutting:
+            self._check_writable()
+        size = len(frames)
+        reserved = False
+        if self._space_waiters or (
+            self._queued_bytes and self._queued_bytes + size > self._config.max_queued_bytes
+        ):
+            await self._wait_for_space(size)
+            reserved = True
+            try:
+                self._check_writable()
+                self._check_at(first)
+            except StorageError:
+                self._release_space(size)
+                raise
+        future: asyncio.Future[int] = self._loop.create_future()
+        try:
+            self._writer.submit(Entry(first, count, frames, None, size - HEADER_SIZE * count, future))
+        except StorageError:
+            if reserved:
+                self._release_space(size)
+            raise
+        self._next_offset = first + count
+        if not reserved:
+            self._queued_bytes += size
+        return await future
+
+    def _check_at(self, first: int) -> None:
+        if first != self._next_offset:
+            raise StorageError(
+                f"WAL {self._directory.name}: records for offset {first} do not follow its end "
+                f"{self._next_offset} (an earlier append was refused)"
+            )
+
+    def keep_frames(self, max_bytes: int) -> None:
+        """Keep the frames of about the last `max_bytes` of committed appends for `frames` (0: stop)."""
+        if max_bytes <= 0:
+            self._frame_tail = None
+        elif self._frame_tail is None:
+            self._frame_tail = FrameTail(max_bytes)
+        else:
+            self._frame_tail.max_bytes = max_bytes
+
+    def frames(self, start: int, end: int, max_records: int, max_bytes: int) -> FrameRun | None:
+        """The frames of whole committed appends from `start`, below `end` (see `FrameTail.take`)."""
+        tail = self._frame_tail
+        return None if tail is None else tail.take(start, min(end, self._committed), max_records, max_bytes)
+
+    def frames_start(self, start: int, end: int) -> int:
+        """Where kept frames begin after `start` (`end` if not before): a reader stops its records there."""
+        first = self._frame_tail.first_offset if self._frame_tail is not None else None
+        return first if first is not None and start < first < end else end
+
+    def trim_frames(self, below: int) -> None:
+        if self._frame_tail is not None:
+            self._frame_tail.trim(below)
 
     def limit_offsets(self, end: int | None) -> None:
         """Refuse appends that would assign an offset at or above `end` (None: no limit). A claim uses it to
@@ -536,6 +610,11 @@ class Wal:
             self.damage.prune(end)
         else:
             self._cache.truncate(end)
+        if self._frame_tail is not None:
+            if reset:
+                self._frame_tail.clear()
+            else:
+                self._frame_tail.truncate(end)
         self.damage.cut(end)
         self.lost_ranges = [(a, min(b, end)) for a, b in self.lost_ranges if a < end and not reset]
         self._cut_count += 1
@@ -553,19 +632,30 @@ class Wal:
         chunk: list[bytes] | None = None
         chunk_first = 0
         chunk_bytes = 0
+        tail = self._frame_tail
         for entry in group:
             if entry.count:
-                if chunk is None:
-                    chunk = entry.payloads
+                if tail is not None:
+                    tail.add(entry.first_offset, entry.count, entry.data)
+                payloads = entry.payloads
+                if payloads is None:  # frames appended as they came (a follower's): not cached
+                    if chunk is not None:
+                        self._cache.add(chunk_first, chunk, chunk_bytes)
+                        chunk, chunk_bytes = None, 0
+                    self._cache.reset(entry.first_offset + entry.count)
+                elif chunk is None:
+                    chunk = payloads
                     chunk_first = entry.first_offset
+                    chunk_bytes += entry.payload_bytes
                 else:
-                    chunk.extend(entry.payloads)
-                chunk_bytes += entry.payload_bytes
+                    chunk.extend(payloads)
+                    chunk_bytes += entry.payload_bytes
             future = entry.future
             if future is not None and not future.done():
                 future.set_result(entry.first_offset)
         if chunk is not None:
             self._cache.add(chunk_first, chunk, chunk_bytes)
+        if nbytes:
             self._last_append = self._loop.time()
         self._committed = committed
         self._synced = synced

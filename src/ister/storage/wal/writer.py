@@ -65,7 +65,7 @@ class Entry:
         first_offset: int,
         count: int,
         data: bytes,
-        payloads: list[bytes],
+        payloads: list[bytes] | None,  # None: frames appended as they came (not cached)
         payload_bytes: int,
         future: asyncio.Future[int] | None,
     ) -> None:

@@ -42,7 +42,7 @@ class EpochStart(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., start: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchRequest(_message.Message):
-    __slots__ = ("topic", "follower", "epoch", "log_start", "log_end", "history", "max_bytes", "wait_ms")
+    __slots__ = ("topic", "follower", "epoch", "log_start", "log_end", "history", "max_bytes", "wait_ms", "frames_ok")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FOLLOWER_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class ReplicaFetchRequest(_message.Message):
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_OK_FIELD_NUMBER: _ClassVar[int]
     topic: str
     follower: int
     epoch: int
@@ -59,10 +60,11 @@ class ReplicaFetchRequest(_message.Message):
     history: _containers.RepeatedCompositeFieldContainer[EpochStart]
     max_bytes: int
     wait_ms: int
-    def __init__(self, topic: _Optional[str] = ..., follower: _Optional[int] = ..., epoch: _Optional[int] = ..., log_start: _Optional[int] = ..., log_end: _Optional[int] = ..., history: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    frames_ok: bool
+    def __init__(self, topic: _Optional[str] = ..., follower: _Optional[int] = ..., epoch: _Optional[int] = ..., log_start: _Optional[int] = ..., log_end: _Optional[int] = ..., history: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ..., frames_ok: _Optional[bool] = ...) -> None: ...
 
 class ReplicaFetchResponse(_message.Message):
-    __slots__ = ("epoch", "truncate_to", "reset_to", "first_offset", "records", "epochs", "committed")
+    __slots__ = ("epoch", "truncate_to", "reset_to", "first_offset", "records", "epochs", "committed", "frames", "frame_count", "frames_crc")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_TO_FIELD_NUMBER: _ClassVar[int]
     RESET_TO_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +72,9 @@ class ReplicaFetchResponse(_message.Message):
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    FRAME_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_CRC_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     truncate_to: int
     reset_to: int
@@ -77,7 +82,10 @@ class ReplicaFetchResponse(_message.Message):
     records: _containers.RepeatedScalarFieldContainer[bytes]
     epochs: _containers.RepeatedCompositeFieldContainer[EpochStart]
     committed: int
-    def __init__(self, epoch: _Optional[int] = ..., truncate_to: _Optional[int] = ..., reset_to: _Optional[int] = ..., first_offset: _Optional[int] = ..., records: _Optional[_Iterable[bytes]] = ..., epochs: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., committed: _Optional[int] = ...) -> None: ...
+    frames: bytes
+    frame_count: int
+    frames_crc: int
+    def __init__(self, epoch: _Optional[int] = ..., truncate_to: _Optional[int] = ..., reset_to: _Optional[int] = ..., first_offset: _Optional[int] = ..., records: _Optional[_Iterable[bytes]] = ..., epochs: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., committed: _Optional[int] = ..., frames: _Optional[bytes] = ..., frame_count: _Optional[int] = ..., frames_crc: _Optional[int] = ...) -> None: ...
 
 class ListPartitionAssignmentsRequest(_message.Message):
     __slots__ = ("topic",)
