@@ -22,7 +22,7 @@ import grpc
 from crc32c import crc32c
 
 from ister.client._conn import NO_CREDENTIALS, Credentials, open_channel
-from ister.core.frames import HEADER_SIZE, scan_frames
+from ister.core.frames import HEADER, HEADER_SIZE
 from ister.core.replication import EpochHistory
 from ister.ids import TopicName
 from ister.storage.objects import catalog
@@ -278,13 +278,17 @@ class ReplicaFollower:
 
 
 def check_frames(frames: bytes, first: int, count: int, crc: int) -> str | None:
-    """Why `frames` cannot be appended as `count` frames from offset `first` (None: they can). Checksums
-    the whole and walks the headers only: every payload's own CRC is checked when it is read back."""
+    """Why `frames` cannot be appended as `count` frames from offset `first` (None: they can). Checks the
+    checksum of the whole, the first header and the size only: a walk of every header would cost about two
+    thirds of encoding the frames again. The leader's WAL encoded them; each payload's own CRC is checked
+    whenever it is read back (and at recovery)."""
     if crc32c(frames) != crc:
         return "fail their checksum"
-    scan = scan_frames(frames, expect_offset=first, verify_crc=False, collect=False)
-    if scan.stop != "end" or scan.count != count or scan.safe_length != len(frames):
-        return f"are not {count} whole frames ({scan.count} read, stopped: {scan.stop})"
+    if len(frames) < HEADER_SIZE * count:
+        return f"are {len(frames)} bytes, too short for {count} frames"
+    offset, length, _ = HEADER.unpack_from(frames, 0)
+    if offset != first or HEADER_SIZE + length > len(frames):
+        return f"begin with a frame for offset {offset} of {length} bytes"
     return None
 
 
