@@ -45,7 +45,9 @@ FETCH_MAX_BYTES = 4 * 1024 * 1024
 FETCH_MAX_RECORDS = 65_536
 WINDOW_RECORDS = 262_144  # records sent to a follower and not yet acknowledged by it, at most
 IDLE_SECONDS = 1.0  # a stream with nothing new still says so (and the commit) this often
-FRAME_TAIL_BYTES = 4 * 1024 * 1024  # the newest appends' frames kept to ship as they are (Wal.keep_frames)
+# The newest appends' frames kept to ship as they are (Wal.keep_frames), while any follower streams: trimmed
+# below what every stream sent, so this bounds only what a slow stream leaves behind.
+FRAME_TAIL_BYTES = 2 * 1024 * 1024
 
 
 class ReplicaLeader:
@@ -102,7 +104,6 @@ class ReplicaLeader:
         # minimum): nothing commits while there are any, so publishes are refused at once.
         self.stalled: list[int] = []
         wal.cap_visible(self.state.committed)
-        wal.keep_frames(FRAME_TAIL_BYTES)
 
     @property
     def epoch(self) -> int:
@@ -249,6 +250,13 @@ class ReplicaLeader:
         # Its log equals ours below `start`: exactly that (not the most it ever had: a copy that lost its
         # disk comes back shorter and must not be counted for what it no longer holds).
         self._progress(follower, start, reset=True)
+        async for resp in self._stream(follower, start, req.frames_ok, acks):
+            yield resp
+
+    async def _stream(
+        self, follower: int, start: int, frames_ok: bool, acks: AsyncIterator[int]
+    ) -> AsyncIterator[pb.ReplicaFetchResponse]:
+        wal = self.wal
         sent = start
         acked = start
         moved = asyncio.Event()
@@ -263,10 +271,11 @@ class ReplicaLeader:
                 moved.set()
 
         acks_task = asyncio.get_running_loop().create_task(take_acks())
-        frames_ok = req.frames_ok
         reader = wal.reader(start, skip_holes=False, durable=True)
         self._readers.add(reader)
         self._sent[reader] = sent
+        if frames_ok:
+            wal.keep_frames(FRAME_TAIL_BYTES)
         try:
             while not acks_task.done():
                 if self.fenced is not None:
@@ -296,6 +305,8 @@ class ReplicaLeader:
         finally:
             self._readers.discard(reader)
             self._sent.pop(reader, None)
+            if not self._sent:
+                wal.keep_frames(0)  # nobody to ship to: no frames kept
             reader.close()
             acks_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
