@@ -17,19 +17,11 @@ from ister.replication.follower import check_frames
 from ister.storage.wal import Wal, WalConfig
 from ister.storage.wal.frametail import FrameRun, FrameTail
 from ister.storage.wal.writer import WalWriter
+from tests.unit.test_wal import file_records
 
 
 def records(first: int, n: int) -> list[bytes]:
     return [b"rec-%d" % i for i in range(first, first + n)]
-
-
-def file_records(directory: Path) -> list[tuple[int, bytes]]:
-    out: list[tuple[int, bytes]] = []
-    for path in sorted(directory.glob("*.wal")):
-        res = scan_frames(path.read_bytes(), expect_offset=int(path.stem))
-        assert res.stop == "end", (path, res.stop)
-        out.extend((o, bytes(p)) for o, p, _ in res.frames)
-    return out
 
 
 # ---- FrameTail ------------------------------------------------------------------------------------------

@@ -88,8 +88,9 @@ class ReplicaLeader:
         self.replace_after_s = replace_after_s
         self._absent_since: dict[int, float] = {}
         self._peers_checked = float("-inf")
-        self._readers: set[WalReader] = set()  # followers' streams, ended when this leader closes
-        self._sent: dict[WalReader, int] = {}  # what each stream has sent: frames below all are dropped
+        # Followers' streams (ended when this leader closes) and what each has sent: frames below all
+        # of them are dropped.
+        self._sent: dict[WalReader, int] = {}
         followers = [r for r in record.replicas if r != broker_id]
         self.state = LeaderState.take_over(
             record.epoch, wal.durable_offset, known_committed, clock(), followers
@@ -125,7 +126,7 @@ class ReplicaLeader:
         self._fail_waiters(
             Unavailable(f"topic {self.name} is no longer led here ({reason}); redo the lookup")
         )
-        for reader in list(self._readers):
+        for reader in list(self._sent):
             reader.close()  # ends the followers' streams now
         self.wal.keep_frames(0)
         if self._isr_task is not None:
@@ -272,7 +273,6 @@ class ReplicaLeader:
 
         acks_task = asyncio.get_running_loop().create_task(take_acks())
         reader = wal.reader(start, skip_holes=False, durable=True)
-        self._readers.add(reader)
         self._sent[reader] = sent
         if frames_ok:
             wal.keep_frames(FRAME_TAIL_BYTES)
@@ -303,7 +303,6 @@ class ReplicaLeader:
                 yield resp  # with no records: a heartbeat carrying the commit
             acks_task.result()  # the follower ended its side: its error, if any
         finally:
-            self._readers.discard(reader)
             self._sent.pop(reader, None)
             if not self._sent:
                 wal.keep_frames(0)  # nobody to ship to: no frames kept
@@ -442,7 +441,7 @@ class ReplicaLeader:
         if self.fenced is None:
             self.fenced = reason
             log.warning("%s: replication fenced: %s", self.name, reason)
-            for reader in list(self._readers):
+            for reader in list(self._sent):
                 reader.close()
             self._fail_waiters(Unavailable(f"topic {self.name} is no longer led here ({reason})"))
             if self._on_fenced is not None:

@@ -375,12 +375,8 @@ class Wal:
         first = self._next_offset
         data = encode_frames(first, items)  # ValueError on an oversize payload: no offset consumed
         size = len(data)
-        reserved = False
-        if self._space_waiters or (
-            self._queued_bytes and self._queued_bytes + size > self._config.max_queued_bytes
-        ):
-            await self._wait_for_space(size)
-            reserved = True
+        reserved = await self._reserve(size)
+        if reserved:
             try:
                 self._check_writable()
             except StorageError:
@@ -396,17 +392,7 @@ class Wal:
                     self._release_space(size)
                     raise
                 data = encode_frames(first, items)
-        future: asyncio.Future[int] = self._loop.create_future()
-        try:
-            self._writer.submit(Entry(first, count, data, items, size - HEADER_SIZE * count, future))
-        except StorageError:
-            if reserved:
-                self._release_space(size)
-            raise
-        self._next_offset = first + count
-        if not reserved:
-            self._queued_bytes += size
-        return await future
+        return await self._submit(first, count, data, items, reserved)
 
     async def append_frames(self, first: int, count: int, frames: bytes) -> int:
         """Append `count` frames already encoded (a follower's copy of its leader's, offsets from `first`);
@@ -419,22 +405,34 @@ class Wal:
         self._check_limit(first, count)
         if self._failed is not None or self._closing or self._cutting:
             self._check_writable()
-        size = len(frames)
-        reserved = False
-        if self._space_waiters or (
-            self._queued_bytes and self._queued_bytes + size > self._config.max_queued_bytes
-        ):
-            await self._wait_for_space(size)
-            reserved = True
+        reserved = await self._reserve(len(frames))
+        if reserved:
             try:
                 self._check_writable()
                 self._check_at(first)
             except StorageError:
-                self._release_space(size)
+                self._release_space(len(frames))
                 raise
+        return await self._submit(first, count, frames, None, reserved)
+
+    async def _reserve(self, size: int) -> bool:
+        """Wait for queue space while the writer is more than max_queued_bytes behind; True when it did
+        (the space is then counted). Returns at once, without suspending, when there is room."""
+        if self._space_waiters or (
+            self._queued_bytes and self._queued_bytes + size > self._config.max_queued_bytes
+        ):
+            await self._wait_for_space(size)
+            return True
+        return False
+
+    async def _submit(
+        self, first: int, count: int, data: bytes, payloads: list[bytes] | None, reserved: bool
+    ) -> int:
+        """Hand the frames to the writer, take their offsets, and wait until they are committed."""
+        size = len(data)
         future: asyncio.Future[int] = self._loop.create_future()
         try:
-            self._writer.submit(Entry(first, count, frames, None, size - HEADER_SIZE * count, future))
+            self._writer.submit(Entry(first, count, data, payloads, size - HEADER_SIZE * count, future))
         except StorageError:
             if reserved:
                 self._release_space(size)
@@ -643,12 +641,11 @@ class Wal:
                         self._cache.add(chunk_first, chunk, chunk_bytes)
                         chunk, chunk_bytes = None, 0
                     self._cache.reset(entry.first_offset + entry.count)
-                elif chunk is None:
-                    chunk = payloads
-                    chunk_first = entry.first_offset
-                    chunk_bytes += entry.payload_bytes
                 else:
-                    chunk.extend(payloads)
+                    if chunk is None:
+                        chunk, chunk_first = payloads, entry.first_offset
+                    else:
+                        chunk.extend(payloads)
                     chunk_bytes += entry.payload_bytes
             future = entry.future
             if future is not None and not future.done():
