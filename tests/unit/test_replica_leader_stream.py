@@ -7,10 +7,12 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 from crc32c import crc32c
 
 from ister.core.frames import scan_frames
 from ister.core.replication import EpochHistory, ReplicaRecord
+from ister.errors import Unavailable
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
@@ -112,3 +114,25 @@ async def leader_publish(leader: ReplicaLeader, wal: Wal, records: list[bytes]) 
     first = await wal.append(records)
     leader.appended()
     await leader.wait_committed(first + len(records))
+
+
+async def test_a_leader_that_closes_ends_its_followers_streams_with_unavailable(tmp_path: Path) -> None:
+    """A move or a fence closes the leader: each follower's stream ends with UNAVAILABLE naming why, so the
+    follower looks for the new leader (it ended with INTERNAL "reader closed")."""
+    wal = await Wal.open(tmp_path, WalConfig())
+    store = EmbeddedStore.in_memory()
+    leader = await leader_on(wal, store)
+    acks = Acks()
+    req = pb.ReplicaFetchRequest(topic=NAME.full, follower=2, epoch=3, log_end=0, frames_ok=True)
+    req.history.append(pb.EpochStart(epoch=3, start=0))
+    stream = leader.replicate(req, acks)
+    waiting = asyncio.ensure_future(stream.__anext__())
+    await asyncio.sleep(0.05)  # the stream waits for records
+    await leader.close("moved")
+    with pytest.raises(Unavailable, match="no longer led here"):
+        while True:
+            await asyncio.wait_for(waiting, 5)  # heartbeats may come first
+            waiting = asyncio.ensure_future(stream.__anext__())
+    await acks.queue.put(None)
+    await wal.close()
+    await store.close()

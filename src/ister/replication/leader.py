@@ -28,7 +28,14 @@ from ister.core.replication import (
     leaving_replicas,
     replacement_step,
 )
-from ister.errors import CorruptRange, FailedPrecondition, InvalidArgument, MetadataError, Unavailable
+from ister.errors import (
+    CorruptRange,
+    FailedPrecondition,
+    InvalidArgument,
+    MetadataError,
+    StorageError,
+    Unavailable,
+)
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.store import Compare, MetadataStore, Put
@@ -296,6 +303,12 @@ class ReplicaLeader:
                 except CorruptRange as exc:
                     why = f"{self.name}: the leader's WAL cannot serve offsets from {sent} ({exc})"
                     raise Unavailable(why) from exc
+                except StorageError:
+                    if not reader.closed:
+                        raise
+                    # This leader closed or was fenced: the follower looks for the new one.
+                    why = self.fenced or "closed"
+                    raise Unavailable(f"topic {self.name} is no longer led here ({why})") from None
                 resp, sent = self._response(got, sent)
                 if got:
                     self._sent[reader] = sent
