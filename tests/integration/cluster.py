@@ -144,7 +144,9 @@ class Cluster:
                 return b
         raise LookupError(broker_id)
 
-    async def until(self, check: Callable[[], Awaitable[Any] | Any], what: str, within: float = WAIT) -> Any:
+    async def until(
+        self, check: Callable[[], Awaitable[Any] | Any], what: str | Callable[[], str], within: float = WAIT
+    ) -> Any:
         """Poll `check` (sync or async) until it returns something truthy; its value."""
         return await until(check, what, within, poll=0.05)
 

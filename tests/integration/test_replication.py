@@ -416,13 +416,21 @@ async def test_drain_moves_leaderships_and_replicas_away(tmp_path: Path, etcd_se
         cli = [*ISTER, "admin", "brokers", "drain", str(drained), "--admin-addr", four.brokers[3].admin_addr]
         await asyncio.to_thread(subprocess.run, cli, check=True, capture_output=True, timeout=60)
 
+        seen: list[object] = []
+
         async def moved_away() -> ReplicaRecord | None:
             rec = await replica_record(four, topic)
             owner = (await four.assignments()).get(topic)
+            assert four.store is not None
+            failed = await four.store.get(keys.move_failure(topic))
+            seen[:] = [rec, owner, failed.value if failed is not None else None]
             done = rec is not None and drained not in rec.replicas and owner == rec.leader
             return rec if done and sorted(rec.isr) == sorted(rec.replicas) else None
 
-        after = await four.until(moved_away, "leadership and copy moved off the drained broker", 60)
+        def state() -> str:
+            return f"leadership and copy moved off the drained broker (record, owner, move failure: {seen})"
+
+        after = await four.until(moved_away, state, 60)
         assert len(after.replicas) == 3
 
         async def idle_report() -> bool:

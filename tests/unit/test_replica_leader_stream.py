@@ -4,6 +4,7 @@ follower that takes them, records for one that does not, and the commit moving w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from ister.metadata.embedded import EmbeddedStore
 from ister.replication.leader import ReplicaLeader
 from ister.storage.wal import Wal, WalConfig
 from ister.wire.gen import ister_v1_pb2 as pb
+from tests.support import until
 
 NAME = TopicName.parse("/default/replicated")
 RECORD = ReplicaRecord(replicas=[1, 2], isr=[1, 2], leader=1, epoch=3, min_insync=2)
@@ -38,13 +40,13 @@ class Acks:
             yield end
 
 
-async def leader_on(wal: Wal, store: EmbeddedStore) -> ReplicaLeader:
+async def leader_on(wal: Wal, store: EmbeddedStore, max_lag_s: float = 10.0) -> ReplicaLeader:
     await store.put(keys.replicas(NAME), RECORD.to_json())
     kv = await store.get(keys.replicas(NAME))
     assert kv is not None
     history = EpochHistory()
     history.begin(RECORD.epoch, wal.next_offset)
-    leader = ReplicaLeader(NAME, wal, history, RECORD, kv.version, store, 1, 10.0)
+    leader = ReplicaLeader(NAME, wal, history, RECORD, kv.version, store, 1, max_lag_s)
     leader.start()
     return leader
 
@@ -136,3 +138,43 @@ async def test_a_leader_that_closes_ends_its_followers_streams_with_unavailable(
     await acks.queue.put(None)
     await wal.close()
     await store.close()
+
+
+async def test_a_move_waits_for_an_in_sync_follower_that_stalled(tmp_path: Path) -> None:
+    """The only other in-sync member stops acknowledging past the lag time (it cannot leave: the set is at
+    its minimum), so publishes are refused; a move then waits for it instead of failing at once (a failed
+    move holds the topic for the load manager's back-off), and completes once it acknowledges."""
+    wal = await Wal.open(tmp_path, WalConfig())
+    store = EmbeddedStore.in_memory()
+    leader = await leader_on(wal, store, max_lag_s=0.3)
+    acks = Acks()
+    req = pb.ReplicaFetchRequest(topic=NAME.full, follower=2, epoch=3, log_end=0, frames_ok=True)
+    req.history.append(pb.EpochStart(epoch=3, start=0))
+    stream = leader.replicate(req, acks)
+    reading = asyncio.ensure_future(drain_stream(stream))
+    try:
+        await wal.append([b"a", b"b"])
+        leader.appended()
+        await until(lambda: leader.stalled, "the follower stalled")
+        with pytest.raises(Unavailable, match="stopped following"):
+            leader.check_writable()
+        move = asyncio.ensure_future(leader.hand_over(10))
+        await asyncio.sleep(0.6)  # two in-sync checks: before the change the move had failed by now
+        assert not move.done()
+        await acks.queue.put(2)
+        await asyncio.wait_for(move, 5)
+        assert leader.committed == 2
+    finally:
+        await acks.queue.put(None)
+        reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
+        await stream.aclose()
+    await leader.close("test over")
+    await wal.close()
+    await store.close()
+
+
+async def drain_stream(stream: AsyncIterator[pb.ReplicaFetchResponse]) -> None:
+    async for _ in stream:
+        pass

@@ -176,24 +176,31 @@ class ReplicaLeader:
         await future
 
     async def hand_over(self, within: float) -> None:
+        """Return once the in-sync replicas hold every record (the next owner takes over from its own copy);
+        Unavailable after `within` seconds, or at once when this leader is fenced. An in-sync member that
+        stalled (a pause, a loaded machine) is waited for: failing the move at once would hold the topic
+        here for the load manager's whole back-off over a hiccup."""
         end = self.wal.next_offset
         await self.wal.flush()
-        try:
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(within):
-                while True:
+                while self.fenced is None:
                     self._advance()
                     if self.state.committed >= end:
                         return
-                    if self.fenced is not None or self.stalled:
-                        break
-                    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                    future: asyncio.Future[None] = loop.create_future()
                     heapq.heappush(self._waiters, (end, next(self._seq), future))
-                    await future
-        except (TimeoutError, Unavailable):
-            pass
+                    try:
+                        await future
+                    except Unavailable:
+                        # Waiters are failed when a member stalls or the set shrinks: look again at the
+                        # next in-sync check rather than at once.
+                        await asyncio.sleep(ISR_CHECK_SECONDS)
         raise Unavailable(
             f"cannot move {self.name}: its in-sync replicas {self.record.isr} do not hold offsets up to "
             f"{end - 1} yet ({self.state.committed} committed); it stays on this broker"
+            + (f" ({self.fenced})" if self.fenced is not None else "")
         )
 
     def _release_waiters(self) -> None:
