@@ -120,8 +120,14 @@ def target_of(addr: str) -> str:
 def describe_rpc_error(exc: grpc.RpcError, addr: str) -> str:
     code = exc.code() if hasattr(exc, "code") else None
     details = exc.details() if hasattr(exc, "details") else str(exc)
-    if code == grpc.StatusCode.UNAVAILABLE and (
-        "connect" in (details or "").lower() or "refused" in (details or "").lower()
+    text = (details or "").lower()
+    # The channel's own failure names the admin port; a broker's UNAVAILABLE answer (etcd down, say) may
+    # also say "failed to connect", about something else, and is shown as the broker wrote it.
+    port = addr.rpartition(":")[2]
+    if (
+        code == grpc.StatusCode.UNAVAILABLE
+        and ("connect" in text or "refused" in text)
+        and f":{port}" in text
     ):
         return (
             f"cannot reach the admin API at {addr}: connection refused or unreachable "
