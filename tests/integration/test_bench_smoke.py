@@ -22,6 +22,8 @@ DANUBE_CASES = (
     "danube_e2e",
     "noop_seq_publish",
     "noop_pipe_publish",
+    "noop_consume_ack",
+    "noop_consume_ack_unbounded",
 )
 
 

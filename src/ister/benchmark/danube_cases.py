@@ -15,6 +15,9 @@ Cases (100-byte payloads, reliable topic, one broker; the method of bench/danube
                        in another process; latency from a CLOCK_MONOTONIC stamp in the payload
   noop_seq_publish, noop_pipe_publish   the first two against a server that stores nothing (the ceiling of
                        one unary gRPC call per message with this client on this machine)
+  noop_consume_ack     consume + ack against that server streaming made-up messages, holding at most the
+                       broker's default window of unacknowledged messages (the protocol's streaming ceiling
+                       with this client); noop_consume_ack_unbounded: with no window
 """
 
 from __future__ import annotations
@@ -43,8 +46,10 @@ from ister.benchmark.stats import (
     stamped_payload,
     stop_child,
 )
+from ister.limits import DEFAULT_WINDOW
 
 IN_FLIGHT = 64
+BROKER_WINDOW = DEFAULT_WINDOW  # the broker's dispatch.max_unacked_messages default
 
 
 async def _client(url: str) -> Any:
@@ -126,6 +131,15 @@ async def pipe_publish_and_consume(
     pub["broker_cpu_us_per_msg"] = (broker_cpu() - cpu0) / n * 1e6
 
     cons, q = await _consumer(c, topic, "bench-c", "bench-sub")
+    cpu0 = broker_cpu()
+    con = await _consume_acking(cons, q, n)
+    con["broker_cpu_us_per_msg"] = (broker_cpu() - cpu0) / n * 1e6
+    await cons.close()
+    return pub, con
+
+
+async def _consume_acking(cons: Any, q: asyncio.Queue[Any], n: int) -> dict[str, Any]:
+    """Read `n` messages, acknowledging each (IN_FLIGHT acks at a time)."""
     sem = asyncio.Semaphore(IN_FLIGHT)
     pending: set[asyncio.Task[None]] = set()
 
@@ -135,7 +149,6 @@ async def pipe_publish_and_consume(
         finally:
             sem.release()
 
-    cpu0 = broker_cpu()
     t0 = time.perf_counter()
     for _ in range(n):
         m = await asyncio.wait_for(q.get(), 30)
@@ -144,11 +157,18 @@ async def pipe_publish_and_consume(
         pending.add(task)
         task.add_done_callback(pending.discard)
     await asyncio.gather(*pending)
-    con = rate(n, time.perf_counter() - t0)
-    con["acks_in_flight"] = IN_FLIGHT
-    con["broker_cpu_us_per_msg"] = (broker_cpu() - cpu0) / n * 1e6
-    await cons.close()
-    return pub, con
+    out = rate(n, time.perf_counter() - t0)
+    out["acks_in_flight"] = IN_FLIGHT
+    return out
+
+
+async def consume_only(url: str, topic: str, n: int) -> dict[str, Any]:
+    c = await _client(url)
+    cons, q = await _consumer(c, topic, "noop-c", "noop-sub")
+    try:
+        return await _consume_acking(cons, q, n)
+    finally:
+        await cons.close()
 
 
 def _latency_consumer(url: str, topic: str, n: int, ready: Any, out: Any) -> None:
@@ -203,18 +223,25 @@ async def e2e_latency(url: str, topic: str, rate_per_s: int, seconds: float) -> 
 
 
 def run_noop(n_seq: int, n_pipe: int) -> dict[str, Any]:
-    """The publish cases against `ister.benchmark.noop_server` (a subprocess: it imports the Danube stubs)."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "ister.benchmark.noop_server", str(port)])
-    try:
-        wait_port(port, proc, 30.0, "the no-op server")
-        url = f"http://127.0.0.1:{port}"
-        return {
-            "noop_seq_publish": uvloop.run(seq_publish(url, "/default/noop_seq", n_seq)),
-            "noop_pipe_publish": uvloop.run(pipe_publish_only(url, "/default/noop_pipe", n_pipe)),
-        }
-    finally:
-        stop_process(proc)
+    """The cases against `ister.benchmark.noop_server` (a subprocess: it imports the Danube stubs): publish,
+    and consume + ack with the broker's default window of unacknowledged messages and with none."""
+    out: dict[str, Any] = {}
+    for window in (0, BROKER_WINDOW):
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "ister.benchmark.noop_server", str(port), str(window)])
+        try:
+            wait_port(port, proc, 30.0, "the no-op server")
+            url = f"http://127.0.0.1:{port}"
+            if window == 0:
+                out["noop_seq_publish"] = uvloop.run(seq_publish(url, "/default/noop_seq", n_seq))
+                out["noop_pipe_publish"] = uvloop.run(pipe_publish_only(url, "/default/noop_pipe", n_pipe))
+                out["noop_consume_ack_unbounded"] = uvloop.run(consume_only(url, "/default/noop_c", n_pipe))
+            else:
+                out["noop_consume_ack"] = uvloop.run(consume_only(url, "/default/noop_c", n_pipe))
+                out["noop_consume_ack"]["window"] = window
+        finally:
+            stop_process(proc)
+    return out
 
 
 ALL_CASES = ("seq", "pipe", "consume", "e2e")

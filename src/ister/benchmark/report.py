@@ -60,6 +60,8 @@ ROWS: list[tuple[str, str, str | None, str | None, str]] = [
     ),
     ("noop_seq_publish", "no-op gRPC server · sequential (ceiling)", None, None, "rate"),
     ("noop_pipe_publish", "no-op gRPC server · 64 in flight (ceiling)", None, None, "rate"),
+    ("noop_consume_ack", "no-op gRPC server · consume + ack, window 10 (ceiling)", None, None, "rate"),
+    ("noop_consume_ack_unbounded", "no-op gRPC server · consume + ack, no window", None, None, "rate"),
 ]
 
 JS_ROWS = [

@@ -147,6 +147,9 @@ def ratios(cases: dict[str, Any], js: dict[str, Any] | None) -> dict[str, float 
         "danube_pipe_publish_vs_noop_ceiling": _ratio(
             _get(cases, "danube_pipe_publish", "msgs_per_s"), _get(cases, "noop_pipe_publish", "msgs_per_s")
         ),
+        "danube_consume_ack_vs_noop_ceiling": _ratio(
+            _get(cases, "danube_consume_ack", "msgs_per_s"), _get(cases, "noop_consume_ack", "msgs_per_s")
+        ),
     }
     return out
 
