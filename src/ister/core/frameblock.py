@@ -1,5 +1,5 @@
-"""`FrameBlock`: consecutive WAL frames kept as they were read (an object's body, a segment file's bytes), each
-frame's CRC-32C checked once by `check_dense` when the bytes were read.
+"""`FrameBlock`: consecutive WAL frames kept as they were read (an object's body), each frame's CRC-32C
+checked once by `check_dense` when the bytes were read.
 
 A block never copies a record: it is a buffer and the byte positions of its frames. Delivering a run of
 offsets to a batch-API consumer is one slice of the buffer (the MessageBatch layout is the WAL frame layout,
@@ -108,9 +108,7 @@ class FrameBlock:
     def records(self) -> list[tuple[int, bytes]]:
         """(offset, payload) of every frame, payloads copied (the record-at-a-time readers' form)."""
         buf, starts = self.buf, self.starts
-        return [
-            (self.first + i, buf[starts[i] + HEADER_SIZE : starts[i + 1]]) for i in range(self.count)
-        ]
+        return [(self.first + i, buf[starts[i] + HEADER_SIZE : starts[i + 1]]) for i in range(self.count)]
 
     def payloads(self) -> Iterator[memoryview]:
         mv = memoryview(self.buf)
