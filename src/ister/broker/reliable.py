@@ -262,7 +262,13 @@ class ReliableSubscription(Subscription):
         state = self._state
         state.tick(now)
         for _ in range(REFILL_ROUNDS):
-            await self._fill(now)
+            try:
+                await self._fill(now)
+            except Exception:
+                # A read failed (object store down, a damaged object): what was read before it still goes
+                # out now; the read is retried on the next heartbeat.
+                self._deliver(state.poll_groups(now))
+                raise
             self._deliver(state.poll_groups(now))
             # A poll can make room (Key-Shared messages nobody accepts leave the window): read on at once.
             if not (state.capacity() > 0 and self._reader.available() > 0 and state.attached_consumers()):
