@@ -1,6 +1,7 @@
 """Durable-tier benchmarks (issue 5): move time, catch-up reads from objects, export throughput.
 
-usage: python bench/durable_bench.py [--moves 20] [--messages 1000000] [--s3] [--json]
+usage: python bench/durable_bench.py [--moves 20] [--messages 1000000] [--s3] [--no-export] [--json]
+                                      [--py-spy PATH --raw OUT]
 
 * move: 3 `ister broker --mode cluster` processes on one etcd, a shared `file://` durable tier (or
   SeaweedFS with --s3); per move, a reliable topic that just took a message is unloaded (the admin
@@ -22,7 +23,9 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -90,7 +93,9 @@ async def moves(store: EtcdStore, brokers: list[Broker], count: int) -> dict[str
     }
 
 
-async def catch_up(store: EtcdStore, broker: Broker, count: int) -> dict[str, Any]:
+async def catch_up(
+    store: EtcdStore, broker: Broker, count: int, py_spy: str | None = None, raw: Path | None = None
+) -> dict[str, Any]:
     topic = "/default/history"
     async with Client(broker.url) as client:
         producer = await client.producer(topic, max_batch_messages=4096)
@@ -113,6 +118,8 @@ async def catch_up(store: EtcdStore, broker: Broker, count: int) -> dict[str, An
         )  # fmt: skip
         consumer = await client.consumer(topic, "history", name="h", window=10_000)
         got = 0
+        spy = _start_py_spy(py_spy, broker, raw) if py_spy and raw else None
+        broker_cpu, own_cpu = _cpu_seconds(broker), time.process_time()
         start = time.monotonic()
         while got < count:
             batch = await consumer.receive_batch(10_000, timeout=30)
@@ -121,13 +128,36 @@ async def catch_up(store: EtcdStore, broker: Broker, count: int) -> dict[str, An
             got += len(batch)
             await consumer.ack_upto(batch[-1])
         elapsed = time.monotonic() - start
+        broker_cpu, own_cpu = _cpu_seconds(broker) - broker_cpu, time.process_time() - own_cpu
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
         await consumer.close()
     return {
         "messages": count,
         "seconds": round(elapsed, 2),
         "msg_per_s": round(count / elapsed),
+        "broker_cpu_us_per_msg": round(broker_cpu / count * 1e6, 2),
+        "client_cpu_us_per_msg": round(own_cpu / count * 1e6, 2),
         "export_wait_s": round(export_wait, 2),
     }
+
+
+def _start_py_spy(py_spy: str, broker: Broker, raw: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling the broker (all threads, without pausing it) until SIGINT; raw stacks to `raw`."""
+    assert broker.proc is not None
+    cmd = [py_spy, "record", "--threads", "--nonblocking", "-f", "raw", "-r", "250", "-o", str(raw),
+           "-p", str(broker.proc.pid)]  # fmt: skip
+    spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # py-spy attaches
+    return spy
+
+
+def _cpu_seconds(broker: Broker) -> float:
+    """User + system CPU seconds of the broker process so far (/proc)."""
+    assert broker.proc is not None
+    fields = Path(f"/proc/{broker.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def export_rate(url: str, options: dict[str, str], count: int, root: Path, etcd: str) -> dict[str, Any]:
@@ -154,12 +184,15 @@ async def export_rate(url: str, options: dict[str, str], count: int, root: Path,
 
 async def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--moves", type=int, default=20)
+    ap.add_argument("--moves", type=int, default=20, help="0: skip the move measurement")
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument(
         "--s3", action="store_true", help="SeaweedFS (weed mini) instead of a shared file:// tier"
     )
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-export", action="store_true", help="skip the export-rate measurement")
+    ap.add_argument("--py-spy", help="py-spy executable: profile the broker during the catch-up")
+    ap.add_argument("--raw", type=Path, help="with --py-spy: write its raw stacks here")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="ister-durable-bench-"))
     etcd, cport = start_etcd(root)
@@ -183,17 +216,20 @@ async def main() -> None:
         config.write_text(yaml.safe_dump({"storage": {"durable": {
             "url": url, "options": options, "export_interval_seconds": 1.0, "segment_max_age_seconds": 2.0,
             "local_retention_bytes": 0, "local_retention_seconds": 0}}}))  # fmt: skip
-        brokers = [Broker(root, i, f"127.0.0.1:{cport}", 5) for i in range(3)]
+        nbrokers = 3 if args.moves else 1
+        brokers = [Broker(root, i, f"127.0.0.1:{cport}", 5) for i in range(nbrokers)]
         for b in brokers:
             b.args += ["--config-file", str(config)]
             b.start()
-        await until(lambda: _all_registered(store, 3), "three brokers registered")
-        result["move"] = await moves(store, brokers, args.moves)
+        await until(lambda: _all_registered(store, nbrokers), "the brokers registered")
+        if args.moves:
+            result["move"] = await moves(store, brokers, args.moves)
         for b in brokers[1:]:
             b.kill()
         await until(lambda: _all_registered(store, 1), "one broker registered")
-        result["catch_up"] = await catch_up(store, brokers[0], args.messages)
-        result["export"] = await export_rate(url, options, args.messages, root, f"127.0.0.1:{cport}")
+        result["catch_up"] = await catch_up(store, brokers[0], args.messages, args.py_spy, args.raw)
+        if not args.no_export:
+            result["export"] = await export_rate(url, options, args.messages, root, f"127.0.0.1:{cport}")
     finally:
         for b in brokers:
             b.kill()
@@ -207,16 +243,22 @@ async def main() -> None:
             print(f"durable_bench: kept {root}", file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
+    result["loadavg_end"] = os.getloadavg()
     if args.json:
         print(json.dumps(result))
     else:
-        m, c, e = result["move"], result["catch_up"], result["export"]
-        print(f"tier: {result['tier']}")
-        print(f"move (unload -> produce accepted on the new owner), {m['moves']} moves: "
-              f"p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms, max {m['max_ms']} ms")  # fmt: skip
+        c = result["catch_up"]
+        print(f"tier: {result['tier']}; load average {result['loadavg']} -> {result['loadavg_end']}")
+        if "move" in result:
+            m = result["move"]
+            print(f"move (unload -> produce accepted on the new owner), {m['moves']} moves: "
+                  f"p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms, max {m['max_ms']} ms")  # fmt: skip
         print(f"catch-up of {c['messages']} messages from objects via the batch API: {c['msg_per_s']} msg/s "
-              f"({c['seconds']} s; export finished {c['export_wait_s']} s after produce)")  # fmt: skip
-        print(f"export of {e['bytes']} WAL bytes: {e['mb_per_s']} MB/s ({e['seconds']} s)")
+              f"({c['seconds']} s; export finished {c['export_wait_s']} s after produce; CPU per message: "
+              f"broker {c['broker_cpu_us_per_msg']} us, client {c['client_cpu_us_per_msg']} us)")  # fmt: skip
+        if "export" in result:
+            e = result["export"]
+            print(f"export of {e['bytes']} WAL bytes: {e['mb_per_s']} MB/s ({e['seconds']} s)")
 
 
 async def _all_registered(store: EtcdStore, n: int) -> bool:

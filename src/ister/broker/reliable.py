@@ -16,9 +16,12 @@ from collections.abc import Awaitable, Callable, Sequence
 import msgspec
 
 from ister.broker import metrics
-from ister.broker.sessions import ConsumerSession, Outbound, Record
+from ister.broker.held import HeldRecords
+from ister.broker.sessions import ConsumerSession, Record
 from ister.broker.subscription import Subscription
-from ister.core.dispatch import DeadLetter, Delivery, FailurePolicy, ReliableSubscriptionState, SubType
+from ister.core.dispatch import DeadLetter, FailurePolicy, Group, ReliableSubscriptionState, SubType
+from ister.core.frameblock import FrameBlock
+from ister.core.frames import HEADER_SIZE
 from ister.core.record import StoredMessage, decode_message
 from ister.limits import CURSOR_FLUSH_ACKS, CURSOR_FLUSH_SECONDS, HEARTBEAT_SECONDS
 from ister.storage.objects.tiered import TieredReader
@@ -72,7 +75,8 @@ class ReliableSubscription(Subscription):
         self._state = ReliableSubscriptionState(
             sub_type, start_offset=start_offset, window=window, policy=policy, track_resolved=True
         )
-        self._messages: dict[int, Record] = {}  # records of the offsets the state machine holds
+        # records of the offsets the state machine holds: frame blocks from the durable tier, single records
+        self._held = HeldRecords()
         # consumer name -> in-flight messages requeued when its stream ended (a partition group's only)
         self.released: dict[str, int] = {}
         self._needs_key = sub_type == SubType.KEY_SHARED
@@ -176,7 +180,7 @@ class ReliableSubscription(Subscription):
         if not known:
             self._warn("ack of offset %d that is not in flight; ignored", offset)
             return False
-        self._messages.pop(offset, None)
+        self._held.records.pop(offset, None)
         self._acks_since_flush += 1
         self._poke()
         return True
@@ -258,8 +262,14 @@ class ReliableSubscription(Subscription):
         state = self._state
         state.tick(now)
         for _ in range(REFILL_ROUNDS):
-            await self._fill(now)
-            self._deliver(state.poll(now))
+            try:
+                await self._fill(now)
+            except Exception:
+                # A read failed (object store down, a damaged object): what was read before it still goes
+                # out now; the read is retried on the next heartbeat.
+                self._deliver(state.poll_groups(now))
+                raise
+            self._deliver(state.poll_groups(now))
             # A poll can make room (Key-Shared messages nobody accepts leave the window): read on at once.
             if not (state.capacity() > 0 and self._reader.available() > 0 and state.attached_consumers()):
                 break
@@ -275,10 +285,17 @@ class ReliableSubscription(Subscription):
             return  # nobody to deliver to: leave the log where it is (publishers pay nothing for us)
         state, reader = self._state, self._reader
         while (capacity := state.capacity()) > 0 and reader.available() > 0:
-            records = await reader.read(max_records=capacity, timeout=0)
+            if isinstance(reader, TieredReader):
+                got = await reader.read_frames(max_records=capacity, timeout=0)
+                if isinstance(got, FrameBlock):
+                    self._offer_block(got, now)
+                    continue
+                records = got
+            else:
+                records = await reader.read(max_records=capacity, timeout=0)
             if not records:
                 break
-            self._messages.update(records)
+            self._held.add_records(records)
             if self._needs_key:
                 keys = [decode_message(payload).key for _, payload in records]
             else:  # only Key-Shared routes by key: skip decoding here (the batch API never decodes)
@@ -292,6 +309,18 @@ class ReliableSubscription(Subscription):
         # pass them as soon as everything below is acknowledged.
         if state.next_offset < reader.next_offset:
             self._skip(reader.next_offset, now)
+
+    def _offer_block(self, block: FrameBlock, now: int) -> None:
+        """Offer the consecutive offsets of frames read from the durable tier (after a skipped range, if the
+        reader passed one)."""
+        self._held.add_block(block)
+        if self._needs_key:
+            keys = [decode_message(payload).key for payload in block.payloads()]
+        else:
+            keys = [""] * block.count
+        if block.first > self._state.next_offset:
+            self._skip(block.first, now)
+        self._state.offer_batch(block.first, keys, now)
 
     def _offer_across_gaps(self, records: Sequence[tuple[int, object]], keys: list[str], now: int) -> None:
         """Offer records that skip offsets (gaps never wedge: docs/architecture.md §12): each gap is skipped,
@@ -313,24 +342,27 @@ class ReliableSubscription(Subscription):
         if self._report_gap is not None:
             self._report_gap(first, end)
 
-    def _deliver(self, deliveries: list[Delivery]) -> None:
+    def _deliver(self, groups: list[Group]) -> None:
+        """Hand each consumer its messages as chunks (runs of frames as read, or records)."""
         sent = nbytes = redelivered = 0  # metrics are updated once per call: each inc() takes a lock
-        for d in deliveries:
-            record = self._messages.get(d.offset)
-            session = self.consumers.get(d.consumer_id)
-            if record is None or session is None or session.stream is None:
-                # The consumer vanished between poll and send: hand the message back for redelivery.
-                self._state.detach(d.consumer_id, now_ms())
+        for cid, offsets, redelivery in groups:
+            session = self.consumers.get(cid)
+            stream = session.stream if session is not None else None
+            chunks = self._held.chunks(offsets, redelivery) if stream is not None else None
+            if session is None or stream is None or chunks is None:
+                # The consumer vanished between poll and send: hand the messages back for redelivery.
+                self._state.detach(cid, now_ms())
                 continue
-            if not session.stream.offer(Outbound(d.offset, record, d.redelivery)):
-                # A full buffer means the client stopped reading: end its stream so it reconnects, and let
-                # the state machine redeliver what it held.
-                self.detach(session)
-                continue
-            sent += 1
-            nbytes += len(record)
-            if d.redelivery:
-                redelivered += 1
+            for chunk in chunks:
+                if not stream.offer_chunk(chunk):
+                    # A full buffer means the client stopped reading: end its stream so it reconnects, and
+                    # let the state machine redeliver what it held.
+                    self.detach(session)
+                    break
+                sent += chunk.count
+                nbytes += chunk.nbytes - HEADER_SIZE * chunk.count
+                if redelivery:
+                    redelivered += chunk.count
         if sent:
             self._m_out.inc(sent)
             self._m_bytes.inc(nbytes)
@@ -353,7 +385,7 @@ class ReliableSubscription(Subscription):
         if time.monotonic() < self._dlq_retry_at:
             return  # the last dead-letter publish failed: back off instead of retrying every heartbeat
         for dead in self._state.take_dead_letters():
-            record = self._messages.get(dead.offset)
+            record = self._held.get(dead.offset)
             if record is None:
                 self._state.resolve_dead_letter(dead.offset)
                 continue
@@ -372,14 +404,13 @@ class ReliableSubscription(Subscription):
                 continue
             self._dlq_backoff = DLQ_BACKOFF_MIN_SECONDS
             self._state.resolve_dead_letter(dead.offset)
-            self._messages.pop(dead.offset, None)
+            self._held.records.pop(dead.offset, None)
             self._m_dlq.inc()
 
     def _prune(self) -> None:
         """Forget payloads the state machine no longer holds (acked, dropped, dead-lettered)."""
-        pop = self._messages.pop
-        for offset in self._state.take_resolved():
-            pop(offset, None)
+        state = self._state
+        self._held.prune(state.take_resolved(), state.first_open, state.held_offsets())
 
     async def _maybe_flush_cursor(self, force: bool = False) -> None:
         cursor = self._state.cursor

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ister.broker.service import BrokerService
+from ister.broker.sessions import OutChunk
 from ister.broker.subscription import Subscription
 from ister.errors import InvalidArgument
 from ister.ids import TopicName, clip
@@ -81,17 +82,18 @@ class ConsumerServicer(pb_grpc.ConsumerServiceServicer):  # type: ignore[misc]
         topic, sub, addr = ref.session.topic, ref.subscription.name, self.broker.broker_url
         try:
             while True:
-                item = await stream.queue.get()
-                if item is None:
+                got = await stream.get()
+                if got is None:
                     return
-                try:
-                    out = wire_from_stored(
-                        item.message, offset=item.offset, topic=topic, subscription=sub, broker_addr=addr
-                    )
-                except Exception as exc:  # a stored record outside the wire's ranges (or undecodable)
-                    await _undeliverable(ref.subscription, item.offset, exc)
-                    continue
-                yield out
+                for item in got.outbounds() if isinstance(got, OutChunk) else (got,):
+                    try:
+                        out = wire_from_stored(
+                            item.message, offset=item.offset, topic=topic, subscription=sub, broker_addr=addr
+                        )
+                    except Exception as exc:  # a stored record outside the wire's ranges (or undecodable)
+                        await _undeliverable(ref.subscription, item.offset, exc)
+                        continue
+                    yield out
         finally:
             self.broker.close_stream(ref, stream)
 

@@ -15,9 +15,15 @@ import msgspec
 from crc32c import crc32c
 
 from ister.broker.service import BrokerService
-from ister.broker.sessions import ConsumerStream, Outbound, ProducerSession
+from ister.broker.sessions import (
+    CHUNK_MAX_BYTES,
+    CHUNK_MAX_MESSAGES,
+    ConsumerStream,
+    OutChunk,
+    ProducerSession,
+)
 from ister.broker.topic import Topic
-from ister.core.frames import HEADER
+from ister.core.frames import HEADER, HEADER_SIZE
 from ister.core.record import (
     LeanMessage,
     PublishedMessage,
@@ -48,8 +54,10 @@ Ctx = Any  # grpc.aio.ServicerContext (untyped library)
 MAX_INFLIGHT_BATCHES = 64
 MAX_BATCH_COUNT = 65_536
 MAX_BATCH_BYTES = GRPC_MAX_MESSAGE_BYTES - MiB
-MAX_FRAME_BYTES = 1 * MiB  # consume frames: what one MessageBatch carries at most (one message may exceed it)
-MAX_FRAME_MESSAGES = 4096
+MAX_FRAME_BYTES = (
+    CHUNK_MAX_BYTES  # consume frames: what one MessageBatch carries at most (one message may exceed it)
+)
+MAX_FRAME_MESSAGES = CHUNK_MAX_MESSAGES
 MAX_ACK_RANGES = 10_000
 READ_DEFAULT_RECORDS = 10_000  # Read: records per MessageBatch when the request says 0
 READ_MAX_BYTES = 4 * MiB  # Read: record bytes per MessageBatch (one record may exceed it)
@@ -316,26 +324,41 @@ async def _first(it: AsyncIterator[Any], kind: str) -> Any:
 
 
 async def _next_frame(stream: ConsumerStream) -> tuple[bytes, int]:
-    """Wait for at least one message, then take what is queued (bounded) as one frame of WAL frames."""
-    item = await stream.queue.get()
+    """Wait for at least one message, then take what is queued (bounded) as one frame of WAL frames. Chunks of
+    frames read from the durable tier go as they are; single records are framed here."""
+    item = await stream.get()
     if item is None:
         return b"", 0
-    items: list[Outbound] = [item]
-    size = len(item.record)
-    queue = stream.queue
-    while size < MAX_FRAME_BYTES and len(items) < MAX_FRAME_MESSAGES and not queue.empty():
-        nxt = queue.get_nowait()
-        if nxt is None:
-            queue.put_nowait(None)  # keep the end marker for the next call
-            break
-        items.append(nxt)
-        size += len(nxt.record)
     pack = HEADER.pack
-    parts: list[bytes] = []
-    for o in items:
-        parts.append(pack(o.offset, len(o.record), crc32c(o.record)))
-        parts.append(o.record)
-    return b"".join(parts), len(items)
+    parts: list[Any] = []
+    count = size = 0
+    while True:
+        if isinstance(item, OutChunk):
+            if item.block is not None:
+                parts.append(item.block.frames())
+            else:
+                assert item.records is not None
+                for offset, record in zip(item.offsets, item.records, strict=True):
+                    parts.append(pack(offset, len(record), crc32c(record)))
+                    parts.append(record)
+            count += item.count
+            size += item.nbytes
+        else:
+            parts.append(pack(item.offset, len(item.record), crc32c(item.record)))
+            parts.append(item.record)
+            count += 1
+            size += HEADER_SIZE + len(item.record)
+        nxt = stream.peek()
+        if nxt is None:
+            break
+        if isinstance(nxt, OutChunk):
+            n, nbytes = nxt.count, nxt.nbytes
+        else:
+            n, nbytes = 1, HEADER_SIZE + len(nxt.record)
+        if count + n > MAX_FRAME_MESSAGES or size + nbytes > MAX_FRAME_BYTES:
+            break
+        item = stream.pop()
+    return b"".join(parts), count
 
 
 def pack_frames(records: list[tuple[int, bytes]]) -> bytes:

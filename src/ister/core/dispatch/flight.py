@@ -17,7 +17,7 @@ Shared round-robin), so large polls cost a few C-level bulk operations per messa
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 
 _SLACK = 64
@@ -67,6 +67,10 @@ class SendPhase:
         """Start the deadlines of the filled batches."""
         for batch, _ in self._groups.values():
             self._flight.register(batch)
+
+    def groups(self) -> list[tuple[int, list[int]]]:
+        """(consumer, ascending offsets) of every filled batch."""
+        return [(cid, members) for cid, (_, members) in self._groups.items()]
 
 
 class FlightTable:
@@ -193,8 +197,7 @@ class FlightTable:
             offsets = batch.offsets
             pos, end = batch.pos, len(offsets)
             if not pos and batch.live == end and offsets[-1] <= upto:  # the whole batch, all still held
-                for offset in offsets:
-                    del holder[offset]
+                deque(map(holder.__delitem__, offsets), 0)  # del holder[o] for each, in C
                 out.extend(offsets)
                 batch.pos = end
                 self.release(batch, end)

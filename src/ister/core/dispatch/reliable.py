@@ -40,8 +40,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence, Set
 from functools import partial
 from heapq import heappop, heappush
-from itertools import compress, cycle, repeat
-from operator import not_
+from itertools import compress, repeat
+from operator import itemgetter, not_
 
 from ister.core.dispatch.entries import EntryState
 from ister.core.dispatch.failures import Failures
@@ -60,6 +60,10 @@ _IN_FLIGHT, _RETRY = EntryState.IN_FLIGHT, EntryState.RETRY
 
 # Delivery((consumer, offset, attempt, redelivery)) without the Python-level __new__ of a named tuple.
 _delivery: Callable[[tuple[int, int, int, bool]], Delivery] = partial(tuple.__new__, Delivery)
+_offset_of = itemgetter(1)
+
+# (consumer, ascending offsets, redelivery): one consumer's share of one poll phase (`poll_groups`).
+Group = tuple[int, Sequence[int], bool]
 
 
 def _check_window(window: object) -> int:
@@ -223,11 +227,28 @@ class ReliableSubscriptionState:
         Applies due ack timeouts first (as `tick`). Call it after offer, attach, ack, nack and dead-letter
         resolution, and at `next_wakeup`.
         """
+        retries: list[Delivery] = []
+        new: list[Delivery] = []
+        entries = self._entries
+        for cid, offsets, redelivery in self.poll_groups(now_ms):
+            if redelivery:
+                retries.extend(_delivery((cid, o, entries[o].deliveries, True)) for o in offsets)
+            else:
+                new.extend(map(_delivery, zip(repeat(cid), offsets, repeat(1), repeat(False))))
+        retries.sort(key=_offset_of)
+        new.sort(key=_offset_of)
+        return retries + new if retries else new
+
+    def poll_groups(self, now_ms: int) -> list[Group]:
+        """What `poll` returns, grouped: (consumer, ascending offsets, redelivery) per consumer and phase
+        (due retries first, then new messages). New messages to one consumer are a `range` when they are
+        consecutive, so a driver can send a run of them as one piece; redelivered ones have their attempt
+        count in the state (`poll` spells it out)."""
         if self._flight.is_due(now_ms):
             self._expire(now_ms)
         if not self._can_receive():
             return []
-        out: list[Delivery] = []
+        out: list[Group] = []
         kq = self._kq
         if (kq.parked or kq.unmatched) and kq.parked_version != self._selector.version:
             self._unpark()
@@ -240,7 +261,7 @@ class ReliableSubscriptionState:
             self._send_new(now_ms, out)
         return out
 
-    def _send_new(self, now_ms: int, out: list[Delivery]) -> None:
+    def _send_new(self, now_ms: int, out: list[Group]) -> None:
         """All types but Key-Shared: send the whole never-sent run [fresh, next_offset), minus skipped ranges.
 
         `run` is a range (a list when a skipped range lies inside it); slicing keeps its type, so a Shared
@@ -253,17 +274,18 @@ class ReliableSubscriptionState:
         if self._shared:
             ring = self._selector.round_robin_order()
             k = len(ring)
-            out.extend(map(_delivery, zip(cycle(ring), run, repeat(1), repeat(False))))
             for j in range(min(k, n)):
-                self._flight.add_run(ring[j], deadline, run[j::k])
+                share = run[j::k]
+                self._flight.add_run(ring[j], deadline, share)
+                out.append((ring[j], share, False))
             self._selector.skip_round_robin(n)
         else:
             cid = self._selector.active()
             if cid is None:  # cannot happen with a consumer attached
                 return
-            out.extend(map(_delivery, zip(repeat(cid), run, repeat(1), repeat(False))))
             if n:
                 self._flight.add_run(cid, deadline, run)
+                out.append((cid, run, False))
         w.fresh = w.next_offset
         self._delivered += n
 
@@ -286,7 +308,7 @@ class ReliableSubscriptionState:
         """Key-Shared: nobody accepts this key now; hold it until the consumer set changes."""
         self._kq.park(offset, self._selector.version)
 
-    def _send_retries(self, now_ms: int, out: list[Delivery]) -> None:
+    def _send_retries(self, now_ms: int, out: list[Group]) -> None:
         phase = SendPhase(self._flight, now_ms + self.policy.ack_timeout_ms)
         entries = self._entries
         for offset in self._retries.pop_due(now_ms):
@@ -299,20 +321,18 @@ class ReliableSubscriptionState:
             entry.state = _IN_FLIGHT
             entry.deliveries += 1
             entry.consumer = cid
-            out.append(_delivery((cid, offset, entry.deliveries, True)))
         phase.close()
+        out.extend((cid, offsets, True) for cid, offsets in phase.groups())
         self._w.n_retry -= phase.sent
         self._delivered += phase.sent
         self._redelivered += phase.sent
 
-    def _send_heads(self, now_ms: int, out: list[Delivery]) -> None:
+    def _send_heads(self, now_ms: int, out: list[Group]) -> None:
         """Key-Shared: send every pending key head, in offset order."""
         holder, entries = self._holder, self._entries
         heads, key_of = self._kq.heads, self._kq.key_of
         owners, route = self._selector.key_owners, self._selector.for_key
         by_consumer: dict[int, list[int]] = {}
-        sent_to: list[int] = []
-        sent: list[int] = []
         previous = -1
         while heads:
             offset = heappop(heads)
@@ -330,13 +350,11 @@ class ReliableSubscriptionState:
             if mine is None:
                 mine = by_consumer[cid] = []
             mine.append(offset)
-            sent_to.append(cid)
-            sent.append(offset)
-        out.extend(map(_delivery, zip(sent_to, sent, repeat(1), repeat(False))))
         deadline = now_ms + self.policy.ack_timeout_ms
         for cid, offsets in by_consumer.items():
             self._flight.add_run(cid, deadline, offsets)
             self._delivered += len(offsets)
+            out.append((cid, offsets, False))
 
     def _unpark(self) -> None:
         kq = self._kq
@@ -494,6 +512,11 @@ class ReliableSubscriptionState:
     @property
     def cursor(self) -> int | None:
         return self._w.cursor
+
+    @property
+    def first_open(self) -> int:
+        """The lowest offset not yet resolved (the cursor + 1)."""
+        return self._w.first_open
 
     @property
     def start_offset(self) -> int:

@@ -14,9 +14,11 @@ from __future__ import annotations
 import re
 import struct
 from bisect import bisect_right
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
+from ister.core.frameblock import FrameBlock, check_dense
 from ister.core.frames import (
     HEADER_SIZE,
     INDEX_EVERY_BYTES,
@@ -381,13 +383,55 @@ async def read_segment_runs(
     hi = footer.last_offset if end_offset is None else min(end_offset, footer.last_offset)
     if lo > hi:
         return
-    async for run in _read_body(store, key, layout, lo, hi, chunk_bytes):
-        yield run
+    async for first, _, payloads in _read_body(store, key, layout, lo, hi, chunk_bytes):
+        if first < lo:  # the index entry the seek used lies before lo
+            payloads = payloads[lo - first :]
+            first = lo
+        if payloads:
+            yield first, payloads
+
+
+async def read_segment_blocks(
+    store: ObjectStore,
+    key: str,
+    start_offset: int | None = None,
+    end_offset: int | None = None,
+    *,
+    chunk_bytes: int = READ_CHUNK,
+) -> AsyncIterator[FrameBlock]:
+    """As `read_segment`, but each batch is a `FrameBlock`: the frames as they sit in the object, every
+    frame's crc32c and offset checked once here and no record copied (the subscription driver hands runs of
+    them to batch-API consumers as they are)."""
+    if chunk_bytes < 1:
+        raise ValueError("chunk_bytes must be >= 1")
+    layout = await read_layout(store, key)
+    footer = layout.footer
+    lo = footer.first_offset if start_offset is None else max(start_offset, footer.first_offset)
+    hi = footer.last_offset if end_offset is None else min(end_offset, footer.last_offset)
+    if lo > hi:
+        return
+    async for first, buf, starts in _read_body(store, key, layout, lo, hi, chunk_bytes, check_dense):
+        if first < lo:  # the index entry the seek used lies before lo
+            starts = starts[lo - first :]
+            first = lo
+        if len(starts) > 1:
+            yield FrameBlock(first, buf, starts)
+
+
+Split = Callable[[bytes, int, int], tuple[list[Any], int, int, str | None]]
 
 
 async def _read_body(
-    store: ObjectStore, key: str, layout: SegmentLayout, lo: int, hi: int, chunk_bytes: int
-) -> AsyncIterator[tuple[int, list[bytes]]]:
+    store: ObjectStore,
+    key: str,
+    layout: SegmentLayout,
+    lo: int,
+    hi: int,
+    chunk_bytes: int,
+    split: Split = split_dense,
+) -> AsyncIterator[tuple[int, bytes, list[Any]]]:
+    """(first offset, buffer, what `split` made of it) per ranged GET, from the index entry at or before `lo`
+    (so `first` may be below `lo`) through `hi`; every frame checked by `split`."""
     where = f"object {key!r}"
     expect, pos = layout.seek(lo)
     stop_offset, stop_pos = layout.stop_after(hi)
@@ -405,21 +449,20 @@ async def _read_body(
         if len(data) != read_end - read_at:
             raise CorruptionError(f"{where}: short read at byte {read_at} ({len(data)} bytes)")
         buf = buf + data if buf else data
-        payloads, used, needed, problem = split_dense(buf, expect, hi - expect + 1)
+        items, used, needed, problem = split(buf, expect, hi - expect + 1)
+        count = len(items) if split is split_dense else len(items) - 1
         if problem is not None:
             raise CorruptionError(
-                f"{where}: {problem} at byte {buf_pos + used} (expected offset {expect + len(payloads)})"
+                f"{where}: {problem} at byte {buf_pos + used} (expected offset {expect + count})"
             )
         first = expect
-        expect += len(payloads)
+        expect += count
+        whole = buf
         buf = buf[used:]
         buf_pos += used
         want = max(chunk_bytes, needed)
-        if first < lo:  # the index entry the seek used lies before lo
-            payloads = payloads[lo - first :]
-            first = lo
-        if payloads:
-            yield first, payloads
+        if count:
+            yield first, whole, items
     # Everything up to `hi` was read and checked. If `hi` is the last frame before an index entry (or the
     # last of the object), that frame must end exactly where the entry (or the body) begins.
     if stop_offset == hi + 1 and buf_pos != stop_pos:
@@ -445,6 +488,7 @@ __all__ = [
     "parse_object_name",
     "read_layout",
     "read_segment",
+    "read_segment_blocks",
     "read_segment_runs",
     "topic_object_prefix",
 ]

@@ -15,9 +15,11 @@ Skipped ranges are (first, last), inclusive. One `read` never returns records fr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
+from ister.core.frameblock import FrameBlock
 from ister.errors import CorruptionError, CorruptRange, DataLoss, OffsetOutOfRange, StorageError
 from ister.limits import MiB
 from ister.metadata.keys import TopicLike
@@ -27,7 +29,7 @@ from ister.storage.wal.holes import Hole
 
 from . import catalog
 from .catalog import DEFAULT_METADATA_TIMEOUT, ObjectDescriptor
-from .segment import READ_CHUNK, read_segment
+from .segment import READ_CHUNK, read_segment_blocks
 from .store import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -71,10 +73,10 @@ class TieredReader:
         self._wal_missing: int | None = None  # the offset at which the WAL last said "not here"
         self._hole: Hole | None = None  # the WAL hole holding the next offset (read from objects)
         self._descriptors: list[ObjectDescriptor] | None = None
-        self._batches: AsyncIterator[list[Record]] | None = None
+        self._batches: AsyncIterator[FrameBlock] | None = None
         self._object_end = -1
-        self._pending: list[Record] = []
-        self._pending_at = 0
+        self._pending: FrameBlock | None = None  # read from the object, not yet returned
+        self._ahead: asyncio.Future[FrameBlock | None] | None = None  # the object's next chunk, being read
         self._reading = False
         self._closed = False
         self.skipped: list[tuple[int, int]] = []  # holes skipped: (first, last) offsets
@@ -102,9 +104,15 @@ class TieredReader:
         self._closed = True
         if self._wal_reader is not None:
             self._wal_reader.close()
+        self._drop_batches()
+        self._pending = None
+
+    def _drop_batches(self) -> None:
+        """Forget the object being read (and cancel its read-ahead)."""
+        if self._ahead is not None:
+            self._ahead.cancel()
+            self._ahead = None
         self._batches = None
-        self._pending = []
-        self._pending_at = 0
 
     async def read(
         self,
@@ -118,6 +126,18 @@ class TieredReader:
         closed; CorruptionError for a damaged object; ObjectStoreUnavailable (retriable) when the object
         store fails (the next call retries from the same offset).
         """
+        got = await self.read_frames(max_records, max_bytes, timeout)
+        return got.records() if isinstance(got, FrameBlock) else got
+
+    async def read_frames(
+        self,
+        max_records: int = 512,
+        max_bytes: int = 4 * MiB,
+        timeout: float | None = None,  # noqa: ASYNC109 (same signature as WalReader.read)
+    ) -> list[Record] | FrameBlock:
+        """As `read`, but what comes from the durable tier comes as a `FrameBlock`: the object's frames as
+        they sit in it, checked once, no record copied (`max_bytes` then counts frame bytes). Records from the
+        WAL come as `read` returns them."""
         if max_records < 1 or max_bytes < 1:
             raise ValueError("max_records and max_bytes must be >= 1")
         if self._reading:
@@ -133,7 +153,7 @@ class TieredReader:
         max_records: int,
         max_bytes: int,
         timeout: float | None,  # noqa: ASYNC109 (passed to WalReader.read)
-    ) -> list[Record]:
+    ) -> list[Record] | FrameBlock:
         while True:
             if self._closed:
                 raise StorageError("reader closed")
@@ -158,54 +178,49 @@ class TieredReader:
                 if records:
                     self._returned = True
                 return records
-            records = await self._read_objects(max_records, max_bytes)
-            if records:
+            block = await self._read_objects(max_records, max_bytes)
+            if block is not None:
                 self._returned = True
-                return records
+                return block
 
-    def _take(self, max_records: int, max_bytes: int) -> list[Record]:
-        pending, at = self._pending, self._pending_at
-        end = min(len(pending), at + max_records)
-        out = [pending[at]]
-        nbytes = len(pending[at][1])
-        for i in range(at + 1, end):
-            nbytes += len(pending[i][1])
-            if nbytes > max_bytes:
-                break
-            out.append(pending[i])
-        self._pending_at = at + len(out)
-        if self._pending_at >= len(pending):
-            self._pending, self._pending_at = [], 0
-        self._next = out[-1][0] + 1
+    def _take(self, pending: FrameBlock, max_records: int, max_bytes: int) -> FrameBlock:
+        n = pending.prefix(max_records, max_bytes)
+        out = pending.slice(pending.first, pending.first + n)
+        self._pending = pending.slice(out.end, pending.end) if n < pending.count else None
+        self._next = out.end
         return out
 
-    async def _read_objects(self, max_records: int, max_bytes: int) -> list[Record]:
-        """Records from the current object, or [] after switching source (the caller loops)."""
-        if self._pending:
-            return self._take(max_records, max_bytes)
+    async def _read_objects(self, max_records: int, max_bytes: int) -> FrameBlock | None:
+        """Frames from the current object, or None after switching source (the caller loops)."""
+        if self._pending is not None:
+            return self._take(self._pending, max_records, max_bytes)
         if self._batches is not None:
+            ahead, self._ahead = self._ahead, None
             try:
-                batch = await anext(self._batches)
-            except StopAsyncIteration:
+                batch = await (ahead if ahead is not None else _next_block(self._batches))
+            except BaseException:
+                self._drop_batches()  # the next read starts again from self._next
+                raise
+            if batch is None:
                 self._batches = None
                 if self._next != self._object_end + 1:
                     raise CorruptionError(
                         f"object of {self.topic} ended at offset {self._next - 1}, "
                         f"expected {self._object_end}"
-                    ) from None
-                return []
-            except BaseException:
-                self._batches = None  # the next read starts again from self._next
-                raise
-            if batch[0][0] != self._next:
-                self._batches = None
+                    )
+                return None
+            if batch.first != self._next:
+                self._drop_batches()
                 raise CorruptionError(
-                    f"object of {self.topic} continues at offset {batch[0][0]}, expected {self._next}"
+                    f"object of {self.topic} continues at offset {batch.first}, expected {self._next}"
                 )
-            self._pending, self._pending_at = batch, 0
-            return self._take(max_records, max_bytes)
+            if batch.end <= self._object_end:
+                # Read ahead: the next ranged GET runs while this chunk is delivered.
+                self._ahead = asyncio.ensure_future(_next_block(self._batches))
+                self._ahead.add_done_callback(_retrieve)
+            return self._take(batch, max_records, max_bytes)
         await self._choose_source()
-        return []
+        return None
 
     async def _choose_source(self) -> None:
         offset = self._next
@@ -233,7 +248,9 @@ class TieredReader:
                         hole.end - 1,
                         hole.why,
                     )
-            self._batches = read_segment(self._objects, desc.key, offset, end, chunk_bytes=self._chunk_bytes)
+            self._batches = read_segment_blocks(
+                self._objects, desc.key, offset, end, chunk_bytes=self._chunk_bytes
+            )
             self._object_end = end
             return
         if hole is not None:
@@ -284,6 +301,21 @@ class TieredReader:
             self._metadata, self.topic, timeout=self._metadata_timeout
         )
         return catalog.next_descriptor(self._descriptors, offset)
+
+
+async def _next_block(blocks: AsyncIterator[FrameBlock]) -> FrameBlock | None:
+    """The next chunk of an object, None at its end."""
+    try:
+        return await anext(blocks)
+    except StopAsyncIteration:
+        return None
+
+
+def _retrieve(future: asyncio.Future[FrameBlock | None]) -> None:
+    """A read-ahead's failure is raised by the read that awaits it; one nobody awaits (the reader was closed
+    or moved on) is dropped here rather than logged as never retrieved."""
+    if not future.cancelled():
+        future.exception()
 
 
 __all__ = ["TieredReader"]
