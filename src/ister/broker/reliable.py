@@ -242,7 +242,10 @@ class ReliableSubscription(Subscription):
                 self._warn("dispatch step failed, retrying on the next heartbeat: %r", exc)
             timeout = self._sleep_for()
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                # asyncio.timeout, not wait_for: wait_for makes a task of the wait at every turn, and a
+                # Danube consumer's acks (one call each) turn this loop once per message.
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
                 if self._notified:
                     self._m_notifier.inc()
             except TimeoutError:
