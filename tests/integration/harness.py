@@ -12,11 +12,17 @@ import urllib.request
 from pathlib import Path
 
 import danube
+import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
+from ister.wire.gen import DanubeAdmin_pb2 as apb
+from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
 from tests.support import free_port, stop_process, wait_port
 
 ISTER = [sys.executable, "-m", "ister.cli"]
+# Standalone brokers started here, by client URL: `consumer()` asks their admin API when its stream is open.
+_ADMIN_OF_URL: dict[str, str] = {}
+_ADMIN_OF_CLIENT: dict[int, str] = {}
 
 
 class BrokerProcess:
@@ -73,6 +79,8 @@ class BrokerProcess:
                 wait_port(port, self.proc, max(0.1, deadline - time.monotonic()), "broker")
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}:\n{self.log()}") from None
+        if "cluster" not in self.extra:  # in a cluster the topic may be served by another broker
+            _ADMIN_OF_URL[self.url] = self.admin_addr
 
     def log(self) -> str:
         try:
@@ -99,7 +107,10 @@ class BrokerProcess:
 
 
 async def client(url: str) -> danube.DanubeClient:
-    return await danube.DanubeClientBuilder().service_url(url).build()
+    c = await danube.DanubeClientBuilder().service_url(url).build()
+    if url in _ADMIN_OF_URL:
+        _ADMIN_OF_CLIENT[id(c)] = _ADMIN_OF_URL[url]
+    return c
 
 
 async def producer(
@@ -130,7 +141,28 @@ async def consumer(
     cons = b.build()
     await cons.subscribe()
     queue = await cons.receive()
+    admin = _ADMIN_OF_CLIENT.get(id(c))
+    if admin is not None:
+        await until_attached(admin, topic, subscription, name)
     return cons, queue
+
+
+async def until_attached(
+    admin_addr: str, topic: str, subscription: str, name: str, within: float = 15.0
+) -> None:
+    """Wait until the broker says the consumer's delivery stream is open (the client opens it in the
+    background after `receive()`; a message sent before then would not reach it)."""
+    want = apb.AttachedConsumer(subscription=subscription, consumer_name=name)
+    deadline = time.monotonic() + within
+    async with grpc.aio.insecure_channel(admin_addr) as channel:
+        stub = apb_grpc.TopicAdminStub(channel)
+        while True:
+            got = await stub.DescribeTopic(apb.DescribeTopicRequest(name=topic), timeout=10)
+            if want in got.attached_consumers:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"consumer {name} of {subscription} on {topic} never attached: {got}")
+            await asyncio.sleep(0.02)
 
 
 async def take(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import danube
 import grpc
 import pytest
@@ -125,7 +123,6 @@ async def test_ack_of_undelivered_offset_ignored(shared_broker: BrokerProcess, t
     c = await client(shared_broker.url)
     p = await producer(c, topic, "p1", reliable=True)
     cons, q = await consumer(c, topic, "c", "ackbad", danube.SubType.EXCLUSIVE)
-    await asyncio.sleep(0.2)
     await p.send(b"first")
     first = (await take(q, 1))[0]
     async with _channel(shared_broker) as ch:

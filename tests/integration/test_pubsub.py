@@ -20,7 +20,6 @@ async def test_exclusive_roundtrip(shared_broker: BrokerProcess, topic: str, rel
     c = await client(shared_broker.url)
     p = await producer(c, topic, "p1", reliable=reliable)
     cons, q = await consumer(c, topic, "c1", "sub", S.EXCLUSIVE)
-    await asyncio.sleep(0.2)  # let the receive stream open (non-reliable drops when nobody is attached)
     for i in range(20):
         await p.send(f"m{i}".encode(), {"i": str(i)})
     got = await take(q, 20, ack=cons)
@@ -42,7 +41,6 @@ async def test_shared_round_robin(shared_broker: BrokerProcess, topic: str, reli
         cons, q = await consumer(c, topic, f"c{i}", "shared", S.SHARED)
         consumers.append(cons)
         queues.append(q)
-    await asyncio.sleep(0.3)
     for i in range(36):
         await p.send(f"m{i}".encode())
     results = await asyncio.gather(
@@ -62,7 +60,6 @@ async def test_fanout_exclusive_subscriptions(
     c = await client(shared_broker.url)
     p = await producer(c, topic, "p1", reliable=reliable)
     subs = [await consumer(c, topic, f"c{i}", f"sub{i}", S.EXCLUSIVE) for i in range(3)]
-    await asyncio.sleep(0.3)
     for i in range(24):
         await p.send(str(i).encode())
     results = await asyncio.gather(*(take(q, 24, ack=cons) for cons, q in subs))
@@ -83,9 +80,7 @@ async def test_failover_promotes_standby(shared_broker: BrokerProcess, topic: st
     c = await client(shared_broker.url)
     p = await producer(c, topic, "p1", reliable=True)
     active, qa = await consumer(c, topic, "a", "fo", S.FAILOVER)
-    await asyncio.sleep(0.2)
     standby, qb = await consumer(c, topic, "b", "fo", S.FAILOVER)
-    await asyncio.sleep(0.2)
     for i in range(5):
         await p.send(f"x{i}".encode())
     await take(qa, 5, ack=active)
@@ -109,7 +104,6 @@ async def test_key_shared_affinity_and_order(
     p = await producer(c, topic, "p1", reliable=reliable)
     c1, q1 = await consumer(c, topic, "k1", "ks", S.KEY_SHARED)
     c2, q2 = await consumer(c, topic, "k2", "ks", S.KEY_SHARED)
-    await asyncio.sleep(0.3)
     keys = [f"key-{i}" for i in range(10)]
     for rnd in range(3):
         for k in keys:
@@ -143,7 +137,6 @@ async def test_key_shared_filters(shared_broker: BrokerProcess, topic: str) -> N
     p = await producer(c, topic, "p1", reliable=True)
     eu, qe = await consumer(c, topic, "eu", "ksf", S.KEY_SHARED, ["eu-*"])
     us, qu = await consumer(c, topic, "us", "ksf", S.KEY_SHARED, ["us-*"])
-    await asyncio.sleep(0.3)
     for k in ("eu-1", "us-1", "eu-2", "us-2"):
         for i in range(3):
             await p.send_with_key(f"{k}/{i}".encode(), {}, k)
@@ -186,7 +179,6 @@ async def test_nack_redelivers_same_offset(shared_broker: BrokerProcess, topic: 
     c = await client(shared_broker.url)
     p = await producer(c, topic, "p1", reliable=True)
     cons, q = await consumer(c, topic, "c1", "nk", S.EXCLUSIVE)
-    await asyncio.sleep(0.2)
     await p.send(b"retry-me")
     first = (await take(q, 1))[0]
     await cons.nack(first, 0, "try again")
@@ -204,7 +196,6 @@ async def test_dead_letter_after_max_redeliveries(shared_broker: BrokerProcess, 
     await producer(c, dlq_topic, "dlq-creator", reliable=True)  # so we can subscribe before the dead letter
     dlq_cons, dq = await consumer(c, dlq_topic, "d", "dlq-sub", S.EXCLUSIVE)
     cons, q = await consumer(c, topic, "c1", "dl", S.EXCLUSIVE)
-    await asyncio.sleep(0.2)
     await p.send(b"poison", {"a": "1"})
     for attempt in range(6):  # first delivery + max_redelivery_count (5) redeliveries, each nacked
         m = (await take(q, 1, within=20))[0]
@@ -243,7 +234,6 @@ async def test_shared_survivor_gets_unacked_message(shared_broker: BrokerProcess
     p = await producer(c, topic, "p1", reliable=True)
     c1, q1 = await consumer(c, topic, "c1", "surv", S.SHARED)
     c2, q2 = await consumer(c, topic, "c2", "surv", S.SHARED)
-    await asyncio.sleep(0.3)
     for i in range(10):
         await p.send(f"m{i}".encode())
     # Whoever holds a message closes without acking it; the survivor must get everything, exactly once
@@ -266,7 +256,6 @@ async def test_key_shared_departed_consumer_keys_move(shared_broker: BrokerProce
     p = await producer(c, topic, "p1", reliable=True)
     k1, q1 = await consumer(c, topic, "k1", "ksmove", S.KEY_SHARED)
     k2, q2 = await consumer(c, topic, "k2", "ksmove", S.KEY_SHARED)
-    await asyncio.sleep(0.3)
     keys = [f"key-{i}" for i in range(8)]
     for k in keys:
         await p.send_with_key(f"{k}:0".encode(), {}, k)
@@ -300,7 +289,6 @@ async def test_ack_timeout_redelivers(tmp_path: Path, topic: str) -> None:
         c = await client(broker.url)
         p = await producer(c, topic, "p1", reliable=True)
         cons, q = await consumer(c, topic, "c1", "to", S.EXCLUSIVE)
-        await asyncio.sleep(0.2)
         await p.send(b"slow")
         first = (await take(q, 1))[0]
         # Never acked: it comes back after the 500 ms ack timeout plus the retry delay.

@@ -75,6 +75,7 @@ class TopicDescription:
     schema_subject: str | None = None
     replication: ReplicaRecord | None = None  # a replicated topic's replica record
     replica_lag: dict[int, int] | None = None  # follower -> records it lacks (asked broker leads it)
+    attached: list[tuple[str, str]] = field(default_factory=list)  # (subscription, consumer) streaming here
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +369,7 @@ class AdminOps:
                 schema_subject=subject,
                 replication=ReplicaRecord.parse(replicas.value) if replicas is not None else None,
                 replica_lag=self.ownership.replica_lag(name.full),
+                attached=self._attached(name.full),
             )
         deliveries = set(await self._deliveries(targets))
         owners = {await self.ownership.owner(t) for t in targets}
@@ -377,6 +379,19 @@ class AdminOps:
             deliveries.pop() if len(deliveries) == 1 else "Mixed",
             subscriptions,
             partitions=[t.full for t in targets],
+            attached=sorted({a for t in targets for a in self._attached(t.full)}),
+        )
+
+    def _attached(self, topic: str) -> list[tuple[str, str]]:
+        """(subscription, consumer name) of each consumer whose stream is open here, sorted."""
+        loaded = self.broker.topics.get(topic)
+        if loaded is None:
+            return []
+        return sorted(
+            (sub_name, session.name)
+            for sub_name, sub in loaded.subscriptions.items()
+            for session in sub.consumers.values()
+            if session.attached
         )
 
     # -- subscriptions ------------------------------------------------------------------------------------

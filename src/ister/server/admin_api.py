@@ -171,6 +171,9 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
             out.leader_epoch = d.replication.epoch
         for follower, lag in (d.replica_lag or {}).items():
             out.replica_lag[follower] = lag
+        out.attached_consumers.extend(
+            pb.AttachedConsumer(subscription=s, consumer_name=c) for s, c in d.attached
+        )
         return out
 
     @unary
