@@ -147,6 +147,15 @@ async def consumer(
     return cons, queue
 
 
+async def attached(admin_addr: str, topic: str) -> list[tuple[str, str]]:
+    """(subscription, consumer name) of the consumers whose stream is open on that broker."""
+    async with grpc.aio.insecure_channel(admin_addr) as channel:
+        got = await apb_grpc.TopicAdminStub(channel).DescribeTopic(
+            apb.DescribeTopicRequest(name=topic), timeout=10
+        )
+    return [(a.subscription, a.consumer_name) for a in got.attached_consumers]
+
+
 async def until_attached(
     admin_addr: str, topic: str, subscription: str, name: str, within: float = 15.0
 ) -> None:

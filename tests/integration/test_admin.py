@@ -13,7 +13,16 @@ import danube
 import grpc
 import pytest
 
-from tests.integration.harness import BrokerProcess, client, consumer, nothing_within, producer, take
+from tests.integration.harness import (
+    BrokerProcess,
+    attached,
+    client,
+    consumer,
+    nothing_within,
+    producer,
+    take,
+)
+from tests.support import until
 
 pytestmark = pytest.mark.integration
 ISTER = [sys.executable, "-m", "ister.cli"]
@@ -73,7 +82,11 @@ async def test_created_topic_serves_danube_clients(admin_broker: BrokerProcess, 
     err = await admin(admin_broker, "topics", "unsubscribe", topic, "-s", "audit", code=1)
     assert "active consumers" in err and "FAILED_PRECONDITION" in err
     await cons.close()
-    await asyncio.sleep(0.3)
+
+    async def stream_closed() -> bool:
+        return not await attached(admin_broker.admin_addr, topic)
+
+    await until(stream_closed, "the consumer's stream closed")
     await admin(admin_broker, "topics", "unsubscribe", topic, "-s", "audit")
     assert json.loads(await admin(admin_broker, "topics", "subscriptions", topic, "-o", "json")) == []
 
