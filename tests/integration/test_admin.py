@@ -77,7 +77,13 @@ async def test_created_topic_serves_danube_clients(admin_broker: BrokerProcess, 
     got = await take(q, 5, ack=cons)
     assert [m.msg_id.topic_offset for m in got] == list(range(5))
     described = json.loads(await admin(admin_broker, "topics", "describe", topic, "-o", "json"))
-    assert described == {"name": topic, "broker_id": "0", "delivery": "Reliable", "subscriptions": ["audit"]}
+    assert described == {
+        "name": topic,
+        "broker_id": "0",
+        "delivery": "Reliable",
+        "subscriptions": ["audit"],
+        "attached_consumers": [{"subscription": "audit", "consumer": "c1"}],
+    }
     # The consumer is connected: the subscription stays.
     err = await admin(admin_broker, "topics", "unsubscribe", topic, "-s", "audit", code=1)
     assert "active consumers" in err and "FAILED_PRECONDITION" in err

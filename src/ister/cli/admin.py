@@ -280,7 +280,8 @@ def topics_list(
 def topics_describe(
     topic: TopicArg, admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table
 ) -> None:
-    """Owner, delivery and subscriptions of a topic (and the partitions of a partitioned topic)."""
+    """Owner, delivery and subscriptions of a topic, the consumers streaming from the asked broker (and the
+    partitions of a partitioned topic)."""
     name = topic_name(topic)
 
     def run(s: Stubs) -> tuple[Any, list[dict[str, str]]]:
@@ -309,6 +310,11 @@ def topics_describe(
         info["min_insync_replicas"] = described.min_insync_replicas
         info["leader_epoch"] = described.leader_epoch
         info["replica_lag"] = {str(b): lag for b, lag in sorted(described.replica_lag.items())}
+    if described.attached_consumers:
+        info["attached_consumers"] = [
+            {"subscription": a.subscription, "consumer": a.consumer_name}
+            for a in described.attached_consumers
+        ]
     if parts:
         info["partitions"] = parts
     if output == Output.json:
@@ -334,6 +340,9 @@ def topics_describe(
         ]
         if lag:
             fields.append(("Follower lag", ", ".join(f"{b}: {n}" for b, n in sorted(lag.items()))))
+    if described.attached_consumers:
+        streaming = ", ".join(f"{a.consumer_name} ({a.subscription})" for a in described.attached_consumers)
+        fields.append(("Consumers streaming here", streaming))
     if parts:
         fields.append(("Partitions", str(len(parts))))
     emit_fields(fields)
