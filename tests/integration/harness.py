@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import weakref
 from pathlib import Path
 
 import danube
@@ -22,7 +23,8 @@ from tests.support import free_port, stop_process, wait_port
 ISTER = [sys.executable, "-m", "ister.cli"]
 # Standalone brokers started here, by client URL: `consumer()` asks their admin API when its stream is open.
 _ADMIN_OF_URL: dict[str, str] = {}
-_ADMIN_OF_CLIENT: dict[int, str] = {}
+# Keyed by the client object itself (weakly): an id() could be reused by a later client of another broker.
+_ADMIN_OF_CLIENT: weakref.WeakKeyDictionary[danube.DanubeClient, str] = weakref.WeakKeyDictionary()
 
 
 class BrokerProcess:
@@ -79,6 +81,7 @@ class BrokerProcess:
                 wait_port(port, self.proc, max(0.1, deadline - time.monotonic()), "broker")
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}:\n{self.log()}") from None
+        _ADMIN_OF_URL.pop(self.url, None)  # a port reused from a broker stopped earlier
         if "cluster" not in self.extra:  # in a cluster the topic may be served by another broker
             _ADMIN_OF_URL[self.url] = self.admin_addr
 
@@ -104,12 +107,13 @@ class BrokerProcess:
     def stop(self) -> None:
         stop_process(self.proc)
         self.proc = None
+        _ADMIN_OF_URL.pop(self.url, None)
 
 
 async def client(url: str) -> danube.DanubeClient:
     c = await danube.DanubeClientBuilder().service_url(url).build()
     if url in _ADMIN_OF_URL:
-        _ADMIN_OF_CLIENT[id(c)] = _ADMIN_OF_URL[url]
+        _ADMIN_OF_CLIENT[c] = _ADMIN_OF_URL[url]
     return c
 
 
@@ -141,7 +145,7 @@ async def consumer(
     cons = b.build()
     await cons.subscribe()
     queue = await cons.receive()
-    admin = _ADMIN_OF_CLIENT.get(id(c))
+    admin = _ADMIN_OF_CLIENT.get(c)
     if admin is not None:
         await until_attached(admin, topic, subscription, name)
     return cons, queue
