@@ -40,6 +40,13 @@ class Acks:
             yield end
 
 
+def fetch_request(frames_ok: bool) -> pb.ReplicaFetchRequest:
+    """Follower 2 opening its stream at offset 0 of epoch 3."""
+    req = pb.ReplicaFetchRequest(topic=NAME.full, follower=2, epoch=3, log_end=0, frames_ok=frames_ok)
+    req.history.append(pb.EpochStart(epoch=3, start=0))
+    return req
+
+
 async def leader_on(wal: Wal, store: EmbeddedStore, max_lag_s: float = 10.0) -> ReplicaLeader:
     await store.put(keys.replicas(NAME), RECORD.to_json())
     kv = await store.get(keys.replicas(NAME))
@@ -58,8 +65,7 @@ async def test_a_follower_that_takes_frames_gets_the_leaders_frames_and_its_acks
     store = EmbeddedStore.in_memory()
     leader = await leader_on(wal, store)
     acks = Acks()
-    req = pb.ReplicaFetchRequest(topic=NAME.full, follower=2, epoch=3, log_end=0, frames_ok=True)
-    req.history.append(pb.EpochStart(epoch=3, start=0))
+    req = fetch_request(frames_ok=True)
     stream = leader.replicate(req, acks)
     try:
         first = asyncio.ensure_future(stream.__anext__())
@@ -91,8 +97,7 @@ async def test_a_follower_that_does_not_take_frames_gets_records(tmp_path: Path)
     store = EmbeddedStore.in_memory()
     leader = await leader_on(wal, store)
     acks = Acks()
-    req = pb.ReplicaFetchRequest(topic=NAME.full, follower=2, epoch=3, log_end=0)
-    req.history.append(pb.EpochStart(epoch=3, start=0))
+    req = fetch_request(frames_ok=False)
     stream = leader.replicate(req, acks)
     try:
         publish = asyncio.ensure_future(leader_publish(leader, wal, [b"x", b"y"]))
@@ -125,8 +130,7 @@ async def test_a_leader_that_closes_ends_its_followers_streams_with_unavailable(
     store = EmbeddedStore.in_memory()
     leader = await leader_on(wal, store)
     acks = Acks()
-    req = pb.ReplicaFetchRequest(topic=NAME.full, follower=2, epoch=3, log_end=0, frames_ok=True)
-    req.history.append(pb.EpochStart(epoch=3, start=0))
+    req = fetch_request(frames_ok=True)
     stream = leader.replicate(req, acks)
     waiting = asyncio.ensure_future(stream.__anext__())
     await asyncio.sleep(0.05)  # the stream waits for records
@@ -148,8 +152,7 @@ async def test_a_move_waits_for_an_in_sync_follower_that_stalled(tmp_path: Path)
     store = EmbeddedStore.in_memory()
     leader = await leader_on(wal, store, max_lag_s=0.3)
     acks = Acks()
-    req = pb.ReplicaFetchRequest(topic=NAME.full, follower=2, epoch=3, log_end=0, frames_ok=True)
-    req.history.append(pb.EpochStart(epoch=3, start=0))
+    req = fetch_request(frames_ok=True)
     stream = leader.replicate(req, acks)
     reading = asyncio.ensure_future(drain_stream(stream))
     try:

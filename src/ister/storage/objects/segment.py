@@ -375,14 +375,10 @@ async def read_segment_runs(
 ) -> AsyncIterator[tuple[int, list[bytes]]]:
     """As `read_segment`, but each batch is (first offset, payloads): objects are dense, so the offsets
     need not be spelled out (the columnar readers, e.g. Spark's, take this form)."""
-    if chunk_bytes < 1:
-        raise ValueError("chunk_bytes must be >= 1")
-    layout = await read_layout(store, key)
-    footer = layout.footer
-    lo = footer.first_offset if start_offset is None else max(start_offset, footer.first_offset)
-    hi = footer.last_offset if end_offset is None else min(end_offset, footer.last_offset)
-    if lo > hi:
+    bounds = await _bounds(store, key, start_offset, end_offset, chunk_bytes)
+    if bounds is None:
         return
+    layout, lo, hi = bounds
     async for first, _, payloads in _read_body(store, key, layout, lo, hi, chunk_bytes):
         if first < lo:  # the index entry the seek used lies before lo
             payloads = payloads[lo - first :]
@@ -402,14 +398,10 @@ async def read_segment_blocks(
     """As `read_segment`, but each batch is a `FrameBlock`: the frames as they sit in the object, every
     frame's crc32c and offset checked once here and no record copied (the subscription driver hands runs of
     them to batch-API consumers as they are)."""
-    if chunk_bytes < 1:
-        raise ValueError("chunk_bytes must be >= 1")
-    layout = await read_layout(store, key)
-    footer = layout.footer
-    lo = footer.first_offset if start_offset is None else max(start_offset, footer.first_offset)
-    hi = footer.last_offset if end_offset is None else min(end_offset, footer.last_offset)
-    if lo > hi:
+    bounds = await _bounds(store, key, start_offset, end_offset, chunk_bytes)
+    if bounds is None:
         return
+    layout, lo, hi = bounds
     async for first, buf, starts in _read_body(store, key, layout, lo, hi, chunk_bytes, check_dense):
         if first < lo:  # the index entry the seek used lies before lo
             starts = starts[lo - first :]
@@ -419,6 +411,19 @@ async def read_segment_blocks(
 
 
 Split = Callable[[bytes, int, int], tuple[list[Any], int, int, str | None]]
+
+
+async def _bounds(
+    store: ObjectStore, key: str, start_offset: int | None, end_offset: int | None, chunk_bytes: int
+) -> tuple[SegmentLayout, int, int] | None:
+    """The object's layout and the asked range clamped to its offsets; None when they do not meet."""
+    if chunk_bytes < 1:
+        raise ValueError("chunk_bytes must be >= 1")
+    layout = await read_layout(store, key)
+    footer = layout.footer
+    lo = footer.first_offset if start_offset is None else max(start_offset, footer.first_offset)
+    hi = footer.last_offset if end_offset is None else min(end_offset, footer.last_offset)
+    return None if lo > hi else (layout, lo, hi)
 
 
 async def _read_body(
