@@ -122,6 +122,28 @@ async def test_offsets_are_assigned_in_call_order(tmp_path: Path) -> None:
         await wal.close()
 
 
+async def test_commit_listener_sees_the_records_and_runs_before_the_appenders_resume(tmp_path: Path) -> None:
+    """The topic wakes its subscriptions from `on_committed`: the records must be readable by then, and the
+    wake-up must come before the appenders resume (so a delivery does not queue behind the ack)."""
+    wal = await Wal.open(tmp_path, WalConfig())
+    events: list[tuple[str, int]] = []
+
+    def committed() -> None:
+        events.append(("listener", wal.committed_offset))
+        events.append(("readable", wal.reader(0).available()))
+
+    wal.on_committed = committed
+    try:
+        first = await wal.append([b"a", b"b"])
+        events.append(("appender", first))
+        assert events == [("listener", 2), ("readable", 2), ("appender", 0)]
+        events.clear()
+        await wal.flush()  # a commit that stores nothing new does not call the listener
+        assert events == []
+    finally:
+        await wal.close()
+
+
 # ---- readers ---------------------------------------------------------------------------------------
 
 

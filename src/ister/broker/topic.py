@@ -68,6 +68,16 @@ class Topic:
         self.cursors: dict[str, int] = {}
         self._cursor_gauges: dict[str, metrics.Child] = {}  # their lag series, looked up once, not per append
         self.gaps = GapLedger()  # offsets readers found missing: counted and logged once each
+        if wal is not None:
+            wal.on_committed = self._wake_subscriptions
+
+    def _wake_subscriptions(self) -> None:
+        """The WAL committed records: subscriptions deliver them at once rather than after the publish
+        path resumes. A replicated topic's readers wait for the quorum instead (publish_batch wakes them)."""
+        if self.claim.replication is None:
+            for sub in self.subscriptions.values():
+                if isinstance(sub, ReliableSubscription):
+                    sub.notify()
 
     def report_gap(self, first: int, end: int) -> None:
         """A reader skipped offsets [first, end): they exist nowhere it could read (docs/architecture.md

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,7 @@ class Wal:
         "_writer",
         "damage",
         "label",
+        "on_committed",
         "lost_ranges",
         "offset_limit",
         "truncated",
@@ -104,6 +105,9 @@ class Wal:
         # appends waiting for queue space, FIFO (created when first needed: most WALs never wait)
         self._space_waiters: deque[tuple[int, asyncio.Future[None]]] | None = None
         self._read_waiters: set[asyncio.Future[None]] = set()
+        # Called on the loop after each commit that stored records, with the WAL's state already updated
+        # and before the appenders' futures resolve (the topic wakes its subscriptions from here).
+        self.on_committed: Callable[[], None] | None = None
         self._closing = False
         self._closed = False
         self._close_task: asyncio.Task[None] | None = None
@@ -647,9 +651,6 @@ class Wal:
                     else:
                         chunk.extend(payloads)
                     chunk_bytes += entry.payload_bytes
-            future = entry.future
-            if future is not None and not future.done():
-                future.set_result(entry.first_offset)
         if chunk is not None:
             self._cache.add(chunk_first, chunk, chunk_bytes)
         if nbytes:
@@ -657,10 +658,18 @@ class Wal:
         self._committed = committed
         self._synced = synced
         self._queued_bytes -= nbytes
-        if self._space_waiters:
-            self._grant_space()
+        # Readers are woken before the appenders: wake-ups run in the order they are scheduled, so a live
+        # consumer's delivery goes out without waiting behind the producer's acknowledgement.
         if self._read_waiters:
             self._wake_readers()
+        if nbytes and self.on_committed is not None:
+            self.on_committed()
+        for entry in group:
+            future = entry.future
+            if future is not None and not future.done():
+                future.set_result(entry.first_offset)
+        if self._space_waiters:
+            self._grant_space()
 
     def _on_refused(self, entries: list[Entry], err: StorageExhausted, resume: int) -> None:
         # Every entry at or after `resume` is in `entries` (the writer refuses new ones until accept()).
