@@ -155,9 +155,10 @@ class Topic:
                     f"{self.name}: {where} did not make the message durable "
                     f"within {PUBLISH_TIMEOUT_SECONDS:.0f} s"
                 ) from None
-            for sub in self.subscriptions.values():
-                if isinstance(sub, ReliableSubscription):
-                    sub.notify()
+            if gate is not None:  # a WAL commit wakes them unless readers wait for the replicas
+                for sub in self.subscriptions.values():
+                    if isinstance(sub, ReliableSubscription):
+                        sub.notify()
             return offset
         first = self._next_volatile_offset
         self._next_volatile_offset += len(records)
