@@ -42,7 +42,8 @@ class WalSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     fsync: Literal["always", "interval"] = "always"
     fsync_interval_ms: int = 50
     segment_max_bytes: int = 64 * MiB
-    cache_max_bytes: int = 32 * MiB
+    cache_max_bytes: int = 32 * MiB  # per reliable topic
+    cache_total_bytes: int = 256 * MiB  # all reliable topics' caches together; 0 = no shared cap
     writer_threads: int = 8  # threads writing and fdatasync-ing every WAL of the broker
     idle_close_seconds: float = 30.0  # a WAL's segment file is closed when not written for this long
     max_open_segments: int = 0  # segment files open for writing at most; 0 = RLIMIT_NOFILE / 4, <= 8192
@@ -399,8 +400,12 @@ def _check_dispatch_upper_bounds(d: DispatchSettings) -> None:
 
 
 def _check_wal(w: WalSettings) -> None:
-    if w.segment_max_bytes < 1024 or w.cache_max_bytes < 0 or w.fsync_interval_ms < 1:
-        raise ConfigError("wal: segment_max_bytes >= 1024, cache_max_bytes >= 0, fsync_interval_ms >= 1")
+    cache_ok = w.cache_max_bytes >= 0 and w.cache_total_bytes >= 0
+    if not cache_ok or w.segment_max_bytes < 1024 or w.fsync_interval_ms < 1:
+        raise ConfigError(
+            "wal: segment_max_bytes >= 1024, cache_max_bytes >= 0, cache_total_bytes >= 0, "
+            "fsync_interval_ms >= 1"
+        )
     if not 1 <= w.writer_threads <= 64:
         raise ConfigError("wal.writer_threads must be in 1..64")
     if w.idle_close_seconds <= 0 or w.max_open_segments < 0:

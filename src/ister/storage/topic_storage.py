@@ -32,6 +32,7 @@ from ister.storage.objects import (
 )
 from ister.storage.objects.catalog import first_descriptor
 from ister.storage.wal import Wal, WalConfig, WalReader, WriterPool, hold_root
+from ister.storage.wal.cache import CacheBudget
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,9 @@ class TopicStorage:
             segment_max_age_s=durable.segment_max_age_seconds if self.objects is not None else 0.0,
             cache_max_bytes=w.cache_max_bytes,
         )
+        # One memory budget for the record caches of all this broker's WALs (per-topic caps alone would let
+        # a thousand busy topics hold a thousand times cache_max_bytes).
+        self.cache_budget = CacheBudget(w.cache_total_bytes)
         self.retention = LocalRetention(
             keep_bytes=durable.local_retention_bytes, keep_seconds=durable.local_retention_seconds
         )
@@ -103,6 +107,7 @@ class TopicStorage:
             start_offset=start_offset,
             pool=self.writers,
             lock_root=self.wal_root,
+            cache_budget=self.cache_budget,
         )
 
     def read_epoch(self, name: TopicName) -> int | None:

@@ -13,7 +13,7 @@ from typing import Any
 from ister.core.frames import HEADER_SIZE, encode_frames
 from ister.errors import Fenced, IsterError, OffsetOutOfRange, StorageError, StorageExhausted
 
-from .cache import RecordCache
+from .cache import CacheBudget, RecordCache
 from .config import WalConfig
 from .durable import fsync_dir
 from .frametail import FrameRun, FrameTail
@@ -68,9 +68,9 @@ class Wal:
         "_writer",
         "damage",
         "label",
-        "on_committed",
         "lost_ranges",
         "offset_limit",
+        "on_committed",
         "truncated",
     )
 
@@ -82,6 +82,7 @@ class Wal:
         loop: asyncio.AbstractEventLoop,
         label: str,
         pool: WriterPool,
+        cache_budget: CacheBudget | None = None,
     ) -> None:
         self._directory = directory
         self._config = config
@@ -97,7 +98,7 @@ class Wal:
         # A replicated topic's leader caps what readers see at the replication commit (None: no cap, every
         # durable record is visible). Only `durable_offset` readers (followers' fetches) see past it.
         self._visible: int | None = None
-        self._cache = RecordCache(config.cache_max_bytes)
+        self._cache = RecordCache(config.cache_max_bytes, cache_budget)
         self._last_append = loop.time()  # when records were last committed (or the WAL opened)
         self._cache.reset(recovered.next_offset)
         self._frame_tail: FrameTail | None = None  # kept only while a replicated topic's leader asks
@@ -152,6 +153,7 @@ class Wal:
         label: str | None = None,
         pool: WriterPool | None = None,
         lock_root: Path | None = None,
+        cache_budget: CacheBudget | None = None,
     ) -> Wal:
         """Open (creating if needed) and recover the WAL in `directory`. See docs/formats.md.
 
@@ -159,7 +161,8 @@ class Wal:
         `/<parent dir>/<dir>`, which is the topic's full name in the broker's `wal/<ns>/<topic>` layout.
         `pool` writes it (default: the process-wide pool). `lock_root` is the directory whose `flock` keeps
         other processes out (locks.py; default: `directory` itself; a broker passes `<data_dir>/wal`, one
-        descriptor for all its WALs). A second `Wal` on the same directory raises StorageError.
+        descriptor for all its WALs). `cache_budget` caps the record caches of all the WALs given it
+        together (cache.py). A second `Wal` on the same directory raises StorageError.
         """
         if start_offset < 0:
             raise ValueError("start_offset must be >= 0")
@@ -185,7 +188,7 @@ class Wal:
             raise
         try:
             label = label or f"/{directory.parent.name}/{directory.name}"
-            wal = cls(directory, config, recovered, loop, label, pool or default_pool())
+            wal = cls(directory, config, recovered, loop, label, pool or default_pool(), cache_budget)
             wal._writer.start()
         except BaseException:
             recovered.release()
@@ -750,6 +753,7 @@ class Wal:
                     self._config.close_timeout_s,
                 )
             self._closed = True
+            self._cache.reset(self._cache.end_offset)  # its memory goes back to the shared budget
             self._wake_readers()
 
 
