@@ -144,6 +144,25 @@ async def test_commit_listener_sees_the_records_and_runs_before_the_appenders_re
         await wal.close()
 
 
+async def test_under_a_visible_cap_the_listener_runs_when_the_cap_moves_not_at_the_commit(tmp_path: Path) -> None:
+    """A replicated topic's leader: subscriptions are woken when records reach enough replicas (the cap),
+    not when they are durable here only."""
+    wal = await Wal.open(tmp_path, WalConfig())
+    calls: list[int] = []
+    wal.on_committed = lambda: calls.append(wal.committed_offset)
+    try:
+        wal.cap_visible(0)
+        await wal.append([b"a", b"b", b"c"])
+        assert (calls, wal.durable_offset, wal.committed_offset) == ([], 3, 0)
+        wal.cap_visible(2)
+        wal.cap_visible(2)  # no move, no call
+        wal.cap_visible(3)
+        wal.cap_visible(None)  # lifting the cap shows nothing new here
+        assert calls == [2, 3]
+    finally:
+        await wal.close()
+
+
 # ---- readers ---------------------------------------------------------------------------------------
 
 

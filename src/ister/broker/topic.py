@@ -72,12 +72,11 @@ class Topic:
             wal.on_committed = self._wake_subscriptions
 
     def _wake_subscriptions(self) -> None:
-        """The WAL committed records: subscriptions deliver them at once rather than after the publish
-        path resumes. A replicated topic's readers wait for the quorum instead (publish_batch wakes them)."""
-        if self.claim.replication is None:
-            for sub in self.subscriptions.values():
-                if isinstance(sub, ReliableSubscription):
-                    sub.notify()
+        """Readers of the WAL can see more records (committed, and on a replicated topic also on enough
+        replicas): subscriptions deliver them at once rather than after the publish path resumes."""
+        for sub in self.subscriptions.values():
+            if isinstance(sub, ReliableSubscription):
+                sub.notify()
 
     def report_gap(self, first: int, end: int) -> None:
         """A reader skipped offsets [first, end): they exist nowhere it could read (docs/architecture.md
@@ -155,11 +154,7 @@ class Topic:
                     f"{self.name}: {where} did not make the message durable "
                     f"within {PUBLISH_TIMEOUT_SECONDS:.0f} s"
                 ) from None
-            if gate is not None:  # a WAL commit wakes them unless readers wait for the replicas
-                for sub in self.subscriptions.values():
-                    if isinstance(sub, ReliableSubscription):
-                        sub.notify()
-            return offset
+            return offset  # the subscriptions were woken by the WAL when readers could see the records
         first = self._next_volatile_offset
         self._next_volatile_offset += len(records)
         subs = [s for s in self.subscriptions.values() if isinstance(s, NonReliableSubscription)]

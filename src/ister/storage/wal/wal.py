@@ -106,8 +106,9 @@ class Wal:
         # appends waiting for queue space, FIFO (created when first needed: most WALs never wait)
         self._space_waiters: deque[tuple[int, asyncio.Future[None]]] | None = None
         self._read_waiters: set[asyncio.Future[None]] = set()
-        # Called on the loop after each commit that stored records, with the WAL's state already updated
-        # and before the appenders' futures resolve (the topic wakes its subscriptions from here).
+        # Called on the loop whenever readers can see more records (a commit, or the visible cap moving up),
+        # with the WAL's state already updated and before the appenders' futures resolve (the topic wakes
+        # its subscriptions from here).
         self.on_committed: Callable[[], None] | None = None
         self._closing = False
         self._closed = False
@@ -230,9 +231,12 @@ class Wal:
         replication commit; it never goes back while set."""
         if end is not None and self._visible is not None and end < self._visible:
             raise ValueError(f"the visible end of {self.label} cannot go back ({self._visible} -> {end})")
+        before = self.committed_offset
         self._visible = end
         if self._read_waiters:
             self._wake_readers()
+        if self.on_committed is not None and self.committed_offset > before:
+            self.on_committed()
 
     @property
     def synced_offset(self) -> int:
@@ -634,6 +638,7 @@ class Wal:
     def _on_commit(self, group: list[Entry], committed: int, synced: int, nbytes: int) -> None:
         # One cache chunk per group: O(1) Python work per append, not per record. The payload lists are
         # private copies made by append(), so the first one can be extended in place.
+        visible_before = self.committed_offset
         chunk: list[bytes] | None = None
         chunk_first = 0
         chunk_bytes = 0
@@ -665,8 +670,8 @@ class Wal:
         # consumer's delivery goes out without waiting behind the producer's acknowledgement.
         if self._read_waiters:
             self._wake_readers()
-        if nbytes and self.on_committed is not None:
-            self.on_committed()
+        if self.on_committed is not None and self.committed_offset > visible_before:
+            self.on_committed()  # under a cap (replicated) readers see records once cap_visible lets them
         for entry in group:
             future = entry.future
             if future is not None and not future.done():
