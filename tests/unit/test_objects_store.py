@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+import subprocess
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -212,3 +213,80 @@ async def test_many_concurrent_operations_on_a_local_store_keep_threads_bounded(
     await asyncio.gather(*(worker(i) for i in range(64)))
     assert len(os.listdir("/proc/self/task")) - before <= 16
     assert len(await store.list("w1")) == 20
+
+
+# ---- file:// streamed puts: written by Ister in synced steps (LOCAL_SYNC_BYTES) ----------------------------
+
+
+async def test_a_local_streamed_put_is_synced_in_steps_and_leaves_no_staging_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "objects"
+    store = open_store(f"file://{root}")
+    synced: list[int] = []
+    real_fdatasync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real_fdatasync(fd))[1])
+    data = os.urandom(5 * MiB + 7)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for i in range(0, len(data), 2 * MiB):
+            yield data[i : i + 2 * MiB]
+
+    info = await store.put_stream("topics/t/data-0-9.dnb1", chunks(), len(data))
+    assert info.size == len(data)
+    assert (root / "topics/t/data-0-9.dnb1").read_bytes() == data
+    assert len(synced) >= len(data) // MiB  # one fdatasync per MiB written, not one burst at the end
+    assert [o.key for o in await store.list("")] == ["topics/t/data-0-9.dnb1"]
+    assert list((root / ".ister-staging").iterdir()) == []
+
+
+async def test_a_failed_local_streamed_put_removes_its_staging_file(tmp_path: Path) -> None:
+    root = tmp_path / "objects"
+    store = open_store(f"file://{root}")
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"x" * MiB
+        raise StorageError("source broke")
+
+    with pytest.raises(StorageError, match="source broke"):
+        await store.put_stream("topics/t/obj", chunks(), 2 * MiB)
+    with pytest.raises(NotFound):
+        await store.head("topics/t/obj")
+    assert list((root / ".ister-staging").iterdir()) == []
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs (needs root, as the storage fault tests' disk does)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+async def test_a_full_disk_fails_a_local_streamed_put_cleanly(small_disk: Path) -> None:
+    """ENOSPC halfway: a StorageError naming the object, nothing visible, no staging file left, and the
+    store works again once there is room."""
+    store = open_store(f"file://{small_disk}/objects")
+
+    async def chunks(n: int) -> AsyncIterator[bytes]:
+        for _ in range(n):
+            yield b"y" * MiB
+
+    with pytest.raises(StorageError, match="topics/t/big"):
+        await store.put_stream("topics/t/big", chunks(8), 8 * MiB)
+    with pytest.raises(NotFound):
+        await store.head("topics/t/big")
+    assert list((small_disk / "objects" / ".ister-staging").iterdir()) == []
+    info = await store.put_stream("topics/t/small", chunks(1), MiB)
+    assert info.size == MiB
+    assert await store.get("topics/t/small") == b"y" * MiB

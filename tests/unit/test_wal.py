@@ -144,7 +144,7 @@ async def test_commit_listener_sees_the_records_and_runs_before_the_appenders_re
         await wal.close()
 
 
-async def test_under_a_visible_cap_the_listener_runs_when_the_cap_moves_not_at_the_commit(tmp_path: Path) -> None:
+async def test_under_a_visible_cap_the_listener_runs_when_the_cap_moves(tmp_path: Path) -> None:
     """A replicated topic's leader: subscriptions are woken when records reach enough replicas (the cap),
     not when they are durable here only."""
     wal = await Wal.open(tmp_path, WalConfig())

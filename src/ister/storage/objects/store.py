@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
+import uuid
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -46,6 +48,11 @@ MULTIPART_CONCURRENCY = 4  # parts in flight (bounds memory: about this many x p
 # that grows with the operations in flight (about 8 threads per concurrent operation, 250+ at 64); one at
 # a time keeps it to a few threads and still does about 2,000 small operations a second.
 LOCAL_CONCURRENCY = 1
+# Streamed objects on a local store are written by Ister itself and fdatasync'd every this many bytes: the
+# disk then takes a 64 MiB object in small steps between the WAL's fdatasyncs instead of as one burst of
+# write-back that stalls them (an e2e p99 of 8-12 ms after a large publish, 3 ms without the burst).
+LOCAL_SYNC_BYTES = 1 * MiB
+LOCAL_STAGING_DIR = ".ister-staging"  # under the store's root: outside every topic's prefix
 MAX_LIST_RESULTS = 100_000
 MAX_KEY_BYTES = 1024  # S3's limit
 
@@ -77,6 +84,44 @@ class PutInfo:
 
 def _is_panic(exc: BaseException) -> bool:
     return type(exc).__name__ == "PanicException"
+
+
+def _open_staging(path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+
+
+def _write_synced(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    for at in range(0, len(view), LOCAL_SYNC_BYTES):
+        piece = view[at : at + LOCAL_SYNC_BYTES]
+        while piece:
+            piece = piece[os.write(fd, piece) :]
+        os.fdatasync(fd)
+
+
+def _close_synced(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _rename_into_place(staging: Path, final: Path) -> None:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staging, final)
+    dir_fd = os.open(final.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _discard_staged(fd: int | None, staging: Path) -> None:
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    staging.unlink(missing_ok=True)
 
 
 def translate_error(exc: BaseException, what: str) -> StorageError | InvalidArgument | NotFound:
@@ -139,6 +184,7 @@ class ObjectStore:
         self._store = store
         self.url = url
         self._local = isinstance(store, LocalStore)
+        self.local_root: Path | None = None  # set by open_store for file:// stores
         self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary()
         )
@@ -203,6 +249,8 @@ class ObjectStore:
 
         try:
             async with self._turn(), asyncio.timeout(self._deadline(size_hint)):
+                if self.local_root is not None:
+                    return PutInfo(await self._put_local_paced(self.local_root, key, counting()), None)
                 result = await obstore.put_async(
                     self._store,
                     key,
@@ -216,6 +264,28 @@ class ObjectStore:
         except Exception as exc:
             _raise(exc, what)
         return PutInfo(counted, result.get("e_tag"))
+
+    @staticmethod
+    async def _put_local_paced(root: Path, key: str, chunks: AsyncIterable[bytes]) -> int:
+        """Write `key` under `root` from `chunks` in a staging file, fdatasync'ing every LOCAL_SYNC_BYTES,
+        then fsync it, rename it into place and sync its directory: visible whole or not at all, and on disk
+        once this returns. The staging file is removed if anything fails. Returns the size."""
+        final = root / key
+        staging = root / LOCAL_STAGING_DIR / f"{uuid.uuid4().hex}.part"
+        fd = await asyncio.to_thread(_open_staging, staging)
+        is_open = True
+        size = 0
+        try:
+            async for chunk in chunks:
+                await asyncio.to_thread(_write_synced, fd, chunk)
+                size += len(chunk)
+            is_open = False
+            await asyncio.to_thread(_close_synced, fd)
+            await asyncio.to_thread(_rename_into_place, staging, final)
+        except BaseException:
+            await asyncio.to_thread(_discard_staged, fd if is_open else None, staging)
+            raise
+        return size
 
     async def get(self, key: str) -> bytes:
         """The whole object."""
@@ -356,7 +426,9 @@ def open_store(
             raise StorageError(f"cannot create object store directory {path}: {exc}") from exc
         except Exception as exc:
             raise InvalidArgument(f"invalid file URL {url!r}: {exc}") from exc
-        return ObjectStore(local, url, **kwargs)
+        store = ObjectStore(local, url, **kwargs)
+        store.local_root = path
+        return store
     if scheme not in _CLOUD_SCHEMES or not parts.netloc:
         raise InvalidArgument(
             f"unsupported object store URL {url!r}: expected memory://, file:///dir, s3://bucket/prefix, "
