@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -290,3 +291,16 @@ async def test_a_full_disk_fails_a_local_streamed_put_cleanly(small_disk: Path) 
     info = await store.put_stream("topics/t/small", chunks(1), MiB)
     assert info.size == MiB
     assert await store.get("topics/t/small") == b"y" * MiB
+
+
+def test_opening_a_local_store_removes_only_stale_staging_files(tmp_path: Path) -> None:
+    root = tmp_path / "objects"
+    staging = root / ".ister-staging"
+    staging.mkdir(parents=True)
+    old, fresh = staging / "a.part", staging / "b.part"
+    old.write_bytes(b"left by a crash")
+    fresh.write_bytes(b"another broker is writing this")
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    open_store(f"file://{root}")
+    assert sorted(p.name for p in staging.iterdir()) == ["b.part"]

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
+import time
 import uuid
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
@@ -34,6 +36,8 @@ from ister.errors import InvalidArgument, NotFound, StorageError, Unavailable
 from ister.limits import MiB
 
 from .options import split_options
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from obstore.store import ObjectStore as ObstoreStore
@@ -53,6 +57,9 @@ LOCAL_CONCURRENCY = 1
 # write-back that stalls them (an e2e p99 of 8-12 ms after a large publish, 3 ms without the burst).
 LOCAL_SYNC_BYTES = 1 * MiB
 LOCAL_STAGING_DIR = ".ister-staging"  # under the store's root: outside every topic's prefix
+# A staging file this old is what a crash left (a put takes seconds; another broker sharing the directory
+# may be writing the younger ones): removed when the store is opened.
+STALE_STAGING_SECONDS = 3600.0
 MAX_LIST_RESULTS = 100_000
 MAX_KEY_BYTES = 1024  # S3's limit
 
@@ -115,6 +122,17 @@ def _rename_into_place(staging: Path, final: Path) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _remove_stale_staging(directory: Path) -> None:
+    """Delete staging files left by a crash (best effort: a failure here only leaves them for later)."""
+    cutoff = time.time() - STALE_STAGING_SECONDS
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory):
+            with contextlib.suppress(OSError):
+                if entry.name.endswith(".part") and entry.stat().st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    log.warning("removed %s, an object write a crash left unfinished", entry.path)
 
 
 def _discard_staged(fd: int | None, staging: Path) -> None:
@@ -428,6 +446,7 @@ def open_store(
             raise InvalidArgument(f"invalid file URL {url!r}: {exc}") from exc
         store = ObjectStore(local, url, **kwargs)
         store.local_root = path
+        _remove_stale_staging(path / LOCAL_STAGING_DIR)
         return store
     if scheme not in _CLOUD_SCHEMES or not parts.netloc:
         raise InvalidArgument(
