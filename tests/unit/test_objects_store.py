@@ -304,3 +304,23 @@ def test_opening_a_local_store_removes_only_stale_staging_files(tmp_path: Path) 
     os.utime(old, (two_hours_ago, two_hours_ago))
     open_store(f"file://{root}")
     assert sorted(p.name for p in staging.iterdir()) == ["b.part"]
+
+
+async def test_reads_go_on_while_a_local_streamed_put_is_being_written(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}/objects")
+    await store.put("topics/t/old", b"history")
+    halfway = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"z" * MiB
+        halfway.set()
+        await finish.wait()  # the export's source is still producing the object
+        yield b"z" * MiB
+
+    put = asyncio.ensure_future(store.put_stream("topics/t/new", chunks(), 2 * MiB))
+    await halfway.wait()
+    async with asyncio.timeout(5):
+        assert await store.get("topics/t/old") == b"history"
+    finish.set()
+    assert (await put).size == 2 * MiB

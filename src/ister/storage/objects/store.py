@@ -266,9 +266,12 @@ class ObjectStore:
                 yield chunk
 
         try:
-            async with self._turn(), asyncio.timeout(self._deadline(size_hint)):
-                if self.local_root is not None:
+            if self.local_root is not None:
+                # Not a turn of obstore's local thread pool (the turns bound it): reads of other objects
+                # go on while this write paces itself to the disk.
+                async with asyncio.timeout(self._deadline(size_hint)):
                     return PutInfo(await self._put_local_paced(self.local_root, key, counting()), None)
+            async with self._turn(), asyncio.timeout(self._deadline(size_hint)):
                 result = await obstore.put_async(
                     self._store,
                     key,
