@@ -9,10 +9,16 @@ bench scripts and the tests start and stop processes the same way.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import os
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from ister.benchmark.broker import free_port, port_open, stop_process, wait_port
 from ister.benchmark.servers import ServerProcess
@@ -21,6 +27,7 @@ __all__ = [
     "ServerProcess",
     "free_port",
     "port_open",
+    "small_tmpfs",
     "stop_process",
     "until",
     "until_sync",
@@ -71,3 +78,22 @@ def until_sync(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {within} s waiting for {_describe(what)}")
         time.sleep(poll)
+
+
+@contextlib.contextmanager
+def small_tmpfs(tmp_path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` (e.g. "4m") mounted under `tmp_path`: a real disk that fills up. Skips the test
+    where mounting is not allowed (it needs root)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

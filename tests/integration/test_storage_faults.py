@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from ister.client import Client, Consumer
 from ister.core.frames import HEADER_SIZE, scan_frames
 from ister.core.record import decode_message
 from tests.integration.harness import BrokerProcess
-from tests.support import until
+from tests.support import small_tmpfs, until
 
 pytestmark = pytest.mark.integration
 # The broker answers DATA_LOSS; ister.client raises errors.DataLoss for it.
@@ -174,19 +173,8 @@ async def test_flipped_header_without_a_copy_loads_skips_and_reports(tmp_path: P
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 24 MiB tmpfs for the broker's data directory."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path, "24m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 async def test_full_disk_answers_resource_exhausted_and_recovers_without_restart(

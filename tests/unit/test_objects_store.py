@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ from ister.errors import InvalidArgument, NotFound, StorageError
 from ister.limits import MiB
 from ister.storage.objects.options import split_options
 from ister.storage.objects.store import ObjectStore, ObjectStoreUnavailable, open_store
-from tests.support import free_port
+from tests.support import free_port, small_tmpfs
 
 
 @pytest.fixture(params=["memory", "file"])
@@ -259,19 +258,8 @@ async def test_a_failed_local_streamed_put_removes_its_staging_file(tmp_path: Pa
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB tmpfs (needs root, as the storage fault tests' disk does)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path, "4m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 async def test_a_full_disk_fails_a_local_streamed_put_cleanly(small_disk: Path) -> None:

@@ -22,6 +22,7 @@ from ister.storage.wal import Wal, WalConfig, WalReader
 from ister.storage.wal.checkpoint import CHECKPOINT_NAME, read_checkpoint
 from ister.storage.wal.writer import WalWriter
 from ister.wire.status import status_for
+from tests.support import small_tmpfs
 
 SEGMENTS = WalConfig(segment_max_bytes=2048)
 
@@ -309,19 +310,8 @@ async def test_disk_full_by_injection_cuts_the_partial_write_and_hands_offsets_b
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs: a real disk that fills up."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path, "2m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 async def test_full_tmpfs_refuses_appends_then_recovers_when_space_returns(
