@@ -312,3 +312,19 @@ async def test_reads_go_on_while_a_local_streamed_put_is_being_written(tmp_path:
         assert await store.get("topics/t/old") == b"history"
     finish.set()
     assert (await put).size == 2 * MiB
+
+
+async def test_a_local_streamed_put_that_cannot_be_renamed_into_place_fails_cleanly(tmp_path: Path) -> None:
+    """The last step fails (a file stands where the object's directory must be): a StorageError naming
+    the object, nothing visible, the staging file removed; the blocking file is left as it was."""
+    root = tmp_path / "objects"
+    store = open_store(f"file://{root}")
+    await store.put("topics/t", b"a file, not a directory")
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"w" * MiB
+
+    with pytest.raises(StorageError, match="topics/t/obj"):
+        await store.put_stream("topics/t/obj", chunks(), MiB)
+    assert await store.get("topics/t") == b"a file, not a directory"
+    assert list((root / ".ister-staging").iterdir()) == []
