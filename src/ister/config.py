@@ -44,7 +44,7 @@ class WalSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     segment_max_bytes: int = 64 * MiB
     cache_max_bytes: int = 32 * MiB  # per reliable topic
     cache_total_bytes: int = 256 * MiB  # all reliable topics' caches together; 0 = no shared cap
-    writer_threads: int = 8  # threads writing and fdatasync-ing every WAL of the broker
+    writer_threads: int = 0  # threads writing and syncing every WAL of the broker; 0 = automatic (2 or 8)
     idle_close_seconds: float = 30.0  # a WAL's segment file is closed when not written for this long
     max_open_segments: int = 0  # segment files open for writing at most; 0 = RLIMIT_NOFILE / 4, <= 8192
 
@@ -406,8 +406,8 @@ def _check_wal(w: WalSettings) -> None:
             "wal: segment_max_bytes >= 1024, cache_max_bytes >= 0, cache_total_bytes >= 0, "
             "fsync_interval_ms >= 1"
         )
-    if not 1 <= w.writer_threads <= 64:
-        raise ConfigError("wal.writer_threads must be in 1..64")
+    if not 0 <= w.writer_threads <= 64:
+        raise ConfigError("wal.writer_threads must be in 0..64 (0 = automatic)")
     if w.idle_close_seconds <= 0 or w.max_open_segments < 0:
         raise ConfigError("wal: idle_close_seconds > 0, max_open_segments >= 0 (0 = automatic)")
 

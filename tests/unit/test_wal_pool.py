@@ -276,3 +276,183 @@ async def test_every_wal_gets_its_checkpoint_when_many_are_written_at_once(tmp_p
         for wal in wals:
             await wal.close()
         assert pool.close(10)
+
+
+# ---- one syncfs for a batch of WALs (shared_sync) -----------------------------------------------------
+
+
+class SyncCounter:
+    """Counts the pool's syncfs calls and the writers' own fdatasyncs; `syncfs_error` makes syncfs fail."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, syncfs_error: int | None = None) -> None:
+        from ister.storage.wal import durable
+        from ister.storage.wal.writer import WalWriter
+
+        real_syncfs = durable.syncfs
+        assert real_syncfs is not None
+        real_fdatasync = WalWriter._fdatasync
+        self.syncfs_calls = 0
+        self.fdatasyncs: list[Path] = []
+        self.failing: set[Path] = set()  # WAL directories whose fdatasync fails with EIO
+
+        def syncfs(fd: int) -> None:
+            self.syncfs_calls += 1
+            if syncfs_error is not None:
+                raise OSError(syncfs_error, os.strerror(syncfs_error))
+            real_syncfs(fd)
+
+        def fdatasync(writer: WalWriter) -> None:
+            directory = writer._directory
+            self.fdatasyncs.append(directory)
+            if directory in self.failing:
+                raise OSError(5, "simulated I/O error")
+            real_fdatasync(writer)
+
+        monkeypatch.setattr(durable, "syncfs", syncfs)
+        monkeypatch.setattr(WalWriter, "_fdatasync", fdatasync)
+
+
+async def queued_behind_one_turn(
+    monkeypatch: pytest.MonkeyPatch, wals: list[Wal], payload: bytes = b"x"
+) -> list[asyncio.Future[int]]:
+    """Append to every WAL while the pool's one thread is held inside the first WAL's turn, so that the
+    others wait for the next turn together (one batch); returns the appends."""
+    from ister.storage.wal.writer import WalWriter
+
+    entered, gate = threading.Event(), threading.Event()
+    original = WalWriter._write_group
+
+    def held_once(self: WalWriter, *args: object) -> None:
+        if not entered.is_set():
+            entered.set()
+            assert gate.wait(10)
+        original(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(WalWriter, "_write_group", held_once)
+    first = asyncio.ensure_future(wals[0].append([payload]))
+    await until(entered.is_set, "the first WAL's turn")
+    rest = [asyncio.ensure_future(wal.append([payload])) for wal in wals[1:]]
+    await asyncio.sleep(0)  # every append submitted (each queues its entry at once)
+    gate.set()
+    return [first, *rest]
+
+
+@pytest.fixture
+def shared_pool() -> object:
+    from ister.storage.wal import durable
+
+    if durable.syncfs is None:
+        pytest.skip("no usable syncfs(2) on this platform")
+    pool = WriterPool(1, idle_close_s=30.0)  # one thread: the held turn keeps every other WAL waiting
+    yield pool
+    assert pool.close(10)
+
+
+async def open_wals(tmp_path: Path, pool: WriterPool, n: int) -> list[Wal]:
+    return [await Wal.open(tmp_path / f"w{i}", WalConfig(), pool=pool, lock_root=tmp_path) for i in range(n)]
+
+
+async def test_one_syncfs_makes_a_batch_of_wals_durable(
+    tmp_path: Path, shared_pool: WriterPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wals = await open_wals(tmp_path, shared_pool, 20)
+    counter = SyncCounter(monkeypatch)
+    try:
+        appends = await queued_behind_one_turn(monkeypatch, wals)
+        assert await asyncio.gather(*appends) == [0] * 20
+        # the held turn had one WAL (its own fdatasync); the other 19 came as one batch: one syncfs
+        assert counter.syncfs_calls == 1
+        assert counter.fdatasyncs == [wals[0].directory]
+        for wal in wals:
+            assert wal.synced_offset == 1
+            assert file_records(wal.directory) == [(0, b"x")]
+    finally:
+        for wal in wals:
+            await wal.close()
+
+
+async def test_a_failed_syncfs_falls_back_to_an_fdatasync_per_file(
+    tmp_path: Path, shared_pool: WriterPool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    wals = await open_wals(tmp_path, shared_pool, 10)
+    counter = SyncCounter(monkeypatch, syncfs_error=5)  # EIO: some file's write-back failed
+    try:
+        appends = await queued_behind_one_turn(monkeypatch, wals)
+        assert await asyncio.gather(*appends) == [0] * 10
+        assert counter.syncfs_calls == 1
+        assert sorted(counter.fdatasyncs) == sorted(w.directory for w in wals)  # each file's own, instead
+        assert "syncfs failed" in caplog.text
+        assert shared_pool.shared_sync  # a failed write-back is not a reason to stop using it
+        assert all(w.failed is None and w.synced_offset == 1 for w in wals)
+    finally:
+        for wal in wals:
+            await wal.close()
+
+
+async def test_after_a_failed_syncfs_only_the_wal_whose_file_failed_fails(
+    tmp_path: Path, shared_pool: WriterPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wals = await open_wals(tmp_path, shared_pool, 6)
+    counter = SyncCounter(monkeypatch, syncfs_error=5)
+    bad = wals[3]
+    counter.failing.add(bad.directory)
+    try:
+        appends = await queued_behind_one_turn(monkeypatch, wals)
+        results = await asyncio.gather(*appends, return_exceptions=True)
+        assert isinstance(results[3], StorageError)  # its producer hears it: never acknowledged
+        assert [r for i, r in enumerate(results) if i != 3] == [0] * 5
+        assert bad.failed is not None and bad.committed_offset == 0
+        assert all(w.failed is None and w.committed_offset == 1 for w in wals if w is not bad)
+        with pytest.raises(StorageError):
+            await bad.append([b"y"])
+    finally:
+        for wal in wals:
+            await wal.close()
+    # what was acknowledged is on disk: reopened, every other WAL holds its record
+    pool = WriterPool(1)
+    try:
+        for wal in wals:
+            if wal is not bad:
+                again = await Wal.open(wal.directory, WalConfig(), pool=pool)
+                try:
+                    assert await again.reader(0).read(timeout=1) == [(0, b"x")]
+                finally:
+                    await again.close()
+    finally:
+        assert pool.close(10)
+
+
+async def test_without_a_permitted_syncfs_the_pool_goes_back_to_fdatasync(
+    tmp_path: Path, shared_pool: WriterPool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    wals = await open_wals(tmp_path, shared_pool, 5)
+    counter = SyncCounter(monkeypatch, syncfs_error=38)  # ENOSYS: a sandbox filtered the call out
+    try:
+        appends = await queued_behind_one_turn(monkeypatch, wals)
+        assert await asyncio.gather(*appends) == [0] * 5
+        assert not shared_pool.shared_sync
+        assert "syncfs is not usable here" in caplog.text
+        assert await asyncio.gather(*(w.append([b"again"]) for w in wals)) == [1] * 5
+        assert counter.syncfs_calls == 1  # never tried again
+        assert len(counter.fdatasyncs) == 10
+    finally:
+        for wal in wals:
+            await wal.close()
+
+
+def test_the_pool_size_follows_whether_syncfs_can_serve_a_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ister.storage.wal import durable
+
+    pools = []
+    if durable.syncfs is not None:
+        pools.append(WriterPool(0))
+        assert pools[-1].threads == 2 and pools[-1].shared_sync
+    pools.append(WriterPool(0, shared_sync=False))
+    assert pools[-1].threads == 8 and not pools[-1].shared_sync
+    monkeypatch.setattr(durable, "syncfs", None)
+    pools.append(WriterPool(0))
+    assert pools[-1].threads == 8 and not pools[-1].shared_sync
+    pools.append(WriterPool(3))
+    assert pools[-1].threads == 3
+    for pool in pools:
+        assert pool.close(1)  # no WAL ever registered: no threads were started

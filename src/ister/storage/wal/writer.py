@@ -119,6 +119,7 @@ class WalWriter:
         "_on_failure",
         "_on_refused",
         "_on_stopped",
+        "_presynced",
         "_queue",
         "_refusing",
         "_segments",
@@ -132,6 +133,7 @@ class WalWriter:
         "_wrote",
         "busy",
         "close_requested",
+        "device",
         "loop",
         "pool",
         "posts",
@@ -205,6 +207,8 @@ class WalWriter:
         self._final = False  # stopping and nothing queued behind this group
         self._written: Segment | None = None  # the group is in this segment's file, not yet accounted for
         self._wrote = False
+        self._presynced = False  # the pool made this turn's group durable (one syncfs for its batch)
+        self.device: int | None = None  # st_dev of the segment files, known once one was opened
         self.posts: list[Call] = []  # completions for the loop, handed over by the pool after each step
 
     # ---- loop side -------------------------------------------------------------------------------
@@ -306,15 +310,35 @@ class WalWriter:
         except BaseException as exc:  # OSError mostly; anything else must not leave appends hanging
             self._fail(exc)
 
+    def owes_sync(self) -> int | None:
+        """The device of the file this turn wrote a group to that must be made durable before it is
+        acknowledged (fsync=always), or None. The pool may make it durable for several writers at once
+        (`presynced`); turn_sync fdatasyncs it otherwise."""
+        if not self._always or self._written is None or self._fd is None:
+            return None
+        if self._stopped or self._failed is not None:
+            return None
+        return self.device
+
+    def presynced(self) -> None:
+        """The pool made this turn's written group durable (syncfs of its filesystem, after the write)."""
+        self._presynced = True
+
+    def sync_fd(self) -> int:
+        """The open segment file (only while owes_sync() says so)."""
+        assert self._fd is not None
+        return self._fd
+
     def turn_sync(self) -> None:
         """Make the written group durable (fsync=always) and report it; fdatasync what interval mode owes."""
+        presynced, self._presynced = self._presynced, False
         if self._stopped or self._failed is not None:
             return
         try:
             seg = self._written
             synced_before = self._synced_end
             if seg is not None:
-                if self._always:
+                if self._always and not presynced:
                     try:
                         self._fdatasync()
                     except OSError as exc:
@@ -463,6 +487,8 @@ class WalWriter:
                 if exc.errno in EXHAUSTED_ERRNOS:
                     raise _NoSpace(exc) from exc
                 raise
+            if self.device is None:
+                self.device = os.fstat(self._fd).st_dev
         return self._fd
 
     def _close_fd(self) -> None:
@@ -513,6 +539,8 @@ class WalWriter:
         self._close_fd()
         if keep_open:
             self._fd = fd
+            if self.device is None:
+                self.device = os.fstat(fd).st_dev
         else:
             os.close(fd)  # nothing to write yet: the file is opened again by the next write
         old = self._active
