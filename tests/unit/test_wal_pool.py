@@ -249,13 +249,34 @@ def test_storage_exhausted_maps_to_resource_exhausted() -> None:
 def test_the_checkpoint_budget_spaces_out_checkpoints_beyond_a_burst() -> None:
     from ister.storage.wal.pool import CHECKPOINTS_PER_SECOND
 
-    pool = WriterPool(1)
+    pool = WriterPool(1, shared_sync=False)
     now = 1000.0
     slots = [pool.reserve_checkpoint(now) for _ in range(CHECKPOINTS_PER_SECOND + 50)]
     assert slots[:CHECKPOINTS_PER_SECOND] == [now] * CHECKPOINTS_PER_SECOND  # a second's worth at once
     step = 1.0 / CHECKPOINTS_PER_SECOND
     assert slots[-1] == pytest.approx(now + 50 * step)  # then spaced out
     assert pool.reserve_checkpoint(now + 10) == now + 10  # the budget refills
+
+
+def test_with_a_shared_sync_spaced_out_checkpoints_fall_due_in_groups() -> None:
+    from ister.storage.wal import durable
+    from ister.storage.wal.pool import CHECKPOINT_GROUP, CHECKPOINTS_PER_SECOND
+
+    if durable.syncfs is None:
+        pytest.skip("no usable syncfs(2) on this platform")
+    pool = WriterPool(1)
+    now = 1000.0
+    n = CHECKPOINTS_PER_SECOND + 4 * CHECKPOINT_GROUP
+    slots = [pool.reserve_checkpoint(now) for _ in range(n)]
+    assert slots[:CHECKPOINTS_PER_SECOND] == [now] * CHECKPOINTS_PER_SECOND  # the burst is not delayed
+    later = slots[CHECKPOINTS_PER_SECOND:]
+    assert later == sorted(later)
+    groups = {t: later.count(t) for t in later}
+    assert len(groups) <= 5 and max(groups.values()) == CHECKPOINT_GROUP  # a few times, many at each
+    # the average rate is still the budget's: the last slot is at most one group later than without groups
+    step = 1.0 / CHECKPOINTS_PER_SECOND
+    assert now + (n - CHECKPOINTS_PER_SECOND) * step <= later[-1] + 1e-9
+    assert later[-1] <= now + (n - CHECKPOINTS_PER_SECOND + CHECKPOINT_GROUP) * step + 1e-9
 
 
 async def test_every_wal_gets_its_checkpoint_when_many_are_written_at_once(tmp_path: Path) -> None:
@@ -352,6 +373,16 @@ async def open_wals(tmp_path: Path, pool: WriterPool, n: int) -> list[Wal]:
     return [await Wal.open(tmp_path / f"w{i}", WalConfig(), pool=pool, lock_root=tmp_path) for i in range(n)]
 
 
+async def checkpoints_recorded(wals: list[Wal], end: int) -> None:
+    """Wait until every WAL's checkpoint says `end` (they are written after the appends complete)."""
+    from ister.storage.wal.checkpoint import read_checkpoint
+
+    def recorded() -> bool:
+        return all((c := read_checkpoint(w.directory)) is not None and c.next_offset == end for w in wals)
+
+    await until(recorded, "every WAL's checkpoint")
+
+
 async def test_one_syncfs_makes_a_batch_of_wals_durable(
     tmp_path: Path, shared_pool: WriterPool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -360,8 +391,10 @@ async def test_one_syncfs_makes_a_batch_of_wals_durable(
     try:
         appends = await queued_behind_one_turn(monkeypatch, wals)
         assert await asyncio.gather(*appends) == [0] * 20
-        # the held turn had one WAL (its own fdatasync); the other 19 came as one batch: one syncfs
-        assert counter.syncfs_calls == 1
+        await checkpoints_recorded(wals, 1)
+        # the held turn had one WAL (its own fdatasync); the other 19 came as one batch: one syncfs for
+        # their records, two for their checkpoints
+        assert counter.syncfs_calls == 3
         assert counter.fdatasyncs == [wals[0].directory]
         for wal in wals:
             assert wal.synced_offset == 1
@@ -379,7 +412,8 @@ async def test_a_failed_syncfs_falls_back_to_an_fdatasync_per_file(
     try:
         appends = await queued_behind_one_turn(monkeypatch, wals)
         assert await asyncio.gather(*appends) == [0] * 10
-        assert counter.syncfs_calls == 1
+        await checkpoints_recorded(wals, 1)
+        assert counter.syncfs_calls == 2  # the records' and the checkpoints': both failed
         assert sorted(counter.fdatasyncs) == sorted(w.directory for w in wals)  # each file's own, instead
         assert "syncfs failed" in caplog.text
         assert shared_pool.shared_sync  # a failed write-back is not a reason to stop using it
@@ -456,3 +490,116 @@ def test_the_pool_size_follows_whether_syncfs_can_serve_a_batch(monkeypatch: pyt
     assert pools[-1].threads == 3
     for pool in pools:
         assert pool.close(1)  # no WAL ever registered: no threads were started
+
+
+# ---- several checkpoints with two syncfs (write_checkpoints) ------------------------------------------
+
+
+def test_write_checkpoints_replaces_each_and_reports_the_one_it_could_not(tmp_path: Path) -> None:
+    from ister.storage.wal import durable
+    from ister.storage.wal.checkpoint import (
+        CHECKPOINT_NAME,
+        Checkpoint,
+        read_checkpoint,
+        write_checkpoint,
+        write_checkpoints,
+    )
+
+    if durable.syncfs is None:
+        pytest.skip("no usable syncfs(2) on this platform")
+    dirs = [tmp_path / f"w{i}" for i in range(4)]
+    for d in dirs:
+        d.mkdir()
+        write_checkpoint(d, Checkpoint(1))
+    (dirs[2] / "highwater.ckpt.tmp").mkdir()  # its tmp file cannot be created: that one fails
+    calls: list[int] = []
+
+    def syncfs(fd: int) -> None:
+        calls.append(fd)
+        durable.syncfs(fd)  # type: ignore[misc]
+
+    items = [(d, Checkpoint(10 + i, ((2, 3),))) for i, d in enumerate(dirs)]
+    results = write_checkpoints(items, syncfs)
+    assert [r is None for r in results] == [True, True, False, True]
+    assert isinstance(results[2], OSError)
+    assert len(calls) == 2  # for all four
+    assert [read_checkpoint(d) for d in dirs] == [
+        Checkpoint(10, ((2, 3),)),
+        Checkpoint(11, ((2, 3),)),
+        Checkpoint(1),  # the previous one, untouched
+        Checkpoint(13, ((2, 3),)),
+    ]
+    assert sorted(p.name for p in dirs[0].iterdir()) == [CHECKPOINT_NAME]  # no tmp file left
+
+
+def test_write_checkpoints_raises_when_syncfs_fails_and_keeps_the_previous_ones(tmp_path: Path) -> None:
+    from ister.storage.wal.checkpoint import Checkpoint, read_checkpoint, write_checkpoint, write_checkpoints
+
+    dirs = [tmp_path / f"w{i}" for i in range(3)]
+    for d in dirs:
+        d.mkdir()
+        write_checkpoint(d, Checkpoint(5))
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "simulated write-back error")
+
+    with pytest.raises(OSError, match="write-back"):
+        write_checkpoints([(d, Checkpoint(9)) for d in dirs], failing)
+    assert [read_checkpoint(d) for d in dirs] == [Checkpoint(5)] * 3  # the first syncfs failed: no rename
+
+
+async def test_checkpoints_due_together_are_written_with_two_syncfs(
+    tmp_path: Path, shared_pool: WriterPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ister.storage.wal.checkpoint import read_checkpoint
+
+    wals = await open_wals(tmp_path, shared_pool, 12)
+    counter = SyncCounter(monkeypatch)
+    try:
+        appends = await queued_behind_one_turn(monkeypatch, wals)
+        assert await asyncio.gather(*appends) == [0] * 12
+
+        def all_recorded() -> bool:
+            return all((c := read_checkpoint(w.directory)) is not None and c.next_offset == 1 for w in wals)
+
+        await until(all_recorded, "every WAL's checkpoint")  # written after the appends completed
+        # the batch of 11 wrote its records with one syncfs and its due checkpoints with two more
+        assert counter.syncfs_calls == 3
+    finally:
+        for wal in wals:
+            await wal.close()
+
+
+async def test_when_the_checkpoints_syncfs_fails_each_is_written_on_its_own(
+    tmp_path: Path, shared_pool: WriterPool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from ister.storage.wal import durable
+    from ister.storage.wal.checkpoint import read_checkpoint
+
+    wals = await open_wals(tmp_path, shared_pool, 6)
+    real = durable.syncfs
+    assert real is not None
+    calls = 0
+
+    def second_call_fails(fd: int) -> None:  # the records' syncfs works, the checkpoints' does not
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise OSError(5, "simulated write-back error")
+        real(fd)
+
+    monkeypatch.setattr(durable, "syncfs", second_call_fails)
+    try:
+        appends = await queued_behind_one_turn(monkeypatch, wals)
+        assert await asyncio.gather(*appends) == [0] * 6
+
+        def all_recorded() -> bool:
+            return all((c := read_checkpoint(w.directory)) is not None and c.next_offset == 1 for w in wals)
+
+        await until(all_recorded, "every WAL's checkpoint, each on its own")
+        assert "checkpoints written one by one" in caplog.text
+        assert calls == 2  # the records' syncfs, the checkpoints' failed one: then fsyncs per file
+        assert all(w.failed is None for w in wals)
+    finally:
+        for wal in wals:
+            await wal.close()

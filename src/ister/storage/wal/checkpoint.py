@@ -12,7 +12,10 @@ renamed over the old file, then the directory is fsync'd: a reader sees the old 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -78,6 +81,55 @@ def write_checkpoint(directory: Path, checkpoint: Checkpoint) -> None:
     replace_file(directory, CHECKPOINT_NAME, encode(checkpoint))
 
 
+def write_checkpoints(
+    items: Sequence[tuple[Path, Checkpoint]], syncfs: Callable[[int], None]
+) -> list[OSError | None]:
+    """Replace the checkpoints of several WALs on one filesystem with two syncfs calls in all: every tmp
+    file written, one syncfs (their contents durable), every rename, one more syncfs (the renames durable).
+    Returns, per item, None or the OSError that kept it from being replaced (its previous checkpoint is
+    still in place). Raises OSError if a syncfs fails: then none is known durable, and the caller writes
+    each the usual way (write_checkpoint), which also makes good any rename already done."""
+    results: list[OSError | None] = [None] * len(items)
+    written: list[int] = []
+    anchor: int | None = None  # an open descriptor on the filesystem, for syncfs
+    try:
+        for i, (directory, checkpoint) in enumerate(items):
+            tmp = directory / TMP_NAME
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+                try:
+                    view = memoryview(encode(checkpoint))
+                    while view:
+                        view = view[os.write(fd, view) :]
+                finally:
+                    if anchor is None:
+                        anchor = fd
+                    else:
+                        os.close(fd)
+            except OSError as exc:
+                results[i] = exc
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            else:
+                written.append(i)
+        if anchor is None:
+            return results
+        syncfs(anchor)
+        for i in written:
+            directory = items[i][0]
+            try:
+                os.rename(directory / TMP_NAME, directory / CHECKPOINT_NAME)
+            except OSError as exc:
+                results[i] = exc
+                with contextlib.suppress(OSError):
+                    os.unlink(directory / TMP_NAME)
+        syncfs(anchor)
+    finally:
+        if anchor is not None:
+            os.close(anchor)
+    return results
+
+
 __all__ = [
     "CHECKPOINT_NAME",
     "MAX_LOST_RANGES",
@@ -86,4 +138,5 @@ __all__ = [
     "encode",
     "read_checkpoint",
     "write_checkpoint",
+    "write_checkpoints",
 ]

@@ -28,6 +28,7 @@ import asyncio
 import errno
 import heapq
 import logging
+import math
 import resource
 import threading
 import time
@@ -41,6 +42,7 @@ from prometheus_client import Gauge
 from ister.errors import ConfigError, StorageError
 
 from . import durable
+from .checkpoint import Checkpoint, write_checkpoints
 
 if TYPE_CHECKING:
     from .writer import WalWriter
@@ -54,6 +56,7 @@ BATCH_WRITERS_SHARED = 128  # the same where one syncfs serves the batch (a seve
 # one per WAL per second took a third of the pool's time. Beyond the budget they are spaced out, so a
 # WAL's checkpoint lags by up to (WALs written at once / this) seconds instead of one.
 CHECKPOINTS_PER_SECOND = 100
+CHECKPOINT_GROUP = 16  # with shared_sync, spaced-out checkpoint slots fall due in groups of this many
 MAX_THREADS = 64
 # Fewest writers of one batch on one filesystem for which a syncfs replaces their fdatasyncs.
 SHARED_SYNC_MIN_FILES = 2
@@ -164,6 +167,11 @@ class WriterPool:
         with self.lock:
             slot = max(now - 1.0 + step, self._checkpoint_next)  # up to a second's worth at once
             self._checkpoint_next = slot + step
+        if slot > now and self.shared_sync:
+            # Spaced-out slots come in groups that fall due together, so their checkpoints tend to share
+            # a batch and its two syncfs (write_checkpoints) rather than cost two fsyncs and a rename each.
+            grid = CHECKPOINT_GROUP * step
+            slot = math.ceil(slot / grid) * grid
         return max(now, slot)
 
     # ---- called with `lock` held -----------------------------------------------------------------
@@ -274,6 +282,7 @@ class WriterPool:
         for writer in batch:
             writer.turn_sync()
         _send(_collect(batch))  # every append of the batch is durable now: complete them
+        self._checkpoints(batch)
         for writer in batch:
             writer.turn_after()
         calls = _collect(batch)  # taken while the writers are still this thread's
@@ -308,6 +317,35 @@ class WriterPool:
                 continue
             for writer in writers:
                 writer.presynced()
+
+    def _checkpoints(self, batch: list[WalWriter]) -> None:
+        """Record the checkpoints due in the batch: where enough of them share a filesystem, all at once
+        with two syncfs (write_checkpoints), else each with its own fsyncs."""
+        due = [(writer, cp) for writer in batch if (cp := writer.checkpoint_due()) is not None]
+        if not due:
+            return
+        groups: dict[int | None, list[tuple[WalWriter, Checkpoint]]] = {}
+        if self.shared_sync and len(due) >= SHARED_SYNC_MIN_FILES:
+            for writer, cp in due:
+                groups.setdefault(writer.device, []).append((writer, cp))
+        else:
+            groups[None] = due
+        syncfs = durable.syncfs
+        for device, items in groups.items():
+            if device is not None and syncfs is not None and len(items) >= SHARED_SYNC_MIN_FILES:
+                try:
+                    failed = write_checkpoints([(w.directory, cp) for w, cp in items], syncfs)
+                except OSError as exc:
+                    log.warning("WAL writer pool: syncfs failed (%s); checkpoints written one by one", exc)
+                else:
+                    for (writer, cp), error in zip(items, failed, strict=True):
+                        if error is None:
+                            writer.checkpoint_recorded(cp)
+                        else:
+                            writer.checkpoint_failed(error)
+                    continue
+            for writer, cp in items:
+                writer.record_checkpoint(cp)
 
 
 def _collect(batch: list[WalWriter]) -> dict[asyncio.AbstractEventLoop, list[Call]]:

@@ -367,14 +367,10 @@ class WalWriter:
         self._group = []
 
     def turn_after(self) -> None:
-        """After the completions went out: the checkpoint when due; close the file when idle or stopping."""
+        """After the completions went out and the pool recorded the checkpoints due (checkpoint_due): close
+        the file when idle or stopping."""
         if self._stopped:
             return
-        try:
-            if self._failed is None:
-                self._checkpoint(final=self._final)
-        except BaseException as exc:
-            self._fail(exc)
         if self._final or self._failed is not None:
             if self._final or self._stopping:
                 self._close_fd()
@@ -636,30 +632,59 @@ class WalWriter:
     def _checkpoint(self, *, final: bool) -> None:
         """Record the committed offset in the high-water checkpoint, at most once per interval (and when
         stopping). A failure is logged once and retried later; it never fails the WAL."""
+        checkpoint = self._checkpoint_due(final)
+        if checkpoint is not None:
+            self.record_checkpoint(checkpoint)
+
+    def checkpoint_due(self) -> Checkpoint | None:
+        """After a turn's completions went out (pool thread): the checkpoint this writer should record now,
+        or None. The caller records it (`record_checkpoint`, or with others' through one syncfs and then
+        `checkpoint_recorded`)."""
+        if self._stopped or self._failed is not None:
+            return None
+        return self._checkpoint_due(self._final)
+
+    def _checkpoint_due(self, final: bool) -> Checkpoint | None:
         committed = self._synced_end if self._always else self._written_end
         if committed <= self._mark:
-            return
+            return None
         now = time.monotonic()
         if not final:
             if now - self._last_checkpoint < CHECKPOINT_INTERVAL_S:
-                return
+                return None
             if self._checkpoint_slot is None:
                 self._checkpoint_slot = self.pool.reserve_checkpoint(now)
             if self._checkpoint_slot > now:
-                return  # the pool's budget is spent for now: the timer brings this writer back then
+                return None  # the pool's budget is spent for now: the timer brings this writer back then
         self._checkpoint_slot = None
-        self._last_checkpoint = now
+        self._last_checkpoint = now  # a failed write is retried an interval later
+        return Checkpoint(committed, self._lost_ranges())
+
+    def record_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Write `checkpoint` on its own (tmp file, fsync, rename, directory fsync)."""
         try:
-            write_checkpoint(self._directory, Checkpoint(committed, self._lost_ranges()))
+            write_checkpoint(self._directory, checkpoint)
         except OSError as exc:
-            if self._checkpoint_error is None:
-                log.error("WAL %s: cannot write the high-water checkpoint: %s", self._directory, exc)
-            self._checkpoint_error = str(exc)
-            return
+            self.checkpoint_failed(exc)
+        except BaseException as exc:
+            self._fail(exc)
+        else:
+            self.checkpoint_recorded(checkpoint)
+
+    def checkpoint_failed(self, exc: OSError) -> None:
+        if self._checkpoint_error is None:
+            log.error("WAL %s: cannot write the high-water checkpoint: %s", self._directory, exc)
+        self._checkpoint_error = str(exc)
+
+    def checkpoint_recorded(self, checkpoint: Checkpoint) -> None:
         if self._checkpoint_error is not None:
             log.warning("WAL %s: high-water checkpoint written again", self._directory)
             self._checkpoint_error = None
-        self._mark = committed
+        self._mark = checkpoint.next_offset
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
 
     def _fail(self, exc: BaseException) -> None:
         err = StorageError(f"WAL writer failed in {self._directory}: {exc!r}")
