@@ -8,9 +8,12 @@ then writes the checkpoints that are due. A writer is in at most one batch at a 
 queue order, so each WAL keeps its own order and group commit; fsyncs of different WALs share a pass.
 
 With fsync=always, when several writers of a batch wrote to files on one filesystem, the pool makes them all
-durable with one syncfs(2) of that filesystem instead of an fdatasync each (`shared_sync`): with 1,000 topics
-written at once that halves the pool's system calls and its threads' trips through the GIL. Should the call
-fail, each writer fdatasyncs its own file as usual, so an error is still reported for the file it concerns.
+durable with one syncfs(2) of that filesystem instead of an fdatasync each (`shared_sync`), and writes the
+batch's due checkpoints with two more (checkpoint.write_checkpoints): with 1,000 topics written at once
+that halves the pool's system calls and its threads' trips through the GIL, so two threads do (more only
+take turns holding the GIL) and a batch takes up to BATCH_WRITERS_SHARED writers. Should a syncfs fail,
+each writer fdatasyncs its own file (and writes its checkpoint) as usual, so an error is still reported
+for the file it concerns.
 
 Timers (the `fsync: interval` deadline, the high-water checkpoint) give a writer a turn when they are due.
 File descriptors: a writer opens its active segment when it has something to write; the pool has it
