@@ -603,3 +603,24 @@ async def test_when_the_checkpoints_syncfs_fails_each_is_written_on_its_own(
     finally:
         for wal in wals:
             await wal.close()
+
+
+async def test_an_unexpected_error_writing_checkpoints_together_keeps_the_pool_running(
+    tmp_path: Path, shared_pool: WriterPool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from ister.storage.wal import pool as pool_module
+
+    def broken(*args: object) -> list[OSError | None]:
+        raise RuntimeError("a bug in the batched path")
+
+    monkeypatch.setattr(pool_module, "write_checkpoints", broken)
+    wals = await open_wals(tmp_path, shared_pool, 5)
+    try:
+        appends = await queued_behind_one_turn(monkeypatch, wals)
+        assert await asyncio.gather(*appends) == [0] * 5
+        await checkpoints_recorded(wals, 1)  # each written on its own instead
+        assert "writing checkpoints together failed" in caplog.text
+        assert await asyncio.gather(*(w.append([b"next"]) for w in wals)) == [1] * 5  # the thread lives on
+    finally:
+        for wal in wals:
+            await wal.close()

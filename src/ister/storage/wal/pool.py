@@ -340,6 +340,8 @@ class WriterPool:
                     failed = write_checkpoints([(w.directory, cp) for w, cp in items], syncfs)
                 except OSError as exc:
                     log.warning("WAL writer pool: syncfs failed (%s); checkpoints written one by one", exc)
+                except Exception:  # nothing may end a pool thread: each is written on its own instead
+                    log.exception("WAL writer pool: writing checkpoints together failed")
                 else:
                     for (writer, cp), error in zip(items, failed, strict=True):
                         if error is None:

@@ -642,7 +642,11 @@ class WalWriter:
         `checkpoint_recorded`)."""
         if self._stopped or self._failed is not None:
             return None
-        return self._checkpoint_due(self._final)
+        try:
+            return self._checkpoint_due(self._final)
+        except BaseException as exc:  # the lost ranges come from the WAL: nothing may escape a turn
+            self._fail(exc)
+            return None
 
     def _checkpoint_due(self, final: bool) -> Checkpoint | None:
         committed = self._synced_end if self._always else self._written_end
