@@ -551,18 +551,13 @@ def test_write_checkpoints_raises_when_syncfs_fails_and_keeps_the_previous_ones(
 async def test_checkpoints_due_together_are_written_with_two_syncfs(
     tmp_path: Path, shared_pool: WriterPool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ister.storage.wal.checkpoint import read_checkpoint
 
     wals = await open_wals(tmp_path, shared_pool, 12)
     counter = SyncCounter(monkeypatch)
     try:
         appends = await queued_behind_one_turn(monkeypatch, wals)
         assert await asyncio.gather(*appends) == [0] * 12
-
-        def all_recorded() -> bool:
-            return all((c := read_checkpoint(w.directory)) is not None and c.next_offset == 1 for w in wals)
-
-        await until(all_recorded, "every WAL's checkpoint")  # written after the appends completed
+        await checkpoints_recorded(wals, 1)  # written after the appends completed
         # the batch of 11 wrote its records with one syncfs and its due checkpoints with two more
         assert counter.syncfs_calls == 3
     finally:
@@ -574,7 +569,6 @@ async def test_when_the_checkpoints_syncfs_fails_each_is_written_on_its_own(
     tmp_path: Path, shared_pool: WriterPool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from ister.storage.wal import durable
-    from ister.storage.wal.checkpoint import read_checkpoint
 
     wals = await open_wals(tmp_path, shared_pool, 6)
     real = durable.syncfs
@@ -592,11 +586,7 @@ async def test_when_the_checkpoints_syncfs_fails_each_is_written_on_its_own(
     try:
         appends = await queued_behind_one_turn(monkeypatch, wals)
         assert await asyncio.gather(*appends) == [0] * 6
-
-        def all_recorded() -> bool:
-            return all((c := read_checkpoint(w.directory)) is not None and c.next_offset == 1 for w in wals)
-
-        await until(all_recorded, "every WAL's checkpoint, each on its own")
+        await checkpoints_recorded(wals, 1)  # each written on its own
         assert "checkpoints written one by one" in caplog.text
         assert calls == 2  # the records' syncfs, the checkpoints' failed one: then fsyncs per file
         assert all(w.failed is None for w in wals)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from .durable import replace_file
+from .durable import replace_file, write_all
 
 CHECKPOINT_NAME = "highwater.ckpt"
 TMP_NAME = CHECKPOINT_NAME + ".tmp"
@@ -98,9 +98,7 @@ def write_checkpoints(
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
                 try:
-                    view = memoryview(encode(checkpoint))
-                    while view:
-                        view = view[os.write(fd, view) :]
+                    write_all(fd, encode(checkpoint))
                 finally:
                     if anchor is None:
                         anchor = fd

@@ -19,6 +19,13 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to `fd` (os.write may write less than asked). Raises OSError."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def replace_file(directory: Path, name: str, data: bytes) -> None:
     """Atomically replace `directory/name` with `data`: `<name>.tmp`, fsync, rename, directory fsync.
 
@@ -28,9 +35,7 @@ def replace_file(directory: Path, name: str, data: bytes) -> None:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -82,4 +87,4 @@ def remove_file(directory: Path, name: str) -> None:
     fsync_dir(directory)
 
 
-__all__ = ["fsync_dir", "remove_file", "replace_file", "syncfs"]
+__all__ = ["fsync_dir", "remove_file", "replace_file", "syncfs", "write_all"]
