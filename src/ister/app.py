@@ -14,6 +14,7 @@ from ister.broker.heap import HeapKeeper
 from ister.broker.ownership import Ownership
 from ister.broker.partition_share import SharedGroups
 from ister.broker.service import BrokerService
+from ister.broker.stall_watch import StallWatch
 from ister.broker.standalone import StandaloneOwnership
 from ister.cluster.node import ClusterNode
 from ister.cluster.ownership import ClusterOwnership
@@ -60,6 +61,7 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
     prom = None
     heap = HeapKeeper(lambda: (len(broker.topics), broker.topics_unloaded))
     heap_task = loop.create_task(heap.run(), name="heap-keeper")
+    watch_task = loop.create_task(StallWatch().run(), name="stall-watch")
     try:
         await broker.start()
         security = await start_security(config, broker, peer)
@@ -109,6 +111,7 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
         log.info("shutting down")
     finally:
         heap_task.cancel()
+        watch_task.cancel()
         broker.end_streams()
         if admin is not None:
             await admin.stop(grace=0.5)

@@ -548,6 +548,49 @@ def test_write_checkpoints_raises_when_syncfs_fails_and_keeps_the_previous_ones(
     assert [read_checkpoint(d) for d in dirs] == [Checkpoint(5)] * 3  # the first syncfs failed: no rename
 
 
+def test_write_checkpoints_reports_a_failed_rename_and_leaves_no_tmp_file(tmp_path: Path) -> None:
+    from ister.storage.wal.checkpoint import (
+        CHECKPOINT_NAME,
+        TMP_NAME,
+        Checkpoint,
+        read_checkpoint,
+        write_checkpoint,
+        write_checkpoints,
+    )
+
+    dirs = [tmp_path / f"w{i}" for i in range(3)]
+    for d in dirs:
+        d.mkdir()
+        write_checkpoint(d, Checkpoint(5))
+    (dirs[1] / CHECKPOINT_NAME).unlink()
+    (dirs[1] / CHECKPOINT_NAME / "x").mkdir(parents=True)  # a non-empty directory: the rename over it fails
+    results = write_checkpoints([(d, Checkpoint(9)) for d in dirs], lambda fd: None)
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], OSError)
+    assert not (dirs[1] / TMP_NAME).exists()
+    assert read_checkpoint(dirs[0]) == read_checkpoint(dirs[2]) == Checkpoint(9)
+
+
+def test_write_checkpoints_raises_when_the_second_syncfs_fails(tmp_path: Path) -> None:
+    from ister.storage.wal.checkpoint import Checkpoint, write_checkpoint, write_checkpoints
+
+    dirs = [tmp_path / f"w{i}" for i in range(2)]
+    for d in dirs:
+        d.mkdir()
+        write_checkpoint(d, Checkpoint(5))
+    calls: list[int] = []
+
+    def second_fails(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(5, "simulated write-back error")
+
+    # The renames are done but not known durable: the caller (the pool) writes each again the usual way.
+    with pytest.raises(OSError, match="write-back"):
+        write_checkpoints([(d, Checkpoint(9)) for d in dirs], second_fails)
+    assert len(calls) == 2
+
+
 async def test_checkpoints_due_together_are_written_with_two_syncfs(
     tmp_path: Path, shared_pool: WriterPool, monkeypatch: pytest.MonkeyPatch
 ) -> None:

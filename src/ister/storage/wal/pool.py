@@ -37,8 +37,8 @@ import threading
 import time
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import Gauge
 
@@ -66,16 +66,17 @@ SHARED_SYNC_MIN_FILES = 2
 # syncfs errors that mean "not here" (an old kernel, a sandbox's filter), not a failed write-back.
 _NO_SYNCFS_ERRNOS = frozenset({errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.EOPNOTSUPP})
 Call = tuple[Callable[..., None], tuple[Any, ...]]
+_T = TypeVar("_T")
 
 _pools: weakref.WeakSet[WriterPool] = weakref.WeakSet()
 
 
-def default_threads() -> int:
+def default_threads(shared_sync: bool) -> int:
     """2 where one syncfs makes a whole batch durable: more threads only fight over the GIL (with 1,000 topics
     written at once, 2 threads published a third more than 8 on 2 CPUs, and used half the CPU per batch).
     8 where every file needs its own fdatasync: those overlap well up to about 8 on one disk, whatever the
     number of CPUs (a quarter more than 4 with 1,000 topics)."""
-    return 2 if durable.syncfs is not None else 8
+    return 2 if shared_sync else 8
 
 
 def default_max_open_files() -> int:
@@ -96,8 +97,9 @@ class WriterPool:
         name: str = "wal-writer",
         shared_sync: bool = True,
     ) -> None:
-        """`threads` 0: default_threads(); `max_open_files` 0: default_max_open_files(); `shared_sync`: one
-        syncfs for a batch's files where the platform has a usable one (else always an fdatasync each)."""
+        """`threads` 0: default_threads(shared_sync); `max_open_files` 0: default_max_open_files();
+        `shared_sync`: one syncfs for a batch's files where the platform has a usable one (else always an
+        fdatasync each)."""
         if not 0 <= threads <= MAX_THREADS:
             raise ConfigError(f"wal.writer_threads must be in 0..{MAX_THREADS} (0 = automatic)")
         if idle_close_s <= 0:
@@ -105,7 +107,7 @@ class WriterPool:
         if max_open_files < 0:
             raise ConfigError("wal.max_open_segments must be >= 0 (0 = automatic)")
         self.shared_sync = shared_sync and durable.syncfs is not None
-        self.threads = threads or (default_threads() if self.shared_sync else 8)
+        self.threads = threads or default_threads(self.shared_sync)
         self.idle_close_s = idle_close_s
         self.max_open_files = max_open_files or default_max_open_files()
         self.name = name
@@ -299,12 +301,8 @@ class WriterPool:
         """One syncfs per filesystem for the writers that owe an fdatasync, where enough of them share it."""
         syncfs = durable.syncfs
         assert syncfs is not None
-        by_device: dict[int, list[WalWriter]] = {}
-        for writer in batch:
-            device = writer.owes_sync()
-            if device is not None:
-                by_device.setdefault(device, []).append(writer)
-        for writers in by_device.values():
+        owing = [(device, writer) for writer in batch if (device := writer.owes_sync()) is not None]
+        for writers in _by_device(owing).values():
             if len(writers) < SHARED_SYNC_MIN_FILES:
                 continue
             try:
@@ -327,12 +325,11 @@ class WriterPool:
         due = [(writer, cp) for writer in batch if (cp := writer.checkpoint_due()) is not None]
         if not due:
             return
-        groups: dict[int | None, list[tuple[WalWriter, Checkpoint]]] = {}
+        groups: dict[int | None, list[tuple[WalWriter, Checkpoint]]]
         if self.shared_sync and len(due) >= SHARED_SYNC_MIN_FILES:
-            for writer, cp in due:
-                groups.setdefault(writer.device, []).append((writer, cp))
+            groups = _by_device([(writer.device, (writer, cp)) for writer, cp in due])
         else:
-            groups[None] = due
+            groups = {None: due}
         syncfs = durable.syncfs
         for device, items in groups.items():
             if device is not None and syncfs is not None and len(items) >= SHARED_SYNC_MIN_FILES:
@@ -351,6 +348,14 @@ class WriterPool:
                     continue
             for writer, cp in items:
                 writer.record_checkpoint(cp)
+
+
+def _by_device(items: Iterable[tuple[int | None, _T]]) -> dict[int | None, list[_T]]:
+    """Group (filesystem device, item) pairs by device: one syncfs serves each group (None: unknown)."""
+    groups: dict[int | None, list[_T]] = {}
+    for device, item in items:
+        groups.setdefault(device, []).append(item)
+    return groups
 
 
 def _collect(batch: list[WalWriter]) -> dict[asyncio.AbstractEventLoop, list[Call]]:
