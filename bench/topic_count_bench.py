@@ -190,7 +190,9 @@ async def count_case(args: argparse.Namespace) -> dict[str, Any]:
         t_end = mark(t0)
         end_sample = _proc_sample(broker.pid)
         data = probe.result()
-        stalls = stall_reports(broker.log_path.read_text(errors="replace"))
+        entries = log_entries(broker.log_path.read_text(errors="replace"))
+        stalls = [e for e in entries if "stall_watch" in e.split("\n", 1)[0]]
+        errors = [e[:500] for e in entries if " ERROR " in e.split("\n", 1)[0]]
     health = data["health"]
     return {
         "topics": args.topics,
@@ -214,19 +216,21 @@ async def count_case(args: argparse.Namespace) -> dict[str, Any]:
             "p999_ms": pct(health, 99.9) * 1e3 if health else None,
         },
         "broker_stall_reports": stalls,  # the broker's own: event loop stalls and long collections
+        "broker_errors": errors[:20],
+        "broker_error_count": len(errors),
     }
 
 
-def stall_reports(log_text: str) -> list[str]:
-    """The broker log's entries from broker/stall_watch.py (an entry: a timestamped line and the lines
-    after it up to the next timestamped one)."""
+def log_entries(log_text: str) -> list[str]:
+    """The broker log's entries (an entry: a timestamped line and the lines after it up to the next
+    timestamped one)."""
     entries: list[list[str]] = []
     for line in log_text.splitlines():
         if line[:2] == "20" and line[4:5] == "-":  # "2026-11-29 07:40:01,123 WARNING ..."
             entries.append([line])
         elif entries:
             entries[-1].append(line)
-    return ["\n".join(e) for e in entries if "stall_watch" in e[0]]
+    return ["\n".join(e) for e in entries]
 
 
 # ---- throughput ---------------------------------------------------------------------------------------

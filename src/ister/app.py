@@ -59,7 +59,7 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
     admin = None
     security: Security | None = None
     prom = None
-    heap = HeapKeeper(lambda: (len(broker.topics), broker.topics_unloaded))
+    heap = HeapKeeper(lambda: (broker.long_lived_growth, broker.topics_unloaded))
     heap_task = loop.create_task(heap.run(), name="heap-keeper")
     watch_task = loop.create_task(StallWatch().run(), name="stall-watch")
     try:

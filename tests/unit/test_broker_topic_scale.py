@@ -165,5 +165,8 @@ async def test_quiet_exported_topics_get_no_export_passes(
     ticks, passes = exports.ticks, exports.passes
     await until(lambda: exports.ticks >= ticks + 10, "ten walks over the quiet topics", WAIT)
     assert exports.passes == passes  # nothing to do for any of them: no pass, no I/O
+    # one object each: the heap keeper counts them with the loaded topics as long-lived growth
+    assert exports.exported == len(names)
+    assert broker.long_lived_growth == 2 * len(names)
     await publish_one(broker, names[0])  # written again: that topic (alone) gets passes again
     await until(lambda: exports.passes > passes, "a pass for the written topic", WAIT)

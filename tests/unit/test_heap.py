@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import weakref
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from ister.broker.heap import FREEZE_AFTER_TOPICS, SWEEP_AFTER_UNLOADS, HeapKeeper
+from ister.broker.heap import (
+    FREEZE_AFTER,
+    MIDDLE_THRESHOLD,
+    SWEEP_AFTER_UNLOADS,
+    YOUNG_THRESHOLD,
+    HeapKeeper,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -23,10 +32,10 @@ def test_long_lived_objects_are_frozen_after_many_topic_loads() -> None:
     kept = [[i] for i in range(50_000)]  # long-lived objects, as loaded topics make
     gc.collect()
     frozen = gc.get_freeze_count()
-    counts[0] = FREEZE_AFTER_TOPICS - 1
+    counts[0] = FREEZE_AFTER - 1
     keeper.step()
     assert keeper.freezes == 0 and gc.get_freeze_count() == frozen  # not yet: nothing is even looked at
-    counts[0] = FREEZE_AFTER_TOPICS
+    counts[0] = FREEZE_AFTER
     keeper.step()
     assert keeper.freezes == 1
     assert gc.get_freeze_count() >= frozen + len(kept)  # full collections no longer walk them
@@ -55,3 +64,32 @@ def test_a_full_sweep_after_many_unloads_collects_frozen_cycles() -> None:
     keeper.step()
     assert keeper.sweeps == 1
     assert alive() is None
+
+
+async def test_middle_generation_collections_stay_small_while_long_lived_objects_pile_up() -> None:
+    """Counts are net, so objects that live on fill the young generations up to their thresholds: the
+    middle generation's collection (a pause) walks at most about YOUNG x (MIDDLE + 2) objects."""
+    keeper = HeapKeeper(lambda: (0, 0))
+    task = asyncio.get_running_loop().create_task(keeper.run())
+    walked: list[int] = []
+
+    def measure(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and info["generation"] == 1:
+            walked.append(len(gc.get_objects(0)) + len(gc.get_objects(1)))
+
+    saved = gc.get_threshold()
+    try:
+        await asyncio.sleep(0)  # thresholds set, start-up frozen
+        gc.callbacks.append(measure)
+        kept = [[i] for i in range(400_000)]  # long-lived, with no growth event: nothing is frozen
+        gc.callbacks.remove(measure)
+        assert len(kept) == 400_000
+        assert walked, "no middle-generation collection happened"
+        assert max(walked) <= YOUNG_THRESHOLD * (MIDDLE_THRESHOLD + 2) + 100
+    finally:
+        if measure in gc.callbacks:
+            gc.callbacks.remove(measure)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        gc.set_threshold(*saved)

@@ -48,6 +48,7 @@ class ExportScheduler:
         self._task: asyncio.Task[None] | None = None
         self._slots = asyncio.Semaphore(PASS_CONCURRENCY)
         self.passes = 0  # passes run so far
+        self.exported = 0  # objects (exported pieces of segments) written so far
         self.ticks = 0  # walks over the topics so far
 
     def add(self, topic: Topic) -> None:
@@ -113,7 +114,7 @@ class ExportScheduler:
             if max_age and wal.active_bytes > 0 and wal.idle_seconds() >= max_age:
                 await wal.rotate()
                 seen = _snapshot(topic)
-            await exporter.export_closed()
+            self.exported += len(await exporter.export_closed())
             dropped = await wal.drop_segments(await exporter.deletable(self.retention))
             if dropped:
                 log.info("%s: %d WAL files are in the durable tier; deleted locally", topic.name, dropped)

@@ -98,6 +98,12 @@ class BrokerService:
         return self.registry.unloaded
 
     @property
+    def long_lived_growth(self) -> int:
+        """Topics loaded now plus segment pieces exported so far: what leaves long-lived objects behind
+        (broker/heap.py freezes them out of the garbage collector's walks)."""
+        return len(self.registry.topics) + self.exports.exported
+
+    @property
     def objects(self) -> ObjectStore | None:
         return self.storage.objects
 
