@@ -114,7 +114,8 @@ class ExportScheduler:
             if max_age and wal.active_bytes > 0 and wal.idle_seconds() >= max_age:
                 await wal.rotate()
                 seen = _snapshot(topic)
-            self.exported += len(await exporter.export_closed())
+            recorded = await exporter.export_closed()
+            self.exported += len(recorded)  # not `+= len(await ...)`: that reads the count before the wait
             dropped = await wal.drop_segments(await exporter.deletable(self.retention))
             if dropped:
                 log.info("%s: %d WAL files are in the durable tier; deleted locally", topic.name, dropped)
