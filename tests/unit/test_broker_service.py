@@ -147,18 +147,3 @@ async def test_a_load_that_fails_after_the_wal_opened_closes_it(tmp_path: Path) 
     finally:
         await broker.close()
         await store.close()
-
-
-async def test_start_publish_appends_within_the_callers_step(broker: BrokerService) -> None:
-    """The batch API's reader starts each append in its own step (the task it makes only waits for the
-    durability); the offsets follow the call order."""
-    from ister.core.record import encode_message
-
-    topic = await broker.get_topic(TopicName.parse("/default/eager"), create_as="Reliable")
-    assert topic.wal is not None
-    records = [encode_message(_msg(b"x")), encode_message(_msg(b"y"))]
-    first = topic.start_publish(records, [], 2)
-    second = topic.start_publish(records[:1], [], 1)
-    assert topic.wal.next_offset == 3  # handed to the WAL before anything was awaited
-    assert await second == 2 and await first == 0
-    assert topic.messages_in == 3

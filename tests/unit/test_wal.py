@@ -446,40 +446,6 @@ async def test_back_pressure_waits_before_assigning_offsets(
         await wal.close()
 
 
-async def test_submit_hands_records_to_the_writer_at_once_unless_it_must_wait_for_space(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    gate = threading.Event()
-    original = WalWriter._write_group
-
-    def gated(self: WalWriter, *args: object) -> None:
-        assert gate.wait(10)
-        original(self, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(WalWriter, "_write_group", gated)
-    wal = await Wal.open(tmp_path, WalConfig(max_queued_bytes=300))
-    try:
-        first = wal.submit([b"a" * 200])  # no suspension: offsets assigned within this step
-        assert first is not None and wal.next_offset == 1
-        assert wal.submit([b"b" * 200]) is None  # the writer is behind: nothing assigned
-        assert wal.next_offset == 1
-        waiting = asyncio.ensure_future(wal.append([b"b" * 200]))  # append waits for the space instead
-        await asyncio.sleep(0)
-        assert wal.submit([b"c"]) is None  # and a later submit does not overtake it
-        gate.set()
-        assert await asyncio.wait_for(asyncio.gather(first, waiting), 5) == [0, 1]
-        committed = wal.submit([b"c", b"d"])
-        assert committed is not None and await asyncio.wait_for(committed, 5) == 2
-        assert file_records(tmp_path) == [(0, b"a" * 200), (1, b"b" * 200), (2, b"c"), (3, b"d")]
-    finally:
-        gate.set()
-        await wal.close()
-    with pytest.raises(StorageError):
-        wal.submit([b"e"])
-    with pytest.raises(ValueError):
-        wal.submit([])
-
-
 async def test_many_appends_with_tiny_queue_limit(tmp_path: Path) -> None:
     wal = await Wal.open(tmp_path, WalConfig(max_queued_bytes=500, max_write_bytes=200))
     try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -125,15 +125,6 @@ class Topic:
         Reliable topics return only once every record is durable; returns the first offset. The offsets are
         assigned before the first suspension point, so concurrent calls keep their call order.
         """
-        return await self.start_publish(records, messages, payload_bytes)
-
-    def start_publish(
-        self, records: Sequence[bytes | msgspec.Raw], messages: Sequence[StoredMessage], payload_bytes: int
-    ) -> Coroutine[Any, Any, int]:
-        """`publish_batch` in two steps: this call checks the topic and, when the WAL has room (nearly
-        always), hands the records to it at once, so the append starts while the caller's step still has
-        them in the CPU's caches; the coroutine returned waits until they are durable (it must be awaited
-        or made a task). Raises what `publish_batch` raises for a topic that takes no appends now."""
         if not self.lifecycle.accepts_appends:
             raise Unavailable(f"topic {self.name} is {self.lifecycle.state}; redo the lookup")
         claim = self.claim
@@ -145,40 +136,25 @@ class Topic:
         self._m_bytes.inc(payload_bytes)
         self.messages_in += len(records)  # cumulative, for load reports (rates are deltas of these)
         self.bytes_in += payload_bytes
-        if self.wal is None:
-            return _done(self._dispatch_volatile(records, messages))
-        # msgspec.Raw is a buffer over the client's record bytes: framed without a copy
-        return self._durable(records, self.wal.submit(records))
-
-    async def _durable(
-        self, records: Sequence[bytes | msgspec.Raw], submitted: asyncio.Future[int] | None
-    ) -> int:
-        """Wait until the records are durable (and, on a replicated topic, on enough replicas)."""
-        wal = self.wal
-        assert wal is not None
-        claim = self.claim
-        gate = claim.replication
-        try:
-            async with asyncio.timeout(PUBLISH_TIMEOUT_SECONDS):
-                offset = await (submitted if submitted is not None else wal.append(records))
-                claim.appended()
-                if gate is not None:
-                    # acknowledged only once enough replicas hold it (readers see it from then on)
-                    gate.appended()
-                    await gate.wait_committed(offset + len(records))
-            if self.cursors:
-                self._cursor_lag_changed()
-        except TimeoutError:
-            where = "the WAL" if gate is None else "the WAL and its in-sync replicas"
-            raise Timeout(
-                f"{self.name}: {where} did not make the message durable "
-                f"within {PUBLISH_TIMEOUT_SECONDS:.0f} s"
-            ) from None
-        return offset  # the subscriptions were woken by the WAL when readers could see the records
-
-    def _dispatch_volatile(
-        self, records: Sequence[bytes | msgspec.Raw], messages: Sequence[StoredMessage]
-    ) -> int:
+        if self.wal is not None:
+            try:
+                async with asyncio.timeout(PUBLISH_TIMEOUT_SECONDS):
+                    # msgspec.Raw is a buffer over the client's record bytes: framed without a copy
+                    offset = await self.wal.append(records)
+                    claim.appended()
+                    if gate is not None:
+                        # acknowledged only once enough replicas hold it (readers see it from then on)
+                        gate.appended()
+                        await gate.wait_committed(offset + len(records))
+                if self.cursors:
+                    self._cursor_lag_changed()
+            except TimeoutError:
+                where = "the WAL" if gate is None else "the WAL and its in-sync replicas"
+                raise Timeout(
+                    f"{self.name}: {where} did not make the message durable "
+                    f"within {PUBLISH_TIMEOUT_SECONDS:.0f} s"
+                ) from None
+            return offset  # the subscriptions were woken by the WAL when readers could see the records
         first = self._next_volatile_offset
         self._next_volatile_offset += len(records)
         subs = [s for s in self.subscriptions.values() if isinstance(s, NonReliableSubscription)]
@@ -245,7 +221,3 @@ class Topic:
             await gate.close(self.lifecycle.state.value)
         if self.wal is not None:
             await self.wal.close()
-
-
-async def _done(value: int) -> int:
-    return value

@@ -183,9 +183,7 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
                 )
                 await self.validator.check(session.topic, checked)
                 last_sequence = batch.sequence
-                # The append starts now, within this step (the records are still in the CPU's caches);
-                # the task only waits for it to be durable.
-                done = asyncio.ensure_future(topic.start_publish(raws, messages, nbytes))
+                done = asyncio.ensure_future(topic.publish_batch(raws, messages, nbytes))
                 await pending.put((batch.sequence, len(raws), done))
             await pending.put(None)
         except IsterError as exc:

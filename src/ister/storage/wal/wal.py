@@ -374,10 +374,6 @@ class Wal:
         cancelled after the offsets were assigned, the records are still written. With `at` (a follower
         copying its leader's offsets), StorageError unless the records get exactly offsets from `at`.
         """
-        if at is None:
-            committed = self.submit(payloads)
-            if committed is not None:
-                return await committed
         count = len(payloads)
         if count == 0:
             raise ValueError("append needs at least one payload")
@@ -408,32 +404,6 @@ class Wal:
                     raise
                 data = encode_frames(first, items)
         return await self._submit(first, count, data, items, reserved)
-
-    def submit(self, payloads: Sequence[bytes]) -> asyncio.Future[int] | None:
-        """`append` without suspending, when the writer has queue space: assigns the offsets and hands the
-        records to the writer now, and returns the future of the first offset (resolved when committed).
-        None, with nothing assigned, when the append would have to wait for space (call `append`). Raises
-        as `append` does. Lets a caller start an append within its own step, while the records it just
-        decoded are still in the CPU's caches."""
-        count = len(payloads)
-        if count == 0:
-            raise ValueError("append needs at least one payload")
-        first = self._next_offset
-        self._check_limit(first, count)
-        if self._failed is not None or self._closing or self._cutting:
-            self._check_writable()
-        if self._space_waiters:
-            return None
-        items = list(payloads)
-        data = encode_frames(first, items)  # ValueError on an oversize payload: no offset consumed
-        size = len(data)
-        if self._queued_bytes and self._queued_bytes + size > self._config.max_queued_bytes:
-            return None  # encoded for nothing, but only while the writer is behind
-        future: asyncio.Future[int] = self._loop.create_future()
-        self._writer.submit(Entry(first, count, data, items, size - HEADER_SIZE * count, future))
-        self._next_offset = first + count
-        self._queued_bytes += size
-        return future
 
     async def append_frames(self, first: int, count: int, frames: bytes) -> int:
         """Append `count` frames already encoded (a follower's copy of its leader's, offsets from `first`);
