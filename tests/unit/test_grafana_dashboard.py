@@ -29,6 +29,8 @@ METRICS = (
     "danube_broker_topics_owned",
     "danube_broker_cpu_usage",
     "danube_broker_memory_usage",
+    "ister_event_loop_stalls_total",
+    "ister_gc_pauses_total",
     "danube_broker_throughput_mbps",
     # topics (names as in ister.broker.metrics)
     "danube_subscription_lag_messages",
