@@ -26,6 +26,14 @@ def test_encode_frame_layout() -> None:
     assert decode_header(frame) == (7, 5, crc32c(b"hello"))
 
 
+def test_encode_frames_refuses_an_oversize_payload_among_many() -> None:
+    big = memoryview(bytearray(MAX_FRAME_PAYLOAD + 1))  # a view: no second copy of 64 MiB
+    with pytest.raises(ValueError, match=f"payload of {MAX_FRAME_PAYLOAD + 1} bytes exceeds the frame limit"):
+        encode_frames(0, [b"a", big, b"c"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="out of range"):
+        encode_frames(-1, [b"a", b"b"])
+
+
 def test_round_trip_many() -> None:
     payloads = [b"", b"a", b"bc" * 100, bytes(range(256))]
     buf = encode_frames(10, payloads)
