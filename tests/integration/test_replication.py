@@ -428,7 +428,18 @@ async def test_drain_moves_leaderships_and_replicas_away(tmp_path: Path, etcd_se
             return rec if done and sorted(rec.isr) == sorted(rec.replicas) else None
 
         def state() -> str:
-            return f"leadership and copy moved off the drained broker (record, owner, move failure: {seen})"
+            # This wait timed out twice in full-suite runs (sessions 9 and 13) and never alone: the brokers'
+            # log lines about the drain and the topic go into the failure so that its cause is on record.
+            lines = [
+                f"broker {four.broker_id(b)}: {line}"
+                for b in four.brokers
+                for line in b.log_path.read_text(errors="replace").splitlines()
+                if "replicated_drain" in line or "drain" in line or "ERROR" in line
+            ]
+            return (
+                f"leadership and copy moved off the drained broker (record, owner, move failure: {seen}); "
+                f"drained broker {drained}; their logs:\n" + "\n".join(lines[-60:])
+            )
 
         after = await four.until(moved_away, state, 60)
         assert len(after.replicas) == 3
