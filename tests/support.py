@@ -22,6 +22,7 @@ import pytest
 
 from ister.benchmark.broker import free_port, port_open, stop_process, wait_port
 from ister.benchmark.servers import ServerProcess
+from ister.core.frames import scan_frames
 
 __all__ = [
     "ServerProcess",
@@ -78,6 +79,17 @@ def until_sync(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {within} s waiting for {_describe(what)}")
         time.sleep(poll)
+
+
+def segment_bytes(path: Path) -> bytes:
+    """A WAL segment file's bytes up to the end of its frames. The active segment of an open WAL may end in
+    zeros its writer allocated ahead (storage/wal/writer.py, "Preallocation"); anything else past the
+    frames fails the test."""
+    data = path.read_bytes()
+    res = scan_frames(data, expect_offset=int(path.stem), verify_crc=False, collect=False)
+    tail = data[res.end_pos :]
+    assert tail.count(0) == len(tail), f"{path}: {len(tail)} bytes past the frames at {res.end_pos}"
+    return data[: res.end_pos]
 
 
 @contextlib.contextmanager

@@ -47,6 +47,7 @@ class WalSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     writer_threads: int = 0  # threads writing and syncing every WAL of the broker; 0 = automatic (2 or 8)
     idle_close_seconds: float = 30.0  # a WAL's segment file is closed when not written for this long
     max_open_segments: int = 0  # segment files open for writing at most; 0 = RLIMIT_NOFILE / 4, <= 8192
+    preallocate_bytes: int = 1 * MiB  # the active segment file is allocated up to this far ahead; 0 = off
 
 
 class LimitsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -408,6 +409,8 @@ def _check_wal(w: WalSettings) -> None:
         )
     if not 0 <= w.writer_threads <= 64:
         raise ConfigError("wal.writer_threads must be in 0..64 (0 = automatic)")
+    if w.preallocate_bytes < 0:
+        raise ConfigError("wal.preallocate_bytes must be >= 0 (0 = off)")
     if w.idle_close_seconds <= 0 or w.max_open_segments < 0:
         raise ConfigError("wal: idle_close_seconds > 0, max_open_segments >= 0 (0 = automatic)")
 

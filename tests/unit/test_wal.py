@@ -18,6 +18,7 @@ from ister.errors import CorruptionError, CorruptRange, OffsetOutOfRange, Storag
 from ister.storage.wal import Wal, WalConfig, WalReader
 from ister.storage.wal.checkpoint import Checkpoint, write_checkpoint
 from ister.storage.wal.writer import WalWriter
+from tests.support import segment_bytes
 
 SMALL_SEGMENTS = WalConfig(segment_max_bytes=1024)
 
@@ -35,7 +36,7 @@ def file_records(directory: Path) -> list[tuple[int, bytes]]:
     out: list[tuple[int, bytes]] = []
     for path in segment_files(directory):
         first = int(path.stem)
-        res = scan_frames(path.read_bytes(), expect_offset=first)
+        res = scan_frames(segment_bytes(path), expect_offset=first)
         assert res.stop == "end", (path, res.stop)
         out.extend((o, bytes(p)) for o, p, _ in res.frames)
     return out
@@ -528,7 +529,9 @@ async def test_reopen_continues_offsets(tmp_path: Path) -> None:
         segments = wal.segments()
         assert [first for first, _, _ in segments] == [int(p.stem) for p in segment_files(tmp_path)]
         assert all(path.name == f"{first:020d}.wal" for first, path, _ in segments)
-        assert sum(size for _, _, size in segments) == sum(p.stat().st_size for p in segment_files(tmp_path))
+        assert sum(size for _, _, size in segments) == sum(
+            len(segment_bytes(p)) for p in segment_files(tmp_path)
+        )
     finally:
         await wal.close()
 

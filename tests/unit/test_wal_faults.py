@@ -276,7 +276,8 @@ async def test_disk_full_by_injection_cuts_the_partial_write_and_hands_offsets_b
         def half_then_full(self: WalWriter, buf: bytes) -> None:
             if not full:
                 return real(self, buf)
-            os.write(self._fd, buf[: len(buf) // 2])  # a torn frame on disk, as a short write leaves it
+            # a torn frame on disk, as a short write leaves it
+            os.pwrite(self._fd, buf[: len(buf) // 2], self._active.size)
             raise OSError(errno.EDQUOT, "Disk quota exceeded")
 
         monkeypatch.setattr(WalWriter, "_write_all", half_then_full)

@@ -17,6 +17,7 @@ from ister.replication.follower import check_frames
 from ister.storage.wal import Wal, WalConfig
 from ister.storage.wal.frametail import FrameRun, FrameTail
 from ister.storage.wal.writer import WalWriter
+from tests.support import segment_bytes
 from tests.unit.test_wal import file_records
 
 
@@ -107,7 +108,7 @@ async def test_a_leader_reader_gets_committed_appends_as_their_frames(tmp_path: 
         assert got == list(enumerate(records(0, 3)))
         run = await reader.read_run(100, 1 << 20, 1.0)
         assert isinstance(run, FrameRun) and (run.first, run.count) == (3, 6)
-        assert b"".join(run.blobs) == (tmp_path / "00000000000000000000.wal").read_bytes()[-run.nbytes :]
+        assert b"".join(run.blobs) == segment_bytes(tmp_path / "00000000000000000000.wal")[-run.nbytes :]
         assert await reader.read_run(100, 1 << 20, 0.05) == []  # nothing new
         wal.keep_frames(0)
         await wal.append(records(9, 1))

@@ -18,7 +18,7 @@ from ister.core.frames import scan_frames
 from ister.errors import StorageError
 from ister.storage.wal import Wal, WalConfig, WriterPool
 from ister.wire.status import status_for
-from tests.support import until
+from tests.support import segment_bytes, until
 
 
 def wal_fds(root: Path) -> list[str]:
@@ -38,7 +38,7 @@ def wal_fds(root: Path) -> list[str]:
 def file_records(directory: Path) -> list[tuple[int, bytes]]:
     out: list[tuple[int, bytes]] = []
     for path in sorted(directory.glob("*.wal")):
-        res = scan_frames(path.read_bytes(), expect_offset=int(path.stem))
+        res = scan_frames(segment_bytes(path), expect_offset=int(path.stem))
         assert res.stop == "end", (path, res.stop)
         out.extend((o, bytes(p)) for o, p, _ in res.frames)
     return out

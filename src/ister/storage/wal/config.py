@@ -24,6 +24,9 @@ class WalConfig:
     segment_max_age_s: float = 0.0
     # bounded in-memory cache of recent committed records (payload bytes + 16 per record)
     cache_max_bytes: int = 32 * MiB
+    # allocate the active segment's file this far ahead of its data at most (0: never): fdatasync then
+    # flushes data without a file-size change to journal (writer.py, "Preallocation")
+    preallocate_bytes: int = 1 * MiB
     # cap on one write()+fsync group (a single larger append is still written as one group)
     max_write_bytes: int = 8 * MiB
     # back-pressure: appends wait while this many encoded bytes are queued but not yet committed
@@ -51,5 +54,7 @@ class WalConfig:
             raise ConfigError("wal.segment_max_age_s must be >= 0")
         if self.cache_max_bytes < 0:
             raise ConfigError("wal.cache_max_bytes must be >= 0")
+        if self.preallocate_bytes < 0:
+            raise ConfigError("wal.preallocate_bytes must be >= 0")
         if self.close_timeout_s <= 0:
             raise ConfigError("wal.close_timeout_s must be > 0")

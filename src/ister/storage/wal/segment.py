@@ -331,13 +331,17 @@ def _on_damaged_scan(
         holes.append(Hole(scan.end_offset, resume, True, why))
         return resume
     else:
-        log.warning(
-            "truncating torn WAL tail (%s): %s, %d -> %d bytes",
-            scan.stop,
-            path,
-            scan.file_size,
-            scan.valid_size,
-        )
+        if _zeros_after(path, scan.valid_size):
+            # the writer's preallocated space, left by a crash (writer.py, "Preallocation"): nothing torn
+            log.info("cutting the preallocated space of %s at byte %d", path, scan.valid_size)
+        else:
+            log.warning(
+                "truncating torn WAL tail (%s): %s, %d -> %d bytes",
+                scan.stop,
+                path,
+                scan.file_size,
+                scan.valid_size,
+            )
         _truncate(path, scan.valid_size)
         truncated.append((path, scan.file_size, scan.valid_size))
     return None
@@ -367,6 +371,19 @@ def _subtract(first: int, end: int, spans: list[tuple[int, int]]) -> list[tuple[
     if at < end:
         out.append((at, end))
     return out
+
+
+def _zeros_after(path: Path, pos: int) -> bool:
+    """True when every byte of the file from `pos` on is zero (read in bounded chunks)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        while chunk := os.pread(fd, SCAN_CHUNK, pos):
+            if chunk.count(0) != len(chunk):
+                return False
+            pos += len(chunk)
+        return True
+    finally:
+        os.close(fd)
 
 
 def _truncate(path: Path, size: int) -> None:

@@ -11,6 +11,14 @@ file descriptors (EMFILE, ENFILE) when opening a segment: the partly written byt
 group and everything queued behind it are refused with `DiskFull` / `StorageExhausted` (their offsets are
 handed back, none was acknowledged), and the next append tries again. At most once a second (and on stop)
 a turn also records the committed offset in the high-water checkpoint (`checkpoint.py`).
+
+Preallocation: groups are written at explicit positions (pwrite, not O_APPEND), and once the active segment
+holds data its file is allocated ahead of it (posix_fallocate, up to `preallocate_bytes` past the data, at
+most doubling it), so most fdatasyncs flush data into blocks the file already has instead of also
+journalling a new file size: about 30 % less time per fdatasync on ext4 here (docs/benchmarks.md). The
+zeros past the data are cut off when the segment is sealed or the WAL closes; after a crash, recovery cuts
+them like a torn tail (segment.py). Never before the segment's first frame is on disk, so zeros never sit
+where offset 0 is expected (a zero header reads as an empty frame at offset 0).
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ EXHAUSTED_ERRNOS = DISK_FULL_ERRNOS | NO_FD_ERRNOS
 # The high-water checkpoint lags the committed offset by about this at most, or longer while the pool's
 # checkpoint budget (pool.CHECKPOINTS_PER_SECOND) is spent by many WALs written at once.
 CHECKPOINT_INTERVAL_S = 1.0
+PAGE_BYTES = 4096  # preallocation rounds up to whole pages
 
 
 class _NoSpace(Exception):
@@ -92,6 +101,7 @@ class WalWriter:
     __slots__ = (
         "_active",
         "_active_since",
+        "_allocated",
         "_always",
         "_checkpoint_error",
         "_checkpoint_slot",
@@ -177,6 +187,9 @@ class WalWriter:
         self._queue: list[Entry] = []  # a list, not a deque: an empty deque costs ~600 bytes per WAL
         self.busy = False  # in the pool's ready queue or in a batch
         self.timer_at: float | None = None  # the deadline armed in the pool's timer heap
+        # Bytes of the active segment's file allocated (preallocation; 0: not known to exceed the data,
+        # -1: preallocation does not work here)
+        self._allocated = 0 if config.preallocate_bytes else -1
         self.close_requested = False  # the pool wants the segment file closed (idle, or too many open)
         self._stopping = False
         self._stopped = False
@@ -260,6 +273,8 @@ class WalWriter:
             if self._failed is None and self._fd is not None and self._synced_end < self._written_end:
                 self._sync()
             self._checkpoint(final=True)
+            if self._failed is None:
+                self._trim()
         except OSError as exc:
             log.error("WAL %s: final fdatasync failed: %s", self._directory, exc)
         self._close_fd()
@@ -345,7 +360,7 @@ class WalWriter:
                         if exc.errno not in DISK_FULL_ERRNOS:
                             raise
                         assert self._fd is not None
-                        os.ftruncate(self._fd, seg.size)  # nothing of the group stays behind
+                        self._cut_to(self._fd, seg.size)  # nothing of the group stays behind
                         raise _NoSpace(exc) from exc
                 self._written = None
                 self._account(seg, self._group)
@@ -373,6 +388,8 @@ class WalWriter:
             return
         if self._final or self._failed is not None:
             if self._final or self._stopping:
+                if self._failed is None:
+                    self._trim()
                 self._close_fd()
                 self._stopped = True
                 self.posts.append((self._on_stopped, ()))
@@ -438,12 +455,14 @@ class WalWriter:
             seg = self._rotate(first.first_offset, keep_open=True)
         buf = group[0].data if len(group) == 1 else b"".join([e.data for e in group if e.count])
         fd = self._open_active()
+        if seg.size:  # see "Preallocation" above
+            self._preallocate(fd, seg.size + len(buf))
         try:
             self._write_all(buf)
         except OSError as exc:
             if exc.errno not in DISK_FULL_ERRNOS:
                 raise
-            os.ftruncate(fd, seg.size)  # no torn frame stays behind; O_APPEND writes go there
+            self._cut_to(fd, seg.size)  # no torn frame (nor reserve) stays behind
             raise _NoSpace(exc) from exc
         self._written = seg
         self._wrote = True
@@ -478,7 +497,7 @@ class WalWriter:
     def _open_active(self) -> int:
         if self._fd is None:
             try:
-                self._fd = os.open(self._active.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                self._fd = os.open(self._active.path, os.O_WRONLY | os.O_CLOEXEC)
             except OSError as exc:
                 if exc.errno in EXHAUSTED_ERRNOS:
                     raise _NoSpace(exc) from exc
@@ -494,16 +513,56 @@ class WalWriter:
                 os.close(fd)
 
     def _write_all(self, buf: bytes) -> None:
+        """Write `buf` after the active segment's data."""
         fd = self._open_active()
-        n = os.write(fd, buf)
+        at = self._active.size
+        n = os.pwrite(fd, buf, at)
         if n == len(buf):
             return
         view = memoryview(buf)
         while n < len(buf):
-            written = os.write(fd, view[n:])
+            written = os.pwrite(fd, view[n:], at + n)
             if written <= 0:
                 raise OSError(f"write to {self._active.path} made no progress")
             n += written
+
+    def _preallocate(self, fd: int, end: int) -> None:
+        """Have the active segment's file allocated past `end` (bytes of data once the group is written)."""
+        allocated = self._allocated
+        if end <= allocated or allocated < 0:
+            return
+        ahead = min(self._config.preallocate_bytes, end)
+        target = -(-(end + ahead) // PAGE_BYTES) * PAGE_BYTES
+        try:
+            os.posix_fallocate(fd, 0, target)
+        except OSError as exc:
+            if exc.errno not in EXHAUSTED_ERRNOS:  # not supported here: write without a reserve
+                log.warning(
+                    "WAL %s: cannot preallocate segment files (%s); writing without", self._directory, exc
+                )
+                self._allocated = -1
+            return  # no room for a reserve: the write may still fit
+        self._allocated = target
+
+    def _cut_to(self, fd: int, size: int) -> None:
+        os.ftruncate(fd, size)
+        if self._allocated > 0:
+            self._allocated = size
+
+    def _trim(self) -> None:
+        """Cut the zeros past the active segment's data (it is sealed, or the WAL closes); a failure leaves
+        them for recovery to cut."""
+        seg = self._active
+        if self._allocated <= seg.size:
+            return
+        try:
+            if self._fd is not None:
+                os.ftruncate(self._fd, seg.size)
+            else:
+                os.truncate(seg.path, seg.size)
+        except OSError as exc:
+            log.warning("WAL %s: cannot cut the preallocated tail of %s: %s", self._directory, seg.path, exc)
+        self._allocated = 0
 
     def _fdatasync(self) -> None:
         os.fdatasync(self._open_active())
@@ -518,7 +577,7 @@ class WalWriter:
             self._sync()
         path = self._directory / segment_name(first_offset)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             if exc.errno in EXHAUSTED_ERRNOS:
                 raise _NoSpace(exc) from exc
@@ -532,6 +591,7 @@ class WalWriter:
             if isinstance(exc, OSError) and exc.errno in EXHAUSTED_ERRNOS:
                 raise _NoSpace(exc) from exc
             raise
+        self._trim()  # the sealed segment's file ends at its last frame (exports and scans read it)
         self._close_fd()
         if keep_open:
             self._fd = fd
@@ -588,6 +648,8 @@ class WalWriter:
             self._active = keep[-1]
             self._active_since = time.monotonic()
             self._written_end = self._synced_end = end
+            if self._allocated > 0:
+                self._allocated = 0  # the cut file ends at its data again
             self._mark = end
             self._checkpoint_slot = None
         finally:
