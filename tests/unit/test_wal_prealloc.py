@@ -16,7 +16,8 @@ import pytest
 from ister.core.frames import scan_frames
 from ister.errors import ConfigError
 from ister.storage.wal import Wal, WalConfig
-from tests.support import segment_bytes, small_tmpfs
+from ister.storage.wal.pool import WriterPool
+from tests.support import segment_bytes, small_tmpfs, until
 from tests.unit.test_wal import file_records, payload, read_all, segment_files
 
 AHEAD = 64 * 1024
@@ -66,6 +67,25 @@ async def test_sealed_segments_end_at_their_last_frame(tmp_path: Path) -> None:
         assert file_records(tmp_path) == [(i, payload(i)) for i in range(600)]
     finally:
         await wal.close()
+
+
+async def test_an_idle_segment_file_gives_its_reserve_back(tmp_path: Path) -> None:
+    pool = WriterPool(2, idle_close_s=0.2)
+    wal = await Wal.open(tmp_path / "w", WalConfig(preallocate_bytes=AHEAD), pool=pool, lock_root=tmp_path)
+    try:
+        for i in range(100):
+            await wal.append([payload(i)])
+        (path,) = segment_files(tmp_path / "w")
+        assert path.stat().st_size > frames_end(path)
+        await until(lambda: pool.stats()["open_files"] == 0, "the idle close")
+        assert path.stat().st_size == frames_end(path)
+        for i in range(100, 200):  # reopened and allocated ahead again
+            assert await wal.append([payload(i)]) == i
+        assert path.stat().st_size > frames_end(path)
+        assert file_records(tmp_path / "w") == [(i, payload(i)) for i in range(200)]
+    finally:
+        await wal.close()
+        assert pool.close(10)
 
 
 async def test_preallocation_off_writes_the_files_exactly(tmp_path: Path) -> None:

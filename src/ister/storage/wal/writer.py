@@ -16,9 +16,9 @@ Preallocation: groups are written at explicit positions (pwrite, not O_APPEND), 
 holds data its file is allocated ahead of it (posix_fallocate, up to `preallocate_bytes` past the data, at
 most doubling it), so most fdatasyncs flush data into blocks the file already has instead of also
 journalling a new file size: about 30 % less time per fdatasync on ext4 here (docs/benchmarks.md). The
-zeros past the data are cut off when the segment is sealed or the WAL closes; after a crash, recovery cuts
-them like a torn tail (segment.py). Never before the segment's first frame is on disk, so zeros never sit
-where offset 0 is expected (a zero header reads as an empty frame at offset 0).
+zeros past the data are cut off when the segment is sealed, its file is closed as idle, or the WAL closes;
+after a crash, recovery cuts them like a torn tail (segment.py). Never before the segment's first frame is
+on disk, so zeros never sit where offset 0 is expected (a zero header reads as an empty frame at offset 0).
 """
 
 from __future__ import annotations
@@ -394,6 +394,7 @@ class WalWriter:
                 self._stopped = True
                 self.posts.append((self._on_stopped, ()))
         elif self._close_now and not self._wrote:
+            self._trim()  # an idle topic keeps no reserve (reopened and allocated again by the next write)
             self._close_fd()
 
     def turn_end(self, now: float) -> None:
