@@ -41,10 +41,14 @@ from ister.metadata import keys
 from ister.metadata.cache import LocalCache
 from ister.metadata.records import BrokerRegistration
 from ister.metadata.store import MAX_TXN_OPS, Compare, Delete, KeyValue, MetadataStore, Op, Put
+from ister.slow_steps import warn_if_slow
 
 log = logging.getLogger(__name__)
 
 SWEEP_SECONDS = 1.0  # re-check even without a change (lease clocks, retries after failed writes)
+# A load of an assigned topic still running after this is logged with where it waits (no second load of the
+# topic starts meanwhile, so a hung one would otherwise keep the topic unserved without a word).
+SLOW_LOAD_SECONDS = 10.0
 LOAD_CONCURRENCY = 8
 RECENT_ASSIGNMENT_SECONDS = 30.0  # a leader's own assignments count until its cache shows them
 ASSIGN_CONCURRENCY = 32
@@ -406,7 +410,8 @@ class ClusterNode:
         try:
             async with self._load_slots:
                 if self.assigned_here(topic):
-                    await host.load_assigned(topic)
+                    with warn_if_slow(f"loading assigned topic {topic}", SLOW_LOAD_SECONDS):
+                        await host.load_assigned(topic)
         except IsterError as exc:
             log.warning("loading assigned topic %s failed: %s", topic, exc)
         except Exception:
