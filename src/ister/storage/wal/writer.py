@@ -554,7 +554,11 @@ class WalWriter:
         """Cut the zeros past the active segment's data (it is sealed, or the WAL closes); a failure leaves
         them for recovery to cut."""
         seg = self._active
-        if self._allocated <= seg.size:
+        allocated = self._allocated
+        if allocated <= 0:
+            return
+        self._allocated = 0  # also when the reserve was already used up: the next segment starts afresh
+        if allocated <= seg.size:
             return
         try:
             if self._fd is not None:
@@ -563,7 +567,6 @@ class WalWriter:
                 os.truncate(seg.path, seg.size)
         except OSError as exc:
             log.warning("WAL %s: cannot cut the preallocated tail of %s: %s", self._directory, seg.path, exc)
-        self._allocated = 0
 
     def _fdatasync(self) -> None:
         os.fdatasync(self._open_active())
