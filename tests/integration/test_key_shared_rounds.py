@@ -4,7 +4,8 @@ arrive, in order per key, and a key stays with one consumer while the consumer s
 
 Each round uses a fresh topic (so fresh consumer ids and ring placements) and sends at a different point
 of the second consumer's arrival: before it subscribes, between its subscribe and its receive, or after
-both receive. No sleeps: what is waited for is the messages themselves.
+both receive and the broker has both delivery streams open (the client opens them in the background after
+`receive()`). No sleeps: what is waited for is the messages themselves, and the broker's word.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Awaitable, Callable
 import danube
 import pytest
 
-from tests.integration.harness import BrokerProcess, client, consumer, producer, take
+from tests.integration.harness import BrokerProcess, client, consumer, producer, take, until_attached
 from tests.support import until
 
 pytestmark = pytest.mark.integration
@@ -48,7 +49,10 @@ class Receiver:
         self.task = asyncio.create_task(drain())
 
 
-async def _round(url: str, keys: list[str], filters: dict[str, list[str]] | None, phase: int) -> None:
+async def _round(
+    broker: BrokerProcess, keys: list[str], filters: dict[str, list[str]] | None, phase: int
+) -> None:
+    url = broker.url
     topic = f"/default/ks_rounds_{next(_topics)}"
     c = await client(url)
     p = await producer(c, topic, "p", reliable=True)
@@ -79,6 +83,9 @@ async def _round(url: str, keys: list[str], filters: dict[str, list[str]] | None
     if phase <= 1:
         await send(2 * third)  # B subscribed, its stream not open yet
     rb.start(b, await b.receive())
+    if phase == 2:  # "both receiving" as the broker sees it: a message sent earlier could only go to A
+        for name in ("a", "b"):
+            await until_attached(broker.admin_addr, topic, "ks", name)
     await send(len(keys))
     try:
         await until(
@@ -111,22 +118,22 @@ def _glob(pattern: str, key: str) -> bool:
     return pattern == key or (pattern.endswith("*") and key.startswith(pattern[:-1]))
 
 
-Round = Callable[[str, int], Awaitable[None]]
+Round = Callable[[BrokerProcess, int], Awaitable[None]]
 
 
-async def _ring(url: str, n: int) -> None:
+async def _ring(broker: BrokerProcess, n: int) -> None:
     keys = [f"{RING_KEYS[i % 2]}-{n}" for i in range(10)]  # two keys, alternating; new names each round
-    await _round(url, keys, None, n % 3)
+    await _round(broker, keys, None, n % 3)
 
 
-async def _filters(url: str, n: int) -> None:
-    await _round(url, FILTER_KEYS, FILTERED, n % 3)
+async def _filters(broker: BrokerProcess, n: int) -> None:
+    await _round(broker, FILTER_KEYS, FILTERED, n % 3)
 
 
 @pytest.mark.parametrize("scenario", [_ring, _filters], ids=["ring", "filters"])
 async def test_key_shared_every_message_arrives(shared_broker: BrokerProcess, scenario: Round) -> None:
     for n in range(ROUNDS):
-        await scenario(shared_broker.url, n)
+        await scenario(shared_broker, n)
 
 
 async def test_unmatched_key_waits_without_stalling_other_keys(shared_broker: BrokerProcess) -> None:
