@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from ister.core.frames import scan_frames
 from ister.errors import ConfigError
 from ister.storage.wal import Wal, WalConfig
 from ister.storage.wal.pool import WriterPool
@@ -23,21 +22,16 @@ from tests.unit.test_wal import file_records, payload, read_all, segment_files
 AHEAD = 64 * 1024
 
 
-def frames_end(path: Path) -> int:
-    """Where the file's frames end (whatever follows them)."""
-    return scan_frames(path.read_bytes(), expect_offset=int(path.stem), collect=False).end_pos
-
-
 async def test_the_active_segment_is_allocated_ahead_and_cut_back_on_close(tmp_path: Path) -> None:
     wal = await Wal.open(tmp_path, WalConfig(preallocate_bytes=AHEAD))
     try:
         assert await wal.append([payload(0)]) == 0
         (path,) = segment_files(tmp_path)
         # the first frame is written as it is: no zeros where offset 0 is expected
-        assert path.stat().st_size == frames_end(path)
+        assert path.stat().st_size == len(segment_bytes(path))
         for i in range(1, 400):
             await wal.append([payload(i)])
-        data = frames_end(path)
+        data = len(segment_bytes(path))
         size = path.stat().st_size
         assert data < size <= data + AHEAD + 4096  # ahead of the data, by at most the configured reserve
         assert len(segment_bytes(path)) == data  # zeros past the frames, nothing else
@@ -62,8 +56,8 @@ async def test_sealed_segments_end_at_their_last_frame(tmp_path: Path) -> None:
         *sealed, active = segment_files(tmp_path)
         assert len(sealed) >= 2
         for path in sealed:
-            assert path.stat().st_size == frames_end(path), path
-        assert active.stat().st_size > frames_end(active)
+            assert path.stat().st_size == len(segment_bytes(path)), path
+        assert active.stat().st_size > len(segment_bytes(active))
         assert file_records(tmp_path) == [(i, payload(i)) for i in range(600)]
     finally:
         await wal.close()
@@ -76,12 +70,12 @@ async def test_an_idle_segment_file_gives_its_reserve_back(tmp_path: Path) -> No
         for i in range(100):
             await wal.append([payload(i)])
         (path,) = segment_files(tmp_path / "w")
-        assert path.stat().st_size > frames_end(path)
+        assert path.stat().st_size > len(segment_bytes(path))
         await until(lambda: pool.stats()["open_files"] == 0, "the idle close")
-        assert path.stat().st_size == frames_end(path)
+        assert path.stat().st_size == len(segment_bytes(path))
         for i in range(100, 200):  # reopened and allocated ahead again
             assert await wal.append([payload(i)]) == i
-        assert path.stat().st_size > frames_end(path)
+        assert path.stat().st_size > len(segment_bytes(path))
         assert file_records(tmp_path / "w") == [(i, payload(i)) for i in range(200)]
     finally:
         await wal.close()
@@ -94,7 +88,7 @@ async def test_preallocation_off_writes_the_files_exactly(tmp_path: Path) -> Non
         for i in range(300):
             await wal.append([payload(i)])
         (path,) = segment_files(tmp_path)
-        assert path.stat().st_size == frames_end(path)
+        assert path.stat().st_size == len(segment_bytes(path))
     finally:
         await wal.close()
 
@@ -133,7 +127,7 @@ async def test_a_crash_leaves_zeros_that_recovery_cuts_quietly(
     directory = tmp_path / "wal"
     append_then_kill(directory, 500)
     (path,) = segment_files(directory)
-    data = frames_end(path)
+    data = len(segment_bytes(path))
     assert path.stat().st_size > data  # the reserve the writer had, left by the kill
     with caplog.at_level(logging.INFO, logger="ister.storage.wal"):
         wal = await Wal.open(directory, WalConfig(preallocate_bytes=AHEAD))
@@ -218,3 +212,30 @@ async def test_a_filesystem_without_fallocate_gets_plain_writes(
 def test_preallocate_bytes_is_validated() -> None:
     with pytest.raises(ConfigError, match="preallocate_bytes"):
         WalConfig(preallocate_bytes=-1)
+
+
+async def test_a_reserve_that_cannot_be_cut_at_close_is_cut_by_the_next_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Simulated: shrinking a file does not fail on any filesystem this machine can mount.
+    wal = await Wal.open(tmp_path, WalConfig(preallocate_bytes=AHEAD))
+    for i in range(100):
+        await wal.append([payload(i)])
+
+    def failing(fd: int, length: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "ftruncate", failing)
+    with caplog.at_level(logging.WARNING, logger="ister.storage.wal"):
+        await wal.close()
+    monkeypatch.undo()
+    assert any("cannot cut the preallocated tail" in r.getMessage() for r in caplog.records)
+    (path,) = segment_files(tmp_path)
+    data = len(segment_bytes(path))
+    assert path.stat().st_size > data  # the zeros stayed
+    wal = await Wal.open(tmp_path, WalConfig(preallocate_bytes=AHEAD))
+    try:
+        assert wal.holes() == [] and wal.next_offset == 100 and path.stat().st_size == data
+        assert await read_all(wal.reader(0), 100) == [(i, payload(i)) for i in range(100)]
+    finally:
+        await wal.close()

@@ -547,17 +547,19 @@ class WalWriter:
 
     def _cut_to(self, fd: int, size: int) -> None:
         os.ftruncate(fd, size)
+        self._file_is_exact()
+
+    def _file_is_exact(self) -> None:
+        """The active segment's file ends at its data (cut, truncated or new): no reserve is known."""
         if self._allocated > 0:
-            self._allocated = size
+            self._allocated = 0
 
     def _trim(self) -> None:
         """Cut the zeros past the active segment's data (it is sealed, or the WAL closes); a failure leaves
         them for recovery to cut."""
         seg = self._active
         allocated = self._allocated
-        if allocated <= 0:
-            return
-        self._allocated = 0  # also when the reserve was already used up: the next segment starts afresh
+        self._file_is_exact()  # also when the reserve was already used up: the next segment starts afresh
         if allocated <= seg.size:
             return
         try:
@@ -652,8 +654,7 @@ class WalWriter:
             self._active = keep[-1]
             self._active_since = time.monotonic()
             self._written_end = self._synced_end = end
-            if self._allocated > 0:
-                self._allocated = 0  # the cut file ends at its data again
+            self._file_is_exact()
             self._mark = end
             self._checkpoint_slot = None
         finally:
