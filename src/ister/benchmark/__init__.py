@@ -3,7 +3,3 @@
 suite.run(Options) -> one JSON-able dict; report.render / report.to_json print it. Method and results:
 docs/benchmarks.md. Nothing here is imported by the broker or the client.
 """
-
-from ister.grpc_io import prefer_classic_io
-
-prefer_classic_io()  # the brokers, no-op servers and clients of a benchmark on one gRPC path (ister.grpc_io)
