@@ -27,24 +27,10 @@ import uvloop  # noqa: E402
 
 from ister.benchmark import ister_cases  # noqa: E402
 from ister.benchmark.cluster import BenchCluster, owner_of  # noqa: E402
+from ister.benchmark.stats import thread_deltas, thread_stats  # noqa: E402
 
-TICK = os.sysconf("SC_CLK_TCK")
 RATE = 1000
 WINDOW_S = 10.0
-
-
-def thread_cpu(pid: int) -> dict[tuple[str, str], float]:
-    """(thread id, name) -> user + system CPU seconds so far."""
-    out: dict[tuple[str, str], float] = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        out[(tid, name)] = (int(fields[11]) + int(fields[12])) / TICK
-    return out
 
 
 async def measure(cluster: BenchCluster, seconds: float) -> None:
@@ -54,9 +40,9 @@ async def measure(cluster: BenchCluster, seconds: float) -> None:
     )
     await asyncio.sleep(6)
     owner = await owner_of(cluster.url, topic)
-    before = {pid: thread_cpu(pid) for pid in cluster.pids}
+    before = {pid: thread_stats(pid) for pid in cluster.pids}
     await asyncio.sleep(WINDOW_S)
-    after = {pid: thread_cpu(pid) for pid in cluster.pids}
+    after = {pid: thread_stats(pid) for pid in cluster.pids}
     result = await case
     lat = result["latency_us"]
     print(f"e2e p50 {lat['p50'] / 1000:.2f} ms, p99 {lat['p99'] / 1000:.2f} ms")
@@ -64,8 +50,8 @@ async def measure(cluster: BenchCluster, seconds: float) -> None:
     for url, pid in zip(cluster.urls, cluster.pids, strict=True):
         role = "leader" if owner is not None and url.endswith(owner.rsplit(":", 1)[-1]) else "other"
         by_name: Counter[str] = Counter()
-        for key, cpu in after[pid].items():
-            by_name[key[1]] += cpu - before[pid].get(key, 0.0)
+        for _, name, cpu, _ in thread_deltas(before[pid], after[pid]):
+            by_name[name] += cpu
         split = {k: round(v * per_msg) for k, v in by_name.most_common(4)}
         print(f"  {role} pid {pid}: {sum(by_name.values()) * per_msg:.0f} µs/msg {split}")
 

@@ -31,10 +31,9 @@ async def test_the_active_segment_is_allocated_ahead_and_cut_back_on_close(tmp_p
         assert path.stat().st_size == len(segment_bytes(path))
         for i in range(1, 400):
             await wal.append([payload(i)])
-        data = len(segment_bytes(path))
+        data = len(segment_bytes(path))  # (segment_bytes fails unless only zeros follow the frames)
         size = path.stat().st_size
         assert data < size <= data + AHEAD + 4096  # ahead of the data, by at most the configured reserve
-        assert len(segment_bytes(path)) == data  # zeros past the frames, nothing else
         assert await read_all(wal.reader(0), 400) == [(i, payload(i)) for i in range(400)]
     finally:
         await wal.close()

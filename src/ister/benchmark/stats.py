@@ -62,6 +62,38 @@ def process_cpu_s(pid: int) -> float:
         return 0.0
 
 
+def thread_stats(pid: int) -> dict[int, tuple[str, float, int]]:
+    """Per thread of a process: thread id -> (name, user + system CPU seconds, voluntary context switches)
+    so far. Threads that end while being read are left out."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[str, float, int]] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                status = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        switches = int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+        out[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / tick, switches)
+    return out
+
+
+def thread_deltas(
+    before: dict[int, tuple[str, float, int]], after: dict[int, tuple[str, float, int]]
+) -> list[tuple[int, str, float, int]]:
+    """(thread id, name, CPU seconds, voluntary context switches) spent by each thread between two
+    `thread_stats` readings (a thread started in between counts from zero)."""
+    out = []
+    for tid, (name, cpu, switches) in after.items():
+        _, cpu0, switches0 = before.get(tid, (name, 0.0, 0))
+        out.append((tid, name, cpu - cpu0, switches - switches0))
+    return out
+
+
 def host_cpu_ticks() -> list[int]:
     """The aggregate `cpu` line of /proc/stat (user nice system idle iowait irq softirq steal ...)."""
     try:

@@ -1,0 +1,149 @@
+"""Per-thread CPU and context switches of a fresh standalone broker during one workload (issues 14, 21).
+
+usage: python bench/thread_cpu.py publish [--topics 1000] [--messages 4000000] [ENV=VALUE ...]
+       python bench/thread_cpu.py e2e [--seconds 8] [ENV=VALUE ...]
+
+* publish: the batch-API workload of `bench/topic_count_bench.py` (batches of 1,024; one topic with 8 in
+  flight, or `--topics` partitions with 2 each), measured from after its warm-up call to the last ack:
+  msg/s, the broker's page faults per 1,000 messages, its RSS before and after, and the client's CPU.
+* e2e: `ister bench`'s batch-API e2e case (1,000 msg/s, a consumer in another process); threads are read
+  between its 3rd and 7th second.
+
+Both print, per broker thread (`loop` is the main thread, the event loop; other Python threads show as
+`python-<tid>`, gRPC's as `event_engine-<tid>`), µs of CPU and voluntary context switches per message.
+`ENV=VALUE` arguments go to the broker's environment only (`ISTER_WAL__WRITER_THREADS=3`,
+`GRPC_EXPERIMENTS=...`); this process's own environment reaches both the broker and the clients. Not a
+test; results go to docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+import uvloop  # noqa: E402
+
+import topic_count_bench  # noqa: E402
+from ister.benchmark import ister_cases  # noqa: E402
+from ister.benchmark.broker import BenchBroker  # noqa: E402
+from ister.benchmark.stats import PAYLOAD, thread_deltas, thread_stats  # noqa: E402
+from ister.client import Client  # noqa: E402
+
+Stats = dict[int, tuple[str, float, int]]
+
+
+def per_thread(pid: int, before: Stats, after: Stats, messages: int) -> str:
+    rows = []
+    for tid, name, cpu, switches in sorted(thread_deltas(before, after), key=lambda r: -r[2])[:8]:
+        if cpu or switches:
+            label = "loop" if tid == pid else f"{name}-{tid}"
+            rows.append(f"{label} {cpu * 1e6 / messages:.3g} µs {switches / messages:.3g} cs")
+    return ", ".join(rows)
+
+
+def faults_and_rss(pid: int) -> tuple[int, int]:
+    with open(f"/proc/{pid}/stat") as f:
+        minflt = int(f.read().rsplit(")", 1)[1].split()[7])
+    with open(f"/proc/{pid}/status") as f:
+        rss_kib = int(next(line for line in f if line.startswith("VmRSS")).split()[1])
+    return minflt, rss_kib // 1024
+
+
+async def publish(broker: BenchBroker, topics: int, messages: int) -> None:
+    batch = topic_count_bench.BATCH
+    in_flight = 8 if topics == 1 else 2
+    async with Client(broker.url) as client:
+        producer = await client.producer(
+            "/default/threads",
+            "tp",
+            reliable=True,
+            partitions=topics if topics > 1 else None,
+            max_batch_messages=batch,
+            max_inflight_batches=in_flight,
+            max_buffered_messages=max(262_144, 2 * batch * in_flight * topics),
+            max_buffered_bytes=1 << 30,
+        )
+        chunk = [PAYLOAD] * (batch * topics)
+        await producer.send_batch(chunk)  # warm-up: every stream and WAL file open
+        faults0, rss0 = faults_and_rss(broker.pid)
+        threads0 = thread_stats(broker.pid)
+        mine0 = os.times()
+        start = time.monotonic()
+        sent = 0
+
+        async def worker() -> None:
+            nonlocal sent
+            while sent < messages:
+                sent += len(chunk)
+                await producer.send_batch(chunk)
+
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
+        elapsed = time.monotonic() - start
+        threads1 = thread_stats(broker.pid)
+        mine1 = os.times()
+        faults1, rss1 = faults_and_rss(broker.pid)
+        await producer.close()
+    client_cpu = (mine1.user - mine0.user) + (mine1.system - mine0.system)
+    faults = 1000 * (faults1 - faults0) / sent
+    print(
+        f"{topics} topic(s): {sent / elapsed:,.0f} msg/s, broker page faults {faults:.1f} per 1,000 messages,"
+        f" RSS {rss0} -> {rss1} MiB, client {client_cpu * 1e6 / sent:.2f} µs/msg"
+    )
+    print("  broker threads per message:", per_thread(broker.pid, threads0, threads1, sent))
+
+
+def e2e(broker: BenchBroker, seconds: float) -> None:
+    readings: dict[str, Stats] = {}
+
+    def sample() -> None:
+        time.sleep(3)
+        readings["before"] = thread_stats(broker.pid)
+        time.sleep(4)
+        readings["after"] = thread_stats(broker.pid)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    case = ister_cases.e2e_latency(
+        broker.url, "/default/threads_e2e", seconds=seconds, broker_cpu=broker.cpu_seconds
+    )
+    result: dict[str, Any] = uvloop.run(case)
+    sampler.join()
+    lat = result["latency_us"]
+    print(
+        f"e2e p50 {lat['p50'] / 1000:.2f} ms, p99 {lat['p99'] / 1000:.2f} ms, broker "
+        f"{result['broker_cpu_us_per_msg']:.0f} µs/msg"
+    )
+    window = per_thread(broker.pid, readings["before"], readings["after"], 4000)  # 4 s at 1,000 msg/s
+    print("  broker threads per message:", window)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("case", choices=["publish", "e2e"])
+    parser.add_argument("--topics", type=int, default=1000)
+    parser.add_argument("--messages", type=int, default=4_000_000)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("env", nargs="*", help="ENV=VALUE for the broker")
+    args = parser.parse_args()
+    if args.case == "e2e" and args.seconds < 8:
+        parser.error("--seconds must be at least 8 (threads are read between the 3rd and 7th second)")
+    env = dict(item.split("=", 1) for item in args.env)
+    with BenchBroker(env=env) as broker:
+        if args.case == "publish":
+            uvloop.run(publish(broker, args.topics, args.messages))
+        else:
+            e2e(broker, args.seconds)
+
+
+if __name__ == "__main__":
+    main()
