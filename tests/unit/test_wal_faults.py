@@ -19,7 +19,7 @@ import pytest
 from ister.core.frames import HEADER_SIZE, scan_frames
 from ister.errors import DataLoss, DiskFull, ResourceExhausted
 from ister.storage.wal import Wal, WalConfig, WalReader
-from ister.storage.wal.checkpoint import CHECKPOINT_NAME, read_checkpoint
+from ister.storage.wal.checkpoint import CHECKPOINT_NAME, SLOT_SIZE, read_checkpoint
 from ister.storage.wal.writer import WalWriter
 from ister.wire.status import status_for
 from tests.support import small_tmpfs
@@ -201,7 +201,9 @@ async def test_an_unreadable_checkpoint_is_reported_and_recovery_goes_on(
     await write_records(tmp_path, 50)
     ckpt = tmp_path / CHECKPOINT_NAME
     data = bytearray(ckpt.read_bytes())
-    data[9] ^= 0xFF
+    data[9] ^= 0xFF  # slot 0 (and a v1 file)
+    if len(data) == 2 * SLOT_SIZE:
+        data[SLOT_SIZE + 9] ^= 0xFF  # and slot 1: no checkpoint is left
     ckpt.write_bytes(bytes(data))
     with caplog.at_level(logging.ERROR, logger="ister.storage.wal"):
         wal = await Wal.open(tmp_path, SEGMENTS)

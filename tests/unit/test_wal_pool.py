@@ -4,6 +4,7 @@ root for many WALs, and running out of file descriptors refused as retriable (is
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import subprocess
 import sys
@@ -17,6 +18,16 @@ import pytest
 from ister.core.frames import scan_frames
 from ister.errors import StorageError
 from ister.storage.wal import Wal, WalConfig, WriterPool
+from ister.storage.wal.checkpoint import (
+    CHECKPOINT_NAME,
+    SLOT_SIZE,
+    TMP_NAME,
+    Checkpoint,
+    CheckpointFile,
+    decode_slot,
+    read_checkpoint,
+    write_checkpoints,
+)
 from ister.wire.status import status_for
 from tests.support import segment_bytes, until
 
@@ -280,7 +291,6 @@ def test_with_a_shared_sync_spaced_out_checkpoints_fall_due_in_groups() -> None:
 
 
 async def test_every_wal_gets_its_checkpoint_when_many_are_written_at_once(tmp_path: Path) -> None:
-    from ister.storage.wal.checkpoint import read_checkpoint
 
     pool = WriterPool(4)
     wals = [
@@ -375,7 +385,6 @@ async def open_wals(tmp_path: Path, pool: WriterPool, n: int) -> list[Wal]:
 
 async def checkpoints_recorded(wals: list[Wal], end: int) -> None:
     """Wait until every WAL's checkpoint says `end` (they are written after the appends complete)."""
-    from ister.storage.wal.checkpoint import read_checkpoint
 
     def recorded() -> bool:
         return all((c := read_checkpoint(w.directory)) is not None and c.next_offset == end for w in wals)
@@ -492,92 +501,134 @@ def test_the_pool_size_follows_whether_syncfs_can_serve_a_batch(monkeypatch: pyt
         assert pool.close(1)  # no WAL ever registered: no threads were started
 
 
-# ---- several checkpoints with two syncfs (write_checkpoints) ------------------------------------------
+# ---- several checkpoints with one syncfs (write_checkpoints) ------------------------------------------
 
 
-def test_write_checkpoints_replaces_each_and_reports_the_one_it_could_not(tmp_path: Path) -> None:
+class FailingSlotWrite(CheckpointFile):
+    """A checkpoint file whose in-place slot writes fail with EIO (a simulated disk error)."""
+
+    __slots__ = ("failing",)
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.failing = True
+
+    def _overwrite(self, checkpoint: Checkpoint) -> int:
+        if self.failing:
+            raise OSError(errno.EIO, "simulated I/O error")
+        return super()._overwrite(checkpoint)
+
+
+def slot_offsets(directory: Path) -> list[int]:
+    """The next_offset each slot of a two-slot checkpoint file holds."""
+    data = (directory / CHECKPOINT_NAME).read_bytes()
+    return [decode_slot(data[i * SLOT_SIZE : (i + 1) * SLOT_SIZE])[1].next_offset for i in (0, 1)]
+
+
+def checkpoint_files(tmp_path: Path, n: int, first: int = 5) -> list[CheckpointFile]:
+    """n WAL directories, each with a checkpoint file its CheckpointFile has written once (a new file)."""
+    files = []
+    for i in range(n):
+        d = tmp_path / f"w{i}"
+        d.mkdir()
+        f = CheckpointFile(d)
+        f.write(Checkpoint(first))
+        files.append(f)
+    return files
+
+
+def test_write_checkpoints_overwrites_slots_with_one_syncfs_and_reports_the_one_it_could_not(
+    tmp_path: Path,
+) -> None:
     from ister.storage.wal import durable
-    from ister.storage.wal.checkpoint import (
-        CHECKPOINT_NAME,
-        Checkpoint,
-        read_checkpoint,
-        write_checkpoint,
-        write_checkpoints,
-    )
 
     if durable.syncfs is None:
         pytest.skip("no usable syncfs(2) on this platform")
-    dirs = [tmp_path / f"w{i}" for i in range(4)]
-    for d in dirs:
-        d.mkdir()
-        write_checkpoint(d, Checkpoint(1))
-    (dirs[2] / "highwater.ckpt.tmp").mkdir()  # its tmp file cannot be created: that one fails
+    files = checkpoint_files(tmp_path, 4, first=1)
+    files[2] = FailingSlotWrite(files[2].directory)  # an EIO on its slot (simulated: a disk that fails)
+    files[2].write(Checkpoint(1))
     calls: list[int] = []
 
     def syncfs(fd: int) -> None:
         calls.append(fd)
         durable.syncfs(fd)  # type: ignore[misc]
 
-    items = [(d, Checkpoint(10 + i, ((2, 3),))) for i, d in enumerate(dirs)]
-    results = write_checkpoints(items, syncfs)
+    results = write_checkpoints([(f, Checkpoint(10 + i, ((2, 3),))) for i, f in enumerate(files)], syncfs)
     assert [r is None for r in results] == [True, True, False, True]
     assert isinstance(results[2], OSError)
-    assert len(calls) == 2  # for all four
-    assert [read_checkpoint(d) for d in dirs] == [
+    assert len(calls) == 1  # no file was replaced: one syncfs for all four
+    assert [read_checkpoint(f.directory) for f in files] == [
         Checkpoint(10, ((2, 3),)),
         Checkpoint(11, ((2, 3),)),
         Checkpoint(1),  # the previous one, untouched
         Checkpoint(13, ((2, 3),)),
     ]
-    assert sorted(p.name for p in dirs[0].iterdir()) == [CHECKPOINT_NAME]  # no tmp file left
+    assert sorted(p.name for p in files[0].directory.iterdir()) == [CHECKPOINT_NAME]  # no tmp file
+    # The next round goes to the other slot of each; the one that failed retries the same slot.
+    files[2].failing = False  # type: ignore[attr-defined]
+    assert write_checkpoints([(f, Checkpoint(20)) for f in files], syncfs) == [None] * 4
+    assert [read_checkpoint(f.directory) for f in files] == [Checkpoint(20)] * 4
+    assert [slot_offsets(f.directory) for f in files] == [[20, 10], [20, 11], [1, 20], [20, 13]]
+
+
+def test_write_checkpoints_replaces_new_files_and_one_that_cannot_be_created_keeps_the_old(
+    tmp_path: Path,
+) -> None:
+    from ister.storage.wal import durable
+
+    if durable.syncfs is None:
+        pytest.skip("no usable syncfs(2) on this platform")
+    files = checkpoint_files(tmp_path, 3)
+    files[1] = CheckpointFile(files[1].directory)  # knows nothing of the file: must replace it
+    files[2] = CheckpointFile(files[2].directory)
+    (files[2].directory / TMP_NAME).mkdir()  # its tmp file cannot be created: that one fails
+    calls: list[int] = []
+
+    def syncfs(fd: int) -> None:
+        calls.append(fd)
+        durable.syncfs(fd)  # type: ignore[misc]
+
+    results = write_checkpoints([(f, Checkpoint(9)) for f in files], syncfs)
+    assert results[0] is None and results[1] is None and isinstance(results[2], OSError)
+    assert len(calls) == 2  # one for the slot and the tmp file, one for the rename
+    assert [read_checkpoint(f.directory) for f in files] == [Checkpoint(9), Checkpoint(9), Checkpoint(5)]
+    assert not (files[1].directory / TMP_NAME).exists()
 
 
 def test_write_checkpoints_raises_when_syncfs_fails_and_keeps_the_previous_ones(tmp_path: Path) -> None:
-    from ister.storage.wal.checkpoint import Checkpoint, read_checkpoint, write_checkpoint, write_checkpoints
-
-    dirs = [tmp_path / f"w{i}" for i in range(3)]
-    for d in dirs:
-        d.mkdir()
-        write_checkpoint(d, Checkpoint(5))
+    files = checkpoint_files(tmp_path, 3)
+    files[2] = CheckpointFile(files[2].directory)  # this one goes through a tmp file and a rename
 
     def failing(fd: int) -> None:
         raise OSError(5, "simulated write-back error")
 
     with pytest.raises(OSError, match="write-back"):
-        write_checkpoints([(d, Checkpoint(9)) for d in dirs], failing)
-    assert [read_checkpoint(d) for d in dirs] == [Checkpoint(5)] * 3  # the first syncfs failed: no rename
+        write_checkpoints([(f, Checkpoint(9)) for f in files], failing)
+    # The slots were overwritten but not known durable: each file's newest durable slot is untouched and
+    # is what the next write (the pool's one-by-one fallback) keeps.
+    assert [read_checkpoint(f.directory) for f in files] == [Checkpoint(9), Checkpoint(9), Checkpoint(5)]
+    for f in files:
+        f.write(Checkpoint(10))
+    assert [read_checkpoint(f.directory) for f in files] == [Checkpoint(10)] * 3
+    # the retry went to the same slot: the other one still holds the last durable checkpoint, 5
+    for f in files[:2]:
+        assert sorted(slot_offsets(f.directory)) == [5, 10]
 
 
 def test_write_checkpoints_reports_a_failed_rename_and_leaves_no_tmp_file(tmp_path: Path) -> None:
-    from ister.storage.wal.checkpoint import (
-        CHECKPOINT_NAME,
-        TMP_NAME,
-        Checkpoint,
-        read_checkpoint,
-        write_checkpoint,
-        write_checkpoints,
-    )
-
-    dirs = [tmp_path / f"w{i}" for i in range(3)]
-    for d in dirs:
-        d.mkdir()
-        write_checkpoint(d, Checkpoint(5))
-    (dirs[1] / CHECKPOINT_NAME).unlink()
-    (dirs[1] / CHECKPOINT_NAME / "x").mkdir(parents=True)  # a non-empty directory: the rename over it fails
-    results = write_checkpoints([(d, Checkpoint(9)) for d in dirs], lambda fd: None)
+    files = [CheckpointFile(f.directory) for f in checkpoint_files(tmp_path, 3)]  # all replace
+    target = files[1].directory / CHECKPOINT_NAME
+    target.unlink()
+    (target / "x").mkdir(parents=True)  # a non-empty directory: the rename over it fails
+    results = write_checkpoints([(f, Checkpoint(9)) for f in files], lambda fd: None)
     assert results[0] is None and results[2] is None
     assert isinstance(results[1], OSError)
-    assert not (dirs[1] / TMP_NAME).exists()
-    assert read_checkpoint(dirs[0]) == read_checkpoint(dirs[2]) == Checkpoint(9)
+    assert not (files[1].directory / TMP_NAME).exists()
+    assert read_checkpoint(files[0].directory) == read_checkpoint(files[2].directory) == Checkpoint(9)
 
 
 def test_write_checkpoints_raises_when_the_second_syncfs_fails(tmp_path: Path) -> None:
-    from ister.storage.wal.checkpoint import Checkpoint, write_checkpoint, write_checkpoints
-
-    dirs = [tmp_path / f"w{i}" for i in range(2)]
-    for d in dirs:
-        d.mkdir()
-        write_checkpoint(d, Checkpoint(5))
+    files = [CheckpointFile(f.directory) for f in checkpoint_files(tmp_path, 2)]
     calls: list[int] = []
 
     def second_fails(fd: int) -> None:
@@ -585,10 +636,13 @@ def test_write_checkpoints_raises_when_the_second_syncfs_fails(tmp_path: Path) -
         if len(calls) == 2:
             raise OSError(5, "simulated write-back error")
 
-    # The renames are done but not known durable: the caller (the pool) writes each again the usual way.
+    # The renames are done but not known durable: the caller (the pool) writes each again the usual way,
+    # which replaces the file once more (the writer knows nothing durable of the new one).
     with pytest.raises(OSError, match="write-back"):
-        write_checkpoints([(d, Checkpoint(9)) for d in dirs], second_fails)
+        write_checkpoints([(f, Checkpoint(9)) for f in files], second_fails)
     assert len(calls) == 2
+    for f in files:
+        assert f.stage(Checkpoint(10)) is None  # must be replaced, not written in place
 
 
 async def test_checkpoints_due_together_are_written_with_two_syncfs(
@@ -601,8 +655,17 @@ async def test_checkpoints_due_together_are_written_with_two_syncfs(
         appends = await queued_behind_one_turn(monkeypatch, wals)
         assert await asyncio.gather(*appends) == [0] * 12
         await checkpoints_recorded(wals, 1)  # written after the appends completed
-        # the batch of 11 wrote its records with one syncfs and its due checkpoints with two more
+        # the batch of 11 wrote its records with one syncfs and its due checkpoints with two more: each
+        # writer's first checkpoint makes a new file (tmp files, syncfs, renames, syncfs)
         assert counter.syncfs_calls == 3
+        # From then on each overwrites a slot of its file in place: one syncfs for all the checkpoints.
+        monkeypatch.setattr("ister.storage.wal.writer.CHECKPOINT_INTERVAL_S", 0.0)
+        counter.syncfs_calls = 0
+        appends = await queued_behind_one_turn(monkeypatch, wals)
+        assert await asyncio.gather(*appends) == [1] * 12
+        await checkpoints_recorded(wals, 2)
+        assert counter.syncfs_calls == 2  # the records', the checkpoints'
+        assert all(slot_offsets(w.directory) == [1, 2] for w in wals[1:])
     finally:
         for wal in wals:
             await wal.close()

@@ -9,7 +9,7 @@ queue order, so each WAL keeps its own order and group commit; fsyncs of differe
 
 With fsync=always, when several writers of a batch wrote to files on one filesystem, the pool makes them all
 durable with one syncfs(2) of that filesystem instead of an fdatasync each (`shared_sync`), and writes the
-batch's due checkpoints with two more (checkpoint.write_checkpoints): with 1,000 topics written at once
+batch's due checkpoints with one more (checkpoint.write_checkpoints): with 1,000 topics written at once
 that halves the pool's system calls and its threads' trips through the GIL, so two threads do (more only
 take turns holding the GIL) and a batch takes up to BATCH_WRITERS_SHARED writers. Should a syncfs fail,
 each writer fdatasyncs its own file (and writes its checkpoint) as usual, so an error is still reported
@@ -174,7 +174,7 @@ class WriterPool:
             self._checkpoint_next = slot + step
         if slot > now and self.shared_sync:
             # Spaced-out slots come in groups that fall due together, so their checkpoints tend to share
-            # a batch and its two syncfs (write_checkpoints) rather than cost two fsyncs and a rename each.
+            # a batch and its syncfs (write_checkpoints) rather than cost an fdatasync each.
             grid = CHECKPOINT_GROUP * step
             slot = math.ceil(slot / grid) * grid
         return max(now, slot)
@@ -321,7 +321,7 @@ class WriterPool:
 
     def _checkpoints(self, batch: list[WalWriter]) -> None:
         """Record the checkpoints due in the batch: where enough of them share a filesystem, all at once
-        with two syncfs (write_checkpoints), else each with its own fsyncs."""
+        with one syncfs (write_checkpoints), else each with its own flush."""
         due = [(writer, cp) for writer in batch if (cp := writer.checkpoint_due()) is not None]
         if not due:
             return
@@ -334,7 +334,7 @@ class WriterPool:
         for device, items in groups.items():
             if device is not None and syncfs is not None and len(items) >= SHARED_SYNC_MIN_FILES:
                 try:
-                    failed = write_checkpoints([(w.directory, cp) for w, cp in items], syncfs)
+                    failed = write_checkpoints([(w.checkpoint_file, cp) for w, cp in items], syncfs)
                 except OSError as exc:
                     log.warning("WAL writer pool: syncfs failed (%s); checkpoints written one by one", exc)
                 except Exception:  # nothing may end a pool thread: each is written on its own instead

@@ -36,7 +36,7 @@ from pathlib import Path
 from ister.core.frames import SparseIndex
 from ister.errors import CorruptionError, DiskFull, StorageError, StorageExhausted
 
-from .checkpoint import Checkpoint, write_checkpoint
+from .checkpoint import Checkpoint, CheckpointFile
 from .config import WalConfig
 from .durable import fsync_dir
 from .names import segment_name
@@ -142,6 +142,7 @@ class WalWriter:
         "_written_end",
         "_wrote",
         "busy",
+        "checkpoint_file",
         "close_requested",
         "device",
         "loop",
@@ -208,6 +209,7 @@ class WalWriter:
         self._last_checkpoint = 0.0
         self._checkpoint_slot: float | None = None  # when the pool's budget lets the next one be written
         self._checkpoint_error: str | None = None
+        self.checkpoint_file = CheckpointFile(directory)  # written by the pool's threads only
         self._full_since: float | None = None  # monotonic start of the current refusal episode
         self._full_refused = 0
         self._full_what = "disk space"
@@ -640,6 +642,7 @@ class WalWriter:
             lost = () if reset else clip_ranges(self._lost_ranges(), end)
             drop = [s.path for s in segments[len(keep) :]]
             plan = CutPlan(end, reset, drop, None if holder is None else holder.path, position, lost)
+            self.checkpoint_file.replaced()  # the cut replaces the file
             path = carry_out(self._directory, plan)
             index = SparseIndex(self._config.index_every_frames, self._config.index_every_bytes)
             if holder is not None:
@@ -732,9 +735,9 @@ class WalWriter:
         return Checkpoint(committed, self._lost_ranges())
 
     def record_checkpoint(self, checkpoint: Checkpoint) -> None:
-        """Write `checkpoint` on its own (tmp file, fsync, rename, directory fsync)."""
+        """Write `checkpoint` on its own (into the file's free slot and fdatasync, or a new file)."""
         try:
-            write_checkpoint(self._directory, checkpoint)
+            self.checkpoint_file.write(checkpoint)
         except OSError as exc:
             self.checkpoint_failed(exc)
         except BaseException as exc:
