@@ -206,10 +206,10 @@ class WriterPool:
             heapq.heappush(self._timers, (at, self._seq, writer))
 
     def requeue(self, writer: WalWriter) -> None:
-        """`writer` wants another turn right away (it stays busy)."""
+        """`writer` wants another turn right away (it stays busy). Called by the pool thread ending its
+        turn, which takes a batch again next (and wakes an idle thread then if work is left over): waking
+        one here would mostly have it find the queue already empty (a context switch per group)."""
         self._ready.append(writer)
-        if self._waiting:
-            self.lock.notify()
 
     def note_open(self, writer: WalWriter, now: float) -> None:
         """`writer` wrote to its open segment file now (it becomes the most recently written)."""
