@@ -84,6 +84,10 @@ class ReliableSubscription(Subscription):
         self._publish_dead_letter = publish_dead_letter
         self._wake = asyncio.Event()
         self._notified = False
+        # The heartbeat / next-redelivery timer: armed once and kept while it fires soon enough, instead
+        # of a timeout armed and cancelled at every turn (a Danube consumer's acks turn the loop per message).
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_fired = False
         self._closed = False
         self._persisted_cursor: int | None = None
         self._acks_since_flush = 0
@@ -233,25 +237,44 @@ class ReliableSubscription(Subscription):
 
     # -- the loop -------------------------------------------------------------------------------------------
     async def _run(self) -> None:
-        while not self._closed:
-            try:
-                await self._step()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._warn("dispatch step failed, retrying on the next heartbeat: %r", exc)
-            timeout = self._sleep_for()
-            try:
-                # asyncio.timeout, not wait_for: wait_for makes a task of the wait at every turn, and a
-                # Danube consumer's acks (one call each) turn this loop once per message.
-                async with asyncio.timeout(timeout):
-                    await self._wake.wait()
+        loop = asyncio.get_running_loop()
+        try:
+            while not self._closed:
+                try:
+                    await self._step()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    self._warn("dispatch step failed, retrying on the next heartbeat: %r", exc)
+                self._arm_timer(loop, self._sleep_for())
+                await self._wake.wait()
                 if self._notified:
                     self._m_notifier.inc()
-            except TimeoutError:
-                self._m_heartbeat.inc()
-            self._wake.clear()
-            self._notified = False
+                elif self._timer_fired:
+                    self._m_heartbeat.inc()
+                self._wake.clear()
+                self._notified = False
+                self._timer_fired = False
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def _arm_timer(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+        """Have the loop woken within `timeout` seconds: keep the armed timer if it fires by then (an early
+        turn does no harm), else arm one."""
+        at = loop.time() + timeout
+        timer = self._timer
+        if timer is not None:
+            if timer.when() <= at:
+                return
+            timer.cancel()
+        self._timer = loop.call_at(at, self._timer_due)
+
+    def _timer_due(self) -> None:
+        self._timer = None
+        self._timer_fired = True
+        self._wake.set()
 
     def _sleep_for(self) -> float:
         timeout = HEARTBEAT_SECONDS
