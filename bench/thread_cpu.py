@@ -1,13 +1,19 @@
 """Per-thread CPU and context switches of a fresh standalone broker during one workload (issues 14, 21).
 
-usage: python bench/thread_cpu.py publish [--topics 1000] [--messages 4000000] [ENV=VALUE ...]
-       python bench/thread_cpu.py e2e [--seconds 8] [ENV=VALUE ...]
+usage: python bench/thread_cpu.py publish [ENV=VALUE ...] [--topics 1000] [--messages 4000000]
+       python bench/thread_cpu.py e2e [ENV=VALUE ...] [--seconds 8]
+       python bench/thread_cpu.py danube-publish [ENV=VALUE ...] [--messages 20000] [--noop]
+       python bench/thread_cpu.py danube-consume [ENV=VALUE ...] [--messages 15000] [--noop]
 
 * publish: the batch-API workload of `bench/topic_count_bench.py` (batches of 1,024; one topic with 8 in
   flight, or `--topics` partitions with 2 each), measured from after its warm-up call to the last ack:
   msg/s, the broker's page faults per 1,000 messages, its RSS before and after, and the client's CPU.
 * e2e: `ister bench`'s batch-API e2e case (1,000 msg/s, a consumer in another process); threads are read
   between its 3rd and 7th second.
+* danube-publish: `ister bench`'s danube-client publish with 64 in flight, after 2,000 warm-up messages.
+* danube-consume: its consume + ack (64 acks in flight) of `--messages` published before.
+  With `--noop` both run against the no-op Danube server instead (`ister.benchmark.noop_server`; consume
+  with at most 10 unacknowledged, the broker's default window), whose threads are then the ones shown.
 
 Both print, per broker thread (`loop` is the main thread, the event loop; other Python threads show as
 `python-<tid>`, gRPC's as `event_engine-<tid>`), µs of CPU and voluntary context switches per message.
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -35,7 +42,7 @@ import uvloop  # noqa: E402
 
 import topic_count_bench  # noqa: E402
 from ister.benchmark import ister_cases  # noqa: E402
-from ister.benchmark.broker import BenchBroker  # noqa: E402
+from ister.benchmark.broker import BenchBroker, free_port, stop_process, wait_port  # noqa: E402
 from ister.benchmark.stats import PAYLOAD, thread_deltas, thread_stats  # noqa: E402
 from ister.client import Client  # noqa: E402
 
@@ -127,22 +134,84 @@ def e2e(broker: BenchBroker, seconds: float) -> None:
     print("  broker threads per message:", window)
 
 
+def danube_publish(url: str, pid: int, messages: int, server: str = "broker") -> None:
+    from ister.benchmark import danube_cases as dc  # the official client: only in the danube cases
+
+    uvloop.run(dc.pipe_publish_only(url, "/default/threads_warm", 2000))
+    threads0 = thread_stats(pid)
+    result = uvloop.run(dc.pipe_publish_only(url, "/default/threads_danube", messages))
+    threads1 = thread_stats(pid)
+    print(f"danube-client publish, {dc.IN_FLIGHT} in flight: {result['msgs_per_s']:,.0f} msg/s ({server})")
+    print(f"  {server} threads per message:", per_thread(pid, threads0, threads1, messages))
+
+
+def danube_consume(url: str, pid: int, messages: int, publish_first: bool) -> None:
+    from ister.benchmark import danube_cases as dc
+
+    topic = "/default/threads_consume"
+
+    async def run() -> tuple[dict[str, Any], Stats, Stats]:
+        client = await dc._client(url)
+        if publish_first:  # the subscription exists from offset 0 before the messages come
+            producer = await dc._producer(client, topic, "threads")
+            consumer, _ = await dc._consumer(client, topic, "threads-c", "threads-sub")
+            await consumer.close()
+            await dc._publish_pipelined(producer, messages, dc.IN_FLIGHT)
+        consumer, queue = await dc._consumer(client, topic, "threads-c", "threads-sub")
+        before = thread_stats(pid)
+        result = await dc._consume_acking(consumer, queue, messages)
+        after = thread_stats(pid)
+        await consumer.close()
+        return result, before, after
+
+    result, before, after = uvloop.run(run())
+    server = "broker" if publish_first else "no-op server"
+    print(f"danube-client consume + ack: {result['msgs_per_s']:,.0f} msg/s ({server})")
+    print(f"  {server} threads per message:", per_thread(pid, before, after, messages))
+
+
+def noop_case(case: str, messages: int) -> None:
+    window = "10" if case == "danube-consume" else "0"
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "ister.benchmark.noop_server", str(port), window])
+    try:
+        wait_port(port, proc, 30.0, "the no-op server")
+        url = f"http://127.0.0.1:{port}"
+        if case == "danube-consume":
+            danube_consume(url, proc.pid, messages, publish_first=False)
+        else:
+            danube_publish(url, proc.pid, messages, "no-op server")
+    finally:
+        stop_process(proc)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("case", choices=["publish", "e2e"])
+    parser.add_argument("case", choices=["publish", "e2e", "danube-publish", "danube-consume"])
+    parser.add_argument("env", nargs="*", help="ENV=VALUE for the broker (right after the case)")
     parser.add_argument("--topics", type=int, default=1000)
-    parser.add_argument("--messages", type=int, default=4_000_000)
+    parser.add_argument("--messages", type=int, help="default 4,000,000; danube cases 20,000 / 15,000")
     parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("env", nargs="*", help="ENV=VALUE for the broker")
+    parser.add_argument("--noop", action="store_true", help="danube-consume: against the no-op server")
     args = parser.parse_args()
     if args.case == "e2e" and args.seconds < 8:
         parser.error("--seconds must be at least 8 (threads are read between the 3rd and 7th second)")
+    messages = args.messages or {"danube-publish": 20_000, "danube-consume": 15_000}.get(args.case, 4_000_000)
+    if args.noop:
+        if not args.case.startswith("danube-"):
+            parser.error("--noop goes with the danube cases")
+        noop_case(args.case, messages)
+        return
     env = dict(item.split("=", 1) for item in args.env)
     with BenchBroker(env=env) as broker:
         if args.case == "publish":
-            uvloop.run(publish(broker, args.topics, args.messages))
-        else:
+            uvloop.run(publish(broker, args.topics, messages))
+        elif args.case == "e2e":
             e2e(broker, args.seconds)
+        elif args.case == "danube-publish":
+            danube_publish(broker.url, broker.pid, messages)
+        else:
+            danube_consume(broker.url, broker.pid, messages, publish_first=True)
 
 
 if __name__ == "__main__":
