@@ -67,20 +67,10 @@ def faults_and_rss(pid: int) -> tuple[int, int]:
 
 
 async def publish(broker: BenchBroker, topics: int, messages: int) -> None:
-    batch = topic_count_bench.BATCH
-    in_flight = 8 if topics == 1 else 2
+    in_flight = topic_count_bench.in_flight_for(topics)
     async with Client(broker.url) as client:
-        producer = await client.producer(
-            "/default/threads",
-            "tp",
-            reliable=True,
-            partitions=topics if topics > 1 else None,
-            max_batch_messages=batch,
-            max_inflight_batches=in_flight,
-            max_buffered_messages=max(262_144, 2 * batch * in_flight * topics),
-            max_buffered_bytes=1 << 30,
-        )
-        chunk = [PAYLOAD] * (batch * topics)
+        producer = await topic_count_bench.bench_producer(client, "/default/threads", topics)
+        chunk = [PAYLOAD] * (topic_count_bench.BATCH * topics)
         await producer.send_batch(chunk)  # warm-up: every stream and WAL file open
         faults0, rss0 = faults_and_rss(broker.pid)
         threads0 = thread_stats(broker.pid)

@@ -38,6 +38,7 @@ from typing import Any
 from ister.benchmark.broker import BenchBroker
 from ister.benchmark.stats import PAYLOAD, host_cpu_share, host_cpu_ticks, latency_us, pct
 from ister.client import Client
+from ister.client.producer import Producer
 
 HEALTH_EVERY_S = 0.05
 PROC_EVERY_S = 0.5
@@ -236,22 +237,35 @@ def log_entries(log_text: str) -> list[str]:
 # ---- throughput ---------------------------------------------------------------------------------------
 
 
+def in_flight_for(partitions: int) -> int:
+    """Batches in flight (send_batch calls of one batch per partition each): 8 to one topic, 2 per topic to
+    several."""
+    return 8 if partitions == 1 else 2
+
+
+async def bench_producer(client: Client, topic: str, partitions: int) -> Producer:
+    """The throughput workload's producer: reliable, batches of BATCH, in_flight_for(partitions) of them
+    in flight, room to buffer them all."""
+    in_flight = in_flight_for(partitions)
+    return await client.producer(
+        topic,
+        "tp",
+        reliable=True,
+        partitions=partitions if partitions > 1 else None,
+        max_batch_messages=BATCH,
+        max_inflight_batches=in_flight,
+        max_buffered_messages=max(262_144, 2 * BATCH * in_flight * partitions),
+        max_buffered_bytes=1 << 30,
+    )
+
+
 async def publish(url: str, topic: str, partitions: int, messages: int) -> dict[str, Any]:
     """`messages` 100-byte messages in batches of BATCH through one producer: to one topic with 8 batches
     in flight (8 send_batch calls of one batch each), or to `partitions` topics with 2 batches in flight
     per topic (2 send_batch calls of one batch per topic each)."""
-    in_flight = 8 if partitions == 1 else 2
+    in_flight = in_flight_for(partitions)
     async with Client(url) as client:
-        producer = await client.producer(
-            topic,
-            "tp",
-            reliable=True,
-            partitions=partitions if partitions > 1 else None,
-            max_batch_messages=BATCH,
-            max_inflight_batches=in_flight,
-            max_buffered_messages=max(262_144, 2 * BATCH * in_flight * partitions),
-            max_buffered_bytes=1 << 30,
-        )
+        producer = await bench_producer(client, topic, partitions)
         per_call = BATCH * partitions
         chunk = [PAYLOAD] * per_call
         await producer.send_batch(chunk)  # warm-up: every partition's stream and WAL file is open

@@ -19,7 +19,7 @@ from ister.server.ister_api import _next_frame
 from ister.storage.objects.catalog import list_descriptors
 from ister.storage.objects.store import ObjectStore, ObjectStoreUnavailable, open_store
 from ister.storage.objects.tiered import TieredReader
-from ister.storage.wal import Wal, WalConfig
+from ister.storage.wal import Wal, WalConfig, WalReader
 from tests.support import until
 from tests.unit.test_objects_tiered import TOPIC, append_n, old_owner, payload
 
@@ -49,6 +49,15 @@ class CountingReads(ObjectStore):
 async def subscription(
     wal: Wal, objects: ObjectStore, meta: EmbeddedStore, window: int, chunk_bytes: int
 ) -> tuple[ReliableSubscription, ConsumerStream, list[int]]:
+    reader = TieredReader(TOPIC, wal, objects, meta, 0, chunk_bytes=chunk_bytes)
+    return started_subscription(wal, reader, window, 10_000)
+
+
+def started_subscription(
+    wal: Wal, reader: TieredReader | WalReader, window: int, stream_size: int
+) -> tuple[ReliableSubscription, ConsumerStream, list[int]]:
+    """An exclusive subscription of TOPIC from offset 0 reading through `reader`, one consumer attached
+    with a stream of `stream_size`, its loop started; the cursors it writes (nothing may be dead-lettered)."""
     cursors: list[int] = []
 
     async def write_cursor(cursor: int) -> None:
@@ -57,14 +66,13 @@ async def subscription(
     async def dead_letter(*_: object) -> None:
         raise AssertionError("nothing is dead-lettered here")
 
-    reader = TieredReader(TOPIC, wal, objects, meta, 0, chunk_bytes=chunk_bytes)
     sub = ReliableSubscription(
         TOPIC, "catch-up", SubType.EXCLUSIVE, wal=wal, start_offset=0, window=window,
         policy=FailurePolicy(), write_cursor=write_cursor, publish_dead_letter=dead_letter, reader=reader,
     )  # fmt: skip
     session = ConsumerSession(1, "c", TOPIC, "catch-up", SubType.EXCLUSIVE, ())
     sub.add_consumer(session)
-    stream = ConsumerStream(10_000)
+    stream = ConsumerStream(stream_size)
     sub.attach(session, stream)
     sub.start()
     return sub, stream, cursors

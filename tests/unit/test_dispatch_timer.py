@@ -9,13 +9,10 @@ from pathlib import Path
 import pytest
 
 from ister.broker import reliable
-from ister.broker.reliable import ReliableSubscription
-from ister.broker.sessions import ConsumerSession, ConsumerStream, OutChunk
-from ister.core.dispatch import FailurePolicy, SubType
+from ister.broker.sessions import ConsumerStream, OutChunk
 from ister.core.record import StoredMessage, encode_message
 from ister.storage.wal import Wal, WalConfig
-
-TOPIC = "/default/timer"
+from tests.unit.test_catchup_runs import started_subscription
 
 
 async def next_offsets(stream: ConsumerStream) -> list[int]:
@@ -32,25 +29,11 @@ async def test_a_short_nack_delay_is_served_before_a_far_heartbeat(
     message = StoredMessage(payload=b"m", publish_time=1, producer_id=1, producer_name="p")
     await wal.append([encode_message(message)])
 
-    async def write_cursor(_: int) -> None:
-        return None
-
-    async def dead_letter(*_: object) -> None:
-        raise AssertionError("nothing is dead-lettered here")
-
-    sub = ReliableSubscription(
-        TOPIC, "s", SubType.EXCLUSIVE, wal=wal, start_offset=0, window=10, policy=FailurePolicy(),
-        write_cursor=write_cursor, publish_dead_letter=dead_letter, reader=wal.reader(0),
-    )  # fmt: skip
-    session = ConsumerSession(1, "c", TOPIC, "s", SubType.EXCLUSIVE, ())
-    sub.add_consumer(session)
-    stream = ConsumerStream(100)
-    sub.attach(session, stream)
-    sub.start()
+    sub, stream, _ = started_subscription(wal, wal.reader(0), window=10, stream_size=100)
     try:
         async with asyncio.timeout(10):
+            # Delivered: the loop went back to sleep with its minute-long timer armed.
             assert await next_offsets(stream) == [0]
-            await asyncio.sleep(0.05)  # the loop went back to sleep on its minute-long timer
             assert await sub.nack(0, 100, "later")
             # Redelivered once its delay passed, long before the heartbeat: the timer was moved earlier.
             assert await next_offsets(stream) == [0]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 import random
 import signal
 import subprocess
@@ -23,6 +26,7 @@ from ister.storage.wal.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
+from tests.support import until
 
 
 def slots(directory: Path) -> list[tuple[int, Checkpoint] | str]:
@@ -207,3 +211,55 @@ async def test_a_wal_reopens_at_the_older_mark_when_the_newest_slot_is_torn(tmp_
     finally:
         await wal.close()
     assert read_checkpoint(tmp_path) == Checkpoint(31)
+
+
+def test_a_failed_flush_of_a_slot_keeps_the_other_and_is_retried_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = CheckpointFile(tmp_path)
+    file.write(Checkpoint(10))
+    file.write(Checkpoint(20))  # slot 0: 10, slot 1: 20 (the newest)
+    real = os.fdatasync
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "simulated write-back error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(OSError, match="write-back"):
+        file.write(Checkpoint(30))  # into slot 0, never known durable
+    assert slots(tmp_path)[1] == (2, Checkpoint(20))  # the last durable checkpoint is untouched
+    monkeypatch.setattr(os, "fdatasync", real)
+    file.write(Checkpoint(40))  # retried into the same slot, over the one that failed
+    assert slots(tmp_path) == [(3, Checkpoint(40)), (2, Checkpoint(20))]
+
+
+async def test_a_wal_whose_checkpoint_cannot_be_written_keeps_taking_appends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("ister.storage.wal.writer.CHECKPOINT_INTERVAL_S", 0.0)
+    wal = await Wal.open(tmp_path, WalConfig())
+    try:
+        assert await wal.append([b"first"]) == 0
+        await until(lambda: read_checkpoint(tmp_path) == Checkpoint(1), "the first checkpoint (a new file)")
+
+        def failing(self: CheckpointFile, checkpoint: Checkpoint) -> int:
+            raise OSError(errno.EIO, "simulated I/O error")
+
+        monkeypatch.setattr(CheckpointFile, "_overwrite", failing)  # every in-place slot write fails
+        with caplog.at_level(logging.ERROR, logger="ister.storage.wal"):
+            for i in range(1, 20):
+                assert await wal.append([b"r%d" % i]) == i  # acknowledged as usual
+            await until(lambda: "cannot write the high-water checkpoint" in caplog.text, "the error logged")
+        assert read_checkpoint(tmp_path) == Checkpoint(1)  # the previous mark, still readable
+        assert caplog.text.count("cannot write the high-water checkpoint") == 1  # once, not per attempt
+        monkeypatch.undo()
+        assert await wal.append([b"last"]) == 20
+        await until(lambda: read_checkpoint(tmp_path) == Checkpoint(21), "the checkpoint written again")
+        assert "high-water checkpoint written again" in caplog.text
+    finally:
+        await wal.close()
+    reopened = await Wal.open(tmp_path, WalConfig())
+    try:
+        assert reopened.next_offset == 21  # every acknowledged record is there
+    finally:
+        await reopened.close()

@@ -155,24 +155,21 @@ def write_checkpoint(directory: Path, checkpoint: Checkpoint) -> None:
 class CheckpointFile:
     """One WAL's checkpoint file as its writer (one thread at a time) keeps writing it."""
 
-    __slots__ = ("_newest", "_seq", "_staged", "directory")
+    __slots__ = ("_newest", "_seq", "directory")
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._seq = 0  # the newest durable slot's seq; 0: the next write replaces the file
         self._newest = 0  # the slot holding it
-        self._staged = False  # stage() wrote the other slot, not known durable yet
 
     def replaced(self, checkpoint: Checkpoint | None = None) -> None:
         """The file was replaced by a new one holding `checkpoint` (`write_checkpoint`); None: by something
         else, or not known to be durable (a cut): the next write replaces it again."""
-        self._staged = False
         self._seq = 1 if checkpoint is not None and fits_slot(checkpoint) else 0
         self._newest = 0
 
     def write(self, checkpoint: Checkpoint) -> None:
         """Make `checkpoint` the durable one. Raises OSError; the previous checkpoint is then still there."""
-        self._staged = False
         if self._seq == 0 or not fits_slot(checkpoint):
             self._replace(checkpoint)
             return
@@ -189,9 +186,8 @@ class CheckpointFile:
 
     def stage(self, checkpoint: Checkpoint) -> int | None:
         """Write `checkpoint` into the free slot without flushing it; `staged_durable()` once a syncfs made it
-        durable. Returns the open descriptor (the caller closes it), None if this one must be replaced
-        (`write`) instead. Raises OSError."""
-        self._staged = False
+        durable (until then the next write goes to the same slot). Returns the open descriptor (the caller
+        closes it), None if this one must be replaced (`write`) instead. Raises OSError."""
         if self._seq == 0 or not fits_slot(checkpoint):
             return None
         try:
@@ -199,13 +195,11 @@ class CheckpointFile:
         except FileNotFoundError:  # deleted by hand: made again
             self.replaced()
             return None
-        self._staged = True
         return fd
 
     def staged_durable(self) -> None:
-        if self._staged:
-            self._staged = False
-            self._advance()
+        """The slot the last `stage` wrote is durable (a syncfs after it succeeded)."""
+        self._advance()
 
     def _overwrite(self, checkpoint: Checkpoint) -> int:
         slot = 1 - self._newest

@@ -756,10 +756,6 @@ class WalWriter:
             self._checkpoint_error = None
         self._mark = checkpoint.next_offset
 
-    @property
-    def directory(self) -> Path:
-        return self._directory
-
     def _fail(self, exc: BaseException) -> None:
         err = StorageError(f"WAL writer failed in {self._directory}: {exc!r}")
         log.error("%s", err)
