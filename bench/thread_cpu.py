@@ -10,7 +10,8 @@ usage: python bench/thread_cpu.py publish [ENV=VALUE ...] [--topics 1000] [--mes
   msg/s, the broker's page faults per 1,000 messages, its RSS before and after, and the client's CPU.
 * e2e: `ister bench`'s batch-API e2e case (1,000 msg/s, a consumer in another process); threads are read
   between its 3rd and 7th second.
-* danube-publish: `ister bench`'s danube-client publish with 64 in flight, after 2,000 warm-up messages.
+* danube-publish: `ister bench`'s danube-client publish with 64 in flight, after 2,000 warm-up messages; also
+  the client's (this process's) CPU and the time all cores were idle, per message.
 * danube-consume: its consume + ack (64 acks in flight) of `--messages` published before.
   With `--noop` both run against the no-op Danube server instead (`ister.benchmark.noop_server`; consume
   with at most 10 unacknowledged, the broker's default window), whose threads are then the ones shown.
@@ -99,6 +100,13 @@ async def publish(broker: BenchBroker, topics: int, messages: int) -> None:
     print("  broker threads per message:", per_thread(broker.pid, threads0, threads1, sent))
 
 
+def machine_idle() -> float:
+    """Seconds all cores have been idle since boot (/proc/stat: idle + iowait)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
+
+
 def e2e(broker: BenchBroker, seconds: float) -> None:
     readings: dict[str, Stats] = {}
 
@@ -128,10 +136,15 @@ def danube_publish(url: str, pid: int, messages: int, server: str = "broker") ->
     from ister.benchmark import danube_cases as dc  # the official client: only in the danube cases
 
     uvloop.run(dc.pipe_publish_only(url, "/default/threads_warm", 2000))
-    threads0 = thread_stats(pid)
+    threads0, mine0, idle0 = thread_stats(pid), os.times(), machine_idle()
     result = uvloop.run(dc.pipe_publish_only(url, "/default/threads_danube", messages))
-    threads1 = thread_stats(pid)
-    print(f"danube-client publish, {dc.IN_FLIGHT} in flight: {result['msgs_per_s']:,.0f} msg/s ({server})")
+    threads1, mine1, idle1 = thread_stats(pid), os.times(), machine_idle()
+    client = (mine1.user - mine0.user) + (mine1.system - mine0.system)
+    idle = idle1 - idle0
+    print(
+        f"danube-client publish, {dc.IN_FLIGHT} in flight: {result['msgs_per_s']:,.0f} msg/s ({server}), "
+        f"client {client * 1e6 / messages:.0f} µs/msg, machine idle {idle * 1e6 / messages:.0f} µs/msg"
+    )
     print(f"  {server} threads per message:", per_thread(pid, threads0, threads1, messages))
 
 

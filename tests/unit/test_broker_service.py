@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from ister.broker import topic as topic_module
 from ister.broker.service import BrokerService
 from ister.config import load_config
 from ister.core.dispatch import SubType
 from ister.core.record import StoredMessage
-from ister.errors import FailedPrecondition, InvalidArgument, NotFound
+from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Timeout
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
+from ister.storage.wal.writer import WalWriter
 
 
 @pytest.fixture
@@ -146,4 +149,37 @@ async def test_a_load_that_fails_after_the_wal_opened_closes_it(tmp_path: Path) 
         assert again.wal is not None and again.wal.committed_offset == 1
     finally:
         await broker.close()
+        await store.close()
+
+
+async def test_a_publish_the_disk_does_not_make_durable_in_time_fails_and_the_topic_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(topic_module, "PUBLISH_TIMEOUT_SECONDS", 0.3)  # read when the topic is loaded
+    store = EmbeddedStore.in_memory()
+    service = BrokerService(load_config(environ={}), store, tmp_path)
+    await service.start()
+    disk_back = threading.Event()
+    try:
+        pid = await service.create_producer("/default/hung", "p", reliable=True, access_mode=0)
+        session = await service.producer(pid, "/default/hung")
+        assert await service.send(session, _msg(b"before")) == 0
+        real_sync = WalWriter._fdatasync
+
+        def hung_sync(self: WalWriter) -> None:  # a disk that stops answering (simulated), then comes back
+            disk_back.wait(30)
+            real_sync(self)
+
+        monkeypatch.setattr(WalWriter, "_fdatasync", hung_sync)
+        with pytest.raises(Timeout, match=r"did not make the message durable within 0\.3 s"):
+            await service.send(session, _msg(b"slow"))
+        disk_back.set()
+        # The topic goes on, and the message that timed out was written after all (at offset 1): the
+        # client was told it failed and may send it again, a duplicate but nothing lost.
+        assert await service.send(session, _msg(b"after")) == 2
+        topic = service.topics["/default/hung"]
+        assert topic.wal is not None and topic.wal.committed_offset == 3
+    finally:
+        disk_back.set()
+        await service.close()
         await store.close()

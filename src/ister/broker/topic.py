@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from ister.broker import metrics
+from ister.broker.deadlines import Deadlines
 from ister.broker.nonreliable import NonReliableSubscription
 from ister.broker.reliable import ReliableSubscription
 from ister.broker.sessions import ProducerSession
@@ -68,6 +69,7 @@ class Topic:
         self.cursors: dict[str, int] = {}
         self._cursor_gauges: dict[str, metrics.Child] = {}  # their lag series, looked up once, not per append
         self.gaps = GapLedger()  # offsets readers found missing: counted and logged once each
+        self._publish_deadlines = Deadlines(PUBLISH_TIMEOUT_SECONDS)
         if wal is not None:
             wal.on_committed = self._wake_subscriptions
 
@@ -138,7 +140,7 @@ class Topic:
         self.bytes_in += payload_bytes
         if self.wal is not None:
             try:
-                async with asyncio.timeout(PUBLISH_TIMEOUT_SECONDS):
+                with self._publish_deadlines.guard():
                     # msgspec.Raw is a buffer over the client's record bytes: framed without a copy
                     offset = await self.wal.append(records)
                     claim.appended()
@@ -152,7 +154,7 @@ class Topic:
                 where = "the WAL" if gate is None else "the WAL and its in-sync replicas"
                 raise Timeout(
                     f"{self.name}: {where} did not make the message durable "
-                    f"within {PUBLISH_TIMEOUT_SECONDS:.0f} s"
+                    f"within {self._publish_deadlines.timeout:g} s"
                 ) from None
             return offset  # the subscriptions were woken by the WAL when readers could see the records
         first = self._next_volatile_offset

@@ -10,6 +10,7 @@ immutable once written, so parsed schemas are cached by (subject, version) on ev
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import OrderedDict
@@ -60,6 +61,16 @@ LATEST_TTL_SECONDS = 1.0  # a subject's latest version, as used for messages tha
 
 def binding_key(topic: TopicName) -> str:
     return f"{BINDINGS_PREFIX}{topic.namespace}/{topic.topic}"
+
+
+@functools.lru_cache(maxsize=PARSED_CACHE)
+def _binding_key_of(topic: str) -> str | None:
+    """`binding_key` of a topic name as sent (None if it is not one): every publish asks, and most topics
+    have no binding, so the parse is kept."""
+    try:
+        return binding_key(TopicName.parse(topic))
+    except InvalidArgument:
+        return None
 
 
 def _text(value: str, what: str) -> str:
@@ -400,9 +411,8 @@ class SchemaRegistry:
     def binding(self, topic: str) -> TopicBinding | None:
         """The topic's binding as this broker's watch last saw it (no I/O: the publish path)."""
         hit = self._bindings_parsed.get(topic)
-        try:
-            key = hit[0] if hit is not None else binding_key(TopicName.parse(topic))
-        except InvalidArgument:
+        key = hit[0] if hit is not None else _binding_key_of(topic)
+        if key is None:
             return None
         kv = self.bindings.get(key)
         if kv is None or kv.value is None:

@@ -1,0 +1,130 @@
+"""Deadlines (broker/deadlines.py): the publish path's cheap replacement for asyncio.timeout."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ister.broker.deadlines import Deadlines
+
+
+async def _wait_forever(deadlines: Deadlines) -> None:
+    with deadlines.guard():
+        await asyncio.sleep(5)  # "for ever": long enough to fail the test, not to hang it
+
+
+async def test_a_block_that_ends_in_time_is_left_alone() -> None:
+    deadlines = Deadlines(0.05)
+    with deadlines.guard():
+        await asyncio.sleep(0)
+    assert len(deadlines) == 0
+    await asyncio.sleep(0.1)  # past the deadline the block had: nothing is cancelled later
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+
+
+async def test_a_block_that_waits_too_long_gets_timeout_error_not_before_its_deadline() -> None:
+    deadlines = Deadlines(0.05)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(TimeoutError):
+        await _wait_forever(deadlines)
+    assert loop.time() - started >= 0.05
+    assert len(deadlines) == 0
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0  # its cancellation was taken back
+
+
+async def test_each_waiter_expires_at_its_own_deadline_and_early_leavers_are_not_cancelled() -> None:
+    deadlines = Deadlines(0.2)
+    loop = asyncio.get_running_loop()
+    ended: dict[str, float] = {}
+
+    async def waiter(name: str, release: asyncio.Event | None) -> str:
+        started = loop.time()
+        try:
+            with deadlines.guard():
+                await (release or asyncio.Event()).wait()
+            return "released"
+        except TimeoutError:
+            ended[name] = loop.time() - started
+            return "timed out"
+
+    release = asyncio.Event()
+    first = asyncio.create_task(waiter("first", release))  # the oldest: the timer is armed for it
+    await asyncio.sleep(0.05)
+    second = asyncio.create_task(waiter("second", None))
+    await asyncio.sleep(0.05)
+    third = asyncio.create_task(waiter("third", None))
+    await asyncio.sleep(0)
+    release.set()  # the oldest leaves in time: the timer must move on to the next
+    assert await first == "released"
+    # bounded: a timer that never moves on would leave them waiting for ever
+    assert await asyncio.wait_for(second, 5) == "timed out"
+    assert await asyncio.wait_for(third, 5) == "timed out"
+    assert ended["second"] >= 0.2 and ended["third"] >= 0.2
+    assert len(deadlines) == 0
+
+
+async def test_waiters_after_an_idle_spell_still_expire() -> None:
+    deadlines = Deadlines(0.05)
+    with deadlines.guard():
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.1)  # the timer armed for that block fired and found nothing
+    with pytest.raises(TimeoutError):
+        await _wait_forever(deadlines)
+    with deadlines.guard():  # and again while its timer is still armed for a block that has left
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.01)  # a later deadline than that block's (the loop clock counts milliseconds)
+    with pytest.raises(TimeoutError):
+        await _wait_forever(deadlines)
+
+
+async def test_a_cancellation_from_elsewhere_stays_a_cancellation() -> None:
+    deadlines = Deadlines(10.0)
+    task = asyncio.create_task(_wait_forever(deadlines))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(deadlines) == 0
+
+
+async def test_expired_and_cancelled_from_elsewhere_is_a_cancellation() -> None:
+    deadlines = Deadlines(0.05)
+    entered = asyncio.Event()
+
+    async def stubborn() -> None:
+        with deadlines.guard():
+            entered.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                await asyncio.sleep(0.05)  # still inside the block when the caller cancels it too
+                raise
+
+    task = asyncio.create_task(stubborn())
+    await entered.wait()
+    await asyncio.sleep(0.07)  # the guard has cancelled it by now
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_bad_use_is_refused() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        Deadlines(0)
+    deadlines = Deadlines(1.0)
+    loop = asyncio.get_running_loop()
+    failures: list[BaseException] = []
+
+    def outside_a_task() -> None:
+        try:
+            deadlines.guard()
+        except RuntimeError as exc:
+            failures.append(exc)
+
+    loop.call_soon(outside_a_task)
+    await asyncio.sleep(0.01)
+    assert len(failures) == 1 and "task" in str(failures[0])
