@@ -128,3 +128,20 @@ async def test_bad_use_is_refused() -> None:
     loop.call_soon(outside_a_task)
     await asyncio.sleep(0.01)
     assert len(failures) == 1 and "task" in str(failures[0])
+
+
+def test_one_deadlines_used_by_one_loop_after_another() -> None:
+    # A topic's Deadlines outlives nothing in the broker, but tests run many loops: a timer left armed in a
+    # loop that has closed must not keep the next loop's waiters from expiring.
+    deadlines = Deadlines(0.05)
+
+    async def leave_a_timer_armed() -> None:
+        with deadlines.guard():
+            await asyncio.sleep(0)
+
+    async def wait_too_long() -> None:
+        with pytest.raises(TimeoutError):
+            await _wait_forever(deadlines)
+
+    asyncio.run(leave_a_timer_armed())
+    asyncio.run(wait_too_long())

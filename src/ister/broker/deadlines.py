@@ -25,6 +25,7 @@ class Deadlines:
         self.timeout = timeout
         self._waiting: dict[DeadlineGuard, None] = {}  # insertion order = deadline order
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
 
     def guard(self) -> DeadlineGuard:
         """A guard for the current task (`with deadlines.guard(): await ...`)."""
@@ -39,8 +40,9 @@ class Deadlines:
     def _enter(self, guard: DeadlineGuard, loop: asyncio.AbstractEventLoop) -> None:
         guard.deadline = loop.time() + self.timeout
         self._waiting[guard] = None
-        if self._timer is None:
+        if self._timer is None or self._timer_loop is not loop:  # (a closed loop's timer never fires)
             self._timer = loop.call_at(guard.deadline, self._expire, loop)
+            self._timer_loop = loop
 
     def _leave(self, guard: DeadlineGuard) -> None:
         self._waiting.pop(guard, None)
@@ -56,11 +58,13 @@ class Deadlines:
             expired.append(guard)
         for guard in expired:
             del self._waiting[guard]
-            guard.expired = True
-            guard.task.cancel()
+            if guard.task.get_loop() is loop:  # (not a task of a loop since closed)
+                guard.expired = True
+                guard.task.cancel()
         if self._waiting:
             oldest = next(iter(self._waiting))
             self._timer = loop.call_at(oldest.deadline, self._expire, loop)
+            self._timer_loop = loop
 
 
 class DeadlineGuard:
