@@ -131,7 +131,7 @@ async def test_running_producer_continues_on_the_new_owner_after_kill9(cluster: 
 
 async def test_producer_of_a_dead_broker_fails_within_its_deadline(fresh_broker: BrokerProcess) -> None:
     topic = "/default/dead_broker"
-    retry_timeout = 4.0
+    retry_timeout = 2.0
     connect_timeout = 1.0
     bound = retry_timeout + connect_timeout + 5.0  # the budget, one last attempt, and slack
     client = Client(fresh_broker.url, connect_timeout=connect_timeout, retry_timeout=retry_timeout)
