@@ -48,6 +48,7 @@ class WalSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     idle_close_seconds: float = 30.0  # a WAL's segment file is closed when not written for this long
     max_open_segments: int = 0  # segment files open for writing at most; 0 = RLIMIT_NOFILE / 4, <= 8192
     preallocate_bytes: int = 1 * MiB  # the active segment file is allocated up to this far ahead; 0 = off
+    group_linger_us: int = 400  # fsync always: a busy WAL's writer waits this long to group appends; 0 = off
 
 
 class LimitsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -411,6 +412,8 @@ def _check_wal(w: WalSettings) -> None:
         raise ConfigError("wal.writer_threads must be in 0..64 (0 = automatic)")
     if w.preallocate_bytes < 0:
         raise ConfigError("wal.preallocate_bytes must be >= 0 (0 = off)")
+    if not 0 <= w.group_linger_us <= 100_000:
+        raise ConfigError("wal.group_linger_us must be in 0..100000 (0 = off)")
     if w.idle_close_seconds <= 0 or w.max_open_segments < 0:
         raise ConfigError("wal: idle_close_seconds > 0, max_open_segments >= 0 (0 = automatic)")
 

@@ -66,6 +66,7 @@ class TopicStorage:
             segment_max_age_s=durable.segment_max_age_seconds if self.objects is not None else 0.0,
             cache_max_bytes=w.cache_max_bytes,
             preallocate_bytes=w.preallocate_bytes,
+            group_linger_us=w.group_linger_us,
         )
         # One memory budget for the record caches of all this broker's WALs (per-topic caps alone would let
         # a thousand busy topics hold a thousand times cache_max_bytes).

@@ -27,6 +27,9 @@ class WalConfig:
     # allocate the active segment's file this far ahead of its data at most (0: never): fdatasync then
     # flushes data without a file-size change to journal (writer.py, "Preallocation")
     preallocate_bytes: int = 1 * MiB
+    # fsync always: when appends come faster than this, the writer waits this long before taking a group
+    # that is its only work, so that one fdatasync serves more of them (writer.py, "Group linger"); 0 = off
+    group_linger_us: int = 400
     # cap on one write()+fsync group (a single larger append is still written as one group)
     max_write_bytes: int = 8 * MiB
     # back-pressure: appends wait while this many encoded bytes are queued but not yet committed
@@ -56,5 +59,7 @@ class WalConfig:
             raise ConfigError("wal.cache_max_bytes must be >= 0")
         if self.preallocate_bytes < 0:
             raise ConfigError("wal.preallocate_bytes must be >= 0")
+        if self.group_linger_us < 0:
+            raise ConfigError("wal.group_linger_us must be >= 0")
         if self.close_timeout_s <= 0:
             raise ConfigError("wal.close_timeout_s must be > 0")

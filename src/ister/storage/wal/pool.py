@@ -117,6 +117,7 @@ class WriterPool:
         self._seq = 0
         self._open: OrderedDict[WalWriter, float] = OrderedDict()  # fd open -> last written (monotonic)
         self._waiting = 0  # threads waiting on the lock's condition
+        self.lingers = 0  # turns a thread waited for more appends before taking (writer.py, "Group linger")
         self._writers = 0
         self._closed = False
         self._checkpoint_next = 0.0  # the next free slot of the checkpoint budget (monotonic)
@@ -234,6 +235,17 @@ class WriterPool:
         while True:
             now = time.monotonic()
             self._due(now)
+            if len(ready) == 1 and ready[0].linger_started is None and ready[0].lingers():
+                # This writer is the only work and its appends come close together: wait a moment so that
+                # one flush serves more of them (writer.py, "Group linger"). The lock is released meanwhile;
+                # appends to a writer already in the ready queue wake nobody.
+                writer = ready[0]
+                writer.linger_started = now
+                queued = writer.queued()
+                self.lock.wait(writer.linger_s)
+                self.lingers += 1
+                writer.lingered(writer.queued() > queued)
+                continue  # it may have been taken by another thread meanwhile, or stopped
             if ready:
                 if self.shared_sync:
                     n = min(BATCH_WRITERS_SHARED, len(ready))  # one syncfs makes the whole batch durable
@@ -241,6 +253,7 @@ class WriterPool:
                     n = min(BATCH_WRITERS, -(-len(ready) // (self._waiting + 1)))  # work for the idle too
                 batch = [ready.popleft() for _ in range(n)]
                 for writer in batch:
+                    writer.linger_started = None
                     writer.take(now)
                 if ready and self._waiting:
                     self.lock.notify()

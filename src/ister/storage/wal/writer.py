@@ -19,6 +19,18 @@ journalling a new file size: about 30 % less time per fdatasync on ext4 here (do
 zeros past the data are cut off when the segment is sealed, its file is closed as idle, or the WAL closes;
 after a crash, recovery cuts them like a torn tail (segment.py). Never before the segment's first frame is
 on disk, so zeros never sit where offset 0 is expected (a zero header reads as an empty frame at offset 0).
+
+Group linger (fsync always): a group is flushed as soon as a pool thread takes it, so when appends come
+one at a time (a Danube client sends one message per call) the first after an idle moment is flushed
+alone and the rest queue behind that flush; the requests then move in convoys and both cores sit idle
+while each flush runs (docs/benchmarks.md, session 17). When the writer's appends have lately come less
+than `group_linger_us` apart (a moving average of the gaps, kept by `submit`) and its groups lately held
+more than one append now and then (several appends in flight, not one producer waiting for each
+acknowledgement), a pool thread whose only work is this writer waits that long before taking its group
+(`lingers`, `pool._take_batch`). Appends that come further apart (1,000 a second and fewer at the default
+400 µs) or one at a time are flushed at once as before; and when waiting has lately not brought more
+appends (a producer that sends a few at once and waits for them), the writer stops waiting, trying once
+every LINGER_RETRY_AFTER turns whether it pays again.
 """
 
 from __future__ import annotations
@@ -62,6 +74,12 @@ class _NoSpace(Exception):
     def __init__(self, cause: OSError) -> None:
         super().__init__(str(cause))
         self.cause = cause
+
+
+LINGER_MAX = 64  # appends queued: no reason to wait for more
+LINGER_SHARING = 0.2  # groups lately holding more than one append, at least this share of them
+LINGER_GAIN = 0.3  # waits lately followed by more appends, at least this share of them
+LINGER_RETRY_AFTER = 16  # turns skipped for lack of gain before one wait to measure it again
 
 
 class Entry:
@@ -116,10 +134,15 @@ class WalWriter:
         "_full_refused",
         "_full_since",
         "_full_what",
+        "_gap",
         "_group",
         "_interval",
         "_last_checkpoint",
+        "_last_submit",
         "_last_sync",
+        "_linger_gain",
+        "_linger_s",
+        "_linger_skipped",
         "_lock",
         "_lost_ranges",
         "_mark",
@@ -134,6 +157,7 @@ class WalWriter:
         "_refusing",
         "_segments",
         "_segments_lock",
+        "_sharing",
         "_stopped",
         "_stopping",
         "_sync_requested",
@@ -145,6 +169,7 @@ class WalWriter:
         "checkpoint_file",
         "close_requested",
         "device",
+        "linger_started",
         "loop",
         "pool",
         "posts",
@@ -188,6 +213,13 @@ class WalWriter:
         self._queue: list[Entry] = []  # a list, not a deque: an empty deque costs ~600 bytes per WAL
         self.busy = False  # in the pool's ready queue or in a batch
         self.timer_at: float | None = None  # the deadline armed in the pool's timer heap
+        self.linger_started: float | None = None  # when a pool thread began to wait for more appends
+        self._linger_s = config.group_linger_us / 1e6
+        self._last_submit = 0.0
+        self._gap = 1.0  # moving average of the time between appends, seconds (starts as "slow")
+        self._sharing = 0.0  # moving average of "the group had more than one append" (0..1)
+        self._linger_gain = 1.0  # moving average of "more appends came while a thread waited" (0..1)
+        self._linger_skipped = 0  # turns not lingered for lack of gain since the last linger
         # Bytes of the active segment's file allocated (preallocation; 0: not known to exceed the data,
         # -1: preallocation does not work here)
         self._allocated = 0 if config.preallocate_bytes else -1
@@ -241,7 +273,45 @@ class WalWriter:
             if self._refusing is not None:
                 raise type(self._refusing)(str(self._refusing))
             self._queue.append(entry)
+            now = time.monotonic()
+            self._gap += (now - self._last_submit - self._gap) * 0.25
+            self._last_submit = now
             self.pool.wake(self)
+
+    def lingers(self) -> bool:
+        """Whether a pool thread should wait `linger_s` before taking this writer's group (pool lock held):
+        fsync always, appends lately closer together than that and sharing groups (so several are in
+        flight at once: one producer waiting for each acknowledgement before its next append would only be
+        slowed down), and nothing queued that must not wait."""
+        queue = self._queue
+        if not self._linger_s or not self._always or self._gap >= self._linger_s or len(queue) >= LINGER_MAX:
+            return False
+        if self._sharing < LINGER_SHARING:
+            return False
+        if self._linger_gain < LINGER_GAIN:
+            # Waiting did not bring more appends lately (a producer that sends a few at once and waits for
+            # them): skip it, but try again now and then in case the traffic changed.
+            self._linger_skipped += 1
+            if self._linger_skipped < LINGER_RETRY_AFTER:
+                return False
+        if self._stopping or self.close_requested or self._failed is not None:
+            return False
+        if self._cut_request is not None:
+            return False
+        return all(entry.count for entry in queue)  # a flush marker (count 0) is waited on by flush()
+
+    @property
+    def linger_s(self) -> float:
+        return self._linger_s
+
+    def queued(self) -> int:
+        """Entries waiting for a turn (pool lock held)."""
+        return len(self._queue)
+
+    def lingered(self, gained: bool) -> None:
+        """A pool thread waited for this writer (pool lock held); `gained`: appends came meanwhile."""
+        self._linger_gain += (gained - self._linger_gain) * 0.25
+        self._linger_skipped = 0
 
     def submit_cut(self, end: int, reset: bool, entry: Entry) -> None:
         """Queue a cut of the log to `end` (see truncate.py) and a marker that completes after it. The loop
@@ -307,6 +377,8 @@ class WalWriter:
             group = queue[:taken]
             del queue[:taken]
         self._group = group
+        if taken:
+            self._sharing += (min(taken, 2) - 1 - self._sharing) * 0.25
         self._nbytes = nbytes
         self._cut_now, self._cut_request = self._cut_request, None
         self._sync_requested = sync_requested
