@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ister.errors import StorageError
 from ister.storage.wal import Wal, WalConfig, WriterPool
 from ister.storage.wal.writer import Entry, WalWriter
 from tests.unit.test_wal_pool import file_records
@@ -176,3 +177,33 @@ def test_the_setting_is_checked() -> None:
     with pytest.raises(ConfigError, match="group_linger_us"):
         load_config(environ={"ISTER_WAL__GROUP_LINGER_US": "-5"})
     assert load_config(environ={}).wal.group_linger_us == 400
+
+
+async def test_a_disk_error_while_groups_linger_fails_only_unacknowledged_appends(
+    tmp_path: Path, pool: WriterPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = [False]
+    real = WalWriter._fdatasync
+
+    def flaky(self: WalWriter) -> None:
+        time.sleep(0.003)  # a slow disk, so that appends in flight share flushes
+        if broken[0]:
+            raise OSError(5, "simulated I/O error")
+        real(self)
+
+    monkeypatch.setattr(WalWriter, "_fdatasync", flaky)
+    wal = await Wal.open(tmp_path / "w", WalConfig(group_linger_us=LINGER_US), pool=pool, lock_root=tmp_path)
+    await _stream(wal, 20, 0.0)
+    acknowledged = await _stream(wal, 60, 0.0005)
+    assert pool.lingers > 0  # the writer waits for more appends by now
+    tasks = [asyncio.create_task(wal.append([b"doomed-%d" % i])) for i in range(5)]
+    await asyncio.sleep(0)
+    broken[0] = True  # the disk fails while those wait for (or in) a lingering group
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, StorageError) for r in results), results
+    assert wal.failed is not None
+    await wal.close()
+    broken[0] = False
+    # Every acknowledged append is in the files, in order.
+    records = file_records(tmp_path / "w")
+    assert [offset for offset, _ in records[: 20 + len(acknowledged)]] == list(range(80))
