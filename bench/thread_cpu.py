@@ -44,7 +44,7 @@ import uvloop  # noqa: E402
 import topic_count_bench  # noqa: E402
 from ister.benchmark import ister_cases  # noqa: E402
 from ister.benchmark.broker import BenchBroker, free_port, stop_process, wait_port  # noqa: E402
-from ister.benchmark.stats import PAYLOAD, thread_deltas, thread_stats  # noqa: E402
+from ister.benchmark.stats import PAYLOAD, host_cpu_ticks, thread_deltas, thread_stats  # noqa: E402
 from ister.client import Client  # noqa: E402
 
 Stats = dict[int, tuple[str, float, int]]
@@ -101,10 +101,9 @@ async def publish(broker: BenchBroker, topics: int, messages: int) -> None:
 
 
 def machine_idle() -> float:
-    """Seconds all cores have been idle since boot (/proc/stat: idle + iowait)."""
-    with open("/proc/stat") as f:
-        fields = f.readline().split()
-    return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
+    """Seconds all cores have been idle since boot (idle + iowait of `host_cpu_ticks`)."""
+    ticks = host_cpu_ticks()
+    return (ticks[3] + ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def e2e(broker: BenchBroker, seconds: float) -> None:

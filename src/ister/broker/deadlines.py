@@ -4,7 +4,8 @@
 percent of the event loop's time per Danube publish (one unary call per message). Here the waiting tasks
 sit in a dict in the order they started; with one timeout per `Deadlines` that is also the order of their
 deadlines, so a single timer per `Deadlines`, armed for the oldest waiter only while something waits, finds
-the expired ones at the front. Entering and leaving a guard is a dict insert and delete.
+the expired ones at the front. Entering and leaving a guard is a dict insert and delete. `shared` gives
+every user of one timeout the same `Deadlines` (the publishes of all a broker's topics: one timer).
 
 An expired guard cancels its task and, as `asyncio.timeout` does, turns that cancellation into TimeoutError
 where the guarded block ends; a cancellation from elsewhere stays a cancellation.
@@ -18,6 +19,8 @@ from types import TracebackType
 
 class Deadlines:
     """Guards that give their block `timeout` seconds (on the running loop's clock)."""
+
+    __slots__ = ("_timer", "_timer_loop", "_waiting", "timeout")
 
     def __init__(self, timeout: float) -> None:
         if timeout <= 0:
@@ -92,3 +95,14 @@ class DeadlineGuard:
         # the block ran out of time.
         if self.task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
             raise TimeoutError from exc
+
+
+_shared: dict[float, Deadlines] = {}
+
+
+def shared(timeout: float) -> Deadlines:
+    """The process's `Deadlines` for `timeout` (made on first use)."""
+    deadlines = _shared.get(timeout)
+    if deadlines is None:
+        deadlines = _shared[timeout] = Deadlines(timeout)
+    return deadlines

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ister.broker import metrics
-from ister.broker.deadlines import Deadlines
+from ister.broker import deadlines, metrics
 from ister.broker.nonreliable import NonReliableSubscription
 from ister.broker.reliable import ReliableSubscription
 from ister.broker.sessions import ProducerSession
@@ -69,7 +68,7 @@ class Topic:
         self.cursors: dict[str, int] = {}
         self._cursor_gauges: dict[str, metrics.Child] = {}  # their lag series, looked up once, not per append
         self.gaps = GapLedger()  # offsets readers found missing: counted and logged once each
-        self._publish_deadlines = Deadlines(PUBLISH_TIMEOUT_SECONDS)
+        self._publish_deadlines = deadlines.shared(PUBLISH_TIMEOUT_SECONDS)  # one timer for all topics
         if wal is not None:
             wal.on_committed = self._wake_subscriptions
 

@@ -235,12 +235,12 @@ class WriterPool:
         while True:
             now = time.monotonic()
             self._due(now)
-            if len(ready) == 1 and ready[0].linger_started is None and ready[0].lingers():
+            if len(ready) == 1 and not ready[0].lingered_this_turn and ready[0].lingers():
                 # This writer is the only work and its appends come close together: wait a moment so that
                 # one flush serves more of them (writer.py, "Group linger"). The lock is released meanwhile;
                 # appends to a writer already in the ready queue wake nobody.
                 writer = ready[0]
-                writer.linger_started = now
+                writer.lingered_this_turn = True
                 queued = writer.queued()
                 self.lock.wait(writer.linger_s)
                 self.lingers += 1
@@ -253,7 +253,7 @@ class WriterPool:
                     n = min(BATCH_WRITERS, -(-len(ready) // (self._waiting + 1)))  # work for the idle too
                 batch = [ready.popleft() for _ in range(n)]
                 for writer in batch:
-                    writer.linger_started = None
+                    writer.lingered_this_turn = False
                     writer.take(now)
                 if ready and self._waiting:
                     self.lock.notify()

@@ -141,7 +141,6 @@ class WalWriter:
         "_last_submit",
         "_last_sync",
         "_linger_gain",
-        "_linger_s",
         "_linger_skipped",
         "_lock",
         "_lost_ranges",
@@ -169,7 +168,8 @@ class WalWriter:
         "checkpoint_file",
         "close_requested",
         "device",
-        "linger_started",
+        "linger_s",
+        "lingered_this_turn",
         "loop",
         "pool",
         "posts",
@@ -213,8 +213,8 @@ class WalWriter:
         self._queue: list[Entry] = []  # a list, not a deque: an empty deque costs ~600 bytes per WAL
         self.busy = False  # in the pool's ready queue or in a batch
         self.timer_at: float | None = None  # the deadline armed in the pool's timer heap
-        self.linger_started: float | None = None  # when a pool thread began to wait for more appends
-        self._linger_s = config.group_linger_us / 1e6
+        self.lingered_this_turn = False  # a pool thread has waited for more appends before this turn
+        self.linger_s = config.group_linger_us / 1e6
         self._last_submit = 0.0
         self._gap = 1.0  # moving average of the time between appends, seconds (starts as "slow")
         self._sharing = 0.0  # moving average of "the group had more than one append" (0..1)
@@ -280,29 +280,24 @@ class WalWriter:
 
     def lingers(self) -> bool:
         """Whether a pool thread should wait `linger_s` before taking this writer's group (pool lock held):
-        fsync always, appends lately closer together than that and sharing groups (so several are in
-        flight at once: one producer waiting for each acknowledgement before its next append would only be
-        slowed down), and nothing queued that must not wait."""
+        fsync always, nothing queued that must not wait, appends lately closer together than that and
+        sharing groups (so several are in flight at once: one producer waiting for each acknowledgement
+        before its next append would only be slowed down), and waiting lately brought more of them."""
         queue = self._queue
-        if not self._linger_s or not self._always or self._gap >= self._linger_s or len(queue) >= LINGER_MAX:
+        if not self.linger_s or not self._always or len(queue) >= LINGER_MAX or self._stopping:
             return False
-        if self._sharing < LINGER_SHARING:
+        if self.close_requested or self._failed is not None or self._cut_request is not None:
+            return False
+        if not all(entry.count for entry in queue):  # a flush marker (count 0) is waited on by flush()
+            return False
+        if self._gap >= self.linger_s or self._sharing < LINGER_SHARING:
             return False
         if self._linger_gain < LINGER_GAIN:
             # Waiting did not bring more appends lately (a producer that sends a few at once and waits for
             # them): skip it, but try again now and then in case the traffic changed.
             self._linger_skipped += 1
-            if self._linger_skipped < LINGER_RETRY_AFTER:
-                return False
-        if self._stopping or self.close_requested or self._failed is not None:
-            return False
-        if self._cut_request is not None:
-            return False
-        return all(entry.count for entry in queue)  # a flush marker (count 0) is waited on by flush()
-
-    @property
-    def linger_s(self) -> float:
-        return self._linger_s
+            return self._linger_skipped >= LINGER_RETRY_AFTER
+        return True
 
     def queued(self) -> int:
         """Entries waiting for a turn (pool lock held)."""
