@@ -3,7 +3,7 @@ and publish throughput to many topics at once.
 
 usage: python bench/topic_count_bench.py [--topics 100000] [--concurrency 64] [--idle 40]
                                          [--messages 4000000] [--partitions 1000] [--runs 3] [--skip-count]
-                                         [--skip-throughput] [--json]
+                                         [--skip-throughput] [--buffer-messages 262144] [--json]
 
 * count: one `ister broker` process (standalone, fsync always, default settings except the topic limit,
   which is raised above N); `--concurrency` tasks of one Ister client create N reliable topics
@@ -16,8 +16,12 @@ usage: python bench/topic_count_bench.py [--topics 100000] [--concurrency 64] [-
 * throughput: one producer publishes `--messages` 100-byte messages with send_batch in batches of 1,024,
   to a topic of one partition (8 batches in flight), or to a topic of `--partitions` partitions (each
   partition is a reliable topic with its own WAL; consecutive batches go to consecutive partitions; 2
-  batches in flight per partition). msg/s from the first send after a warm-up batch to the last ack.
-  `--runs` pairs, alternating, each case on a fresh broker; the medians and their ratio.
+  batches in flight per partition). Both producers have the client's default buffer (`--buffer-messages`
+  262,144 unacknowledged messages, 64 MiB), as a user's would: one topic fills 8 batches of it, 1,000
+  topics all of it (256 batches, ~30 MB, spread round-robin). msg/s from the first send after a warm-up
+  batch to the last ack. `--runs` pairs, alternating, each case on a fresh broker; the medians and their
+  ratio. `--buffer-messages 4096000` gives the many-topic producer room for 2 batches per topic at once
+  (2,000 batches, ~240 MB in flight: the setting before session 18).
 
 Not a test; numbers depend on the machine and its load. Results go to docs/benchmarks.md.
 """
@@ -237,15 +241,21 @@ def log_entries(log_text: str) -> list[str]:
 # ---- throughput ---------------------------------------------------------------------------------------
 
 
+DEFAULT_BUFFER_MESSAGES = 262_144  # ister.client.Client.producer's default max_buffered_messages
+
+
 def in_flight_for(partitions: int) -> int:
     """Batches in flight (send_batch calls of one batch per partition each): 8 to one topic, 2 per topic to
     several."""
     return 8 if partitions == 1 else 2
 
 
-async def bench_producer(client: Client, topic: str, partitions: int) -> Producer:
-    """The throughput workload's producer: reliable, batches of BATCH, in_flight_for(partitions) of them
-    in flight, room to buffer them all."""
+async def bench_producer(
+    client: Client, topic: str, partitions: int, buffer_messages: int = DEFAULT_BUFFER_MESSAGES
+) -> Producer:
+    """The throughput workload's producer: reliable, batches of BATCH, up to in_flight_for(partitions) of
+    them in flight per partition and `buffer_messages` unacknowledged messages in all (the client's
+    default buffer unless raised; bytes are capped at 1 GiB so that the messages decide)."""
     in_flight = in_flight_for(partitions)
     return await client.producer(
         topic,
@@ -254,18 +264,24 @@ async def bench_producer(client: Client, topic: str, partitions: int) -> Produce
         partitions=partitions if partitions > 1 else None,
         max_batch_messages=BATCH,
         max_inflight_batches=in_flight,
-        max_buffered_messages=max(262_144, 2 * BATCH * in_flight * partitions),
+        max_buffered_messages=buffer_messages,
         max_buffered_bytes=1 << 30,
     )
 
 
-async def publish(url: str, topic: str, partitions: int, messages: int) -> dict[str, Any]:
+async def publish(
+    url: str,
+    topic: str,
+    partitions: int,
+    messages: int,
+    buffer_messages: int = DEFAULT_BUFFER_MESSAGES,
+) -> dict[str, Any]:
     """`messages` 100-byte messages in batches of BATCH through one producer: to one topic with 8 batches
-    in flight (8 send_batch calls of one batch each), or to `partitions` topics with 2 batches in flight
-    per topic (2 send_batch calls of one batch per topic each)."""
+    in flight (8 send_batch calls of one batch each), or to `partitions` topics (2 send_batch calls of one
+    batch per topic each; the producer's buffer decides how many are in flight at once)."""
     in_flight = in_flight_for(partitions)
     async with Client(url) as client:
-        producer = await bench_producer(client, topic, partitions)
+        producer = await bench_producer(client, topic, partitions, buffer_messages)
         per_call = BATCH * partitions
         chunk = [PAYLOAD] * per_call
         await producer.send_batch(chunk)  # warm-up: every partition's stream and WAL file is open
@@ -299,7 +315,9 @@ async def throughput_case(args: argparse.Namespace) -> dict[str, Any]:
         with BenchBroker() as broker:
             one = await publish(broker.url, "/default/tp-one", 1, args.messages)
         with BenchBroker() as broker:
-            many = await publish(broker.url, "/default/tp-many", args.partitions, args.messages)
+            many = await publish(
+                broker.url, "/default/tp-many", args.partitions, args.messages, args.buffer_messages
+            )
         runs.append({"one_topic": one, "many_topics": many, "ratio": many["msgs_per_s"] / one["msgs_per_s"]})
     ones = sorted(r["one_topic"]["msgs_per_s"] for r in runs)
     manys = sorted(r["many_topics"]["msgs_per_s"] for r in runs)
@@ -323,6 +341,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-count", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--buffer-messages", type=int, default=DEFAULT_BUFFER_MESSAGES)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result: dict[str, Any] = {"load_average": os.getloadavg()}

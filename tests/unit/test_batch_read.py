@@ -1,5 +1,6 @@
-"""The batch API's Offsets and Read against an in-process broker (BrokerService + its client gRPC server,
-embedded metadata, the default `file://` durable tier under tmp_path), driven through `ister.client`.
+"""The batch API's Offsets and Read, and what an idle Publish stream keeps, against an in-process broker
+(BrokerService + its client gRPC server, embedded metadata, the default `file://` durable tier under
+tmp_path), driven through `ister.client`.
 
 Exports are forced deterministically: `Wal.rotate`, `SegmentExporter.export_closed`, `Wal.drop_segments`.
 """
@@ -7,7 +8,10 @@ Exports are forced deterministically: `Wal.rotate`, `SegmentExporter.export_clos
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import gc
+import inspect
+import tracemalloc
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,7 @@ from ister.broker.service import BrokerService
 from ister.broker.topic import Topic
 from ister.client import Client, TopicOffsets
 from ister.config import load_config
+from ister.core import record
 from ister.core.record import decode_message
 from ister.ids import TopicName
 from ister.metadata import keys
@@ -264,3 +269,38 @@ async def test_client_read_continues_across_an_unload(
         assert calls == [0, 10]
         assert [o for o, _ in got] == offsets
         assert [decode_message(r).payload for _, r in got] == payloads
+
+
+def line_of(function: Callable[..., object], text: str) -> int:
+    """The line number of the one line of `function` that contains `text`."""
+    lines, first = inspect.getsourcelines(function)
+    found = [first + i for i, line in enumerate(lines) if text in line]
+    assert len(found) == 1, f"{text!r} in {function.__name__}: {found}"
+    return found[0]
+
+
+async def test_an_idle_publish_stream_keeps_none_of_its_decoded_records(served: Served) -> None:
+    """Once a batch's append has started, only its records' bytes stay (the WAL's cache keeps them); the
+    records as decoded for the checks (~0.4 KB each) go. A stream that then idles kept its last batch's
+    decoded records until its next batch came: 1,000 producers that had each sent one batch of 1,024 held
+    about 0.4 GB that way."""
+    decoded_line = line_of(record._decode, "records = decoder.decode(data)")
+    raw_line = line_of(record._decode, "raws = _raw_records.decode(data)")
+    count = 2000
+    tracemalloc.start(1)
+    try:
+        async with Client(served.url) as client:
+            producer = await client.producer("/default/idle-stream", "p", reliable=True)
+            offsets = await producer.send_batch([b"x" * 100] * count)
+            assert offsets == list(range(count))
+            gc.collect()
+            kept = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, record.__file__)])
+            by_line = {s.traceback[0].lineno: s.size for s in kept.statistics("lineno")}
+            # The cache holds the records' raw views: tracemalloc does see what the server allocated.
+            assert by_line.get(raw_line, 0) >= count * 40
+            # Nothing decoded is left, while the producer's stream is still open.
+            assert by_line.get(decoded_line, 0) < count * 10
+            assert served.topic("/default/idle-stream").producers
+            await producer.close()
+    finally:
+        tracemalloc.stop()
