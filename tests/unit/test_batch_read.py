@@ -1,4 +1,5 @@
-"""The batch API's Offsets and Read, and what an idle Publish stream keeps, against an in-process broker
+"""The batch API's Offsets and Read, its per-record publish checks, and what an idle Publish stream keeps,
+against an in-process broker
 (BrokerService + its client gRPC server, embedded metadata, the default `file://` durable tier under
 tmp_path), driven through `ister.client`.
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import msgspec
 import pytest
 
 from ister import errors
@@ -30,6 +32,7 @@ from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
 from ister.storage.objects import list_descriptors, read_segment
 from ister.wire.gen import ister_v1_pb2 as pb
+from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
 from tests.support import free_port
 from tests.unit.isolation import run_module_in_child, skip_if_sharing, start_client_server
 
@@ -304,3 +307,54 @@ async def test_an_idle_publish_stream_keeps_none_of_its_decoded_records(served: 
             await producer.close()
     finally:
         tracemalloc.stop()
+
+
+@pytest.mark.parametrize("delivery", ["reliable", "non_reliable"])
+async def test_every_record_of_a_batch_is_checked_and_a_bad_one_refuses_the_batch(
+    served: Served, delivery: str
+) -> None:
+    """The producer id and name, and the attributes, of every record (not only the first), on both
+    topic kinds: a batch with one bad record after good ones is refused whole with INVALID_ARGUMENT and
+    nothing of it is stored."""
+    topic = f"/default/checked-{delivery.replace('_', '-')}"
+    opening = pb.PublishOpen(
+        topic=topic, producer_name="raw", delivery=pb.RELIABLE if delivery == "reliable" else pb.NON_RELIABLE
+    )
+    encode = msgspec.msgpack.Encoder().encode
+    async with grpc.aio.insecure_channel(served.url.removeprefix("http://")) as channel:
+        stub = pb_grpc.IsterStub(channel)
+
+        async def publish(bad: Any) -> grpc.aio.AioRpcError | pb.PublishAck:
+            call = stub.Publish()
+            await call.write(pb.PublishRequest(open=opening))
+            pid = (await call.read()).opened.producer_id
+            good = [b"ok", 1, pid, "raw", {}, None, None, None]
+            records = [good, good, bad(pid)] if bad is not None else [good, good]
+            batch = pb.PublishBatch(sequence=1, records=encode(records), count=len(records))
+            await call.write(pb.PublishRequest(batch=batch))
+            try:
+                return (await call.read()).ack
+            except grpc.aio.AioRpcError as exc:
+                return exc
+            finally:
+                call.cancel()
+
+        refused = {
+            "another producer id": lambda pid: [b"x", 1, pid + 1, "raw"],
+            "another producer name": lambda pid: [b"x", 1, pid, "other"],
+            "attributes of another type": lambda pid: [b"x", 1, pid, "raw", {"a": 1}],
+            "too many attributes": lambda pid: [b"x", 1, pid, "raw", {f"k{i}": "v" for i in range(257)}],
+        }
+        for why, bad in refused.items():
+            got = await publish(bad)
+            assert isinstance(got, grpc.aio.AioRpcError), why
+            assert got.code() == grpc.StatusCode.INVALID_ARGUMENT, (why, got.details())
+            assert "batch 1" in (got.details() or ""), why
+        ok = await publish(lambda pid: [b"h", 1, pid, "raw", {"h": "1"}])
+        assert isinstance(ok, pb.PublishAck) and ok.count == 3
+    if delivery != "reliable":
+        return  # nothing is stored to look at
+    assert ok.first_offset == 0
+    async with Client(served.url) as client:
+        stored = [decode_message(r).attributes for _, r in flat(await read_all(client, topic, 0, 10))]
+    assert stored == [{}, {}, {"h": "1"}]  # the refused batches left nothing
