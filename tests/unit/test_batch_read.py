@@ -1,5 +1,5 @@
-"""The batch API's Offsets and Read, its per-record publish checks, and what an idle Publish stream keeps,
-against an in-process broker
+"""The batch API's Offsets and Read, its per-record publish checks, and what idle Publish and Consume
+streams (and a Danube ReceiveMessages stream) keep, against an in-process broker
 (BrokerService + its client gRPC server, embedded metadata, the default `file://` durable tier under
 tmp_path), driven through `ister.client`.
 
@@ -358,3 +358,77 @@ async def test_every_record_of_a_batch_is_checked_and_a_bad_one_refuses_the_batc
     async with Client(served.url) as client:
         stored = [decode_message(r).attributes for _, r in flat(await read_all(client, topic, 0, 10))]
     assert stored == [{}, {}, {"h": "1"}]  # the refused batches left nothing
+
+
+async def test_a_consumer_that_caught_up_keeps_none_of_its_frames(served: Served) -> None:
+    """A Consume stream that delivered a backlog and now waits for new messages holds none of the frames it
+    sent: it kept its last one (up to ~1 MB) until the next came, about 1 GB for 1,000 idle consumers."""
+    from ister.server import ister_api
+
+    joined_line = line_of(ister_api._next_frame, 'return b"".join(parts), count')
+    topic, count = "/default/idle-consumer", 500
+    async with Client(served.url) as client:
+        producer = await client.producer(topic, "p", reliable=True)
+        consumer = await client.consumer(topic, "s", window=count)
+        tracemalloc.start(1)  # before the frames are made: the broker sends them as soon as they are durable
+        try:
+            await producer.send_batch([b"y" * 1000] * count)
+            got: list[bytes] = []
+            while len(got) < count:
+                batch = await consumer.receive_batch(max_messages=count)
+                got += [m.payload for m in batch]
+                for m in batch:
+                    await consumer.ack(m)
+            assert got == [b"y" * 1000] * count
+            del batch, got
+            gc.collect()
+            kept = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, ister_api.__file__)])
+            by_line = {s.traceback[0].lineno: s.size for s in kept.statistics("lineno")}
+            assert by_line.get(joined_line, 0) < 1000, "an idle stream still holds a frame it sent"
+            assert served.topic(topic).subscriptions  # the consumer is still there, waiting
+        finally:
+            tracemalloc.stop()
+        await consumer.close()
+        await producer.close()
+
+
+async def test_a_danube_consumer_that_caught_up_keeps_none_of_its_messages(served: Served) -> None:
+    """The Danube API's ReceiveMessages sends messages one by one from chunks: once a consumer has all of
+    them and waits for more, the broker holds neither the last chunk nor its decoded messages."""
+    # Imported here: the module is collected beside the official client, which registers the same protos.
+    from ister.wire.gen import DanubeApi_pb2 as dpb
+    from ister.wire.gen import DanubeApi_pb2_grpc as dpb_grpc
+
+    decoded_line = line_of(record.decode_message, "return _decoder.decode(data)")
+    topic, count, size = "/default/idle-danube", 20, 10_000
+    async with Client(served.url) as client:
+        producer = await client.producer(topic, "p", reliable=True)
+        async with grpc.aio.insecure_channel(served.url.removeprefix("http://")) as channel:
+            stub = dpb_grpc.ConsumerServiceStub(channel)
+            subscribed = await stub.Subscribe(
+                dpb.ConsumerRequest(
+                    request_id=1, topic_name=topic, consumer_name="d", subscription="s", subscription_type=0
+                )
+            )
+            receive = dpb.ReceiveRequest(request_id=2, consumer_id=subscribed.consumer_id)
+            stream = stub.ReceiveMessages(receive)
+            tracemalloc.start(1)  # before anything is decoded for delivery
+            try:
+                await producer.send_batch([b"z" * size] * count)
+                offsets = []
+                while len(offsets) < count:
+                    message = await stream.read()
+                    assert message.payload == b"z" * size
+                    offsets.append(message.msg_id.topic_offset)
+                    ack = dpb.AckRequest(request_id=3, msg_id=message.msg_id, subscription_name="s")
+                    await stub.Ack(ack)
+                assert offsets == list(range(count))
+                del message
+                gc.collect()
+                kept = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, record.__file__)])
+                by_line = {s.traceback[0].lineno: s.size for s in kept.statistics("lineno")}
+                assert by_line.get(decoded_line, 0) < size, "an idle stream still holds a decoded message"
+            finally:
+                tracemalloc.stop()
+                stream.cancel()
+        await producer.close()

@@ -85,7 +85,10 @@ class ConsumerServicer(pb_grpc.ConsumerServiceServicer):  # type: ignore[misc]
                 got = await stream.get()
                 if got is None:
                     return
-                for item in got.outbounds() if isinstance(got, OutChunk) else (got,):
+                items = iter(got.outbounds() if isinstance(got, OutChunk) else (got,))
+                del got
+                # Nothing of a delivered chunk stays referenced while the consumer waits for the next one.
+                while (item := next(items, None)) is not None:
                     try:
                         out = wire_from_stored(
                             item.message, offset=item.offset, topic=topic, subscription=sub, broker_addr=addr
@@ -93,7 +96,10 @@ class ConsumerServicer(pb_grpc.ConsumerServiceServicer):  # type: ignore[misc]
                     except Exception as exc:  # a stored record outside the wire's ranges (or undecodable)
                         await _undeliverable(ref.subscription, item.offset, exc)
                         continue
+                    del item
                     yield out
+                    del out
+                del items
         finally:
             self.broker.close_stream(ref, stream)
 

@@ -232,6 +232,9 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
                     _raise_bad_request(acker)
                     return
                 yield pb.ConsumeResponse(batch=pb.MessageBatch(frames=frame, count=count))
+                # A consumer that has caught up must not hold its last frame (up to CHUNK_MAX_BYTES) while it
+                # waits for the next one: 1,000 of them idle after a backlog held about 1 GB that way.
+                del frame
         finally:
             acker.cancel()
             with contextlib.suppress(BaseException):
