@@ -4,12 +4,15 @@ batches, coalesced ack ranges with gaps, nacks, redelivery after reconnect, part
 from __future__ import annotations
 
 import asyncio
+import gc
+import tracemalloc
 from collections.abc import AsyncIterator
 
 import pytest
 
 from ister import errors
 from ister.client import Client, SubType
+from ister.client import messages as client_messages
 from tests.support import until
 from tests.unit.test_client_support import FakeServer
 
@@ -204,3 +207,36 @@ async def test_many_ranges_are_split_across_frames(server: FakeServer, client: C
     sub = server.servicer.subs[("/default/t", "sub")]
     await until(lambda: len(sub.acked) == 5_000, "acks")
     assert sub.ack_frames >= 2
+
+
+async def test_a_consumer_that_caught_up_holds_none_of_its_messages(
+    server: FakeServer, client: Client
+) -> None:
+    """Once the application has taken every message (by iterating, receive() or receive_batch()) and acked
+    them, the client keeps none of them while it waits for more: it held the last batch twice (the
+    receiving task's locals, the consumer's current batch), up to `window` decoded messages."""
+    p = await client.producer("/default/held", "prod")
+    c = await client.consumer("/default/held", "sub", window=1000)
+    tracemalloc.start(1)
+    try:
+        await p.send_batch([b"h" * 1000] * 300)
+        first = []
+        async for msg in c:
+            first.append(msg)
+            if len(first) == 100:
+                break
+        one = await c.receive(5)
+        rest = await take(c, 199)
+        got = [*first, one, *rest]
+        assert [m.offset for m in got] == list(range(300))
+        for m in got:
+            await m.ack()
+        sub = server.servicer.subs[("/default/held", "sub")]
+        await until(lambda: sub.acked == set(range(300)), "acks sent")
+        del first, one, rest, got, msg, m
+        gc.collect()
+        kept = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, client_messages.__file__)])
+        held = sum(s.size for s in kept.statistics("filename"))
+        assert held < 10_000, f"{held} bytes of received messages are still held"
+    finally:
+        tracemalloc.stop()

@@ -102,9 +102,7 @@ class Consumer:
                 await self._next_item(None)
             except _Closed:
                 raise StopAsyncIteration from None
-        m = self._cur[self._pos]
-        self._pos += 1
-        return m
+        return self._pop()
 
     async def receive(self, timeout: float | None = None) -> Message:  # noqa: ASYNC109
         """The next message; raises Timeout after `timeout` seconds, FailedPrecondition once closed."""
@@ -118,9 +116,20 @@ class Consumer:
                 raise errors.FailedPrecondition(f"consumer {self.name!r} is closed") from None
             if not got:
                 raise errors.Timeout(f"no message within {timeout} s")
+        return self._pop()
+
+    def _pop(self) -> Message:
         m = self._cur[self._pos]
         self._pos += 1
+        if self._pos == len(self._cur):
+            self._release()
         return m
+
+    def _release(self) -> None:
+        """The application has every message of the current batch: keep none of them while waiting for more
+        (a consumer that caught up used to hold its last batch, up to `window` decoded messages)."""
+        self._cur = []
+        self._pos = 0
 
     async def receive_batch(
         self,
@@ -139,11 +148,13 @@ class Consumer:
                 take = max_messages - len(out)
                 if self._pos == 0 and len(self._cur) <= take:
                     out.extend(self._cur)
-                    self._pos = len(self._cur)
+                    self._release()
                 else:
                     chunk = self._cur[self._pos : self._pos + take]
                     out.extend(chunk)
                     self._pos += len(chunk)
+                    if self._pos == len(self._cur):
+                        self._release()
                 if len(out) >= max_messages or self.queue.empty():
                     return out
                 item = self.queue.get_nowait()

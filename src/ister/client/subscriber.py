@@ -224,13 +224,22 @@ class Subscriber(ReconnectingStream):
             resp = await call.read()
             if resp is eof:
                 return
-            if resp.WhichOneof("kind") != "batch":
-                continue
-            batch = resp.batch
-            messages, self._max_seen = decode_batch(batch.frames, batch.count, self, self._max_seen)
+            messages = self._messages_of(resp)
+            del resp
             if messages and not self._leaving:  # while leaving: the broker redelivers them to others
                 self._delivered_in_session += len(messages)
                 await queue.put(messages)
+            # Nothing of a batch stays here once the application's queue has it: a consumer that caught up
+            # held its last batch (up to `window` decoded messages, and the frames) until the next came.
+            del messages
+
+    def _messages_of(self, resp: Any) -> list[Message]:
+        """The messages of one ConsumeResponse ([] for anything but a batch)."""
+        if resp.WhichOneof("kind") != "batch":
+            return []
+        batch = resp.batch
+        messages, self._max_seen = decode_batch(batch.frames, batch.count, self, self._max_seen)
+        return messages
 
     async def _ack_loop(self, call: Any) -> None:
         wake = self._ack_wake
@@ -254,6 +263,7 @@ class Subscriber(ReconnectingStream):
                     if isinstance(exc, Exception):
                         await raise_call_status(call, "writing to the consume stream failed")
                     raise
+                del acks, ranges  # sent: not kept while this loop waits for the next acks
             while self._nacks:
                 offsets, delay_ms, reason = self._nacks[0]
                 ranges = [pb.OffsetRange(first=f, last=last) for f, last in offset_ranges(list(offsets))]
