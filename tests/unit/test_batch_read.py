@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import inspect
+import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -27,13 +28,14 @@ from ister.client import Client, TopicOffsets
 from ister.config import load_config
 from ister.core import record
 from ister.core.record import decode_message
+from ister.errors import MetadataError
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
 from ister.storage.objects import list_descriptors, read_segment
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
-from tests.support import free_port
+from tests.support import free_port, until
 from tests.unit.isolation import run_module_in_child, skip_if_sharing, start_client_server
 
 
@@ -432,3 +434,94 @@ async def test_a_danube_consumer_that_caught_up_keeps_none_of_its_messages(serve
                 tracemalloc.stop()
                 stream.cancel()
         await producer.close()
+
+
+async def test_producers_whose_clients_are_gone_are_forgotten_and_stop_counting(served: Served) -> None:
+    """A producer with an open Publish stream stays however long it is quiet; once its stream closed and it
+    was not seen for the idle time, it is forgotten: its metadata record goes, and it no longer counts
+    against `max_producers_per_topic` (which refused every new producer for good once reached)."""
+    topic, store = "/default/reaped", served.broker.store
+    kv = await store.get(keys.namespace_policy("default"))
+    assert kv is not None
+    await store.put(keys.namespace_policy("default"), {**kv.value, "max_producers_per_topic": 1})
+    async with Client(served.url) as client:
+        first = await client.producer(topic, "first", reliable=True)
+        assert await first.send_batch([b"1"]) == [0]
+        assert await served.broker.reap_producers(time.monotonic() + 1) == 0  # its stream is open
+        with pytest.raises(errors.FailedPrecondition, match="max_producers_per_topic"):
+            await (await client.producer(topic, "second", reliable=True)).send_batch([b"2"])
+        await first.close()
+        loaded = served.topic(topic)
+        await until(lambda: all(not p.attached for p in loaded.producers.values()), "the stream closed")
+        assert await served.broker.reap_producers(time.monotonic() - 60) == 0  # seen a moment ago
+        assert await served.broker.reap_producers(time.monotonic() + 1) == 1
+        assert loaded.producers == {}
+        assert await store.list(keys.topic_producers_prefix(topic)) == []
+        second = await client.producer(topic, "second", reliable=True)
+        assert await second.send_batch([b"2"]) == [1]
+        await second.close()
+
+
+async def test_a_store_that_cannot_be_written_keeps_an_idle_producer_until_it_can(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = "/default/reap-later"
+    async with Client(served.url) as client:
+        producer = await client.producer(topic, "p", reliable=True)
+        await producer.send_batch([b"x"])
+        await producer.close()
+    loaded = served.topic(topic)
+    await until(lambda: all(not p.attached for p in loaded.producers.values()), "the stream closed")
+
+    async def down(key: str) -> None:
+        raise MetadataError("the metadata store is down")
+
+    store = served.broker.store
+    monkeypatch.setattr(store, "delete", down)
+    assert await served.broker.reap_producers(time.monotonic() + 1) == 0
+    assert len(loaded.producers) == 1
+    monkeypatch.undo()
+    assert await served.broker.reap_producers(time.monotonic() + 1) == 1
+    assert loaded.producers == {}
+
+
+async def test_a_danube_producer_forgotten_while_quiet_is_told_unavailable_then_created_again(
+    served: Served,
+) -> None:
+    """A Danube producer is kept alive by its health checks and sends; forgotten while quiet, its next send
+    gets UNAVAILABLE (the official client then creates it again) and its health check CLOSE."""
+    from ister.wire.gen import DanubeApi_pb2 as dpb
+    from ister.wire.gen import DanubeApi_pb2_grpc as dpb_grpc
+
+    topic = "/default/danube-reaped"
+    async with grpc.aio.insecure_channel(served.url.removeprefix("http://")) as channel:
+        producers = dpb_grpc.ProducerServiceStub(channel)
+        health = dpb_grpc.HealthCheckStub(channel)
+        create = dpb.ProducerRequest(request_id=1, producer_name="d", topic_name=topic, dispatch_strategy=1)
+        pid = (await producers.CreateProducer(create)).producer_id
+
+        def message(producer_id: int) -> Any:
+            msg_id = dpb.MsgID(producer_id=producer_id, topic_name=topic)
+            return dpb.StreamMessage(request_id=2, msg_id=msg_id, payload=b"m", producer_name="d")
+
+        async def checked(producer_id: int) -> int:
+            req = dpb.HealthCheckRequest(request_id=3, client=dpb.HealthCheckRequest.Producer, id=producer_id)
+            return int((await health.HealthCheck(req)).status)
+
+        session = served.broker.producers[pid]
+        session.last_seen -= 3600  # quiet for an hour, then it sends: kept
+        await producers.SendMessage(message(pid))
+        assert await served.broker.reap_producers(time.monotonic() - 60) == 0
+        session.last_seen -= 3600  # quiet for an hour, then it health-checks: kept
+        assert await checked(pid) == dpb.HealthCheckResponse.OK
+        assert await served.broker.reap_producers(time.monotonic() - 60) == 0
+        assert await served.broker.reap_producers(time.monotonic() + 1) == 1
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await producers.SendMessage(message(pid))
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value.details()
+        assert await checked(pid) == dpb.HealthCheckResponse.CLOSE
+        again = (await producers.CreateProducer(create)).producer_id
+        assert again != pid
+        await producers.SendMessage(message(again))
+    async with Client(served.url) as client:
+        assert (await client.offsets(topic)).next == 2

@@ -40,6 +40,7 @@ from ister.storage.wal import WriterPool
 log = logging.getLogger(__name__)
 
 CONSUMER_REAP_INTERVAL_SECONDS = 30.0
+PRODUCER_IDLE_SECONDS = 300.0  # a producer with no stream, send or health check this long is forgotten
 
 __all__ = ["BrokerService", "ConsumerRef", "StoredOffsets"]
 
@@ -267,9 +268,16 @@ class BrokerService:
                 await self.reap_consumers(time.monotonic() - CONSUMER_IDLE_SECONDS)
             except Exception:
                 log.exception("consumer reaper failed")
+            try:
+                await self.reap_producers(time.monotonic() - PRODUCER_IDLE_SECONDS)
+            except Exception:
+                log.exception("producer reaper failed")
 
     async def reap_consumers(self, seen_before: float) -> int:
         return await self.consumer_refs.reap(seen_before)
+
+    async def reap_producers(self, seen_before: float) -> int:
+        return await self.producer_sessions.reap(seen_before)
 
     # -- health ---------------------------------------------------------------------------------------------
     def end_streams(self) -> None:
@@ -279,7 +287,11 @@ class BrokerService:
                 sub.end_streams()
 
     def producer_alive(self, producer_id: int) -> bool:
-        return producer_id in self.producers and not self.registry.closing
+        session = self.producers.get(producer_id)
+        if session is None or self.registry.closing:
+            return False
+        session.touch()
+        return True
 
     def consumer_alive(self, consumer_id: int) -> bool:
         ref = self.consumers.get(consumer_id)

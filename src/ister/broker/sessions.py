@@ -28,6 +28,13 @@ class ProducerSession:
     name: str
     topic: str
     access_mode: int
+    # Liveness, for forgetting producers whose client is gone (`Producers.reap`): open batch-API Publish
+    # streams, and when the producer last sent, health-checked or closed a stream (monotonic seconds).
+    attached: int = 0
+    last_seen: float = field(default_factory=time.monotonic)
+
+    def touch(self) -> None:
+        self.last_seen = time.monotonic()
 
 
 class Outbound:

@@ -151,6 +151,7 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
             MAX_INFLIGHT_BATCHES
         )
         reader = asyncio.create_task(self._publish_reader(it, session, topic, pending))
+        session.attached += 1  # a producer with an open stream is never forgotten as idle
         try:
             while True:
                 item = await pending.get()
@@ -164,6 +165,8 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
                     ack=pb.PublishAck(sequence=sequence, first_offset=first_offset, count=count)
                 )
         finally:
+            session.attached -= 1
+            session.touch()
             reader.cancel()
             with contextlib.suppress(BaseException):
                 await reader
