@@ -276,6 +276,12 @@ async def test_client_read_continues_across_an_unload(
         assert [decode_message(r).payload for _, r in got] == payloads
 
 
+def traced_by_line(path: str) -> dict[int, int]:
+    """Bytes still allocated (tracemalloc is tracing) per line of the file at `path`."""
+    kept = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, path)])
+    return {s.traceback[0].lineno: s.size for s in kept.statistics("lineno")}
+
+
 def line_of(function: Callable[..., object], text: str) -> int:
     """The line number of the one line of `function` that contains `text`."""
     lines, first = inspect.getsourcelines(function)
@@ -299,8 +305,7 @@ async def test_an_idle_publish_stream_keeps_none_of_its_decoded_records(served: 
             offsets = await producer.send_batch([b"x" * 100] * count)
             assert offsets == list(range(count))
             gc.collect()
-            kept = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, record.__file__)])
-            by_line = {s.traceback[0].lineno: s.size for s in kept.statistics("lineno")}
+            by_line = traced_by_line(record.__file__)
             # The cache holds the records' raw views: tracemalloc does see what the server allocated.
             assert by_line.get(raw_line, 0) >= count * 40
             # Nothing decoded is left, while the producer's stream is still open.
@@ -384,8 +389,7 @@ async def test_a_consumer_that_caught_up_keeps_none_of_its_frames(served: Served
             assert got == [b"y" * 1000] * count
             del batch, got
             gc.collect()
-            kept = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, ister_api.__file__)])
-            by_line = {s.traceback[0].lineno: s.size for s in kept.statistics("lineno")}
+            by_line = traced_by_line(ister_api.__file__)
             assert by_line.get(joined_line, 0) < 1000, "an idle stream still holds a frame it sent"
             assert served.topic(topic).subscriptions  # the consumer is still there, waiting
         finally:
@@ -427,8 +431,7 @@ async def test_a_danube_consumer_that_caught_up_keeps_none_of_its_messages(serve
                 assert offsets == list(range(count))
                 del message
                 gc.collect()
-                kept = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, record.__file__)])
-                by_line = {s.traceback[0].lineno: s.size for s in kept.statistics("lineno")}
+                by_line = traced_by_line(record.__file__)
                 assert by_line.get(decoded_line, 0) < size, "an idle stream still holds a decoded message"
             finally:
                 tracemalloc.stop()

@@ -27,7 +27,7 @@ class Producers:
         self.topics = topics
         self.ownership = ownership
         self.sessions: dict[int, ProducerSession] = {}
-        self._forgotten: OrderedDict[int, str] = OrderedDict()  # id -> topic of producers `reap` forgot
+        self._forgotten: OrderedDict[int, None] = OrderedDict()  # ids `reap` forgot, oldest first
 
     def register(self, session: ProducerSession) -> None:
         self.sessions[session.id] = session
@@ -115,7 +115,7 @@ class Producers:
             if topic is not None:
                 topic.producers.pop(session.id, None)
             self.sessions.pop(session.id, None)
-            self._forgotten[session.id] = session.topic
+            self._forgotten[session.id] = None
             if len(self._forgotten) > FORGOTTEN_REMEMBERED:
                 self._forgotten.popitem(last=False)
             forgotten += 1
