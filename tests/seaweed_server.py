@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import shutil
 import socket
 import subprocess
@@ -23,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from ister.benchmark.broker import free_port
 from tests.support import ServerProcess
 
 START_SECONDS = 30.0  # mini answers S3 in about 1-2 s here; this only stops a broken start hanging the run
@@ -55,13 +55,12 @@ def _free(port: int) -> bool:
 
 
 def pick_ports(count: int) -> list[int]:
-    """`count` loopback ports p, each with p + GRPC_OFFSET also free (and below 65536)."""
+    """`count` loopback ports p from this process's range (`free_port`), each with p + GRPC_OFFSET also
+    free: those lie above every process's range and below the kernel's ephemeral ports."""
     chosen: list[int] = []
     while len(chosen) < count:
-        port = random.randint(20_000, 55_000 - GRPC_OFFSET)
-        if port in chosen or port + GRPC_OFFSET in chosen:
-            continue
-        if _free(port) and _free(port + GRPC_OFFSET):
+        port = free_port()
+        if _free(port + GRPC_OFFSET):
             chosen.append(port)
     return chosen
 

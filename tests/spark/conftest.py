@@ -15,6 +15,14 @@ import yaml
 from tests.integration.harness import BrokerProcess
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `pytest -n`, every Spark test runs in one worker: one JVM for the run, not one per worker."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"

@@ -488,6 +488,44 @@ async def test_a_store_that_cannot_be_written_keeps_an_idle_producer_until_it_ca
     assert loaded.producers == {}
 
 
+async def test_a_producer_used_while_its_record_is_deleted_keeps_it(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A send that arrives while the reaper deletes an idle producer's record: the producer stays and its
+    record is written back; when that write fails, it stays in memory and a later pass deals with it."""
+    topic = "/default/reap-race"
+    async with Client(served.url) as client:
+        producer = await client.producer(topic, "p", reliable=True)
+        await producer.send_batch([b"x"])
+        await producer.close()
+    loaded = served.topic(topic)
+    await until(lambda: all(not p.attached for p in loaded.producers.values()), "the stream closed")
+    (session,) = loaded.producers.values()
+    store = served.broker.store
+    key = keys.topic_producer(topic, session.id)
+    real_delete, real_put = store.delete, store.put
+
+    async def delete_while_used(k: str) -> None:
+        await real_delete(k)
+        session.touch()  # a send or health check of this producer, while the delete was awaited
+
+    monkeypatch.setattr(store, "delete", delete_while_used)
+    assert await served.broker.reap_producers(time.monotonic()) == 0
+    assert loaded.producers == {session.id: session}
+    assert await store.get(key) is not None  # written back
+
+    async def put_down(k: str, value: Any) -> None:
+        raise MetadataError("the metadata store is down")
+
+    monkeypatch.setattr(store, "put", put_down)
+    assert await served.broker.reap_producers(time.monotonic()) == 0
+    assert loaded.producers == {session.id: session}  # kept: its record is missing until a later pass
+    monkeypatch.setattr(store, "delete", real_delete)
+    monkeypatch.setattr(store, "put", real_put)
+    assert await served.broker.reap_producers(time.monotonic() + 1) == 1
+    assert loaded.producers == {} and await store.get(key) is None
+
+
 async def test_a_danube_producer_forgotten_while_quiet_is_told_unavailable_then_created_again(
     served: Served,
 ) -> None:

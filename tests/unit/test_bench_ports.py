@@ -2,10 +2,39 @@
 
 from __future__ import annotations
 
-from ister.benchmark.broker import free_port
+import socket
+
+import pytest
+
+from ister.benchmark.broker import free_port, port_range
 
 
 def test_free_port_never_hands_out_a_port_twice() -> None:
     # A cluster's ports are all picked before its servers bind them: a repeat made two brokers collide.
     ports = [free_port() for _ in range(300)]
     assert len(set(ports)) == len(ports)
+    assert all(p in port_range() for p in ports)
+
+
+def test_free_port_skips_a_port_in_use() -> None:
+    first = free_port()
+    ahead = port_range()[(port_range().index(first) + 1) % len(port_range())]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", ahead))
+        taken.listen()
+        assert free_port() != ahead
+
+
+def test_xdist_workers_pick_from_disjoint_ranges_below_the_ephemeral_ports(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+    ranges = []
+    for worker in ("gw0", "gw1", "gw2"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        ranges.append(set(port_range()))
+    assert all(len(r) >= 3000 for r in ranges)
+    assert not (ranges[0] & ranges[1]) and not (ranges[1] & ranges[2]) and not (ranges[0] & ranges[2])
+    # SeaweedFS's gRPC ports (+10,000) stay clear of every range and of the kernel's ephemeral ports.
+    every = set().union(*ranges)
+    assert max(every) + 10_000 < 32_768 and not {p + 10_000 for p in every} & every

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -17,20 +18,44 @@ from ister.benchmark.stats import process_cpu_s
 ISTER = [sys.executable, "-m", "ister.cli"]
 
 
-_handed_out: set[int] = set()  # ports this process gave out: picked before any server binds them
+# Ports are picked here and bound later by the servers, so a picked port must not be one the kernel hands
+# out meanwhile: picks come from PORT_BASE .. PORT_BASE + PORT_SPAN, below Linux's ephemeral range
+# (32768-60999, where bind(("", 0)) and outgoing connections take theirs). Under pytest-xdist each worker
+# process takes its own share of that span, so two workers never pick the same port.
+PORT_BASE = 10_000
+PORT_SPAN = 10_000
+
+
+def port_range() -> range:
+    """The ports this process may pick: all of the span, or its worker's share under `pytest -n`."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ...
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(worker[2:]) if worker.startswith("gw") else 0
+    width = PORT_SPAN // max(count, 1)
+    start = PORT_BASE + index * width
+    return range(start, start + width)
+
+
+_next_pick: list[int] = []  # the cursor into port_range(), started at a random place
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on, never one this process handed out before: a cluster's ports
-    are all picked before its servers start, and the kernel may offer a just-closed port again (two
-    brokers of one test got the same port)."""
-    while True:
+    """A loopback port nothing listens on. The picks go round the process's range in order, so a port is
+    handed out again only after every other one of the range was (a cluster's ports are all picked before
+    its servers start: the same port twice made two brokers collide)."""
+    ports = port_range()
+    if not _next_pick:
+        _next_pick.append(random.randrange(len(ports)))
+    for _ in range(len(ports)):
+        port = ports[_next_pick[0] % len(ports)]
+        _next_pick[0] += 1
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use (or lingering): the next one
+        return port
+    raise RuntimeError(f"no free loopback port in {ports.start}-{ports.stop - 1}")
 
 
 def port_open(port: int) -> bool:
