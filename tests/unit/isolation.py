@@ -29,7 +29,10 @@ def skip_if_sharing(request: pytest.FixtureRequest) -> None:
 def run_module_in_child(path: str) -> None:
     if not danube_loaded():
         pytest.skip("the tests of this module run in this process")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    # The child is a plain pytest run (none of this run's options), but under `pytest -n` it keeps its
+    # worker's name and count, which decide the ports it may pick (ister.benchmark.broker.port_range).
+    keep = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") or k in keep}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", path],
         capture_output=True,
