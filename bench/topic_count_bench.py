@@ -9,7 +9,9 @@ usage: python bench/topic_count_bench.py [--topics 100000] [--concurrency 64] [-
   which is raised above N); `--concurrency` tasks of one Ister client create N reliable topics
   `/default/tc-<i>`, each through its own producer (batch API: lookup, PublishOpen, one message, close).
   Then the broker stays idle for `--idle` seconds (longer than wal.idle_close_seconds = 30). A probe in
-  another process sends a Danube HealthCheck every 50 ms (latency = its round trip) and reads the
+  another process sends a Danube HealthCheck every 50 ms (latency = its round trip; for a check over
+  30 ms it also notes how long its own thread and the broker's event-loop thread were runnable but
+  waiting for a CPU meanwhile, from /proc/.../schedstat: the machine's share of the delay) and reads the
   broker's /proc/<pid>/status (Threads, VmRSS) and /proc/<pid>/fd (all descriptors, and those on `.wal`
   segment files: the files open for writing) every 0.5 s. (No Prometheus scrapes: with 100,000 topics
   one takes seconds of the broker's CPU.) Afterwards 200 random topics are checked to hold one message.
@@ -35,6 +37,7 @@ import multiprocessing as mp
 import os
 import random
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -47,6 +50,7 @@ from ister.client.producer import Producer
 HEALTH_EVERY_S = 0.05
 PROC_EVERY_S = 0.5
 HEALTH_TIMEOUT_S = 5.0
+SLOW_S = 0.03  # checks slower than this are listed with the CPU waits behind them
 BATCH = 1024
 
 
@@ -72,6 +76,12 @@ def _proc_sample(pid: int) -> tuple[int, int, int, int]:
     return threads, len(fds), rss, segments
 
 
+def _run_delay_ms(pid: int, tid: int) -> float:
+    """Milliseconds the thread has spent runnable but waiting for a CPU (/proc schedstat, 2nd field)."""
+    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+        return int(f.read().split()[1]) / 1e6
+
+
 def probe(pid: int, port: int, stop: Any, out: Any) -> None:
     import grpc  # in the probe process only
 
@@ -80,7 +90,10 @@ def probe(pid: int, port: int, stop: Any, out: Any) -> None:
 
     async def run() -> dict[str, Any]:
         health: list[float] = []
-        slow: list[tuple[float, float]] = []  # (seconds since the probe started, ms) of checks over 50 ms
+        # Checks over SLOW_S: (s since the probe started, ms, ms the probe's own thread and ms the broker's
+        # event-loop thread were runnable but waited for a CPU meanwhile: the machine's share of the wait).
+        slow: list[tuple[float, float, float, float]] = []
+        me = threading.get_native_id()
         failures = 0
         procs: list[tuple[float, int, int, int, int]] = []
         t0 = time.monotonic()
@@ -90,12 +103,15 @@ def probe(pid: int, port: int, stop: Any, out: Any) -> None:
             request = pb.HealthCheckRequest(request_id=1, client=pb.HealthCheckRequest.Producer, id=1)
             while not stop.is_set():
                 start = time.perf_counter()
+                waits = _run_delay_ms(os.getpid(), me), _run_delay_ms(pid, pid)
                 try:
                     await stub.HealthCheck(request, timeout=HEALTH_TIMEOUT_S)
                     took = time.perf_counter() - start
                     health.append(took)
-                    if took > 0.05:
-                        slow.append((round(time.monotonic() - t0, 1), round(took * 1e3, 1)))
+                    if took > SLOW_S:
+                        mine = round(_run_delay_ms(os.getpid(), me) - waits[0], 1)
+                        loop = round(_run_delay_ms(pid, pid) - waits[1], 1)
+                        slow.append((round(time.monotonic() - t0, 1), round(took * 1e3, 1), mine, loop))
                 except grpc.aio.AioRpcError:
                     failures += 1
                 now = time.monotonic()
@@ -215,7 +231,9 @@ async def count_case(args: argparse.Namespace) -> dict[str, Any]:
         "health": {
             **latency_us(health),
             "over_50ms": sum(1 for h in health if h > 0.05),
-            "over_50ms_at": data["slow"],  # (s since start, ms); creation ended at created_at_s
+            # (s since start, ms, probe's and broker loop's CPU wait in ms); creation ended at created_at_s
+            "over_50ms_at": [c for c in data["slow"] if c[1] > 50],
+            "over_30ms": slow_summary(data["slow"]),
             "created_at_s": round(t_created, 1),
             "failures": data["failures"],
             "p999_ms": pct(health, 99.9) * 1e3 if health else None,
@@ -236,6 +254,23 @@ def log_entries(log_text: str) -> list[str]:
         elif entries:
             entries[-1].append(line)
     return ["\n".join(e) for e in entries]
+
+
+def slow_summary(slow: list[list[float]]) -> dict[str, Any]:
+    """The checks over SLOW_S: how many, and the medians of their time and of the CPU waits behind it."""
+    if not slow:
+        return {"count": 0}
+
+    def median(i: int) -> float:
+        return sorted(c[i] for c in slow)[len(slow) // 2]
+
+    return {
+        "count": len(slow),
+        "median_ms": median(1),
+        "median_probe_cpu_wait_ms": median(2),
+        "median_loop_cpu_wait_ms": median(3),
+        "max_ms": max(c[1] for c in slow),
+    }
 
 
 # ---- throughput ---------------------------------------------------------------------------------------
