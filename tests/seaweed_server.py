@@ -56,7 +56,8 @@ def _free(port: int) -> bool:
 
 def pick_ports(count: int) -> list[int]:
     """`count` loopback ports p from this process's range (`free_port`), each with p + GRPC_OFFSET also
-    free: those lie above every process's range and below the kernel's ephemeral ports."""
+    free: those lie above every process's range (and may meet a kernel-chosen port: a start that fails is
+    retried)."""
     chosen: list[int] = []
     while len(chosen) < count:
         port = free_port()

@@ -20,9 +20,10 @@ ISTER = [sys.executable, "-m", "ister.cli"]
 
 # Ports are picked here and bound later by the servers, so a picked port must not be one the kernel hands
 # out meanwhile: picks come from PORT_BASE .. PORT_BASE + PORT_SPAN, below Linux's ephemeral range
-# (32768-60999, where bind(("", 0)) and outgoing connections take theirs). Under pytest-xdist each worker
-# process takes its own share of that span, so two workers never pick the same port.
-PORT_BASE = 10_000
+# (32768-60999, where bind(("", 0)) and outgoing connections take theirs) and above the fixed ports of
+# the peer benchmarks (NATS 14222, iperf3 15201, Redis 16379). Under pytest-xdist each worker process
+# takes its own share of that span, so two workers never pick the same port.
+PORT_BASE = 20_000
 PORT_SPAN = 10_000
 
 
