@@ -50,7 +50,7 @@ integration: install
 	$(BIN)/pytest -q tests/integration
 
 test: lint typecheck etcd java
-	$(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadgroup tests
+	$(BIN)/pytest -q -p no:cacheprovider tests
 
 bench: install
 	$(BIN)/ister bench
