@@ -465,22 +465,27 @@ async def test_producers_whose_clients_are_gone_are_forgotten_and_stop_counting(
         await second.close()
 
 
-async def test_a_store_that_cannot_be_written_keeps_an_idle_producer_until_it_can(
-    served: Served, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    topic = "/default/reap-later"
+async def idle_producer(served: Served, topic: str) -> Topic:
+    """`topic` (loaded) with one producer that sent a message and closed its stream."""
     async with Client(served.url) as client:
         producer = await client.producer(topic, "p", reliable=True)
         await producer.send_batch([b"x"])
         await producer.close()
     loaded = served.topic(topic)
     await until(lambda: all(not p.attached for p in loaded.producers.values()), "the stream closed")
+    return loaded
 
-    async def down(key: str) -> None:
-        raise MetadataError("the metadata store is down")
 
+async def store_down(*args: Any) -> None:
+    raise MetadataError("the metadata store is down")
+
+
+async def test_a_store_that_cannot_be_written_keeps_an_idle_producer_until_it_can(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded = await idle_producer(served, "/default/reap-later")
     store = served.broker.store
-    monkeypatch.setattr(store, "delete", down)
+    monkeypatch.setattr(store, "delete", store_down)
     assert await served.broker.reap_producers(time.monotonic() + 1) == 0
     assert len(loaded.producers) == 1
     monkeypatch.undo()
@@ -494,12 +499,7 @@ async def test_a_producer_used_while_its_record_is_deleted_keeps_it(
     """A send that arrives while the reaper deletes an idle producer's record: the producer stays and its
     record is written back; when that write fails, it stays in memory and a later pass deals with it."""
     topic = "/default/reap-race"
-    async with Client(served.url) as client:
-        producer = await client.producer(topic, "p", reliable=True)
-        await producer.send_batch([b"x"])
-        await producer.close()
-    loaded = served.topic(topic)
-    await until(lambda: all(not p.attached for p in loaded.producers.values()), "the stream closed")
+    loaded = await idle_producer(served, topic)
     (session,) = loaded.producers.values()
     store = served.broker.store
     key = keys.topic_producer(topic, session.id)
@@ -514,10 +514,7 @@ async def test_a_producer_used_while_its_record_is_deleted_keeps_it(
     assert loaded.producers == {session.id: session}
     assert await store.get(key) is not None  # written back
 
-    async def put_down(k: str, value: Any) -> None:
-        raise MetadataError("the metadata store is down")
-
-    monkeypatch.setattr(store, "put", put_down)
+    monkeypatch.setattr(store, "put", store_down)
     assert await served.broker.reap_producers(time.monotonic()) == 0
     assert loaded.producers == {session.id: session}  # kept: its record is missing until a later pass
     monkeypatch.setattr(store, "delete", real_delete)

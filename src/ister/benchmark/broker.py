@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import shutil
@@ -37,7 +38,7 @@ def port_range() -> range:
     return range(start, start + width)
 
 
-_next_pick: list[int] = []  # the cursor into port_range(), started at a random place
+_picks = itertools.count(random.randrange(PORT_SPAN))  # the cursor into port_range(), from a random place
 
 
 def free_port() -> int:
@@ -45,11 +46,8 @@ def free_port() -> int:
     handed out again only after every other one of the range was (a cluster's ports are all picked before
     its servers start: the same port twice made two brokers collide)."""
     ports = port_range()
-    if not _next_pick:
-        _next_pick.append(random.randrange(len(ports)))
     for _ in range(len(ports)):
-        port = ports[_next_pick[0] % len(ports)]
-        _next_pick[0] += 1
+        port = ports[next(_picks) % len(ports)]
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))

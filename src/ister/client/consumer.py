@@ -120,16 +120,17 @@ class Consumer:
 
     def _pop(self) -> Message:
         m = self._cur[self._pos]
-        self._pos += 1
-        if self._pos == len(self._cur):
-            self._release()
+        self._advance(1)
         return m
 
-    def _release(self) -> None:
-        """The application has every message of the current batch: keep none of them while waiting for more
-        (a consumer that caught up used to hold its last batch, up to `window` decoded messages)."""
-        self._cur = []
-        self._pos = 0
+    def _advance(self, taken: int) -> None:
+        """`taken` more messages of the current batch are the application's. Once it has all of them, none
+        is kept while waiting for more (a consumer that caught up used to hold its last batch, up to
+        `window` decoded messages)."""
+        self._pos += taken
+        if self._pos == len(self._cur):
+            self._cur = []
+            self._pos = 0
 
     async def receive_batch(
         self,
@@ -148,13 +149,11 @@ class Consumer:
                 take = max_messages - len(out)
                 if self._pos == 0 and len(self._cur) <= take:
                     out.extend(self._cur)
-                    self._release()
+                    self._advance(len(self._cur))
                 else:
                     chunk = self._cur[self._pos : self._pos + take]
                     out.extend(chunk)
-                    self._pos += len(chunk)
-                    if self._pos == len(self._cur):
-                        self._release()
+                    self._advance(len(chunk))
                 if len(out) >= max_messages or self.queue.empty():
                     return out
                 item = self.queue.get_nowait()
