@@ -58,6 +58,13 @@ class LimitsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     max_topics_per_broker: int = 100_000
 
 
+class SchemaSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    # JSON Schema compatibility for subjects that do not choose (docs/schema-registry.md): `danube` reads
+    # a writer's data as holding only the properties its schema lists (adding or removing an optional
+    # property is compatible); `strict` is the open content model (Confluent's).
+    json_compatibility: Literal["danube", "strict"] = "danube"
+
+
 class DispatchSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     max_unacked_messages: int = DEFAULT_WINDOW
     max_redelivery_count: int = 5
@@ -282,6 +289,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     metrics: MetricsSettings = msgspec.field(default_factory=MetricsSettings)
     limits: LimitsSettings = msgspec.field(default_factory=LimitsSettings)
     security: SecuritySettings = msgspec.field(default_factory=SecuritySettings)
+    schema: SchemaSettings = msgspec.field(default_factory=SchemaSettings)
 
     def durable_url(self, data_dir: Path) -> str | None:
         """The object store URL in effect (None: no durable tier)."""

@@ -97,6 +97,7 @@ class Sim:
         self.dropped: set[int] = set()
         self.reported: list[int] = []  # dead letters taken and not yet published
         self.last_cursor: int | None = None
+        self.key_order: dict[str, list[int]] = {}  # Key-Shared: first deliveries per key, in order sent
         self.taken_resolved: set[int] = set()
         self.gap_rate = rng.choice(GAP_RATES)
         self.gaps: list[tuple[int, int]] = []  # model: skipped [first, end) ranges, ascending
@@ -171,8 +172,10 @@ class Sim:
             self.check((active is None) == (not self.attached), "active consumer presence")
             self.check(all(c == active for c in in_flight.values()), "in flight outside the active consumer")
         if self.sub_type is SubType.KEY_SHARED:
-            in_flight_keys = [self.keys[o] for o in in_flight]
-            self.check(len(in_flight_keys) == len(set(in_flight_keys)), "two in flight for one key")
+            holder_of_key: dict[str, int] = {}
+            for off, cid in in_flight.items():
+                key = self.keys[off]
+                self.check(holder_of_key.setdefault(key, cid) == cid, f"key {key} in flight at two consumers")
         for off, cid in in_flight.items():
             self.check(self.last_to.get(off) == cid, f"{off} in flight at {cid}, last sent to {self.last_to}")
         self.check_gaps(held)
@@ -246,9 +249,23 @@ class Sim:
             if self.sub_type.single_active:
                 self.check(d.consumer_id == s.active_consumer(), "delivery to a standby")
             if self.sub_type is SubType.KEY_SHARED:
+                # the rule: every unresolved message of its key below it is in flight at the same consumer
+                # (sent earlier, or earlier in this poll), and nothing of its key is in flight elsewhere
                 key = self.keys[d.offset]
-                earlier = [o for o in self.unresolved if o < d.offset and self.keys[o] == key]
+                now_at = s.in_flight()
+                earlier = [
+                    o
+                    for o in self.unresolved
+                    if o < d.offset and self.keys[o] == key and now_at.get(o) != d.consumer_id
+                ]
                 self.check(not earlier, f"offset {d.offset} of key {key} delivered before {earlier}")
+                elsewhere = [o for o, c in now_at.items() if self.keys[o] == key and c != d.consumer_id]
+                self.check(not elsewhere, f"offset {d.offset} of key {key} sent while {elsewhere} elsewhere")
+                if not d.redelivery:
+                    order = self.key_order.setdefault(key, [])
+                    last = order[-1] if order else -1
+                    self.check(last < d.offset, f"first deliveries of key {key}: {last} then {d.offset}")
+                    order.append(d.offset)
                 f = self.attached[d.consumer_id]
                 self.check(
                     not f or any(glob_match(p, key) for p in f), "key given to a filtered-out consumer"
@@ -267,10 +284,21 @@ class Sim:
             if self.sub_type is not SubType.KEY_SHARED:
                 self.check(blocked, f"offset {off} left pending with a consumer attached")
                 continue
+            # a never-sent message may wait only behind a message of its key to send again, while its key
+            # is in flight at a consumer it no longer routes to, or while no consumer accepts its key
             key = self.keys[off]
-            behind = any(o < off and self.keys[o] == key for o in self.unresolved)
+            now_at = s.in_flight()
+            behind = any(
+                o < off
+                and self.keys[o] == key
+                and o not in now_at
+                and s.state_of(o) is not EntryState.PENDING
+                for o in self.unresolved
+            )
+            route = s._selector.for_key(key)
+            moving = any(self.keys[o] == key and c != route for o, c in now_at.items())
             eligible = any(not f or any(glob_match(p, key) for p in f) for f in self.attached.values())
-            self.check(behind or not eligible, f"offset {off} (key {key}) left pending")
+            self.check(behind or moving or not eligible, f"offset {off} (key {key}) left pending")
 
     # -- actions -----------------------------------------------------------------------------------------
     def expect_timeouts(self) -> set[int]:

@@ -78,10 +78,11 @@ def test_offer_batch_refuses_gaps_and_overflow_and_changes_nothing() -> None:
 def test_offer_batch_key_shared_keeps_key_order() -> None:
     s = make(SubType.KEY_SHARED)
     s.offer_batch(0, ["a", "b", "a", "c", "b"], 0)
-    assert offsets(s.poll(0)) == [0, 1, 3]
-    assert s.ack_range(0, 4, 1) == 3  # 2 and 4 were never sent: ignored
-    assert offsets(s.poll(1)) == [2, 4]
-    assert s.cursor == 1
+    assert offsets(s.poll(0)) == [0, 1, 2, 3, 4]
+    s.offer_batch(5, ["a", "c"], 1)
+    assert s.ack_range(0, 6, 1) == 5  # 5 and 6 were never sent: ignored
+    assert offsets(s.poll(1)) == [5, 6]
+    assert s.cursor == 4
 
 
 # -- ack_range -----------------------------------------------------------------------------------------------
@@ -151,11 +152,11 @@ def test_ack_range_of_a_huge_span_key_shared() -> None:
         assert s.ack_range(first, ds[-1].offset, 1) == len(ds)
     assert s.cursor is None and set(s.held_offsets()) == {0}
     last = s.next_offset - 1
-    s.offer_batch(last + 1, ["stuck", "x"], 1)  # "stuck" waits behind offset 0; "x" is sent
-    assert offsets(s.poll(1)) == [last + 2]
+    s.offer_batch(last + 1, ["stuck", "x"], 1)  # "stuck" joins offset 0 at its consumer
+    assert offsets(s.poll(1)) == [last + 1, last + 2]
     # a span far wider than what is held is answered from the held records, not scanned
-    assert s.ack_range(-(2**62), 2**62, 2) == 2
-    assert s.cursor == last and offsets(s.poll(2)) == [last + 1]
+    assert s.ack_range(-(2**62), 2**62, 2) == 3
+    assert s.cursor == last + 2 and s.poll(2) == []
 
 
 def test_ack_and_nack_range_of_a_huge_span() -> None:
@@ -174,14 +175,15 @@ def test_ack_and_nack_range_of_a_huge_span() -> None:
     assert s.cursor == s.next_offset - 1 and not s.held_offsets()
 
 
-def test_ack_range_key_shared_releases_each_keys_successor() -> None:
+def test_ack_range_key_shared_across_keys_and_consumers() -> None:
     s = make(SubType.KEY_SHARED, consumers=(1, 2))
     s.offer_batch(0, ["a", "b", "a", "b", "c"], 0)
     first = s.poll(0)
-    assert offsets(first) == [0, 1, 4]
+    assert offsets(first) == [0, 1, 2, 3, 4]
     assert s.ack_range(0, 1, 1) == 2
-    assert offsets(s.poll(1)) == [2, 3]
-    assert s.ack_range(0, 10, 2) == 3 and s.cursor == 4
+    s.offer_batch(5, ["a", "b"], 1)
+    assert offsets(s.poll(1)) == [5, 6]
+    assert s.ack_range(0, 10, 2) == 5 and s.cursor == 6
 
 
 # -- ack_upto ------------------------------------------------------------------------------------------------

@@ -28,18 +28,43 @@ def by_offset(ds: list[Delivery]) -> dict[int, int]:
     return {d.offset: d.consumer_id for d in ds}
 
 
-def test_one_in_flight_per_key_and_order_kept() -> None:
+def test_several_in_flight_per_key_in_order() -> None:
+    """Issue 36: a key's messages go to its consumer without waiting for each ack (Danube: one at a time)."""
     s = make()
     s.attach(1, (), 0)
     offer(s, "a", "b", "a", "a", "b")
-    assert [d.offset for d in s.poll(0)] == [0, 1]
+    assert [d.offset for d in s.poll(0)] == [0, 1, 2, 3, 4]
     assert s.poll(0) == []
-    s.on_ack(2, 1)  # never delivered: ignored
-    assert s.on_ack(0, 1)
-    assert [d.offset for d in s.poll(1)] == [2]
-    assert s.on_ack(1, 2)
-    assert s.on_ack(2, 2)
-    assert [d.offset for d in s.poll(2)] == [3, 4]
+    assert not s.on_ack(5, 1)  # never delivered: ignored
+    assert s.on_ack(2, 1)  # out of order within a key: fine, the cursor waits for 0
+    assert s.cursor is None
+    offer(s, "a")
+    assert s.poll(2) == [Delivery(1, 5, 1, False)]
+    assert s.on_ack(0, 3) and s.on_ack(1, 3)
+    assert s.cursor == 2
+
+
+def test_a_key_waits_behind_its_message_to_send_again() -> None:
+    """A nacked message of a key goes before any later message of that key; other keys flow on."""
+    s = make()
+    s.attach(1, (), 0)
+    offer(s, "k", "k", "k", "j")
+    assert [d.offset for d in s.poll(0)] == [0, 1, 2, 3]
+    assert s.on_nack(0, 1, delay_ms=500)
+    offer(s, "k", "j")
+    assert s.poll(2) == [Delivery(1, 5, 1, False)]  # 4 (key k) waits behind 0; 5 (key j) goes
+    assert s.poll(501) == [Delivery(1, 0, 2, True), Delivery(1, 4, 1, False)]
+
+
+def test_retries_of_one_key_go_in_offset_order() -> None:
+    """A later message's retry that is due first waits for the earlier one of its key."""
+    s = make()
+    s.attach(1, (), 0)
+    offer(s, "k", "k")
+    s.poll(0)
+    assert s.on_nack(0, 1, delay_ms=300) and s.on_nack(1, 1, delay_ms=100)
+    assert s.poll(101) == []  # 1 is due but 0 is not
+    assert s.poll(301) == [Delivery(1, 0, 2, True), Delivery(1, 1, 2, True)]
 
 
 def test_out_of_order_acks_across_keys() -> None:
@@ -95,16 +120,19 @@ def test_detach_keeps_key_lock_and_redelivers_to_survivor() -> None:
     offer(s, *keys)
     offer(s, *keys)
     ds = s.poll(0)
-    assert [d.offset for d in ds] == list(range(20))
+    assert [d.offset for d in ds] == list(range(40))
     lost = sorted(d.offset for d in ds if d.consumer_id == 2)
     assert lost
     s.detach(2, 5)
     again = s.poll(5)
-    # the detached consumer's messages come back first, to the survivor, before their keys' later messages
+    # the detached consumer's messages come back, in order, to the survivor
     assert [d.offset for d in again] == lost
     assert all(d.consumer_id == 1 and d.redelivery for d in again)
     s.attach(2, (), 6)
-    assert s.poll(6) == []  # keys stay locked by their in-flight message
+    offer(s, *keys)
+    ds = s.poll(6)  # keys moving back to 2 wait while 1 holds their messages; the others flow
+    assert ds and all(d.consumer_id == 1 for d in ds)
+    assert {keys[d.offset - 40] for d in ds} == {k for k in keys if HashRing([1, 2]).lookup(k) == 1}
 
 
 def test_filtered_out_key_is_held_not_skipped() -> None:
@@ -117,10 +145,9 @@ def test_filtered_out_key_is_held_not_skipped() -> None:
     assert s.state_of(0) is EntryState.PENDING
     assert s.poll(2) == []
     s.attach(2, ["us-*"], 3)
-    assert s.poll(3) == [Delivery(2, 0, 1, False)]
+    assert s.poll(3) == [Delivery(2, 0, 1, False), Delivery(2, 2, 1, False)]
     s.on_ack(0, 4)
     assert s.cursor == 1
-    assert s.poll(4) == [Delivery(2, 2, 1, False)]
 
 
 def test_filters_route_each_family() -> None:
@@ -147,10 +174,10 @@ def test_ack_timeout_keeps_key_order() -> None:
     s = make()
     s.attach(1, (), 0)
     offer(s, "k", "k")
-    assert [d.offset for d in s.poll(0)] == [0]
-    assert [d.offset for d in s.poll(1_000)] == [0]  # timed out, retried at once (delay 0), 1 still waits
-    s.on_ack(0, 1_001)
-    assert [d.offset for d in s.poll(1_001)] == [1]
+    assert [d.offset for d in s.poll(0)] == [0, 1]
+    offer(s, "k")
+    # both timed out and are retried at once (delay 0), in order, before the key's never-sent message
+    assert [(d.offset, d.redelivery) for d in s.poll(1_000)] == [(0, True), (1, True), (2, False)]
 
 
 def test_unmatched_keys_take_no_window_slots() -> None:
@@ -164,15 +191,13 @@ def test_unmatched_keys_take_no_window_slots() -> None:
     offer(s, "shipping")  # a later message of an unmatched key holds none either
     offer(s, "payment", "payment")
     assert s.capacity() == 0
-    assert s.poll(1) == [Delivery(1, 3, 1, False)]
+    assert s.poll(1) == [Delivery(1, 3, 1, False), Delivery(1, 4, 1, False)]
     assert s.on_ack(3, 2)
-    assert s.poll(2) == [Delivery(1, 4, 1, False)]
     assert s.on_ack(4, 3) and s.cursor is None  # offset 0 is still held
     s.attach(2, ["ship*", "invoice"], 4)  # a consumer for them: they go, in order per key
     assert s.capacity() == 0  # counted again until the next poll routes them
-    assert by_offset(s.poll(4)) == {0: 2, 1: 2}
+    assert by_offset(s.poll(4)) == {0: 2, 1: 2, 2: 2}
     assert s.on_ack(0, 5) and s.on_ack(1, 5)
-    assert s.poll(5) == [Delivery(2, 2, 1, False)]
     assert s.on_ack(2, 6) and s.cursor == 4
 
 
@@ -221,15 +246,13 @@ def test_a_moving_key_waits_for_its_delivered_message_and_other_keys_never_pause
     st.offer_batch(0, keys, 0)
     first = {d.offset: d.consumer_id for d in st.poll(0)}
     assert set(first.values()) == {1} and len(first) == 40  # one message per key, all to consumer 1
-    st.offer_batch(40, keys, 1)  # a second message of every key, waiting behind the first
     st.attach(2, (), 2)
-    assert st.poll(3) == []  # every key still has its first message in flight with consumer 1
+    st.offer_batch(40, keys, 1)  # a second message of every key
     moving = [i for i, k in enumerate(keys) if st._selector.for_key(k) == 2]
     staying = [i for i in range(40) if i not in moving]
     assert moving and staying
-    for i in staying:
-        st.on_ack(i, 4)
-    staying_next = {d.offset: d.consumer_id for d in st.poll(5)}
-    assert staying_next == {40 + i: 1 for i in staying}  # unaffected keys flow on, to their owner
+    staying_next = {d.offset: d.consumer_id for d in st.poll(3)}
+    # unaffected keys flow on to their owner at once; moving keys wait while consumer 1 holds their first
+    assert staying_next == {40 + i: 1 for i in staying}
     st.on_ack(moving[0], 6)  # one moving key's first message is acknowledged by its old consumer
     assert {(d.offset, d.consumer_id) for d in st.poll(7)} == {(40 + moving[0], 2)}

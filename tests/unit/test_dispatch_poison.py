@@ -118,12 +118,13 @@ def test_key_shared_dead_letter_releases_the_key_when_resolved() -> None:
     s = make(SubType.KEY_SHARED, policy("DeadLetter"))
     s.offer(0, "k", 0)
     s.offer(1, "k", 0)
-    s.poll(0)
+    assert [d.offset for d in s.poll(0)] == [0, 1]
     s.on_nack(0, 1, None, None)
-    assert s.poll(2) == []  # key still held by the exhausted message
+    s.offer(2, "k", 1)
+    assert s.poll(2) == []  # the key's new message waits behind the exhausted one
     (dl,) = s.take_dead_letters()
     assert s.resolve_dead_letter(dl.offset)
-    assert [d.offset for d in s.poll(3)] == [1]
+    assert [d.offset for d in s.poll(3)] == [2]
 
 
 def test_key_shared_drop_releases_the_key() -> None:
@@ -132,9 +133,11 @@ def test_key_shared_drop_releases_the_key() -> None:
     s.offer(1, "k", 0)
     s.poll(0)
     s.on_nack(0, 1, None, "drop-me")
-    assert [d.offset for d in s.poll(2)] == [1]
+    s.offer(2, "k", 1)
+    assert [d.offset for d in s.poll(2)] == [2]
     s.on_ack(1, 3)
-    assert s.cursor == 1
+    s.on_ack(2, 3)
+    assert s.cursor == 2
 
 
 # -- on_poison: a message whose record can never be sent -----------------------------------------------------

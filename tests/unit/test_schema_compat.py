@@ -12,7 +12,7 @@ from functools import cache
 
 import pytest
 
-from ister.core.schema import CompatibilityMode, SchemaType, check, parse
+from ister.core.schema import CompatibilityMode, JsonRules, SchemaType, check, parse
 from ister.errors import InvalidArgument
 from ister.schema.protoc import parse_proto_sync
 
@@ -118,50 +118,127 @@ def js(props: dict[str, object], required: list[str] = (), closed: bool = False)
 
 J_OPEN = js({"id": {"type": "integer"}}, ["id"])
 J_CLOSED = js({"id": {"type": "integer"}}, ["id"], closed=True)
-JSON_ROWS = [
+
+
+def nested(inner: dict[str, object], required: list[str] = ()) -> str:  # type: ignore[assignment]
+    return json.dumps(
+        {
+            "type": "object",
+            "properties": {
+                "address": {"type": "object", "properties": inner, "required": list(required)},
+                "tags": {"type": "array", "items": {"type": "object", "properties": inner}},
+            },
+        }
+    )
+
+
+# (label, old, new, (backward, forward) under DANUBE rules, (backward, forward) under STRICT rules).
+# docs/schema-registry.md has this table; keep them the same.
+JSON_TABLE = [
     (
-        "open: add optional property",
+        "add optional property",
         J_OPEN,
         js({"id": {"type": "integer"}, "n": {"type": "string"}}, ["id"]),
-        False,
-        True,
+        (True, True),
+        (False, True),
     ),
     (
         "closed: add optional property",
         J_CLOSED,
         js({"id": {"type": "integer"}, "n": {"type": "string"}}, ["id"], closed=True),
-        True,
-        False,
+        (True, False),
+        (True, False),
     ),
     (
         "closed: add required property",
         J_CLOSED,
         js({"id": {"type": "integer"}, "n": {"type": "string"}}, ["id", "n"], closed=True),
-        False,
-        False,
+        (False, False),
+        (False, False),
     ),
     (
-        "open: remove property",
+        "add required property",
+        J_OPEN,
+        js({"id": {"type": "integer"}, "n": {"type": "string"}}, ["id", "n"]),
+        (False, True),
+        (False, True),
+    ),
+    (
+        "remove optional property",
         js({"id": {"type": "integer"}, "n": {"type": "string"}}, ["id"]),
         J_OPEN,
-        True,
-        False,
+        (True, True),
+        (True, False),
     ),
-    ("make property optional", J_OPEN, js({"id": {"type": "integer"}}), True, False),
-    ("make property required", js({"id": {"type": "integer"}}), J_OPEN, False, True),
-    ("widen integer to number", J_OPEN, js({"id": {"type": "number"}}, ["id"]), True, False),
-    ("narrow number to integer", js({"id": {"type": "number"}}, ["id"]), J_OPEN, False, True),
-    ("change integer to string", J_OPEN, js({"id": {"type": "string"}}, ["id"]), False, False),
-    ("add enum value", js({"c": {"enum": ["a", "b"]}}), js({"c": {"enum": ["a", "b", "c"]}}), True, False),
-    ("remove enum value", js({"c": {"enum": ["a", "b"]}}), js({"c": {"enum": ["a"]}}), False, True),
+    (
+        "remove required property",
+        js({"id": {"type": "integer"}, "n": {"type": "string"}}, ["id", "n"]),
+        J_OPEN,
+        (True, False),
+        (True, False),
+    ),
+    ("make property optional", J_OPEN, js({"id": {"type": "integer"}}), (True, False), (True, False)),
+    ("make property required", js({"id": {"type": "integer"}}), J_OPEN, (False, True), (False, True)),
+    ("widen integer to number", J_OPEN, js({"id": {"type": "number"}}, ["id"]), (True, False), (True, False)),
+    (
+        "narrow number to integer",
+        js({"id": {"type": "number"}}, ["id"]),
+        J_OPEN,
+        (False, True),
+        (False, True),
+    ),
+    (
+        "change integer to string",
+        J_OPEN,
+        js({"id": {"type": "string"}}, ["id"]),
+        (False, False),
+        (False, False),
+    ),
+    (
+        "add enum value",
+        js({"c": {"enum": ["a", "b"]}}),
+        js({"c": {"enum": ["a", "b", "c"]}}),
+        (True, False),
+        (True, False),
+    ),
+    (
+        "remove enum value",
+        js({"c": {"enum": ["a", "b"]}}),
+        js({"c": {"enum": ["a"]}}),
+        (False, True),
+        (False, True),
+    ),
     (
         "tighten maxLength",
         js({"s": {"type": "string"}}),
         js({"s": {"type": "string", "maxLength": 5}}),
-        False,
-        True,
+        (False, True),
+        (False, True),
+    ),
+    (
+        "nested: add optional property",
+        nested({"x": {"type": "string"}}),
+        nested({"x": {"type": "string"}, "y": {"type": "integer"}}),
+        (True, True),
+        (False, True),
+    ),
+    (
+        "nested: add required property",
+        nested({"x": {"type": "string"}}),
+        nested({"x": {"type": "string"}, "y": {"type": "integer"}}, ["y"]),
+        (False, True),
+        (False, True),
+    ),
+    (
+        "nested: change type",
+        nested({"x": {"type": "string"}}),
+        nested({"x": {"type": "integer"}}),
+        (False, False),
+        (False, False),
     ),
 ]
+JSON_ROWS = [(label, old, new, *danube) for label, old, new, danube, _ in JSON_TABLE]
+
 
 P_BASE = 'syntax = "proto3";\nmessage Order {\n  int64 id = 1;\n  string item = 2;\n  int32 qty = 3;\n}\n'
 PROTO_ROWS = [
@@ -315,13 +392,41 @@ def test_compatibility_table(
     )
 
 
+@pytest.mark.parametrize(
+    ("label", "old", "new", "danube", "strict"), JSON_TABLE, ids=[r[0] for r in JSON_TABLE]
+)
+def test_json_rules_strict_keeps_the_open_content_model(
+    label: str, old: str, new: str, danube: tuple[bool, bool], strict: tuple[bool, bool]
+) -> None:
+    o, n = parsed(SchemaType.JSON_SCHEMA, old), parsed(SchemaType.JSON_SCHEMA, new)
+    got = (
+        not check(n, [(1, o)], M.BACKWARD, JsonRules.STRICT),
+        not check(n, [(1, o)], M.FORWARD, JsonRules.STRICT),
+    )
+    assert got == strict, (label, check(n, [(1, o)], M.FULL, JsonRules.STRICT))
+    default = (not check(n, [(1, o)], M.BACKWARD), not check(n, [(1, o)], M.FORWARD))
+    assert default == danube  # DANUBE is the default
+
+
+def test_json_errors_name_the_nested_path() -> None:
+    old = parsed(SchemaType.JSON_SCHEMA, nested({"x": {"type": "string"}}))
+    new = parsed(SchemaType.JSON_SCHEMA, nested({"x": {"type": "string"}, "y": {"type": "integer"}}, ["y"]))
+    errors = check(new, [(1, old)], M.BACKWARD)
+    assert any("'address.y'" in e and "required" in e for e in errors), errors
+    new = parsed(SchemaType.JSON_SCHEMA, nested({"x": {"type": "integer"}}))
+    errors = check(new, [(1, old)], M.BACKWARD)
+    assert any("address.x" in e for e in errors) and any("tags[].x" in e for e in errors), errors
+    added = parsed(SchemaType.JSON_SCHEMA, nested({"x": {"type": "string"}, "y": {"type": "integer"}}))
+    assert any("strict" in e for e in check(added, [(1, old)], M.BACKWARD, JsonRules.STRICT))
+
+
 def test_errors_name_the_reason() -> None:
     old, new = parsed(SchemaType.AVRO, A_BASE), parsed(SchemaType.AVRO, AVRO_ROWS[1][2])
     errors = check(new, [(1, old)], M.BACKWARD)
     assert errors and "age" in errors[0] and "version 1" in errors[0]
     old, new = parsed(SchemaType.PROTOBUF, P_BASE), parsed(SchemaType.PROTOBUF, PROTO_ROWS[7][2])
     assert any("field 3" in e and "reserv" in e for e in check(new, [(1, old)], M.BACKWARD))
-    old, new = parsed(SchemaType.JSON_SCHEMA, J_CLOSED), parsed(SchemaType.JSON_SCHEMA, JSON_ROWS[2][2])
+    old, new = parsed(SchemaType.JSON_SCHEMA, J_CLOSED), parsed(SchemaType.JSON_SCHEMA, JSON_TABLE[2][2])
     assert any("'n'" in e and "required" in e for e in check(new, [(1, old)], M.BACKWARD))
 
 

@@ -27,6 +27,7 @@ from ister.broker.topics import TopicRegistry
 from ister.config import BrokerConfig
 from ister.core.dispatch import SubType
 from ister.core.record import StoredMessage
+from ister.core.schema import JsonRules
 from ister.errors import NotFound
 from ister.ids import TopicName, validate_segment
 from ister.metadata import keys
@@ -76,7 +77,9 @@ class BrokerService:
         self.producer_sessions = Producers(store, self.registry, self.ownership)
         self.consumer_refs = Consumers(config, store, self.storage, self.registry, self.broker_url)
         self.reads = OffsetReads(self.registry, self.storage)
-        self.schemas = SchemaRegistry(store, self.topic_exists)
+        self.schemas = SchemaRegistry(
+            store, self.topic_exists, json_rules=JsonRules(config.schema.json_compatibility)
+        )
         self.validator = PayloadValidator(self.schemas)
         self._reaper: asyncio.Task[None] | None = None
         self.ownership.bind(self)

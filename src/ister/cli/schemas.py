@@ -27,6 +27,7 @@ from ister.cli.admin import (
     fail,
     target_of,
 )
+from ister.core.schema import JsonRules
 from ister.wire.gen import SchemaRegistry_pb2 as pb
 from ister.wire.gen import SchemaRegistry_pb2_grpc as pb_grpc
 
@@ -36,6 +37,12 @@ schemas_app = typer.Typer(
 admin_app.add_typer(schemas_app, name="schemas")
 
 SubjectArg = Annotated[str, typer.Argument(help="schema subject")]
+JsonRulesOpt = Annotated[
+    JsonRules | None,
+    typer.Option(
+        "--json-rules", help="JSON Schema rules: danube (optional properties may come and go) or strict"
+    ),
+]
 TYPES_BY_SUFFIX = {".avsc": "avro", ".avro": "avro", ".json": "json_schema", ".proto": "protobuf"}
 
 
@@ -173,6 +180,7 @@ def schemas_check(
     mode: Annotated[
         str | None, typer.Option("--mode", help="check under this mode instead of the subject's")
     ] = None,
+    json_rules: JsonRulesOpt = None,
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
     output: OutputOpt = Output.table,
 ) -> None:
@@ -182,8 +190,10 @@ def schemas_check(
         schema_type=schema_type_of(file, schema_type),
         new_schema_definition=read_definition(file),
     )
+    if json_rules and not mode:
+        raise typer.BadParameter("--json-rules needs --mode (the mode to check under)")
     if mode:
-        request.compatibility_mode = mode
+        request.compatibility_mode = f"{mode}:{json_rules.value}" if json_rules else mode
     r = rpc(admin_addr, "CheckCompatibility", request)
     if output == Output.json:
         emit_json({"is_compatible": r.is_compatible, "errors": list(r.errors)})
@@ -201,16 +211,19 @@ def schemas_check(
 def schemas_mode(
     subject: SubjectArg,
     mode: Annotated[str, typer.Argument(help="none|backward|forward|full (+ _transitive)")],
+    json_rules: JsonRulesOpt = None,
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Set a subject's compatibility mode."""
+    """Set a subject's compatibility mode (and, for JSON Schema, its rules: danube or strict)."""
+    wire = f"{mode}:{json_rules.value}" if json_rules else mode
     r = rpc(
         admin_addr,
         "SetCompatibilityMode",
-        pb.SetCompatibilityModeRequest(subject=subject, compatibility_mode=mode),
+        pb.SetCompatibilityModeRequest(subject=subject, compatibility_mode=wire),
     )
-    emit_done(output, r.message, subject=subject, compatibility_mode=mode.lower())
+    extra = {"json_rules": json_rules.value} if json_rules else {}
+    emit_done(output, r.message, subject=subject, compatibility_mode=mode.lower(), **extra)
 
 
 @schemas_app.command("delete")

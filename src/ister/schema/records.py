@@ -9,16 +9,18 @@ from typing import Any
 
 from ister.core.schema import (
     CompatibilityMode,
+    JsonRules,
     ParsedSchema,
     ProtobufSchema,
     SchemaType,
     ValidationPolicy,
     parse,
+    parse_json_rules,
     parse_mode,
     parse_policy,
     parse_schema_type,
 )
-from ister.errors import CorruptionError
+from ister.errors import CorruptionError, InvalidArgument
 
 MAX_VERSIONS_PER_SUBJECT = 1_000
 MAX_TAGS = 32
@@ -151,6 +153,14 @@ def schema_of_record(record: Any) -> ParsedSchema:
 
 def is_protobuf(schema: ParsedSchema) -> bool:
     return isinstance(schema, ProtobufSchema)
+
+
+def json_rules_of(metadata: Any, default: JsonRules) -> JsonRules:
+    """The subject's JSON rules (`json_compatibility`, Ister's own field; absent: the broker's default)."""
+    try:
+        return parse_json_rules(str(metadata["json_compatibility"]))
+    except (KeyError, TypeError, InvalidArgument):
+        return default
 
 
 def mode_of(metadata: Any) -> CompatibilityMode:

@@ -18,15 +18,17 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ister.core.schema import (
+    DEFAULT_JSON_RULES,
     DEFAULT_MODE,
     CompatibilityMode,
+    JsonRules,
     ParsedSchema,
     SchemaType,
     ValidationPolicy,
     check,
     definition_text,
     parse,
-    parse_mode,
+    parse_mode_and_rules,
     parse_schema_type,
 )
 from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
@@ -43,6 +45,7 @@ from ister.schema.records import (
     SubjectSummary,
     TopicBinding,
     VersionView,
+    json_rules_of,
     mode_of,
     schema_of_record,
     version_record,
@@ -85,8 +88,10 @@ class SchemaRegistry:
         store: MetadataStore,
         topic_exists: Callable[[TopicName], Awaitable[bool]],
         clock: Callable[[], float] = time.time,
+        json_rules: JsonRules = DEFAULT_JSON_RULES,
     ) -> None:
         self.store = store
+        self.json_rules = json_rules  # for subjects that do not choose (`schema.json_compatibility`)
         self.topic_exists = topic_exists
         self._clock = clock
         self._parsed: OrderedDict[tuple[str, int], VersionView] = OrderedDict()
@@ -253,11 +258,14 @@ class SchemaRegistry:
                 raise FailedPrecondition(
                     f"schema subject {shown(subject)} has {len(versions)} versions, the most allowed"
                 )
-            mode = mode_of(metadata)
-            errors = check(schema, await self._history(subject, metadata), mode)
+            mode, rules = mode_of(metadata), json_rules_of(metadata, self.json_rules)
+            errors = check(schema, await self._history(subject, metadata), mode, rules)
             if errors:
+                under = f"{mode.value}" + (
+                    f" ({rules.value} JSON rules)" if schema.type is SchemaType.JSON_SCHEMA else ""
+                )
                 raise FailedPrecondition(
-                    f"schema is incompatible with subject {shown(subject)} under mode {mode.value}: "
+                    f"schema is incompatible with subject {shown(subject)} under mode {under}: "
                     + "; ".join(errors)
                 )
             version = int(metadata.get("latest_version") or 0) + 1
@@ -346,17 +354,23 @@ class SchemaRegistry:
         self, subject: str, type_text: str, definition: bytes, mode_text: str | None
     ) -> list[str]:
         metadata, _ = await self._metadata(subject)
-        mode = parse_mode(mode_text) if mode_text else mode_of(metadata)
+        mode, rules = mode_of(metadata), json_rules_of(metadata, self.json_rules)
+        if mode_text:
+            mode, chosen = parse_mode_and_rules(mode_text)
+            rules = chosen or rules
         schema, _ = await self._parse(type_text, definition)
-        return check(schema, await self._history(subject, metadata), mode)
+        return check(schema, await self._history(subject, metadata), mode, rules)
 
     # -- changes -------------------------------------------------------------------------------------------
     async def set_mode(self, subject: str, mode_text: str) -> CompatibilityMode:
-        mode = parse_mode(mode_text)
+        """`mode_text` is a mode, optionally with `:danube` or `:strict` (the subject's JSON rules)."""
+        mode, rules = parse_mode_and_rules(mode_text)
         meta_key = keys.schema_metadata(subject)
         for _ in range(CAS_ATTEMPTS):
             metadata, version = await self._metadata(subject)
             updated = {**metadata, "compatibility_mode": mode.stored, "updated_at": int(self._clock())}
+            if rules is not None:
+                updated["json_compatibility"] = rules.value
             ok = await self.store.txn(
                 [Compare(meta_key, version)],
                 [Put(meta_key, updated), Put(keys.schema_compatibility(subject), {"mode": mode.value})],

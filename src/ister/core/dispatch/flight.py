@@ -64,8 +64,9 @@ class SendPhase:
         self.sent += 1
 
     def close(self) -> None:
-        """Start the deadlines of the filled batches."""
-        for batch, _ in self._groups.values():
+        """Start the deadlines of the filled batches (members sorted: Key-Shared may add out of order)."""
+        for batch, members in self._groups.values():
+            members.sort()
             self._flight.register(batch)
 
     def groups(self) -> list[tuple[int, list[int]]]:

@@ -10,8 +10,11 @@ Choices where Danube differs (deliberately):
 - A detached or removed consumer's in-flight messages are redelivered (immediately, not counted as a
   failure) to another consumer or to the same one when it returns; nothing is ever treated as acked.
 - A late ack (the message already timed out, or is exhausted) is accepted: the consumer did process it.
-- Key-Shared: one in-flight message per key; a key's later messages wait behind its earliest unresolved
-  one (also while that one is exhausted and blocked or waiting for its dead-letter publish). A message whose
+- Key-Shared: several messages of a key in flight to its one consumer, in order, up to the window (Danube
+  sends one per key and waits for its ack). A key's later messages wait behind a message of it that must be
+  sent again (also while that one is exhausted and blocked or waiting for its dead-letter publish), and a
+  key that moves to another consumer starts there only once its old consumer's messages are resolved or
+  handed back (`keyqueue.py` has the rule). A message whose
   key no attached consumer's filters accept is held, never skipped (Danube skips it: it is lost for the
   subscription), until a matching consumer attaches; meanwhile it takes no window slot, so the other keys keep
   flowing. Up to `unmatched_limit` such messages wait outside the window (their records stay in memory);
@@ -252,6 +255,10 @@ class ReliableSubscriptionState:
         kq = self._kq
         if (kq.parked or kq.unmatched) and kq.parked_version != self._selector.version:
             self._unpark()
+        if self._key_shared and kq.seen_version != self._selector.version:
+            kq.consumers_changed(self._selector.version)
+        if kq.woken:
+            self._wake_held_retries()
         if self._retries.is_due(now_ms):
             self._send_retries(now_ms, out)
         if self._key_shared:
@@ -310,17 +317,28 @@ class ReliableSubscriptionState:
 
     def _send_retries(self, now_ms: int, out: list[Group]) -> None:
         phase = SendPhase(self._flight, now_ms + self.policy.ack_timeout_ms)
-        entries = self._entries
-        for offset in self._retries.pop_due(now_ms):
-            cid = self._target(offset)
-            if cid is None:
-                self._park(offset)
-                continue
-            phase.add(cid, offset)
-            entry = entries[offset]
-            entry.state = _IN_FLIGHT
-            entry.deliveries += 1
-            entry.consumer = cid
+        entries, kq = self._entries, self._kq
+        due = self._retries.pop_due(now_ms)
+        while due:
+            for offset in due:
+                cid = self._target(offset)
+                if cid is None:
+                    self._park(offset)
+                    continue
+                if self._key_shared:
+                    if not kq.may_resend(offset, cid):
+                        kq.hold_retry(offset)  # behind an earlier message of its key, or it is moving
+                        continue
+                    kq.resent(offset, cid)
+                phase.add(cid, offset)
+                entry = entries[offset]
+                entry.state = _IN_FLIGHT
+                entry.deliveries += 1
+                entry.consumer = cid
+            if not kq.woken:
+                break
+            self._wake_held_retries()  # a retry sent above lets a held one of its key go in this poll
+            due = self._retries.pop_due(now_ms)
         phase.close()
         out.extend((cid, offsets, True) for cid, offsets in phase.groups())
         self._w.n_retry -= phase.sent
@@ -328,9 +346,9 @@ class ReliableSubscriptionState:
         self._redelivered += phase.sent
 
     def _send_heads(self, now_ms: int, out: list[Group]) -> None:
-        """Key-Shared: send every pending key head, in offset order."""
-        holder, entries = self._holder, self._entries
-        heads, key_of = self._kq.heads, self._kq.key_of
+        """Key-Shared: send the never-sent messages of every key whose gate is open."""
+        kq = self._kq
+        heads, key_of, fresh, take = kq.heads, kq.key_of, kq.fresh, kq.take_fresh
         owners, route = self._selector.key_owners, self._selector.for_key
         by_consumer: dict[int, list[int]] = {}
         previous = -1
@@ -340,21 +358,34 @@ class ReliableSubscriptionState:
                 continue  # a duplicate item
             previous = offset
             key = key_of.get(offset)
-            if key is None or offset in holder or (entries and offset in entries):
-                continue  # resolved, or already sent
+            if key is None or fresh.get(key) != offset:
+                continue  # sent already
             cid = owners[key] if key in owners else route(key)
             if cid is None:
                 self._park(offset)
                 continue
+            run = take(key, cid)
+            if run is None:
+                continue  # its key waits; pushed again when its gate opens
             mine = by_consumer.get(cid)
             if mine is None:
-                mine = by_consumer[cid] = []
-            mine.append(offset)
+                by_consumer[cid] = run
+            else:
+                mine.extend(run)
         deadline = now_ms + self.policy.ack_timeout_ms
         for cid, offsets in by_consumer.items():
+            offsets.sort()  # several keys' runs: a batch's members ascend
             self._flight.add_run(cid, deadline, offsets)
             self._delivered += len(offsets)
             out.append((cid, offsets, False))
+
+    def _wake_held_retries(self) -> None:
+        """Key-Shared: retries held behind their key's gate may go again (their time has come already)."""
+        entries = self._entries
+        for offset in self._kq.take_woken():
+            entry = entries.get(offset)
+            if entry is not None and entry.state is _RETRY:
+                self._failures.requeue_parked(offset, entry)
 
     def _unpark(self) -> None:
         kq = self._kq

@@ -250,6 +250,8 @@ class HeldWindow(Set[int]):
         entry = self.entries.get(offset)
         if entry is None:
             entry = self.entries[offset] = Entry(EntryState.IN_FLIGHT, 1, consumer)
+        if self.keys is not None:
+            self.keys.left_flight(offset)
         return entry
 
     def resolve(self, offset: int) -> None:

@@ -11,11 +11,15 @@ from ister.core.schema.model import MAX_SCHEMA_BYTES, ParsedSchema
 from ister.core.schema.primitive import PrimitiveSchema
 from ister.core.schema.protobuf import ProtobufSchema
 from ister.core.schema.types import (
+    DEFAULT_JSON_RULES,
     DEFAULT_MODE,
     CompatibilityMode,
+    JsonRules,
     SchemaType,
     ValidationPolicy,
+    parse_json_rules,
     parse_mode,
+    parse_mode_and_rules,
     parse_policy,
     parse_schema_type,
 )
@@ -24,11 +28,13 @@ from ister.errors import InvalidArgument
 PROTO_FILE_NAME = "schema.proto"
 
 __all__ = [
+    "DEFAULT_JSON_RULES",
     "DEFAULT_MODE",
     "MAX_SCHEMA_BYTES",
     "PROTO_FILE_NAME",
     "AvroSchema",
     "CompatibilityMode",
+    "JsonRules",
     "JsonSchema",
     "ParsedSchema",
     "PrimitiveSchema",
@@ -39,7 +45,9 @@ __all__ = [
     "check",
     "definition_text",
     "parse",
+    "parse_json_rules",
     "parse_mode",
+    "parse_mode_and_rules",
     "parse_policy",
     "parse_schema_type",
 ]

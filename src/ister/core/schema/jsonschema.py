@@ -2,11 +2,14 @@
 the schema once into a validator, and its canonical form decides compatibility by containment: data
 written under schema W can be read under schema R when R admits every value W admits.
 
-That one rule covers what a hand-written diff would look for, with the real semantics: a property added
-to an open object (`additionalProperties` absent) may already hold any value in old data, so adding it
-is not backward compatible, while adding it to a closed object is; a new required property, a narrowed
-type, a removed enum value or a tighter bound make old data invalid; the reverse changes are forward
-incompatible. Containment the library cannot prove (UNKNOWN) counts as incompatible.
+What "every value W admits" means depends on the rules (`JsonRules`). Under STRICT (the open content
+model) it is literal: an object without `additionalProperties: false` admits any other property with any
+value, so a property added to an open object is not backward compatible. Under DANUBE (the default) a
+writer's data holds only the properties its schema lists: the writer's schema is read closed (every object
+that lists properties gets `additionalProperties: false`, at every depth) before the containment check, so
+adding or removing an optional property is compatible, while a new required property, a narrowed type, a
+removed enum value or a tighter bound still make old data invalid, in nested objects and array items too.
+Containment the library cannot prove (UNKNOWN) counts as incompatible.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import msgspec
 from jsonschema_rs import canonical as jcanon
 
 from ister.core.schema.model import ParsedSchema, sha256_fingerprint
-from ister.core.schema.types import SchemaType
+from ister.core.schema.types import DEFAULT_JSON_RULES, JsonRules, SchemaType
 from ister.errors import InvalidArgument
 from ister.ids import clip, shown
 
@@ -55,6 +58,14 @@ class JsonSchema(ParsedSchema):
         self.canonical = jcanon.json.to_string(document)
         self.fingerprint = sha256_fingerprint(self.canonical)
         self.draft = document.get("$schema", "") if isinstance(document, dict) else ""
+        self._closed_form: Any = None
+
+    @property
+    def closed_form(self) -> Any:
+        """The canonical form of the schema read closed (DANUBE rules' view of a writer), made once."""
+        if self._closed_form is None:
+            self._closed_form = jsonschema_rs.canonicalize(closed(self.document), retriever=_no_remote)
+        return self._closed_form
 
     def validate(self, payload: bytes) -> str | None:
         try:
@@ -90,53 +101,106 @@ class JsonSchema(ParsedSchema):
         return _json.decode(payload)
 
 
-def json_can_read(reader: JsonSchema, writer: JsonSchema) -> list[str]:
-    """Why a value valid under `writer` may be invalid under `reader` (empty: every one is valid)."""
+# Keywords whose value is a schema, a list of schemas or a name -> schema map (values of enum, const,
+# default and examples are data, never walked). allOf is left open: closing each part would make the
+# parts refuse each other's properties.
+_SUBSCHEMA = ("items", "additionalItems", "contains", "not", "if", "then", "else", "additionalProperties")
+_SUBSCHEMA_LISTS = ("items", "prefixItems", "anyOf", "oneOf")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_OPENERS = ("additionalProperties", "patternProperties", "unevaluatedProperties", "allOf")
+
+
+def closed(node: Any) -> Any:
+    """The schema with every object that lists `properties` (and says nothing else about other
+    properties) closed by `additionalProperties: false`, at every depth."""
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for keyword, value in node.items():
+        if keyword in _SUBSCHEMA_MAPS and isinstance(value, dict):
+            out[keyword] = {name: closed(sub) for name, sub in value.items()}
+        elif keyword in _SUBSCHEMA_LISTS and isinstance(value, list):
+            out[keyword] = [closed(sub) for sub in value]
+        elif keyword in _SUBSCHEMA:
+            out[keyword] = closed(value)
+        else:
+            out[keyword] = value
+    if "properties" in out and not any(k in out for k in _OPENERS):
+        out["additionalProperties"] = False
+    return out
+
+
+def json_can_read(reader: JsonSchema, writer: JsonSchema, rules: JsonRules = DEFAULT_JSON_RULES) -> list[str]:
+    """Why a value written under `writer` may be invalid under `reader` (empty: every one is valid)."""
     try:
-        verdict = reader.canonical_form.covers(writer.canonical_form)
+        written = writer.closed_form if rules is JsonRules.DANUBE else writer.canonical_form
+        verdict = reader.canonical_form.covers(written)
     except (jcanon.CanonicalizationError, ValueError) as exc:
         return [f"the schemas cannot be compared ({clip(str(exc))}); use the same $schema draft"]
+    except RecursionError:
+        return ["the schemas are nested too deeply to compare"]
     if verdict == jcanon.Containment.YES:
         return []
-    reasons = _explain(reader.document, writer.document)
+    reasons = _explain(reader.document, writer.document, rules, "")
     if verdict == jcanon.Containment.UNKNOWN and not reasons:
         return ["cannot prove that the reader's schema admits every value of the writer's"]
     return reasons or ["the reader's schema rejects values the writer's schema admits"]
 
 
-def _explain(reader: Any, writer: Any) -> list[str]:
-    """Name the top-level differences behind a failed containment (best effort; the verdict is the
-    library's)."""
+def _explain(reader: Any, writer: Any, rules: JsonRules, where: str) -> list[str]:
+    """Name the differences behind a failed containment, through nested objects and array items (best
+    effort; the verdict is the library's). `where` is the path so far (`address.`, `tags[].`)."""
     if not isinstance(reader, dict) or not isinstance(writer, dict):
         return []
     out: list[str] = []
+    at = f"property {shown(where[:-1])}: " if where else ""
     if reader.get("type") != writer.get("type") and writer.get("type") is not None:
-        out.append(f"type {shown(writer.get('type'))} changed to {shown(reader.get('type'))}")
+        out.append(f"{at}type {shown(writer.get('type'))} changed to {shown(reader.get('type'))}")
     r_props: dict[str, Any] = reader.get("properties") or {}
     w_props: dict[str, Any] = writer.get("properties") or {}
     r_req, w_req = set(reader.get("required") or ()), set(writer.get("required") or ())
-    w_open = writer.get("additionalProperties", True) is not False
+    w_open = rules is JsonRules.STRICT and writer.get("additionalProperties", True) is not False
     for name in sorted(r_req - w_req):
-        out.append(f"property {shown(name)} is required by the reader but optional or absent for the writer")
+        out.append(
+            f"property {shown(where + name)} is required by the reader but optional or absent for the writer"
+        )
     for name in sorted(set(r_props) - set(w_props)):
         if w_open and r_props[name] is not True and r_props[name] != {}:
             out.append(
-                f"property {shown(name)} added to an open object: the writer's data may hold any value"
+                f"property {shown(where + name)} added to an open object: "
+                "the writer's data may hold any value (strict JSON rules)"
             )
     if reader.get("additionalProperties", True) is False:
         for name in sorted(set(w_props) - set(r_props)):
-            out.append(f"property {shown(name)} of the writer is not allowed by the reader (closed object)")
+            out.append(
+                f"property {shown(where + name)} of the writer is not allowed by the reader (closed object)"
+            )
     for name in sorted(set(r_props) & set(w_props)):
-        if isinstance(r_props[name], dict | bool) and isinstance(w_props[name], dict | bool):
-            try:
-                sub_r = jsonschema_rs.canonicalize(r_props[name], retriever=_no_remote)
-                sub_w = jsonschema_rs.canonicalize(w_props[name], retriever=_no_remote)
-            except Exception:  # a $ref into the root document: nothing finer to say
-                continue
-            if sub_r.covers(sub_w) != jcanon.Containment.YES:
-                out.append(f"property {shown(name)} narrowed: the reader rejects some of the writer's values")
+        nested = _explain(r_props[name], w_props[name], rules, f"{where}{name}.")
+        if nested:
+            out += nested
+        elif _narrowed(r_props[name], w_props[name], rules):
+            out.append(
+                f"property {shown(where + name)} narrowed: the reader rejects some of the writer's values"
+            )
+    r_items, w_items = reader.get("items"), writer.get("items")
+    if isinstance(r_items, dict) and isinstance(w_items, dict):
+        out += _explain(r_items, w_items, rules, f"{where[:-1]}[]." if where else "[].")
     if "enum" in writer and "enum" in reader:
         missing = [v for v in writer["enum"] if v not in reader["enum"]]
         if missing:
-            out.append(f"enum values {shown(missing)} of the writer are not in the reader's enum")
+            out.append(f"{at}enum values {shown(missing)} of the writer are not in the reader's enum")
     return out
+
+
+def _narrowed(reader: Any, writer: Any, rules: JsonRules) -> bool:
+    if not isinstance(reader, dict | bool) or not isinstance(writer, dict | bool):
+        return False
+    try:
+        sub_r = jsonschema_rs.canonicalize(reader, retriever=_no_remote)
+        sub_w = jsonschema_rs.canonicalize(
+            closed(writer) if rules is JsonRules.DANUBE else writer, retriever=_no_remote
+        )
+    except Exception:  # a $ref into the root document: nothing finer to say
+        return False
+    return bool(sub_r.covers(sub_w) != jcanon.Containment.YES)

@@ -118,6 +118,41 @@ def parse_mode(text: str) -> CompatibilityMode:
     )
 
 
+class JsonRules(Enum):
+    """How JSON Schema compatibility reads a property that one side's schema does not list.
+
+    DANUBE (the default, what Danube and its users expect): data holds only the properties its writer's
+    schema lists, so adding or removing an optional property is compatible (backward and forward).
+    STRICT (Confluent's open content model): an object without `additionalProperties: false` may hold any
+    other property with any value, so adding a constrained property to an open object is not backward
+    compatible, and removing one is not forward compatible.
+    Both refuse a new required property, a changed or narrowed type, a removed enum value and a tighter
+    bound, at every depth (nested objects, array items, $defs).
+    """
+
+    DANUBE = "danube"
+    STRICT = "strict"
+
+
+DEFAULT_JSON_RULES = JsonRules.DANUBE
+
+
+def parse_json_rules(text: str) -> JsonRules:
+    try:
+        return JsonRules(text.strip().lower())
+    except ValueError:
+        raise InvalidArgument(
+            f"unknown JSON compatibility rules {shown(text)}: expected danube or strict"
+        ) from None
+
+
+def parse_mode_and_rules(text: str) -> tuple[CompatibilityMode, JsonRules | None]:
+    """A compatibility mode, optionally followed by `:danube` or `:strict` (the JSON rules; Ister's
+    extension of the Danube wire's mode string, which Danube's clients never send)."""
+    mode_text, sep, rules_text = text.partition(":")
+    return parse_mode(mode_text), parse_json_rules(rules_text) if sep else None
+
+
 class ValidationPolicy(Enum):
     NONE = "none"
     WARN = "warn"
