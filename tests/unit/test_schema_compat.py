@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -473,3 +474,23 @@ def test_type_change_refused_except_under_none() -> None:
 def test_unparsable_definitions_are_refused(kind: SchemaType, text: str, fragment: str) -> None:
     with pytest.raises(InvalidArgument, match=fragment):
         parsed.__wrapped__(kind, text)
+
+
+def json_table_markdown() -> str:
+    """The JSON Schema table of docs/schema-registry.md, from JSON_TABLE."""
+
+    def word(ok: bool) -> str:
+        return "accepted" if ok else "**rejected**"
+
+    lines = [
+        "| Evolution (old → new) | BACKWARD, danube | FORWARD, danube | BACKWARD, strict | FORWARD, strict |",
+        "|---|---|---|---|---|",
+    ]
+    for label, _, _, (db, df), (sb, sf) in JSON_TABLE:
+        lines.append(f"| {label} | {word(db)} | {word(df)} | {word(sb)} | {word(sf)} |")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_docs_json_table_is_this_one() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "schema-registry.md").read_text()
+    assert json_table_markdown() in docs, "regenerate the table: print(json_table_markdown())"
