@@ -119,8 +119,16 @@ class LoadManagerSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
     rebalancing: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+class RetentionSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """`storage.retention`: how often the limits (namespace and topic policies, docs/retention.md) are
+    applied to the reliable topics a broker leads."""
+
+    check_interval_seconds: float = 60.0
+
+
 class StorageSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     durable: DurableSettings = msgspec.field(default_factory=DurableSettings)
+    retention: RetentionSettings = msgspec.field(default_factory=RetentionSettings)
 
 
 class EtcdTlsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -324,6 +332,8 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
     _check_policies(cfg.policies)
     _check_names(cfg)
     _check_durable(cfg)
+    if not 0.1 <= cfg.storage.retention.check_interval_seconds <= 86_400:
+        raise ConfigError("storage.retention.check_interval_seconds must be in 0.1..86400")
     if not 0.1 <= cfg.load_manager.load_report_interval_seconds <= 3600:
         raise ConfigError("load_manager.load_report_interval_seconds must be in 0.1..3600")
     if not 0 <= cfg.metrics.max_topics <= MAX_METRICS_TOPICS:

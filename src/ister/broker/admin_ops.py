@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from ister.broker.ownership import BrokerInfo
+from ister.broker.retention_admin import RetentionAdmin
 from ister.broker.service import BrokerService
 from ister.broker.topic import NON_RELIABLE, RELIABLE
 from ister.core.dispatch import FailurePolicy
@@ -104,6 +105,7 @@ class AdminOps:
         self.store = broker.store
         self.ownership = broker.ownership
         self._lock = asyncio.Lock()  # admin creations and deletions, one at a time
+        self.retention = RetentionAdmin(self.store, self._resolve)
 
     # -- helpers ------------------------------------------------------------------------------------------
     @property
@@ -309,6 +311,9 @@ class AdminOps:
         await self.store.delete(keys.topic_root(name))
         await self.store.delete(keys.owner(name))
         await self.store.delete_prefix(keys.storage_topic_prefix(name))
+        # A topic created again under this name starts at offset 0 with the namespace's retention.
+        await self.store.delete(keys.start_offset(name))
+        await self.store.delete(keys.topic_retention(name))
         for kv in await self._list_all(keys.CONSUMER_INDEX_PREFIX):
             index = ConsumerIndexRecord.parse(kv.value)
             if index is not None and index.topic == name.full:

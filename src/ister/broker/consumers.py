@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ister.broker import metrics
 from ister.broker.nonreliable import NonReliableSubscription
 from ister.broker.partition_groups import PartitionGroups
 from ister.broker.reliable import ReliableSubscription
@@ -30,6 +31,7 @@ from ister.metadata.records import (
     SubscriptionRecord,
 )
 from ister.metadata.store import MetadataStore
+from ister.storage.objects.tiered import TieredReader
 from ister.storage.topic_storage import TopicStorage
 
 log = logging.getLogger(__name__)
@@ -165,6 +167,18 @@ class Consumers:
             start = wal.committed_offset
         if self.storage.objects is None:
             start = max(start, wal.first_offset)  # older records exist nowhere else
+        if start < topic.start_offset:
+            lost = topic.start_offset - start
+            metrics.retention_skipped.inc(lost)
+            log.warning(
+                "%s/%s: retention deleted offsets %d..%d before this subscription read them; it starts at %d",
+                t,
+                name,
+                start,
+                topic.start_offset - 1,
+                topic.start_offset,
+            )
+            start = topic.start_offset
         await self.store.put(record_key, _sub_record(name, sub_type, consumer_name, filters, start))
         policy = await self._failure_policy(topic, name)
         window = self.config.dispatch.max_unacked_messages
@@ -180,12 +194,16 @@ class Consumers:
         async def publish_dead_letter(message: StoredMessage, dead: DeadLetter) -> None:
             await self._publish_dead_letter(topic, name, policy, message, dead)
 
+        reader = self.storage.reader(topic.name, wal, start)
+        if isinstance(reader, TieredReader):
+            reader.start_floor = lambda: topic.start_offset
         sub = ReliableSubscription(
             t,
             name,
             sub_type,
-            reader=self.storage.reader(topic.name, wal, start),
+            reader=reader,
             report_gap=topic.report_gap,
+            retention_start=lambda: topic.start_offset,
             wal=wal,
             start_offset=start,
             window=window,

@@ -194,6 +194,18 @@ offsets_skipped = TopicFamily(
     "counter",
     TOPIC_LABELS,
 )
+# Retention (broker/retention.py): broker totals
+retention_deleted_units = Counter(
+    "ister_retention_deleted_units", "Whole units (objects or WAL files) retention deleted on this broker"
+)
+retention_failures = Counter(
+    "ister_retention_failures", "Retention passes that failed (the metadata or object store was down)"
+)
+retention_skipped = Counter(
+    "ister_retention_skipped_messages",
+    "Messages subscriptions never received because retention deleted them first (the cursor moved to the "
+    "topic's start offset)",
+)
 # Failover subscriptions on partitioned topics (broker/partition_groups.py): broker totals, bounded.
 partition_handoffs = Counter("ister_partition_handoffs", "Partitions switched to another consumer")
 partition_handoff_seconds = Histogram(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncGenerator
 
 from ister.broker.topic import Topic
@@ -28,7 +29,10 @@ class OffsetReads:
     async def stored_offsets(self, topic_name: str) -> StoredOffsets:
         topic = await self.reliable_topic(topic_name)
         assert topic.wal is not None
-        return await self.storage.stored_offsets(topic.name, topic.wal, topic.exporter)
+        found = await self.storage.stored_offsets(topic.name, topic.wal, topic.exporter)
+        if found.earliest < topic.start_offset:  # retention deleted what lies below it
+            found = dataclasses.replace(found, earliest=min(topic.start_offset, found.next))
+        return found
 
     async def read_range(
         self, topic_name: str, start: int, end: int, max_records: int, max_bytes: int
@@ -49,6 +53,7 @@ class OffsetReads:
         wal = topic.wal
         assert wal is not None
         stop = min(end, wal.committed_offset)
+        start = max(start, topic.start_offset)  # below it, retention deleted the records
         if start < wal.first_offset:
             start = max(start, await self.storage.earliest(topic.name, wal))
         if start >= stop:

@@ -23,6 +23,7 @@ from ister.core.dispatch import DeadLetter, FailurePolicy, Group, ReliableSubscr
 from ister.core.frameblock import FrameBlock
 from ister.core.frames import HEADER_SIZE
 from ister.core.record import StoredMessage, decode_message
+from ister.errors import OffsetOutOfRange
 from ister.limits import CURSOR_FLUSH_ACKS, CURSOR_FLUSH_SECONDS, HEARTBEAT_SECONDS
 from ister.storage.objects.tiered import TieredReader
 from ister.storage.wal import Wal, WalReader
@@ -66,12 +67,15 @@ class ReliableSubscription(Subscription):
         publish_dead_letter: DeadLetterPublisher,
         reader: TieredReader | WalReader,
         report_gap: Callable[[int, int], None] | None = None,
+        retention_start: Callable[[], int] | None = None,
     ) -> None:
         super().__init__(topic, name, sub_type)
         self._wal = wal
         # A TieredReader (objects -> WAL -> live) when the topic has a durable tier, else the WAL's own.
         self._reader = reader
         self._report_gap = report_gap  # the topic counts and logs each missing offset once
+        self._retention_start = retention_start  # offsets below it were deleted by retention
+        self._retention_warned = False
         self._state = ReliableSubscriptionState(
             sub_type, start_offset=start_offset, window=window, policy=policy, track_resolved=True
         )
@@ -318,7 +322,13 @@ class ReliableSubscription(Subscription):
                     continue
                 records = got
             else:
-                records = await reader.read(max_records=capacity, timeout=0)
+                try:
+                    records = await reader.read(max_records=capacity, timeout=0)
+                except OffsetOutOfRange:
+                    if reader.next_offset >= self._wal.first_offset:
+                        raise
+                    reader.next_offset = self._wal.first_offset  # retention dropped the files below it
+                    continue
             if not records:
                 break
             self._held.add_records(records)
@@ -365,7 +375,23 @@ class ReliableSubscription(Subscription):
     def _skip(self, end: int, now: int) -> None:
         first = self._state.next_offset
         self._state.skip(first, end, now)
-        if self._report_gap is not None:
+        floor = self._retention_start() if self._retention_start is not None else 0
+        if first < floor:  # retention deleted them before this subscription read them: counted, not a gap
+            upto = min(end, floor)
+            metrics.retention_skipped.inc(upto - first)
+            if not self._retention_warned:
+                self._retention_warned = True
+                log.warning(
+                    "%s/%s: retention deleted offsets %d..%d before this subscription read them; "
+                    "it continues at %d",
+                    self.topic,
+                    self.name,
+                    first,
+                    upto - 1,
+                    upto,
+                )
+            first = upto
+        if first < end and self._report_gap is not None:
             self._report_gap(first, end)
 
     def _deliver(self, groups: list[Group]) -> None:

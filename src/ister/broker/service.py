@@ -20,6 +20,7 @@ from ister.broker.exports import ExportScheduler
 from ister.broker.ownership import Ownership
 from ister.broker.producers import Producers
 from ister.broker.reads import OffsetReads
+from ister.broker.retention import RetentionKeeper, RetentionView
 from ister.broker.sessions import ConsumerStream, ProducerSession
 from ister.broker.standalone import StandaloneOwnership
 from ister.broker.topic import Topic
@@ -77,6 +78,13 @@ class BrokerService:
         self.producer_sessions = Producers(store, self.registry, self.ownership)
         self.consumer_refs = Consumers(config, store, self.storage, self.registry, self.broker_url)
         self.reads = OffsetReads(self.registry, self.storage)
+        self.retention_view = RetentionView(store)
+        self.retention = RetentionKeeper(
+            self.retention_view,
+            self.storage.objects,
+            lambda: self.registry.topics.values(),
+            config.storage.retention.check_interval_seconds,
+        )
         self.schemas = SchemaRegistry(
             store, self.topic_exists, json_rules=JsonRules(config.schema.json_compatibility)
         )
@@ -128,12 +136,16 @@ class BrokerService:
                 await self.store.put(keys.namespace_policy(ns), policy)
         self._reaper = asyncio.create_task(self._reap_loop(), name="consumer-reaper")
         await self.schemas.start()
+        await self.retention_view.start()
+        self.retention.start()
 
     async def close(self) -> None:
         """Graceful shutdown: stop accepting work, flush cursors, close every WAL."""
         if self._reaper is not None:
             self._reaper.cancel()
         await self.schemas.close()
+        await self.retention.close()
+        await self.retention_view.close()
         await self.registry.close()
         await self.consumer_refs.partition_groups.close()
         await self.exports.close()

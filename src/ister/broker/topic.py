@@ -68,6 +68,8 @@ class Topic:
         self.cursors: dict[str, int] = {}
         self._cursor_gauges: dict[str, metrics.Child] = {}  # their lag series, looked up once, not per append
         self.gaps = GapLedger()  # offsets readers found missing: counted and logged once each
+        # Reliable: the lowest offset retention keeps (broker/retention.py); readers start at or above it.
+        self.start_offset = 0
         self._publish_deadlines = deadlines.shared(PUBLISH_TIMEOUT_SECONDS)  # one timer for all topics
         if wal is not None:
             wal.on_committed = self._wake_subscriptions

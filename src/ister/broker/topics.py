@@ -24,7 +24,7 @@ from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Resource
 from ister.ids import PARTITION_MARKER, TopicName, shown
 from ister.limits import MAX_NAME_LEN
 from ister.metadata import keys
-from ister.metadata.records import NamespacePolicy, ProducerRecord
+from ister.metadata.records import NamespacePolicy, ProducerRecord, parse_start
 from ister.metadata.store import Compare, MetadataStore, Put
 from ister.storage.topic_storage import SEAL_EXPORT_SECONDS, TopicStorage
 
@@ -240,6 +240,8 @@ class TopicRegistry:
             claim = await self.ownership.claim_volatile(name)
             topic = Topic(name, delivery=delivery, max_message_size=max_size, wal=None, claim=claim)
         try:
+            if topic.wal is not None:
+                topic.start_offset = parse_start(await self.store.get(keys.start_offset(name)))
             producers = await self.store.list(keys.topic_producers_prefix(name.full))
         except BaseException:
             # Not registered: nobody else would close its WAL or give its claim back.

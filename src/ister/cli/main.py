@@ -122,5 +122,6 @@ import ister.cli.clients  # noqa: E402,F401  (registers `ister produce` and `ist
 from ister.cli import admin as _admin  # noqa: E402,F401  (registers `ister admin`)
 from ister.cli import bench as _bench  # noqa: E402,F401  (registers `ister bench`)
 from ister.cli import pipeline as _pipeline  # noqa: E402,F401  (registers `ister pipeline`)
+from ister.cli import retention as _retention  # noqa: E402,F401  (retention commands of `ister admin`)
 from ister.cli import schemas as _schemas  # noqa: E402,F401  (registers `ister admin schemas`)
 from ister.cli import security as _security  # noqa: E402,F401  (registers `ister admin security`)

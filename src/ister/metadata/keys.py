@@ -39,6 +39,10 @@ CONSUMER_INDEX_PREFIX = "/ister/consumers/"
 PARTITION_GROUPS_PREFIX = "/ister/partition-groups/"
 # /ister/replicas/{ns}/{topic}: a replicated topic's replica set, in-sync set, leader and epoch
 REPLICAS_PREFIX = "/ister/replicas/"
+# /ister/retention/{ns}/{topic}: a topic's own retention limits (absent fields: its namespace's policy)
+RETENTION_PREFIX = "/ister/retention/"
+# /ister/start-offsets/{ns}/{topic}: the lowest offset retention keeps (never moves backwards)
+START_OFFSETS_PREFIX = "/ister/start-offsets/"
 PEER_SECRET = "/ister/peer-secret"  # the secret brokers of the cluster prove themselves to each other with
 
 BROKER_STATE = "state"
@@ -132,6 +136,14 @@ def owner(topic: TopicLike) -> str:
 
 def replicas(topic: TopicLike) -> str:
     return f"{REPLICAS_PREFIX}{_topic(topic).path}"
+
+
+def topic_retention(topic: TopicLike) -> str:
+    return f"{RETENTION_PREFIX}{_topic(topic).path}"
+
+
+def start_offset(topic: TopicLike) -> str:
+    return f"{START_OFFSETS_PREFIX}{_topic(topic).path}"
 
 
 def replicas_topic(key: str) -> str | None:

@@ -104,6 +104,9 @@ class NamespacePolicy(Record, frozen=True):
     # Replicated topics (Ister): None takes the broker's cluster.replication_factor / min_insync_replicas
     replication_factor: int | None = None
     min_insync_replicas: int | None = None
+    # Retention (Ister; None: 7 days and unlimited, core.retention): 0 = unlimited
+    retention_time_ms: int | None = None
+    retention_size_bytes: int | None = None
 
     @classmethod
     def lenient(cls, value: Any) -> NamespacePolicy:
@@ -128,6 +131,23 @@ class TopicReplication(Record, frozen=True):
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in msgspec.to_builtins(self).items() if v is not None}
+
+
+class TopicRetention(Record, frozen=True):
+    """`/ister/retention/{ns}/{topic}`: a topic's own retention limits; None: its namespace's."""
+
+    retention_time_ms: int | None = None
+    retention_size_bytes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in msgspec.to_builtins(self).items() if v is not None}
+
+
+def parse_start(kv: object) -> int:
+    """A topic's start offset from its `/ister/start-offsets/{ns}/{topic}` entry (0: none yet)."""
+    value = getattr(kv, "value", None)
+    start = value.get("start_offset") if isinstance(value, dict) else None
+    return start if isinstance(start, int) and not isinstance(start, bool) and start >= 0 else 0
 
 
 class BrokerRegistration(Record, frozen=True):

@@ -25,6 +25,8 @@ from ister.client._conn import NO_CREDENTIALS, Credentials, open_channel
 from ister.core.frames import HEADER, HEADER_SIZE
 from ister.core.replication import EpochHistory
 from ister.ids import TopicName
+from ister.metadata import keys
+from ister.metadata.records import parse_start
 from ister.storage.objects import catalog
 from ister.storage.objects.retention import deletable, file_ages
 from ister.storage.topic_storage import TopicStorage
@@ -103,15 +105,22 @@ class ReplicaFollower:
         tier, as the leader would."""
         wal = self.wal
         storage = self.storage
-        if wal is None or storage.objects is None or wal.failed is not None:
+        if wal is None or wal.failed is not None:
             return 0
+        # Retention moved the topic's start offset: this copy drops what lies wholly below it too.
+        dropped = 0
+        if wal.segment_count > 1:  # only closed files can go: no metadata read for a one-file copy
+            start = parse_start(await storage.store.get(keys.start_offset(self.name)))
+            dropped = await wal.drop_below(start) if start else 0
+        if storage.objects is None:
+            return dropped
         descriptors = await catalog.list_descriptors(storage.store, self.name)
         segments = wal.segments()
         ages = None
         if storage.retention.keep_seconds > 0:
             ages = await asyncio.to_thread(file_ages, [p for _, p, _ in segments], time.time())
         paths = deletable(segments, descriptors, storage.retention, ages=ages, holes=wal.holes())
-        return await wal.drop_segments(paths) if paths else 0
+        return dropped + (await wal.drop_segments(paths) if paths else 0)
 
     async def _open(self) -> Wal:
         loaded = await asyncio.to_thread(load_epochs, self.storage.wal_dir(self.name))

@@ -47,6 +47,11 @@ def _field_namespace(request: Any) -> Resource:
     return Resource("namespace", request.namespace.strip("/"))
 
 
+def _topic_or_namespace(request: Any) -> Resource:
+    """A topic's own setting when the request names a topic, else its namespace's policy."""
+    return topic_resource(request.topic) if request.topic else _field_namespace(request)
+
+
 def _msg_topic(request: Any) -> Resource:
     return topic_resource(request.msg_id.topic_name) if request.HasField("msg_id") else CLUSTER
 
@@ -138,6 +143,9 @@ RULES[f"/{_IA}ListPartitionAssignments"] = Rule("ManageTopic", T_TOPIC)
 RULES[f"/{_IA}ListBrokerLoads"] = Rule("ManageCluster", _cluster)  # as GetClusterBalance
 # the namespace's policy record, as CreateNamespace writes it
 RULES[f"/{_IA}SetNamespaceReplication"] = Rule("ManageNamespace", _field_namespace, change=True)
+# retention: a topic's own limits are the topic's to manage, a namespace's its policy's
+RULES[f"/{_IA}SetRetention"] = Rule("ManageNamespace", _topic_or_namespace, change=True)
+RULES[f"/{_IA}GetRetention"] = Rule("ManageNamespace", _topic_or_namespace)
 for _m in ("CreateRole", "DeleteRole", "CreateBinding", "DeleteBinding"):
     RULES[f"/{_A}SecurityAdmin/{_m}"] = Rule("ManageCluster", _cluster, change=True)
 for _m in ("GetRole", "ListRoles", "GetBinding", "ListBindings", "ListAllBindings"):

@@ -9,8 +9,9 @@ from typing import Any
 
 from ister.broker.admin_ops import AdminOps
 from ister.broker.partition_groups import PartitionGroups
+from ister.broker.retention_admin import RetentionInEffect
 from ister.core.replication_policy import ReplicationSetting
-from ister.errors import FailedPrecondition
+from ister.errors import FailedPrecondition, InvalidArgument
 from ister.ids import TopicName
 from ister.security.api_keys import ApiKey, ApiKeyStore
 from ister.security.rbac import Binding, Role
@@ -159,6 +160,28 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
         return out
 
     @unary
+    async def SetRetention(self, request: ipb.SetRetentionRequest, context: Ctx) -> ipb.RetentionResponse:
+        if self.ops is None:
+            raise FailedPrecondition("this server does not administer retention")
+        time_ms = request.time_ms if request.HasField("time_ms") else None
+        size = request.size_bytes if request.HasField("size_bytes") else None
+        if request.topic:
+            found = await self.ops.retention.set_topic(request.topic, time_ms, size, request.clear)
+        else:
+            if request.clear:
+                raise InvalidArgument("clear applies to a topic's own limits; give the topic")
+            found = await self.ops.retention.set_namespace(request.namespace, time_ms, size)
+        return _retention(found)
+
+    @unary
+    async def GetRetention(self, request: ipb.GetRetentionRequest, context: Ctx) -> ipb.RetentionResponse:
+        if self.ops is None:
+            raise FailedPrecondition("this server does not administer retention")
+        if request.topic:
+            return _retention(await self.ops.retention.get_topic(request.topic))
+        return _retention(await self.ops.retention.get_namespace(request.namespace))
+
+    @unary
     async def ListBrokerLoads(
         self, request: ipb.ListBrokerLoadsRequest, context: Ctx
     ) -> ipb.ListBrokerLoadsResponse:
@@ -224,3 +247,13 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
     async def RevokeApiKey(self, request: ipb.RevokeApiKeyRequest, context: Ctx) -> ipb.RevokeApiKeyResponse:
         await self.api_keys.revoke(request.id)
         return ipb.RevokeApiKeyResponse()
+
+
+def _retention(found: RetentionInEffect) -> ipb.RetentionResponse:
+    return ipb.RetentionResponse(
+        time_ms=found.time_ms,
+        size_bytes=found.size_bytes,
+        time_source=found.time_source,
+        size_source=found.size_source,
+        start_offset=found.start_offset,
+    )

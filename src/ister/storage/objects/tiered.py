@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from ister.core.frameblock import FrameBlock
-from ister.errors import CorruptionError, CorruptRange, DataLoss, OffsetOutOfRange, StorageError
+from ister.errors import CorruptionError, CorruptRange, DataLoss, NotFound, OffsetOutOfRange, StorageError
 from ister.limits import MiB
 from ister.metadata.keys import TopicLike
 from ister.metadata.store import MetadataStore
@@ -82,6 +82,8 @@ class TieredReader:
         self.skipped: list[tuple[int, int]] = []  # holes skipped: (first, last) offsets
         self.damaged: list[tuple[int, int]] = []  # the skipped ones that were lost or damaged data
         self.strict_start = False  # raise DataLoss for a damaged range met before the first record
+        # The topic's start offset (retention); a skip up to it is expected, not a gap to warn about.
+        self.start_floor: Callable[[], int] = _zero
         self._returned = False
 
     @property
@@ -198,6 +200,12 @@ class TieredReader:
             ahead, self._ahead = self._ahead, None
             try:
                 batch = await (ahead if ahead is not None else _next_block(self._batches))
+            except NotFound:
+                # Retention deleted the object (its descriptor went first): look the catalog up again,
+                # which now starts at the topic's start offset.
+                self._drop_batches()
+                self._descriptors = None
+                return None
             except BaseException:
                 self._drop_batches()  # the next read starts again from self._next
                 raise
@@ -279,9 +287,10 @@ class TieredReader:
         if not targets:
             raise OffsetOutOfRange(f"offset {offset} of {self.topic} is neither in the WAL nor in an object")
         target = min(targets)
-        log.warning(
-            "%s: offsets %d..%d are in neither the durable tier nor the WAL (a known gap after a failover "
-            "without seal); skipping to %d",
+        log.log(
+            logging.INFO if self.below_start(target) else logging.WARNING,
+            "%s: offsets %d..%d are in neither the durable tier nor the WAL (deleted by retention, or a "
+            "known gap after a failover without seal); skipping to %d",
             self.topic,
             offset,
             target - 1,
@@ -290,6 +299,9 @@ class TieredReader:
         self.skipped.append((offset, target - 1))
         self._next = target
         self._wal_missing = None
+
+    def below_start(self, target: int) -> bool:
+        return target <= self.start_floor()
 
     async def _find(self, offset: int) -> ObjectDescriptor | None:
         """The descriptor holding `offset` or the next one after it; re-lists the catalog on a miss."""
@@ -301,6 +313,10 @@ class TieredReader:
             self._metadata, self.topic, timeout=self._metadata_timeout
         )
         return catalog.next_descriptor(self._descriptors, offset)
+
+
+def _zero() -> int:
+    return 0
 
 
 async def _next_block(blocks: AsyncIterator[FrameBlock]) -> FrameBlock | None:

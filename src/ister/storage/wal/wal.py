@@ -322,6 +322,13 @@ class Wal:
         await asyncio.to_thread(_unlink_all, [s.path for s in drop], self._directory)
         return len(drop)
 
+    async def drop_below(self, start: int) -> int:
+        """Delete the closed segment files wholly below `start` (retention moved the topic's start offset
+        past them); returns how many."""
+        segments = self.segments()
+        paths = [segments[i][1] for i in range(len(segments) - 1) if segments[i + 1][0] <= start]
+        return await self.drop_segments(paths) if paths else 0
+
     def stats(self) -> dict[str, Any]:
         segments = self.segments_snapshot()
         return {

@@ -448,3 +448,39 @@ class CreateTokenResponse(_message.Message):
     expires_at_ms: int
     principal: str
     def __init__(self, token: _Optional[str] = ..., expires_at_ms: _Optional[int] = ..., principal: _Optional[str] = ...) -> None: ...
+
+class SetRetentionRequest(_message.Message):
+    __slots__ = ("namespace", "topic", "time_ms", "size_bytes", "clear")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    topic: str
+    time_ms: int
+    size_bytes: int
+    clear: bool
+    def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ..., time_ms: _Optional[int] = ..., size_bytes: _Optional[int] = ..., clear: _Optional[bool] = ...) -> None: ...
+
+class GetRetentionRequest(_message.Message):
+    __slots__ = ("namespace", "topic")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    topic: str
+    def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class RetentionResponse(_message.Message):
+    __slots__ = ("time_ms", "size_bytes", "time_source", "size_source", "start_offset")
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TIME_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    time_ms: int
+    size_bytes: int
+    time_source: str
+    size_source: str
+    start_offset: int
+    def __init__(self, time_ms: _Optional[int] = ..., size_bytes: _Optional[int] = ..., time_source: _Optional[str] = ..., size_source: _Optional[str] = ..., start_offset: _Optional[int] = ...) -> None: ...

@@ -419,6 +419,16 @@ class IsterAdminStub:
                 request_serializer=ister__v1__pb2.ListBrokerLoadsRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.ListBrokerLoadsResponse.FromString,
                 _registered_method=True)
+        self.SetRetention = channel.unary_unary(
+                '/ister.v1.IsterAdmin/SetRetention',
+                request_serializer=ister__v1__pb2.SetRetentionRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.RetentionResponse.FromString,
+                _registered_method=True)
+        self.GetRetention = channel.unary_unary(
+                '/ister.v1.IsterAdmin/GetRetention',
+                request_serializer=ister__v1__pb2.GetRetentionRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.RetentionResponse.FromString,
+                _registered_method=True)
 
 
 class IsterAdminServicer:
@@ -483,6 +493,23 @@ class IsterAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetRetention(self, request, context):
+        """Retention (docs/retention.md): the limits of a namespace (the default of its topics) or of one topic
+        (`topic` given: its own, overriding the namespace's). A limit given replaces the stored one, 0 =
+        unlimited; absent keeps it; `clear` drops a topic's own limits. Answers the limits in effect.
+        INVALID_ARGUMENT for nothing to set or a limit out of range, NOT_FOUND for an unknown namespace or topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRetention(self, request, context):
+        """The limits in effect for a namespace or a topic, where each comes from, and a topic's start offset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -520,6 +547,16 @@ def add_IsterAdminServicer_to_server(servicer, server):
                     servicer.ListBrokerLoads,
                     request_deserializer=ister__v1__pb2.ListBrokerLoadsRequest.FromString,
                     response_serializer=ister__v1__pb2.ListBrokerLoadsResponse.SerializeToString,
+            ),
+            'SetRetention': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetRetention,
+                    request_deserializer=ister__v1__pb2.SetRetentionRequest.FromString,
+                    response_serializer=ister__v1__pb2.RetentionResponse.SerializeToString,
+            ),
+            'GetRetention': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRetention,
+                    request_deserializer=ister__v1__pb2.GetRetentionRequest.FromString,
+                    response_serializer=ister__v1__pb2.RetentionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -712,6 +749,60 @@ class IsterAdmin:
             '/ister.v1.IsterAdmin/ListBrokerLoads',
             ister__v1__pb2.ListBrokerLoadsRequest.SerializeToString,
             ister__v1__pb2.ListBrokerLoadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetRetention(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/SetRetention',
+            ister__v1__pb2.SetRetentionRequest.SerializeToString,
+            ister__v1__pb2.RetentionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRetention(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/GetRetention',
+            ister__v1__pb2.GetRetentionRequest.SerializeToString,
+            ister__v1__pb2.RetentionResponse.FromString,
             options,
             channel_credentials,
             insecure,
