@@ -124,6 +124,8 @@ class RetentionSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
     applied to the reliable topics a broker leads."""
 
     check_interval_seconds: float = 60.0
+    # backlog quota policy producer_hold: how long a publish waits for the backlog to fall under the quota
+    producer_hold_seconds: float = 10.0
 
 
 class StorageSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -334,6 +336,8 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
     _check_durable(cfg)
     if not 0.1 <= cfg.storage.retention.check_interval_seconds <= 86_400:
         raise ConfigError("storage.retention.check_interval_seconds must be in 0.1..86400")
+    if not 0 <= cfg.storage.retention.producer_hold_seconds <= 60:
+        raise ConfigError("storage.retention.producer_hold_seconds must be in 0..60")
     if not 0.1 <= cfg.load_manager.load_report_interval_seconds <= 3600:
         raise ConfigError("load_manager.load_report_interval_seconds must be in 0.1..3600")
     if not 0 <= cfg.metrics.max_topics <= MAX_METRICS_TOPICS:

@@ -206,6 +206,10 @@ retention_skipped = Counter(
     "Messages subscriptions never received because retention deleted them first (the cursor moved to the "
     "topic's start offset)",
 )
+quota_refusals = Counter(
+    "ister_backlog_quota_refusals",
+    "Publishes refused because a topic's slowest subscription is past its quota",
+)
 # Failover subscriptions on partitioned topics (broker/partition_groups.py): broker totals, bounded.
 partition_handoffs = Counter("ister_partition_handoffs", "Partitions switched to another consumer")
 partition_handoff_seconds = Histogram(

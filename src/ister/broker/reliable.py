@@ -119,6 +119,11 @@ class ReliableSubscription(Subscription):
     def cursor(self) -> int | None:
         return self._state.cursor
 
+    @property
+    def first_open(self) -> int:
+        """The lowest offset not yet acknowledged (the cursor + 1)."""
+        return self._state.first_open
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"sub:{self.topic}:{self.name}")
 

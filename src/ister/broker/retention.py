@@ -28,7 +28,16 @@ from collections.abc import Callable, Iterable
 
 from ister.broker import metrics
 from ister.broker.topic import Topic
-from ister.core.retention import RetentionLimits, Unit, format_duration_ms, format_size_bytes, plan
+from ister.core.record import decode_message
+from ister.core.retention import (
+    BacklogQuota,
+    RetentionLimits,
+    Unit,
+    format_duration_ms,
+    format_size_bytes,
+    plan,
+    quota_breach,
+)
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.cache import LocalCache
@@ -38,6 +47,7 @@ from ister.storage.objects import ObjectStore, catalog
 from ister.storage.objects.catalog import ObjectDescriptor
 from ister.storage.objects.parquet import parquet_key
 from ister.storage.objects.segment import list_topic_files
+from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
 
 log = logging.getLogger(__name__)
@@ -68,6 +78,17 @@ class RetentionView:
         size = _first(mine.retention_size_bytes if mine else None, policy.retention_size_bytes, 0)
         return RetentionLimits(time_ms, size)
 
+    def quota_of(self, name: TopicName) -> tuple[BacklogQuota, int]:
+        """The namespace's backlog quota and message TTL (0: none)."""
+        ns = self.cache.get(keys.namespace_policy(name.namespace))
+        policy = NamespacePolicy.lenient(ns.value if ns is not None else None)
+        quota = BacklogQuota(
+            policy.backlog_quota_size_bytes or 0,
+            policy.backlog_quota_time_ms or 0,
+            policy.backlog_quota_policy or "producer_error",
+        )
+        return quota, policy.message_ttl_ms or 0
+
     def start_of(self, name: TopicName) -> int:
         """The topic's start offset (0 until retention first deleted something)."""
         return parse_start(self.cache.get(keys.start_offset(name)))
@@ -97,21 +118,27 @@ class RetentionKeeper:
     def __init__(
         self,
         view: RetentionView,
-        objects: ObjectStore | None,
+        storage: TopicStorage,
         topics: Callable[[], Iterable[Topic]],
         interval: float,
         clock: Callable[[], float] = time.time,
+        hold_seconds: float = 10.0,
     ) -> None:
         self.view = view
         self.store = view.store
-        self.objects = objects
+        self.storage = storage
+        self.objects: ObjectStore | None = storage.objects
         self._topics = topics
         self.interval = interval
+        self.hold_seconds = hold_seconds  # producer_hold: how long a publish waits for room
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
         self.passes = 0
         self.deleted_units = 0
         self._swept: weakref.WeakSet[Topic] = weakref.WeakSet()  # topics swept since they were loaded
+        # per topic: what the last pass saw and when its oldest kept unit expires (a quiet topic is skipped
+        # until then, without reading metadata)
+        self._memo: weakref.WeakKeyDictionary[Topic, tuple[object, int]] = weakref.WeakKeyDictionary()
 
     def start(self) -> None:
         if self._task is None:
@@ -147,10 +174,15 @@ class RetentionKeeper:
         name = topic.name
         limits = self.view.limits_of(name)
         start = max(self.view.start_of(name), topic.start_offset)
+        now_ms = int(self._clock() * 1000)
+        quota, _ = self.view.quota_of(name)
+        memo_key = (limits, start, wal.committed_offset, wal.segment_count)
+        memo = self._memo.get(topic)
+        if quota.unlimited and memo is not None and memo[0] == memo_key and now_ms < memo[1]:
+            return start  # nothing written, nothing changed and nothing expires yet: no metadata read
         if topic.exporter is not None and topic not in self._swept:
             await self.sweep(topic, topic.exporter.key_prefix)  # what an interrupted pass left behind
             self._swept.add(topic)
-        now_ms = int(self._clock() * 1000)
         if self.objects is not None:
             descriptors = await catalog.list_descriptors(self.store, name)
             units = [Unit(d.start_offset, d.end_offset + 1, d.size, newest_ms(d)) for d in descriptors]
@@ -171,11 +203,77 @@ class RetentionKeeper:
                 if (desc.start_offset, desc.end_offset + 1) in gone and desc.end_offset < start:
                     await self._delete_object(name, desc)
         dropped = await wal.drop_below(start)
+        await self._check_quota(topic, units, start, now_ms)
+        kept = [u for u in units if u.end > start]
+        due = kept[0].newest_ms + limits.time_ms + 1 if kept and limits.time_ms else 2**63
+        self._memo[topic] = ((limits, start, wal.committed_offset, wal.segment_count), due)
         self.passes += 1
         if doomed or dropped:
             self.deleted_units += len(doomed)
             metrics.retention_deleted_units.inc(len(doomed) or dropped)
         return start
+
+    async def _check_quota(self, topic: Topic, units: list[Unit], start: int, now_ms: int) -> None:
+        """Measure the slowest subscription's backlog against the namespace's quota; the topic refuses or
+        holds publishes while it is past it (Topic.publish_batch)."""
+        quota, _ = self.view.quota_of(topic.name)
+        if quota.unlimited:
+            topic.set_quota_breach(None, quota.policy, self.hold_seconds)
+            return
+        wal = topic.wal
+        assert wal is not None
+        head = wal.committed_offset
+        slowest, name = await self._slowest(topic, head)
+        backlog = head - max(slowest, start)
+        if backlog <= 0:
+            topic.set_quota_breach(None, quota.policy, self.hold_seconds)
+            return
+        # bytes: the backlog times the average stored record (the WAL's, else the exported units')
+        wal_count = head - wal.first_offset
+        if wal_count > 0:
+            stored, count = sum(size for _, _, size in wal.segments()), wal_count
+        else:
+            stored, count = sum(u.size for u in units if u.end > start), max(1, head - start)
+        backlog_bytes = backlog * stored // count
+        oldest = await self._publish_time(topic, max(slowest, start)) if quota.time_ms else None
+        why = quota_breach(quota, name, backlog_bytes, oldest, now_ms)
+        if why is not None and topic.quota_breach is None:
+            log.warning("%s: %s; policy %s", topic.name, why, quota.policy)
+        topic.set_quota_breach(why, quota.policy, self.hold_seconds)
+
+    async def _slowest(self, topic: Topic, head: int) -> tuple[int, str]:
+        """(next offset, name) of the subscription furthest behind: the live position of a loaded one, the
+        persisted cursor of one whose consumers are away."""
+        live = {s.name: s.first_open for s in topic.reliable_subscriptions()}
+        found: dict[str, int] = {}
+        prefix = keys.subscriptions_prefix(topic.name.full)
+        for kv in await self.store.list(prefix):
+            rest = kv.key[len(prefix) :]
+            sub, _, leaf = rest.partition("/")
+            if leaf == "cursor" and isinstance(kv.value, int) and not isinstance(kv.value, bool):
+                found[sub] = kv.value + 1
+            elif not leaf and isinstance(kv.value, dict) and sub not in found:
+                start = kv.value.get("start_offset")
+                if isinstance(start, int) and not isinstance(start, bool):
+                    found.setdefault(sub, start)
+        found.update(live)
+        if not found:
+            return head, ""
+        name = min(found, key=lambda s: found[s])
+        return found[name], name
+
+    async def _publish_time(self, topic: Topic, offset: int) -> int | None:
+        """The publish time of the record at `offset` (None when it cannot be read now)."""
+        wal = topic.wal
+        assert wal is not None
+        reader = self.storage.reader(topic.name, wal, offset)
+        try:
+            records = await reader.read(max_records=1, timeout=0)
+        except Exception:
+            return None
+        finally:
+            reader.close()
+        return decode_message(records[0][1]).publish_time if records else None
 
     async def _advance(self, topic: Topic, new_start: int) -> None:
         """Metadata first: the start offset, only by the owner (fenced), never backwards."""

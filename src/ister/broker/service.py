@@ -81,9 +81,10 @@ class BrokerService:
         self.retention_view = RetentionView(store)
         self.retention = RetentionKeeper(
             self.retention_view,
-            self.storage.objects,
+            self.storage,
             lambda: self.registry.topics.values(),
             config.storage.retention.check_interval_seconds,
+            hold_seconds=config.storage.retention.producer_hold_seconds,
         )
         self.schemas = SchemaRegistry(
             store, self.topic_exists, json_rules=JsonRules(config.schema.json_compatibility)

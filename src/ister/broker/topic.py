@@ -18,7 +18,7 @@ from ister.broker.subscription import Subscription
 from ister.core.lifecycle import Event, TopicLifecycle
 from ister.core.missing_offsets import GapLedger
 from ister.core.record import StoredMessage, encode_message
-from ister.errors import InvalidArgument, Timeout, Unavailable
+from ister.errors import InvalidArgument, ResourceExhausted, Timeout, Unavailable
 from ister.ids import TopicName
 from ister.limits import PUBLISH_TIMEOUT_SECONDS
 from ister.storage.wal import Wal
@@ -70,6 +70,11 @@ class Topic:
         self.gaps = GapLedger()  # offsets readers found missing: counted and logged once each
         # Reliable: the lowest offset retention keeps (broker/retention.py); readers start at or above it.
         self.start_offset = 0
+        # Why publishes are refused or held: the slowest subscription is past the backlog quota
+        self.quota_breach: str | None = None
+        self._quota_policy = "producer_error"
+        self._quota_hold_s = 0.0
+        self._quota_cleared: asyncio.Event | None = None
         self._publish_deadlines = deadlines.shared(PUBLISH_TIMEOUT_SECONDS)  # one timer for all topics
         if wal is not None:
             wal.on_committed = self._wake_subscriptions
@@ -109,6 +114,32 @@ class Topic:
                 return p
         return None
 
+    def set_quota_breach(self, why: str | None, policy: str, hold_seconds: float = 0.0) -> None:
+        """Set by each retention pass: `why` the backlog is past the namespace's quota, or None."""
+        self._quota_policy, self._quota_hold_s = policy, hold_seconds
+        self.quota_breach = why
+        if why is None and self._quota_cleared is not None:
+            self._quota_cleared.set()
+            self._quota_cleared = None
+
+    async def _over_quota(self, why: str) -> None:
+        """producer_error: refuse; producer_hold: wait (bounded) for the backlog to come back under the
+        quota, then refuse; consumer_eviction: accept (retention makes room by moving the slowest on)."""
+        policy = self._quota_policy
+        if policy == "consumer_eviction":
+            return
+        if policy == "producer_hold" and self._quota_hold_s > 0:
+            if self._quota_cleared is None:
+                self._quota_cleared = asyncio.Event()
+            cleared = self._quota_cleared
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._quota_hold_s):
+                    await cleared.wait()
+                    return
+            why = f"{why} (publish held {self._quota_hold_s:g} s)"
+        metrics.quota_refusals.inc()
+        raise ResourceExhausted(f"{self.name}: {why}")
+
     def check_size(self, size: int) -> None:
         if self.max_message_size and size > self.max_message_size:
             raise InvalidArgument(
@@ -130,6 +161,8 @@ class Topic:
         """
         if not self.lifecycle.accepts_appends:
             raise Unavailable(f"topic {self.name} is {self.lifecycle.state}; redo the lookup")
+        if self.quota_breach is not None:
+            await self._over_quota(self.quota_breach)
         claim = self.claim
         claim.check(len(records))
         gate = claim.replication

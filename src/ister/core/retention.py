@@ -135,3 +135,34 @@ def format_size_bytes(n: int) -> str:
         if n % factor == 0:
             return f"{n // factor}{suffix}"
     return f"{n}B"
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogQuota:
+    """The most a topic's slowest subscription may be behind (0 = no limit), and what happens past it."""
+
+    size_bytes: int = 0
+    time_ms: int = 0
+    policy: str = "producer_error"  # producer_error | producer_hold | consumer_eviction
+
+    @property
+    def unlimited(self) -> bool:
+        return not self.size_bytes and not self.time_ms
+
+
+def quota_breach(
+    quota: BacklogQuota, subscription: str, backlog_bytes: int, oldest_ms: int | None, now_ms: int
+) -> str | None:
+    """Why the slowest subscription's backlog is past the quota (None: it is not). `oldest_ms` is the publish
+    time of its oldest unacknowledged message (None: no backlog)."""
+    if quota.size_bytes and backlog_bytes > quota.size_bytes:
+        return (
+            f"backlog quota exceeded: subscription {subscription!r} is {format_size_bytes(backlog_bytes)} "
+            f"behind, more than {format_size_bytes(quota.size_bytes)}"
+        )
+    if quota.time_ms and oldest_ms is not None and now_ms - oldest_ms > quota.time_ms:
+        return (
+            f"backlog quota exceeded: subscription {subscription!r} has a message unacknowledged for "
+            f"{format_duration_ms(now_ms - oldest_ms)}, more than {format_duration_ms(quota.time_ms)}"
+        )
+    return None

@@ -93,6 +93,9 @@ class DispatchConfigRecord(Record, frozen=True):
         return {k: v for k, v in msgspec.to_builtins(self).items() if v is not None}
 
 
+QUOTA_POLICIES = ("producer_error", "producer_hold", "consumer_eviction")
+
+
 class NamespacePolicy(Record, frozen=True):
     """`/namespaces/{ns}/policy`: limits (0 = unlimited); `max_message_size` None: the broker's default."""
 
@@ -107,6 +110,11 @@ class NamespacePolicy(Record, frozen=True):
     # Retention (Ister; None: 7 days and unlimited, core.retention): 0 = unlimited
     retention_time_ms: int | None = None
     retention_size_bytes: int | None = None
+    # Backlog quota of the slowest subscription (Ister, Pulsar's): None or 0 = none
+    backlog_quota_size_bytes: int | None = None
+    backlog_quota_time_ms: int | None = None
+    backlog_quota_policy: str | None = None  # producer_error (default) | producer_hold | consumer_eviction
+    message_ttl_ms: int | None = None  # unacknowledged messages older than this are acknowledged for them
 
     @classmethod
     def lenient(cls, value: Any) -> NamespacePolicy:
@@ -114,11 +122,14 @@ class NamespacePolicy(Record, frozen=True):
         value) is ignored rather than voiding every limit of the namespace."""
         if not isinstance(value, dict):
             return cls()
-        fields = {
+        fields: dict[str, Any] = {
             name: v
             for name in cls.__struct_fields__
             if isinstance(v := value.get(name), int) and not isinstance(v, bool) and v >= 0
         }
+        policy = value.get("backlog_quota_policy")
+        if policy in QUOTA_POLICIES:
+            fields["backlog_quota_policy"] = policy
         return cls(**fields)
 
 
