@@ -50,6 +50,13 @@ class ResourceExhausted(IsterError):
     retriable = True
 
 
+class QuotaExceeded(ResourceExhausted):
+    """A policy limit only an operator or consumers can lift (a backlog quota): RESOURCE_EXHAUSTED, but the
+    Ister client reports it at once instead of retrying (the status carries `ister-retriable: false`)."""
+
+    retriable = False
+
+
 class Timeout(IsterError):
     """An operation did not finish within its deadline."""
 

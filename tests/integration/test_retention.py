@@ -228,3 +228,68 @@ def test_bad_retention_input_is_refused_and_changes_nothing(shared_broker: Broke
     )
     assert done.returncode == 1 and "does not exist" in done.stderr, done
     assert "7d (default)" in cli("admin", "namespaces", "retention", "default", *addr)
+
+
+async def fill_until_refused(producer: object, limit: int = 400) -> Exception:
+    for _ in range(limit):
+        try:
+            await producer.send_batch([b"q" * 300] * 50)  # type: ignore[attr-defined]
+        except Exception as exc:  # the quota's refusal
+            return exc
+        await asyncio.sleep(0.01)
+    raise AssertionError("publishes were never refused")
+
+
+async def drain(consumer: object, head: int) -> None:
+    seen = -1
+    while seen < head - 1:
+        batch = await consumer.receive_batch(500, 5.0)  # type: ignore[attr-defined]
+        assert batch, f"consumed up to {seen} of {head}"
+        await consumer.ack_batch(batch)  # type: ignore[attr-defined]
+        seen = batch[-1].offset
+
+
+async def test_backlog_quota_refuses_holds_and_lets_go(tmp_path: Path) -> None:
+    env = {**FAST, "ISTER_STORAGE__RETENTION__PRODUCER_HOLD_SECONDS": "3"}
+    broker = BrokerProcess(tmp_path / "data", env=env)
+    broker.start()
+    topic = "/quota/q"
+    addr = ["--admin-addr", broker.admin_addr]
+    try:
+        cli("admin", "namespaces", "create", "quota", *addr)
+        out = cli("admin", "namespaces", "set-backlog-quota", "quota", "--size", "64KiB", *addr)
+        assert "64KiB, producer_error" in out, out
+        async with Client(broker.url) as client:
+            producer = await client.producer(topic, max_batch_messages=50)
+            laggard = await client.consumer(topic, "laggard", name="lag-c", window=10_000)
+            refused = await fill_until_refused(producer)
+            assert "RESOURCE_EXHAUSTED" in type(refused).__name__.upper() or "backlog quota" in str(refused)
+            assert "'laggard'" in str(refused), refused
+            head = (await client.offsets(topic)).next
+            assert head * 300 >= 64 * 1024  # refused only once the backlog was past the quota
+            await drain(laggard, head)
+            await until(lambda: _accepted(producer), "publishes accepted again once the backlog is gone", 30)
+
+            # producer_hold: a publish waits for room (the subscription catching up lets it through) ...
+            cli("admin", "namespaces", "set-backlog-quota", "quota", "--policy", "producer_hold", *addr)
+            await fill_until_refused(producer)  # held 3 s, then refused
+            head = (await client.offsets(topic)).next
+            held = asyncio.create_task(producer.send_batch([b"held"]))
+            await asyncio.sleep(0.5)
+            assert not held.done()  # waiting, not refused
+            await drain(laggard, head)
+            assert len(await asyncio.wait_for(held, 30)) == 1
+            # ... and the quota off lets everything through at once
+            cli("admin", "namespaces", "set-backlog-quota", "quota", "--size", "0", *addr)
+            for _ in range(20):
+                await producer.send_batch([b"q" * 300] * 50)
+    finally:
+        broker.stop()
+
+
+async def _accepted(producer: object) -> bool:
+    try:
+        await producer.send_batch([b"ok"])  # type: ignore[attr-defined]
+    except Exception:
+        return False
+    return True

@@ -8,6 +8,7 @@ needs the topic's owner.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,7 @@ from ister.core.retention import DEFAULT_RETENTION_TIME_MS, RetentionLimits
 from ister.errors import InvalidArgument, NotFound, Unavailable
 from ister.ids import TopicName, shown, validate_segment
 from ister.metadata import keys
-from ister.metadata.records import NamespacePolicy, TopicRetention, parse_start
+from ister.metadata.records import QUOTA_POLICIES, NamespacePolicy, TopicRetention, parse_start
 from ister.metadata.store import MetadataStore
 
 CAS_ATTEMPTS = 10
@@ -29,6 +30,27 @@ class RetentionInEffect:
     time_source: str  # "topic", "namespace" or "default"
     size_source: str
     start_offset: int = 0
+    quota_size_bytes: int = 0  # the namespace's backlog quota and TTL (0 = none)
+    quota_time_ms: int = 0
+    quota_policy: str = "producer_error"
+    message_ttl_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogSettings:
+    """A namespace's backlog quota and message TTL to set; None keeps what is stored, 0 = none."""
+
+    quota_size_bytes: int | None = None
+    quota_time_ms: int | None = None
+    quota_policy: str | None = None
+    message_ttl_ms: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return all(
+            v is None
+            for v in (self.quota_size_bytes, self.quota_time_ms, self.quota_policy, self.message_ttl_ms)
+        )
 
 
 def _checked(time_ms: int | None, size_bytes: int | None) -> None:
@@ -49,10 +71,20 @@ class RetentionAdmin:
             raise NotFound(f"namespace {shown(ns)} does not exist")
         return (dict(kv.value) if isinstance(kv.value, dict) else {}), kv.version
 
-    async def set_namespace(self, ns: str, time_ms: int | None, size_bytes: int | None) -> RetentionInEffect:
-        if time_ms is None and size_bytes is None:
-            raise InvalidArgument("nothing to set: give a retention time, a size or both")
+    async def set_namespace(
+        self, ns: str, time_ms: int | None, size_bytes: int | None, backlog: BacklogSettings | None = None
+    ) -> RetentionInEffect:
+        backlog = backlog or BacklogSettings()
+        if time_ms is None and size_bytes is None and backlog.empty:
+            raise InvalidArgument("nothing to set: give a retention time or size, a backlog quota or a TTL")
         _checked(time_ms, size_bytes)
+        _checked(backlog.quota_time_ms, backlog.quota_size_bytes)
+        _checked(backlog.message_ttl_ms, None)
+        if backlog.quota_policy is not None and backlog.quota_policy not in QUOTA_POLICIES:
+            raise InvalidArgument(
+                f"unknown backlog quota policy {shown(backlog.quota_policy)}: "
+                f"expected {', '.join(QUOTA_POLICIES)}"
+            )
         key = keys.namespace_policy(ns)
         for _ in range(CAS_ATTEMPTS):
             value, version = await self._namespace_policy(ns)
@@ -60,6 +92,14 @@ class RetentionAdmin:
                 value["retention_time_ms"] = time_ms
             if size_bytes is not None:
                 value["retention_size_bytes"] = size_bytes
+            for field, given in (
+                ("backlog_quota_size_bytes", backlog.quota_size_bytes),
+                ("backlog_quota_time_ms", backlog.quota_time_ms),
+                ("backlog_quota_policy", backlog.quota_policy),
+                ("message_ttl_ms", backlog.message_ttl_ms),
+            ):
+                if given is not None:
+                    value[field] = given
             if await self.store.compare_and_set(key, value, expected_version=version):
                 return await self.get_namespace(ns)
         raise Unavailable(f"the policy of namespace {shown(ns)} kept changing; retry")
@@ -104,7 +144,7 @@ class RetentionAdmin:
         own = TopicRetention.parse(kv.value) if kv is not None else None
         start = parse_start(await self.store.get(keys.start_offset(name)))
         found = _in_effect(own, NamespacePolicy.lenient(value))
-        return RetentionInEffect(found.time_ms, found.size_bytes, found.time_source, found.size_source, start)
+        return dataclasses.replace(found, start_offset=start)
 
 
 def _in_effect(own: TopicRetention | None, policy: NamespacePolicy) -> RetentionInEffect:
@@ -118,4 +158,13 @@ def _in_effect(own: TopicRetention | None, policy: NamespacePolicy) -> Retention
         size, size_source = policy.retention_size_bytes, "namespace"
     if own is not None and own.retention_size_bytes is not None:
         size, size_source = own.retention_size_bytes, "topic"
-    return RetentionInEffect(time_ms, size, time_source, size_source)
+    return RetentionInEffect(
+        time_ms,
+        size,
+        time_source,
+        size_source,
+        quota_size_bytes=policy.backlog_quota_size_bytes or 0,
+        quota_time_ms=policy.backlog_quota_time_ms or 0,
+        quota_policy=policy.backlog_quota_policy or "producer_error",
+        message_ttl_ms=policy.message_ttl_ms or 0,
+    )

@@ -18,7 +18,7 @@ from ister.broker.subscription import Subscription
 from ister.core.lifecycle import Event, TopicLifecycle
 from ister.core.missing_offsets import GapLedger
 from ister.core.record import StoredMessage, encode_message
-from ister.errors import InvalidArgument, ResourceExhausted, Timeout, Unavailable
+from ister.errors import InvalidArgument, QuotaExceeded, Timeout, Unavailable
 from ister.ids import TopicName
 from ister.limits import PUBLISH_TIMEOUT_SECONDS
 from ister.storage.wal import Wal
@@ -138,7 +138,7 @@ class Topic:
                     return
             why = f"{why} (publish held {self._quota_hold_s:g} s)"
         metrics.quota_refusals.inc()
-        raise ResourceExhausted(f"{self.name}: {why}")
+        raise QuotaExceeded(f"{self.name}: {why}")
 
     def check_size(self, size: int) -> None:
         if self.max_message_size and size > self.max_message_size:

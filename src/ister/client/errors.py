@@ -12,7 +12,7 @@ class they map to.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -65,8 +65,9 @@ class ConnectionLost(errors.Unavailable):
 MASKED_STATUS_DETAILS = "Internal error from Core"
 
 
-def from_status(code: grpc.StatusCode, details: str | None) -> errors.IsterError:
-    """The error for a gRPC status; `retriable` is set per instance from the code."""
+def from_status(code: grpc.StatusCode, details: str | None, trailers: Any = None) -> errors.IsterError:
+    """The error for a gRPC status; `retriable` is set per instance from the code, unless the broker said
+    in the trailers that this one is not (`ister-retriable: false`, a backlog quota)."""
     if code is grpc.StatusCode.INTERNAL and details == MASKED_STATUS_DETAILS:
         return ConnectionLost(f"the stream ended with a status grpcio did not report ({details})")
     cls = _CLASSES.get(code, errors.IsterError)
@@ -74,8 +75,15 @@ def from_status(code: grpc.StatusCode, details: str | None) -> errors.IsterError
     if code is grpc.StatusCode.UNIMPLEMENTED:
         message = f"the broker does not implement the Ister batch API (ister.v1): {message}"
     err = cls(message)
-    err.retriable = code in RETRIABLE_CODES
+    err.retriable = code in RETRIABLE_CODES and not _says_not_retriable(trailers)
     return err
+
+
+def _says_not_retriable(trailers: Any) -> bool:
+    try:
+        return any(k == "ister-retriable" and v == "false" for k, v in trailers or ())
+    except (TypeError, ValueError):
+        return False
 
 
 def to_ister_error(exc: BaseException) -> errors.IsterError:
@@ -84,7 +92,7 @@ def to_ister_error(exc: BaseException) -> errors.IsterError:
     if isinstance(exc, errors.IsterError):
         return exc
     if isinstance(exc, grpc.aio.AioRpcError):
-        return from_status(exc.code(), exc.details())
+        return from_status(exc.code(), exc.details(), exc.trailing_metadata())
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return errors.Timeout(str(exc) or "operation timed out")
     err = ConnectionLost(f"connection failed: {type(exc).__name__}: {exc}")

@@ -17,11 +17,12 @@ async def raise_call_status(call: Any, what: str) -> NoReturn:
     try:
         code = await asyncio.wait_for(call.code(), 5.0)
         details = await call.details()
+        trailers = await call.trailing_metadata()
     except Exception:
         raise ConnectionLost(what) from None
     if code == grpc.StatusCode.OK:
         raise ConnectionLost(what)
-    raise from_status(code, details)
+    raise from_status(code, details, trailers)
 
 
 async def run_until_first_error(*coros: Coroutine[Any, Any, None], name: str) -> None:

@@ -32,9 +32,17 @@ def status_message(text: str) -> str:
     return data[: MAX_STATUS_MESSAGE_BYTES - 3].decode(errors="ignore") + "..."
 
 
+# Sent with a status whose code is normally retried (RESOURCE_EXHAUSTED, UNAVAILABLE) when this error
+# is not: the Ister client then reports it at once (other clients see only the code).
+NOT_RETRIABLE = (("ister-retriable", "false"),)
+
+
 async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
     if isinstance(exc, IsterError):
-        await context.abort(status_for(exc), status_message(str(exc)))
+        code = status_for(exc)
+        if not exc.retriable and code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE):
+            await context.abort(code, status_message(str(exc)), trailing_metadata=NOT_RETRIABLE)
+        await context.abort(code, status_message(str(exc)))
     log.exception("internal error in RPC", exc_info=exc)
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
 

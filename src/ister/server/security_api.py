@@ -9,7 +9,7 @@ from typing import Any
 
 from ister.broker.admin_ops import AdminOps
 from ister.broker.partition_groups import PartitionGroups
-from ister.broker.retention_admin import RetentionInEffect
+from ister.broker.retention_admin import BacklogSettings, RetentionInEffect
 from ister.core.replication_policy import ReplicationSetting
 from ister.errors import FailedPrecondition, InvalidArgument
 from ister.ids import TopicName
@@ -165,12 +165,22 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
             raise FailedPrecondition("this server does not administer retention")
         time_ms = request.time_ms if request.HasField("time_ms") else None
         size = request.size_bytes if request.HasField("size_bytes") else None
+        backlog = BacklogSettings(
+            request.backlog_quota_size_bytes if request.HasField("backlog_quota_size_bytes") else None,
+            request.backlog_quota_time_ms if request.HasField("backlog_quota_time_ms") else None,
+            request.backlog_quota_policy or None,
+            request.message_ttl_ms if request.HasField("message_ttl_ms") else None,
+        )
         if request.topic:
+            if not backlog.empty:
+                raise InvalidArgument(
+                    "backlog quotas and message TTL are namespace policies; give the namespace"
+                )
             found = await self.ops.retention.set_topic(request.topic, time_ms, size, request.clear)
         else:
             if request.clear:
                 raise InvalidArgument("clear applies to a topic's own limits; give the topic")
-            found = await self.ops.retention.set_namespace(request.namespace, time_ms, size)
+            found = await self.ops.retention.set_namespace(request.namespace, time_ms, size, backlog)
         return _retention(found)
 
     @unary
@@ -256,4 +266,8 @@ def _retention(found: RetentionInEffect) -> ipb.RetentionResponse:
         time_source=found.time_source,
         size_source=found.size_source,
         start_offset=found.start_offset,
+        backlog_quota_size_bytes=found.quota_size_bytes,
+        backlog_quota_time_ms=found.quota_time_ms,
+        backlog_quota_policy=found.quota_policy,
+        message_ttl_ms=found.message_ttl_ms,
     )

@@ -450,18 +450,26 @@ class CreateTokenResponse(_message.Message):
     def __init__(self, token: _Optional[str] = ..., expires_at_ms: _Optional[int] = ..., principal: _Optional[str] = ...) -> None: ...
 
 class SetRetentionRequest(_message.Message):
-    __slots__ = ("namespace", "topic", "time_ms", "size_bytes", "clear")
+    __slots__ = ("namespace", "topic", "time_ms", "size_bytes", "clear", "backlog_quota_size_bytes", "backlog_quota_time_ms", "backlog_quota_policy", "message_ttl_ms")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     TIME_MS_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     CLEAR_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_POLICY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     topic: str
     time_ms: int
     size_bytes: int
     clear: bool
-    def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ..., time_ms: _Optional[int] = ..., size_bytes: _Optional[int] = ..., clear: _Optional[bool] = ...) -> None: ...
+    backlog_quota_size_bytes: int
+    backlog_quota_time_ms: int
+    backlog_quota_policy: str
+    message_ttl_ms: int
+    def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ..., time_ms: _Optional[int] = ..., size_bytes: _Optional[int] = ..., clear: _Optional[bool] = ..., backlog_quota_size_bytes: _Optional[int] = ..., backlog_quota_time_ms: _Optional[int] = ..., backlog_quota_policy: _Optional[str] = ..., message_ttl_ms: _Optional[int] = ...) -> None: ...
 
 class GetRetentionRequest(_message.Message):
     __slots__ = ("namespace", "topic")
@@ -472,15 +480,23 @@ class GetRetentionRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
 
 class RetentionResponse(_message.Message):
-    __slots__ = ("time_ms", "size_bytes", "time_source", "size_source", "start_offset")
+    __slots__ = ("time_ms", "size_bytes", "time_source", "size_source", "start_offset", "backlog_quota_size_bytes", "backlog_quota_time_ms", "backlog_quota_policy", "message_ttl_ms")
     TIME_MS_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     TIME_SOURCE_FIELD_NUMBER: _ClassVar[int]
     SIZE_SOURCE_FIELD_NUMBER: _ClassVar[int]
     START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_POLICY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     time_ms: int
     size_bytes: int
     time_source: str
     size_source: str
     start_offset: int
-    def __init__(self, time_ms: _Optional[int] = ..., size_bytes: _Optional[int] = ..., time_source: _Optional[str] = ..., size_source: _Optional[str] = ..., start_offset: _Optional[int] = ...) -> None: ...
+    backlog_quota_size_bytes: int
+    backlog_quota_time_ms: int
+    backlog_quota_policy: str
+    message_ttl_ms: int
+    def __init__(self, time_ms: _Optional[int] = ..., size_bytes: _Optional[int] = ..., time_source: _Optional[str] = ..., size_source: _Optional[str] = ..., start_offset: _Optional[int] = ..., backlog_quota_size_bytes: _Optional[int] = ..., backlog_quota_time_ms: _Optional[int] = ..., backlog_quota_policy: _Optional[str] = ..., message_ttl_ms: _Optional[int] = ...) -> None: ...
