@@ -28,6 +28,7 @@ from ister.limits import (
     MAX_METRICS_TOPICS,
     MAX_WINDOW,
     MIN_WINDOW,
+    GiB,
     MiB,
 )
 
@@ -121,6 +122,10 @@ class LoadManagerSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
 
 class StorageSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     durable: DurableSettings = msgspec.field(default_factory=DurableSettings)
+    # Headroom of the data disk: publishes are refused (RESOURCE_EXHAUSTED) while it has less free than
+    # the smaller of these two; either one 0 turns the check off (storage/diskspace.py).
+    min_free_bytes: int = GiB
+    min_free_ratio: float = 0.05
 
 
 class EtcdTlsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -324,6 +329,7 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
     _check_policies(cfg.policies)
     _check_names(cfg)
     _check_durable(cfg)
+    _check_headroom(cfg.storage)
     if not 0.1 <= cfg.load_manager.load_report_interval_seconds <= 3600:
         raise ConfigError("load_manager.load_report_interval_seconds must be in 0.1..3600")
     if not 0 <= cfg.metrics.max_topics <= MAX_METRICS_TOPICS:
@@ -462,6 +468,13 @@ def _check_durable(cfg: BrokerConfig) -> None:
         raise ConfigError("storage.durable: local retention limits must be >= 0")
     if dur.url is not None and dur.url != "none" and "://" not in dur.url:
         raise ConfigError(f"storage.durable.url: expected a URL like s3://bucket/prefix, got {dur.url!r}")
+
+
+def _check_headroom(s: StorageSettings) -> None:
+    if s.min_free_bytes < 0:
+        raise ConfigError("storage.min_free_bytes must be >= 0 (0 = no headroom check)")
+    if not 0 <= s.min_free_ratio <= 1:
+        raise ConfigError("storage.min_free_ratio must be in 0..1 (0 = no headroom check)")
 
 
 def _check_cluster(c: ClusterSettings) -> None:
