@@ -132,9 +132,11 @@ class Topic:
         if not self.lifecycle.accepts_appends:
             raise Unavailable(f"topic {self.name} is {self.lifecycle.state}; redo the lookup")
         space = self.space
-        if space is not None and space.refusal is not None and self.wal is not None:
-            metrics.publishes_refused.labels("disk_full").inc(len(records))
-            raise DiskFull(space.refusal)
+        if space is not None and self.wal is not None:
+            refusal = space.take(payload_bytes)  # below the data disk's headroom: refused, nothing written
+            if refusal is not None:
+                metrics.publishes_refused.labels("disk_full").inc(len(records))
+                raise DiskFull(refusal)
         claim = self.claim
         claim.check(len(records))
         gate = claim.replication

@@ -2,9 +2,12 @@
 
 A background task asks `statvfs` about once a second (on a thread, with a timeout) and keeps the answer
 in `DiskSpace.refusal`: None while the data disk has at least the headroom free, else the reason. The
-publish path reads that attribute only (no syscall per message or batch): a reliable publish is refused
-with `DiskFull` (RESOURCE_EXHAUSTED, retriable) "data disk has less than X free" while it is set, and is
-taken again at the first check that finds the headroom free (retention, or an operator, freed space). A
+publish path does no syscall per message or batch: it reads that attribute and takes its payload bytes
+from `budget` (what may still be written before the headroom, as of the last measurement), so a fast
+publisher is refused when its writes since the last measurement would reach the headroom, not a second
+later. A reliable publish is refused with `DiskFull` (RESOURCE_EXHAUSTED, retriable) "data disk has less
+than X free" while `refusal` is set, and is taken again at the first measurement that finds the headroom
+free (retention, or an operator, freed space). A
 replica follower stops copying meanwhile (replication/follower.py). The headroom leaves room for what
 must still be written while publishes are refused: cursors, metadata, checkpoints, replica cuts.
 
@@ -18,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +32,8 @@ log = logging.getLogger(__name__)
 
 CHECK_INTERVAL_SECONDS = 1.0
 STATVFS_TIMEOUT_SECONDS = 5.0  # a data disk that does not answer statvfs (a hung NFS mount): keep the last
+RESUME_MARGIN = 10  # refusing stops with headroom + headroom / RESUME_MARGIN free
+UNLIMITED = sys.maxsize  # the budget while the headroom check is off or nothing is measured yet
 
 free_bytes_gauge = Gauge(
     "ister_data_disk_free_bytes", "Bytes free on the data disk (statvfs f_bavail), measured every second"
@@ -79,6 +85,10 @@ class DiskSpace:
         self.interval = interval
         self._statvfs = statvfs
         self.refusal: str | None = None  # why new records are refused now; None: they are taken
+        # Bytes that may still be written before the headroom is reached: the last measurement's free bytes
+        # minus the headroom, minus the payloads taken since (`take`). Frame headers and metadata are not
+        # counted; the next measurement corrects the estimate.
+        self.budget = UNLIMITED
         self.free_bytes = -1  # -1: not known yet
         self.total_bytes = -1
         self.room = asyncio.Event()  # set while refusal is None (followers wait on it)
@@ -88,21 +98,15 @@ class DiskSpace:
         self._error: str | None = None  # the last statvfs failure, logged once
 
     def update(self, free: int, total: int) -> None:
-        """Take one measurement (bytes free to unprivileged writers, and the disk's size)."""
+        """Take one measurement (bytes free to unprivileged writers, and the disk's size). Once refusing,
+        publishes are taken again only with a tenth of the headroom more free (no flapping at the edge)."""
         self.free_bytes, self.total_bytes = free, total
         need = self.headroom.bytes_for(total)
         free_bytes_gauge.set(free)
         headroom_gauge.set(need)
-        if need and free < need:
-            reason = (
-                f"data disk has less than {human(need)} free ({human(free)} of {human(total)} free at "
-                f"{self.path}): publishes are refused until retention or an operator frees space"
-            )
-            if self.refusal is None:
-                log.error("%s", reason)
-                refusing_gauge.set(1)
-                self.room.clear()
-            self.refusal = reason
+        self.budget = free - need if need else UNLIMITED
+        if need and (free < need or (self.refusal is not None and free < need + need // RESUME_MARGIN)):
+            self._refuse(f"{human(free)} of {human(total)} free")
         elif self.refusal is not None:
             log.warning(
                 "data disk has %s free again (headroom %s) at %s: publishes are accepted",
@@ -113,6 +117,32 @@ class DiskSpace:
             self.refusal = None
             refusing_gauge.set(0)
             self.room.set()
+
+    def take(self, nbytes: int) -> str | None:
+        """A reliable publish of `nbytes` payload bytes is about to be written: None when it may be (its
+        bytes are taken from the budget), else why not. Called per publish call; no syscall."""
+        if self.refusal is None:
+            if nbytes <= self.budget:
+                self.budget -= nbytes
+                return None
+            # The writes since the last measurement would reach the headroom: refuse now, measure at once.
+            need = self.headroom.bytes_for(self.total_bytes)
+            written = self.free_bytes - need - self.budget
+            self._refuse(f"{human(self.free_bytes)} free, then about {human(written)} written")
+            self.wake()
+        return self.refusal
+
+    def _refuse(self, state: str) -> None:
+        need = self.headroom.bytes_for(self.total_bytes)
+        reason = (
+            f"data disk has less than {human(need)} free ({state}, at {self.path}): publishes are "
+            "refused until retention or an operator frees space"
+        )
+        if self.refusal is None:
+            log.error("%s", reason)
+            refusing_gauge.set(1)
+            self.room.clear()
+        self.refusal = reason
 
     async def refresh(self) -> None:
         """Measure now. A failed or hung statvfs keeps the last state (logged once until it works)."""
