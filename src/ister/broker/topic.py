@@ -131,17 +131,17 @@ class Topic:
         """
         if not self.lifecycle.accepts_appends:
             raise Unavailable(f"topic {self.name} is {self.lifecycle.state}; redo the lookup")
+        claim = self.claim
+        claim.check(len(records))
+        gate = claim.replication
+        if gate is not None:
+            gate.check_writable()
         space = self.space
         if space is not None and self.wal is not None:
             refusal = space.take(payload_bytes)  # below the data disk's headroom: refused, nothing written
             if refusal is not None:
                 metrics.publishes_refused.labels("disk_full").inc(len(records))
                 raise DiskFull(refusal)
-        claim = self.claim
-        claim.check(len(records))
-        gate = claim.replication
-        if gate is not None:
-            gate.check_writable()
         self._m_in.inc(len(records))
         self._m_bytes.inc(payload_bytes)
         self.messages_in += len(records)  # cumulative, for load reports (rates are deltas of these)
