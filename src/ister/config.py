@@ -28,6 +28,7 @@ from ister.limits import (
     MAX_METRICS_TOPICS,
     MAX_WINDOW,
     MIN_WINDOW,
+    GiB,
     MiB,
 )
 
@@ -131,6 +132,10 @@ class RetentionSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
 class StorageSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     durable: DurableSettings = msgspec.field(default_factory=DurableSettings)
     retention: RetentionSettings = msgspec.field(default_factory=RetentionSettings)
+    # Headroom of the data disk: publishes are refused (RESOURCE_EXHAUSTED) while it has less free than
+    # the smaller of these two; either one 0 turns the check off (storage/diskspace.py).
+    min_free_bytes: int = GiB
+    min_free_ratio: float = 0.05
 
 
 class EtcdTlsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -338,6 +343,7 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
         raise ConfigError("storage.retention.check_interval_seconds must be in 0.1..86400")
     if not 0 <= cfg.storage.retention.producer_hold_seconds <= 60:
         raise ConfigError("storage.retention.producer_hold_seconds must be in 0..60")
+    _check_headroom(cfg.storage)
     if not 0.1 <= cfg.load_manager.load_report_interval_seconds <= 3600:
         raise ConfigError("load_manager.load_report_interval_seconds must be in 0.1..3600")
     if not 0 <= cfg.metrics.max_topics <= MAX_METRICS_TOPICS:
@@ -476,6 +482,13 @@ def _check_durable(cfg: BrokerConfig) -> None:
         raise ConfigError("storage.durable: local retention limits must be >= 0")
     if dur.url is not None and dur.url != "none" and "://" not in dur.url:
         raise ConfigError(f"storage.durable.url: expected a URL like s3://bucket/prefix, got {dur.url!r}")
+
+
+def _check_headroom(s: StorageSettings) -> None:
+    if s.min_free_bytes < 0:
+        raise ConfigError("storage.min_free_bytes must be >= 0 (0 = no headroom check)")
+    if not 0 <= s.min_free_ratio <= 1:
+        raise ConfigError("storage.min_free_ratio must be in 0..1 (0 = no headroom check)")
 
 
 def _check_cluster(c: ClusterSettings) -> None:

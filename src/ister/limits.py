@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 MiB = 1024 * 1024
+GiB = 1024 * MiB
 
 # Names (topics, namespaces, producers, consumers, subscriptions).
 MAX_NAME_LEN = 255

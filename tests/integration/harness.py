@@ -216,3 +216,15 @@ def subscription_metric(url: str, name: str, topic: str, sub: str) -> float | No
             if s.name == name and s.labels.get("topic") == topic and s.labels.get("subscription") == sub:
                 return float(s.value)
     return None
+
+
+def broker_metric(url: str, name: str, **labels: str) -> float | None:
+    """The value of the sample `name` with these labels (others may be there) on a broker's Prometheus
+    exporter, None when absent."""
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return float(s.value)
+    return None

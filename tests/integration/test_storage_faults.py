@@ -12,13 +12,15 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from ister import errors
 from ister.client import Client, Consumer
 from ister.core.frames import HEADER_SIZE, scan_frames
 from ister.core.record import decode_message
-from tests.integration.harness import BrokerProcess
+from tests.integration import harness
+from tests.integration.harness import BrokerProcess, broker_metric
 from tests.support import small_tmpfs, until
 
 pytestmark = pytest.mark.integration
@@ -180,13 +182,18 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 async def test_full_disk_answers_resource_exhausted_and_recovers_without_restart(
     small_disk: Path, topic: str
 ) -> None:
-    broker = BrokerProcess(small_disk / "data", env={"ISTER_STORAGE__DURABLE__URL": "none"})
+    # No headroom: the WAL writer itself meets ENOSPC (a disk filled by another program between two
+    # measurements); refusing before that is test_disk_full.py.
+    env = {"ISTER_STORAGE__DURABLE__URL": "none", "ISTER_STORAGE__MIN_FREE_BYTES": "0"}
+    broker = BrokerProcess(small_disk / "data", env=env)
     broker.log_path = small_disk.parent / "broker.log"  # the log must not fill the disk under test
     broker.start()
     try:
         async with Client(broker.url, connect_timeout=5, retry_timeout=1.0) as client:
             producer = await client.producer(topic, "filler")
             other = await client.producer(topic, "other")
+            dclient = await harness.client(broker.url)
+            dproducer = await harness.producer(dclient, topic, "danube", reliable=True)
             acked = [(await producer.send(b"first"), b"first")]
             free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
             ballast = small_disk / "ballast"
@@ -198,9 +205,18 @@ async def test_full_disk_answers_resource_exhausted_and_recovers_without_restart
             assert info.value.retriable and "disk full" in str(info.value)
             with pytest.raises(errors.ResourceExhausted):  # every producer of the topic
                 await other.send(big + b"refused")
+            with pytest.raises(grpc.aio.AioRpcError) as rpc:  # Danube's SendMessage (one attempt)
+                await dproducer._producers[0].send(big + b"refused")
+            assert rpc.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "disk full" in (rpc.value.details() or "")
+            counted = broker_metric(broker.metrics_url, "ister_publishes_refused_total", reason="disk_full")
+            assert counted is not None and counted >= 2
             ballast.unlink()  # space returns: no restart
             acked.append((await producer.send(b"after-1"), b"after-1"))
             acked.append((await other.send(b"after-2"), b"after-2"))
+            await dproducer.send(b"after-danube")
+            acked.append((len(acked), b"after-danube"))
+            await dproducer.close()
             new = await client.producer(topic, "new")
             acked.append((await new.send(b"after-3"), b"after-3"))
             assert [o for o, _ in acked] == list(range(len(acked)))  # dense: refused sends used no offset

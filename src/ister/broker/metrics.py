@@ -211,6 +211,12 @@ quota_refusals = Counter(
     "Publishes refused because a topic's slowest subscription is past its quota",
 )
 # Failover subscriptions on partitioned topics (broker/partition_groups.py): broker totals, bounded.
+publishes_refused = Counter(
+    "ister_publishes_refused",
+    "Messages refused at publish, by reason (disk_full: the data disk is below its headroom, or full)",
+    ("reason",),
+)
+publishes_refused.labels("disk_full")  # exported as 0 from the start
 partition_handoffs = Counter("ister_partition_handoffs", "Partitions switched to another consumer")
 partition_handoff_seconds = Histogram(
     "ister_partition_handoff_seconds",

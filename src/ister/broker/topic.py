@@ -18,13 +18,14 @@ from ister.broker.subscription import Subscription
 from ister.core.lifecycle import Event, TopicLifecycle
 from ister.core.missing_offsets import GapLedger
 from ister.core.record import StoredMessage, encode_message
-from ister.errors import InvalidArgument, QuotaExceeded, Timeout, Unavailable
+from ister.errors import DiskFull, InvalidArgument, QuotaExceeded, Timeout, Unavailable
 from ister.ids import TopicName
 from ister.limits import PUBLISH_TIMEOUT_SECONDS
 from ister.storage.wal import Wal
 
 if TYPE_CHECKING:
     from ister.broker.ownership import TopicClaim
+    from ister.storage.diskspace import DiskSpace
     from ister.storage.objects import SegmentExporter
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class Topic:
         max_message_size: int,
         wal: Wal | None,
         claim: TopicClaim,
+        space: DiskSpace | None = None,
     ) -> None:
         if (delivery == RELIABLE) != (wal is not None):
             raise ValueError("a reliable topic needs a WAL and a non-reliable one must not have one")
@@ -54,6 +56,7 @@ class Topic:
         # Storage is open and the claim committed when a Topic is built: it serves from here on.
         self.lifecycle = TopicLifecycle()
         self.lifecycle.handle(Event.CLAIMED)
+        self.space = space  # the data disk's free space: reliable publishes stop below its headroom
         self.claim = claim  # fences appends and owner-only metadata writes (a stale owner's land nowhere)
         self.exporter: SegmentExporter | None = None  # durable tier: exports closed WAL segments
         self.tasks: list[asyncio.Task[None]] = []  # background work that ends with the topic
@@ -168,6 +171,12 @@ class Topic:
         gate = claim.replication
         if gate is not None:
             gate.check_writable()
+        space = self.space
+        if space is not None and self.wal is not None:
+            refusal = space.take(payload_bytes)  # below the data disk's headroom: refused, nothing written
+            if refusal is not None:
+                metrics.publishes_refused.labels("disk_full").inc(len(records))
+                raise DiskFull(refusal)
         self._m_in.inc(len(records))
         self._m_bytes.inc(payload_bytes)
         self.messages_in += len(records)  # cumulative, for load reports (rates are deltas of these)
@@ -184,6 +193,11 @@ class Topic:
                         await gate.wait_committed(offset + len(records))
                 if self.cursors:
                     self._cursor_lag_changed()
+            except DiskFull:  # the disk filled between two checks of its free space (storage/diskspace.py)
+                metrics.publishes_refused.labels("disk_full").inc(len(records))
+                if space is not None:
+                    space.wake()
+                raise
             except TimeoutError:
                 where = "the WAL" if gate is None else "the WAL and its in-sync replicas"
                 raise Timeout(

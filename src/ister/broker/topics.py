@@ -232,7 +232,14 @@ class TopicRegistry:
         max_size = configured if configured is not None else self.config.policies.max_message_size
         if delivery == RELIABLE:
             wal, claim = await self.ownership.open_reliable(name, self.storage)
-            topic = Topic(name, delivery=delivery, max_message_size=max_size, wal=wal, claim=claim)
+            topic = Topic(
+                name,
+                delivery=delivery,
+                max_message_size=max_size,
+                wal=wal,
+                claim=claim,
+                space=self.storage.space,
+            )
             topic.exporter = self.storage.exporter(name, wal)
             if topic.exporter is not None:
                 self.exports.add(topic)

@@ -6,6 +6,12 @@ commit, and keeps the epoch history next to the WAL. Each fetch reports how far 
 leader's: that is the acknowledgement the leader commits on. When the leader says the log diverges, the
 suffix is cut; when the leader's WAL no longer holds the follower's next records (they are in the durable
 tier), the copy restarts empty at the leader's first offset.
+
+While this broker's data disk is below its headroom (storage/diskspace.py) the follower stops copying: it
+ends its stream and waits for space, so the leader soon counts it out of the in-sync set (after
+`cluster.replica_max_lag_seconds`) and commits on the other copies; once space returns it reconnects and
+catches up from its durable end. An append refused by a full disk (ENOSPC) does the same: nothing of it
+was acknowledged, and the next stream starts again at the durable end.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from crc32c import crc32c
 from ister.client._conn import NO_CREDENTIALS, Credentials, open_channel
 from ister.core.frames import HEADER, HEADER_SIZE
 from ister.core.replication import EpochHistory
+from ister.errors import StorageExhausted
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.records import parse_start
@@ -77,6 +84,7 @@ class ReplicaFollower:
         self._call: Any = None  # the open stream, cancelled when the leader changes
         self._epoch = 0
         self._warned_at = -WARN_EVERY_SECONDS
+        self.paused_for_space = False  # not copying: the data disk is below its headroom (or full)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"follow {self.name.full}")
@@ -140,6 +148,10 @@ class ReplicaFollower:
         delay = RETRY_SECONDS
         while True:
             try:
+                if self.storage.space.refusal is not None:
+                    await self._wait_for_room()
+                    continue
+                self.paused_for_space = False
                 if self.wal is None:
                     self.wal = await self._open()
                 if await self._fetch_once():
@@ -149,6 +161,10 @@ class ReplicaFollower:
                 raise
             except grpc.aio.AioRpcError as exc:
                 self._fetch_failed(exc)
+            except StorageExhausted as exc:  # the disk filled between two checks: wait as for headroom
+                self.paused_for_space = True
+                self.storage.space.wake()
+                log.debug("%s: an append was refused (%s); waiting for space", self.name, exc)
             except Exception as exc:
                 log.warning("%s: following the leader failed (%s); retrying", self.name, exc)
                 if self.wal is not None and self.wal.failed is not None:
@@ -160,6 +176,16 @@ class ReplicaFollower:
                 async with asyncio.timeout(delay):
                     await self._changed.wait()
             delay = min(delay * 2, MAX_RETRY_SECONDS)
+
+    async def _wait_for_room(self) -> None:
+        """Stop copying until the data disk has its headroom free again (the broker logs the episode
+        once, storage/diskspace.py; the leader sees this copy fall behind)."""
+        if not self.paused_for_space:
+            log.debug("%s: the data disk is below its headroom; this copy stops following", self.name)
+        self.paused_for_space = True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(MAX_RETRY_SECONDS):
+                await self.storage.space.room.wait()
 
     def _fetch_failed(self, exc: grpc.aio.AioRpcError) -> None:
         """Logged as a warning at most every `WARN_EVERY_SECONDS` (a leader that moved or died answers like
@@ -234,6 +260,9 @@ class ReplicaFollower:
         count = resp.frame_count if resp.frames else len(resp.records)
         if not count:
             return None
+        if self.storage.space.refusal is not None:
+            return False  # below the headroom: end the stream, _run waits for space
+
         if resp.first_offset != stream.expected:
             log.warning(
                 "%s: the leader sent records from %d, the local log ends at %d; reconnecting",

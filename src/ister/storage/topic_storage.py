@@ -22,6 +22,7 @@ from ister.errors import InvalidArgument
 from ister.ids import TopicName
 from ister.metadata.store import MetadataStore
 from ister.storage import superseded
+from ister.storage.diskspace import DiskSpace, Headroom
 from ister.storage.objects import (
     LocalRetention,
     ObjectStore,
@@ -83,12 +84,18 @@ class TopicStorage:
         self.superseded_retention_s = config.cluster.superseded_wal_retention_seconds
         self.parquet = durable.parquet  # Parquet copies of exported objects (docs/formats.md)
         self._release_wal_root: Callable[[], None] | None = None
+        # Free space of the data disk: reliable publishes and replica copies stop below the headroom.
+        self.space = DiskSpace(
+            data_dir, Headroom(config.storage.min_free_bytes, config.storage.min_free_ratio)
+        )
 
     async def start(self) -> None:
         # Refused (StorageError) while another process uses this data directory's WALs.
         self._release_wal_root = await asyncio.to_thread(hold_root, self.wal_root)
+        await self.space.start()
 
     async def close(self) -> None:
+        await self.space.close()
         if not await asyncio.to_thread(self.writers.close):
             log.error("WAL writer threads did not stop in time")
         if self._release_wal_root is not None:
