@@ -77,7 +77,14 @@ def produce(
     attributes: Annotated[str | None, typer.Option("--attributes", "-a", help="k1:v1,k2:v2")] = None,
     partitions: Annotated[int | None, typer.Option("--partitions", "-p", min=1)] = None,
     count: Annotated[int, typer.Option("--count", "-c", min=1)] = 1,
-    reliable: Annotated[bool, typer.Option("--reliable", help="durable topic (WAL, at-least-once)")] = False,
+    reliable: Annotated[
+        bool,
+        typer.Option(
+            "--reliable/--non-reliable",
+            help="Reliable (the default: WAL, at-least-once, as the Ister client) or NonReliable "
+            "(in memory, at-most-once: a subscription that is away loses what is sent meanwhile)",
+        ),
+    ] = True,
     rate: Annotated[
         float, typer.Option("--rate", min=0.0, help="messages per second (0: as fast as possible)")
     ] = 0.0,
@@ -100,6 +107,9 @@ def produce(
     tls_ca: TlsCaOpt = None,
 ) -> None:
     """Publish COUNT messages (danube-cli's flags); every message is acknowledged before the command ends.
+
+    Reliable by default (fsync'd to the topic's WAL before it is acknowledged); --non-reliable publishes
+    at-most-once (danube-cli's default).
 
     With --schema-subject or --schema-file, -m is a JSON value encoded by the schema (Avro binary, JSON,
     Protobuf) and checked against it before anything is sent; -f is sent as it is."""
