@@ -379,7 +379,8 @@ def topics_create(
     output: OutputOpt = Output.table,
 ) -> None:
     """Create a topic, or a partitioned topic with --partitions: Reliable unless --non-reliable is given.
-    In a cluster, --replication-factor and --min-insync set its copies (Reliable topics; default: the namespace policy's, else the broker's)."""
+    In a cluster, --replication-factor and --min-insync set its copies (Reliable topics; default: the
+    namespace policy's, else the broker's)."""
     name = topic_name(topic)
     strategy = pb.Reliable if reliable else pb.NonReliable
     delivery = "Reliable" if reliable else "NonReliable"

@@ -461,20 +461,22 @@ class CreateTokenResponse(_message.Message):
     def __init__(self, token: _Optional[str] = ..., expires_at_ms: _Optional[int] = ..., principal: _Optional[str] = ...) -> None: ...
 
 class ResetCursorRequest(_message.Message):
-    __slots__ = ("topic", "subscription", "earliest", "latest", "offset", "time_ms")
+    __slots__ = ("topic", "subscription", "earliest", "latest", "offset", "time_ms", "dry_run")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     EARLIEST_FIELD_NUMBER: _ClassVar[int]
     LATEST_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     earliest: bool
     latest: bool
     offset: int
     time_ms: int
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., time_ms: _Optional[int] = ...) -> None: ...
+    dry_run: bool
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., time_ms: _Optional[int] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class CursorPosition(_message.Message):
     __slots__ = ("topic", "next", "head", "consumers")
