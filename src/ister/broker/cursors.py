@@ -52,6 +52,7 @@ class CursorMove:
     next: int  # the first offset delivered from now on
     head: int  # the topic's next offset when the cursor moved
     consumers: int  # attached consumers moved with it
+    epoch: int = 0  # the subscription's cursor epoch from now on
 
 
 class Cursors:
@@ -102,11 +103,11 @@ class Cursors:
                 if not create and not await self.exists(topic, subscription):
                     raise NotFound(f"subscription {shown(subscription)} does not exist on {t}")
                 attached = sum(1 for c in sub.consumers.values() if c.attached) if sub is not None else 0
-                return CursorMove(t, target, head, attached)
+                return CursorMove(t, target, head, attached, sub.epoch if sub is not None else 0)
             if isinstance(sub, ReliableSubscription):
                 reader = self.storage.reader(topic.name, wal, target)
                 moved = await sub.reset(target, reader)
-                return CursorMove(t, target, head, moved)
+                return CursorMove(t, target, head, moved, sub.epoch)
             if not create and not await self.exists(topic, subscription):
                 raise NotFound(f"subscription {shown(subscription)} does not exist on {t}")
             record_key = keys.subscription(t, subscription)

@@ -34,7 +34,9 @@ def peek_start_from_wire(request: Any) -> Position | None:
 
 
 def move_to_wire(move: CursorMove) -> pb.CursorPosition:
-    return pb.CursorPosition(topic=move.topic, next=move.next, head=move.head, consumers=move.consumers)
+    return pb.CursorPosition(
+        topic=move.topic, next=move.next, head=move.head, consumers=move.consumers, epoch=move.epoch
+    )
 
 
 def peeked_to_wire(p: Peeked) -> pb.PeekedMessage:

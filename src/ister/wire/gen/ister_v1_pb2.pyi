@@ -479,16 +479,18 @@ class ResetCursorRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., time_ms: _Optional[int] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class CursorPosition(_message.Message):
-    __slots__ = ("topic", "next", "head", "consumers")
+    __slots__ = ("topic", "next", "head", "consumers", "epoch")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     NEXT_FIELD_NUMBER: _ClassVar[int]
     HEAD_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     topic: str
     next: int
     head: int
     consumers: int
-    def __init__(self, topic: _Optional[str] = ..., next: _Optional[int] = ..., head: _Optional[int] = ..., consumers: _Optional[int] = ...) -> None: ...
+    epoch: int
+    def __init__(self, topic: _Optional[str] = ..., next: _Optional[int] = ..., head: _Optional[int] = ..., consumers: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class ResetCursorResponse(_message.Message):
     __slots__ = ("positions",)
