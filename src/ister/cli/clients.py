@@ -282,6 +282,17 @@ def consume(
     ] = "shared",
     count: Annotated[int | None, typer.Option("--count", min=1, help="exit after this many messages")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per message on stdout")] = False,
+    position: Annotated[
+        str | None,
+        typer.Option(
+            "--position",
+            help="where a new subscription starts: latest (default, as Danube) or earliest; an existing "
+            "subscription keeps its cursor",
+        ),
+    ] = None,
+    from_beginning: Annotated[
+        bool, typer.Option("--from-beginning", help="the same as --position earliest (Kafka's spelling)")
+    ] = False,
     timeout: Annotated[
         float | None,
         typer.Option(
@@ -293,14 +304,28 @@ def consume(
     token: TokenOpt = None,
     tls_ca: TlsCaOpt = None,
 ) -> None:
-    """Receive and acknowledge messages until --count (or Ctrl-C); waits for a topic not created yet."""
+    """Receive and acknowledge messages until --count (or Ctrl-C); waits for a topic not created yet. A new
+    subscription starts at the latest message unless --position earliest (or --from-beginning)."""
     use(token, tls_ca)
     if sub_type not in SUB_TYPES:
         raise _fail(InvalidArgument(f"--sub-type must be one of {', '.join(SUB_TYPES)}"))
+    if position not in (None, "latest", "earliest"):
+        raise _fail(InvalidArgument(f"--position must be latest or earliest, not {position!r}"))
+    if from_beginning and position == "latest":
+        raise _fail(InvalidArgument("--from-beginning contradicts --position latest"))
+    start = position or ("earliest" if from_beginning else "latest")
     try:
         uvloop.run(
             _consume(
-                service_addr, topic, subscription, consumer_name, SUB_TYPES[sub_type], count, as_json, timeout
+                service_addr,
+                topic,
+                subscription,
+                consumer_name,
+                SUB_TYPES[sub_type],
+                count,
+                as_json,
+                timeout,
+                start,
             )
         )
     except KeyboardInterrupt:
@@ -310,7 +335,13 @@ def consume(
 
 
 async def _subscribe(
-    client: Client, topic: str, subscription: str, name: str, sub_type: str, wait_seconds: float | None
+    client: Client,
+    topic: str,
+    subscription: str,
+    name: str,
+    sub_type: str,
+    wait_seconds: float | None,
+    position: str = "latest",
 ) -> Consumer:
     """Subscribe, waiting (with a message on stderr) while the topic does not exist, up to `wait_seconds`."""
     deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
@@ -320,7 +351,9 @@ async def _subscribe(
         try:
             # A lookup first: it says "no such topic" quietly (a failed subscribe logs a warning).
             if await client.lookup_with_retry(topic) is not None:
-                consumer = await client.consumer(topic, subscription, type=sub_type, name=name)
+                consumer = await client.consumer(
+                    topic, subscription, type=sub_type, name=name, initial_position=position
+                )
                 break
             missing: NotFound = NotFound(f"topic {topic} does not exist")
         except NotFound as exc:  # deleted between the lookup and the subscribe
@@ -353,9 +386,10 @@ async def _consume(
     count: int | None,
     as_json: bool,
     wait_seconds: float | None = None,
+    position: str = "latest",
 ) -> None:
     async with Client(url) as client:
-        consumer = await _subscribe(client, topic, subscription, name, sub_type, wait_seconds)
+        consumer = await _subscribe(client, topic, subscription, name, sub_type, wait_seconds, position)
         received = 0
         started = time.perf_counter()
         show = not as_json and count is not None and count >= PROGRESS_FROM
