@@ -31,8 +31,10 @@ class _Head(msgspec.Struct, array_like=True):
 _head = msgspec.msgpack.Decoder(_Head)
 
 
-def publish_time_of(record: bytes | memoryview) -> int | None:
+def publish_time_of(record: bytes | memoryview | msgspec.Raw) -> int | None:
     """The publish time (Unix ms) of one stored record, or None when it is not a well-formed record."""
+    if not isinstance(record, bytes | memoryview):
+        record = memoryview(record)  # a msgspec.Raw, as WAL readers hand some records out
     try:
         first = record[0]
         if 0x90 <= first <= 0x9F:
