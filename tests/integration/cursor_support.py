@@ -43,11 +43,11 @@ async def publish_at(url: str, topic: str, times: list[int], name: str = "timed"
         return first
 
 
-async def cli(*args: str, timeout: float = 60) -> tuple[int, str, str]:
+async def cli(*args: str, within: float = 60) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         *ISTER, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    out, err = await asyncio.wait_for(proc.communicate(), within)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 

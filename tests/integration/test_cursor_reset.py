@@ -92,7 +92,9 @@ async def test_reset_by_time_finds_the_first_record_at_or_after_it_in_objects(
         assert await reset_time(objects_broker, topic, "by-time", t_ms) == expected, t_ms
 
 
-async def test_reset_by_time_finds_the_record_across_wal_segments(wal_broker: BrokerProcess, topic: str) -> None:
+async def test_reset_by_time_finds_the_record_across_wal_segments(
+    wal_broker: BrokerProcess, topic: str
+) -> None:
     await publish_at(wal_broker.url, topic, [T0 + 10 * i for i in range(4000)])
     assert wal_segments(wal_broker.data_dir, topic) >= 3
     async with Client(wal_broker.url) as client:
