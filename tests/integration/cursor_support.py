@@ -18,9 +18,11 @@ ISTER = [sys.executable, "-m", "ister.cli"]
 _encode = msgspec.msgpack.Encoder().encode
 
 
-async def publish_at(url: str, topic: str, times: list[int], name: str = "timed", first_seq: int = 1) -> int:
+async def publish_at(
+    url: str, topic: str, times: list[int], name: str = "timed", first_seq: int = 1, batch: int = 1000
+) -> int:
     """Publish one record per entry of `times` (payload `t<time>`), with that publish time (Unix ms), in
-    batches of up to 1,000; returns the first offset."""
+    batches of up to `batch`; returns the first offset."""
     target = url.removeprefix("http://")
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.IsterStub(channel)
@@ -30,11 +32,11 @@ async def publish_at(url: str, topic: str, times: list[int], name: str = "timed"
         opened = await call.read()
         pid = opened.opened.producer_id
         first: int | None = None
-        for seq, at in enumerate(range(0, len(times), 1000), start=first_seq):
-            chunk = times[at : at + 1000]
+        for seq, at in enumerate(range(0, len(times), batch), start=first_seq):
+            chunk = times[at : at + batch]
             records = [[b"t%d" % t, t, pid, name, {}, None, None, None] for t in chunk]
-            batch = pb.PublishBatch(sequence=seq, records=_encode(records), count=len(records))
-            await call.write(pb.PublishRequest(batch=batch))
+            frame = pb.PublishBatch(sequence=seq, records=_encode(records), count=len(records))
+            await call.write(pb.PublishRequest(batch=frame))
             ack = await call.read()
             if first is None:
                 first = ack.ack.first_offset

@@ -28,9 +28,9 @@ OBJECTS_ENV = {  # closed segments exported at once, local WAL files deleted onc
     "ISTER_STORAGE__DURABLE__LOCAL_RETENTION_BYTES": "0",
     "ISTER_STORAGE__DURABLE__LOCAL_RETENTION_SECONDS": "0",
 }
-WAL_ENV = {  # no durable tier; small WAL segments (one 1,000-record batch each)
+WAL_ENV = {  # no durable tier; small WAL segments (1,000 to 2,000 records: sparse-index entries inside)
     "ISTER_STORAGE__DURABLE__URL": "none",
-    "ISTER_WAL__SEGMENT_MAX_BYTES": "16384",
+    "ISTER_WAL__SEGMENT_MAX_BYTES": "65536",
 }
 
 
@@ -71,7 +71,10 @@ LOOKUPS = [  # (time, the offset it must land on) for records 0..3999 at T0 + 10
     (T0 - 5_000, 0),
     (T0, 0),
     (T0 + 1, 1),
+    (T0 + 10 * 999 + 1, 1000),  # the first record of a sparse-index interval
+    (T0 + 10 * 1000, 1000),
     (T0 + 10 * 1234 + 3, 1235),
+    (T0 + 10 * 2000 - 5, 2000),
     (T0 + 10 * 2999, 2999),
     (T0 + 10 * 2999 + 1, 3000),
     (T0 + 10 * 3500, 3500),
@@ -95,8 +98,8 @@ async def test_reset_by_time_finds_the_first_record_at_or_after_it_in_objects(
 async def test_reset_by_time_finds_the_record_across_wal_segments(
     wal_broker: BrokerProcess, topic: str
 ) -> None:
-    await publish_at(wal_broker.url, topic, [T0 + 10 * i for i in range(4000)])
-    assert wal_segments(wal_broker.data_dir, topic) >= 3
+    await publish_at(wal_broker.url, topic, [T0 + 10 * i for i in range(4000)], batch=250)
+    assert wal_segments(wal_broker.data_dir, topic) >= 2
     async with Client(wal_broker.url) as client:
         await client.seek(topic, "by-time", "latest")
     for t_ms, expected in LOOKUPS:

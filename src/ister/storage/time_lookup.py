@@ -159,6 +159,8 @@ async def _in_wal(wal: Wal, t_ms: int, lo: int, head: int) -> int:
     found = await _wal_first(wal, start, stop, t_ms)
     if found is not None:
         return found
+    if stop < end:
+        return stop  # the index entry the search found at or after t_ms
     return starts[j + 1] if j + 1 < len(starts) else head
 
 
