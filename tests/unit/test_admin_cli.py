@@ -116,7 +116,7 @@ async def test_topic_lifecycle(cli: Cli) -> None:
 
 
 async def test_errors_exit_1_with_the_broker_message(cli: Cli) -> None:
-    ok(await cli("topics", "create", "/default/t"))
+    ok(await cli("topics", "create", "/default/t", "--non-reliable"))
     err = failed(await cli("topics", "create", "/default/t"))
     assert err.startswith("error: ") and "already exists" in err and "ALREADY_EXISTS" in err
     assert "does not exist" in failed(await cli("topics", "describe", "/default/none"))
