@@ -3,9 +3,9 @@
 A stored record is the msgpack array `[payload: bin, publish_time_ms: uint, ...]` (core/record.py); the
 publish time is read from its header bytes, so finding a unit's publish-time range or probing a record
 copies no payload. Publish times are the producers' clocks: not guaranteed to grow with the offset. The
-search (`first_at_or_after`) treats them as non-decreasing, which is what a time lookup can rely on
-(Kafka's and Pulsar's do the same): it answers the first offset of the searched range whose record has a
-publish time >= T, given that every record before the answer that it looked at was < T.
+time lookup (storage/time_lookup.py) treats them as non-decreasing, as Kafka's and Pulsar's do: it answers
+the first offset whose record has a publish time >= T, given that every record before the answer that it
+looked at was < T.
 """
 
 from __future__ import annotations
