@@ -117,7 +117,7 @@ async def test_delete_then_recreate_starts_empty(admin_broker: BrokerProcess, to
 
 
 async def test_partitioned_topic_created_by_admin(admin_broker: BrokerProcess, topic: str) -> None:
-    await admin(admin_broker, "topics", "create", topic, "--partitions", "3")
+    await admin(admin_broker, "topics", "create", topic, "--partitions", "3", "--non-reliable")
     ns = topic.split("/")[1]
     listed = json.loads(await admin(admin_broker, "topics", "list", "--namespace", ns, "-o", "json"))
     assert [t["name"] for t in listed if t["name"].startswith(topic + "-part-")] == [

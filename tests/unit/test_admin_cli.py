@@ -69,8 +69,11 @@ async def test_topic_lifecycle(cli: Cli) -> None:
     assert ok(await cli("topics", "create", "/default/orders", "--reliable")) == (
         "created topic /default/orders (Reliable)\n"
     )
-    ok(await cli("topics", "create", "default/events"))  # the leading slash is optional
-    out = ok(await cli("topics", "create", "/default/p", "--partitions", "2", "--output", "json"))
+    # the leading slash is optional; Reliable is the default
+    assert ok(await cli("topics", "create", "default/events")) == "created topic /default/events (Reliable)\n"
+    out = ok(
+        await cli("topics", "create", "/default/p", "--partitions", "2", "--non-reliable", "--output", "json")
+    )
     assert json.loads(out) == {
         "success": True,
         "topic": "/default/p",
@@ -81,7 +84,7 @@ async def test_topic_lifecycle(cli: Cli) -> None:
     lines = table.splitlines()
     assert lines[0].split() == ["TOPIC", "BROKER", "DELIVERY"]
     assert [line.split() for line in lines[1:]] == [
-        ["/default/events", "0", "NonReliable"],
+        ["/default/events", "0", "Reliable"],
         ["/default/orders", "0", "Reliable"],
         ["/default/p-part-0", "0", "NonReliable"],
         ["/default/p-part-1", "0", "NonReliable"],
@@ -113,7 +116,7 @@ async def test_topic_lifecycle(cli: Cli) -> None:
 
 
 async def test_errors_exit_1_with_the_broker_message(cli: Cli) -> None:
-    ok(await cli("topics", "create", "/default/t"))
+    ok(await cli("topics", "create", "/default/t", "--non-reliable"))
     err = failed(await cli("topics", "create", "/default/t"))
     assert err.startswith("error: ") and "already exists" in err and "ALREADY_EXISTS" in err
     assert "does not exist" in failed(await cli("topics", "describe", "/default/none"))

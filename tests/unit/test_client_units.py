@@ -93,6 +93,7 @@ def _record(payload: bytes) -> bytes:
 
 class _Sub:
     topic = "/default/t"
+    epoch = 0  # the cursor epoch of the stream (ConsumeOpened.cursor_epoch)
 
 
 def test_decode_batch_contiguous_and_gaps() -> None:

@@ -79,7 +79,10 @@ class Consumers:
         consumer_name: str,
         sub_type: SubType,
         key_filters: list[str],
+        earliest: bool = False,
     ) -> int:
+        """The consumer's id. `earliest`: a subscription created now starts at the earliest stored offset
+        instead of the head (an existing one keeps its cursor)."""
         name = TopicName.parse(topic_name)
         validate_client_name(subscription, "subscription name")
         validate_client_name(consumer_name, "consumer name")
@@ -91,7 +94,9 @@ class Consumers:
                 raise InvalidArgument(f"invalid key filter {shown(f)}: 1-1024 characters")
         topic = await self.topics.get(name)
         async with topic.lock:  # subscribe and restore check-then-insert across awaits
-            return await self._subscribe_locked(topic, subscription, consumer_name, sub_type, filters)
+            return await self._subscribe_locked(
+                topic, subscription, consumer_name, sub_type, filters, earliest
+            )
 
     async def _subscribe_locked(
         self,
@@ -100,6 +105,7 @@ class Consumers:
         consumer_name: str,
         sub_type: SubType,
         filters: tuple[str, ...],
+        earliest: bool = False,
     ) -> int:
         name = topic.name
         sub = topic.subscriptions.get(subscription)
@@ -121,7 +127,7 @@ class Consumers:
         _check_limits(topic, sub, subscription, policy)
         if sub is None:
             topic.untrack_cursor(subscription)  # consumed again: its own lag gauge takes over
-            sub = await self._open(topic, subscription, sub_type, consumer_name, filters)
+            sub = await self._open(topic, subscription, sub_type, consumer_name, filters, earliest)
             topic.subscriptions[subscription] = sub
         session = ConsumerSession(new_id(), consumer_name, name.full, subscription, sub_type, filters)
         sub.add_consumer(session)
@@ -142,7 +148,13 @@ class Consumers:
         await self.store.delete(keys.consumer_index(session.id))
 
     async def _open(
-        self, topic: Topic, name: str, sub_type: SubType, consumer_name: str, filters: tuple[str, ...]
+        self,
+        topic: Topic,
+        name: str,
+        sub_type: SubType,
+        consumer_name: str,
+        filters: tuple[str, ...],
+        earliest: bool = False,
     ) -> Subscription:
         t = topic.name.full
         record_key = keys.subscription(t, name)
@@ -157,8 +169,10 @@ class Consumers:
             start = cursor.value + 1
         elif record is not None and record.start_offset is not None:
             start = record.start_offset
+        elif earliest:  # a new subscription at the earliest record retention keeps: nothing is lost
+            start = max(await self.storage.earliest(topic.name, wal), topic.start_offset)
         else:
-            start = wal.committed_offset  # a new subscription starts at the latest offset
+            start = wal.committed_offset  # a new subscription starts at the latest offset (as Danube)
         if start > wal.committed_offset:
             # The WAL holds less than the cursor says (its files were lost): resume at its head.
             log.warning(

@@ -24,6 +24,7 @@ from ister.core.frameblock import FrameBlock
 from ister.core.frames import HEADER_SIZE
 from ister.core.record import StoredMessage, decode_message
 from ister.errors import OffsetOutOfRange
+from ister.ids import new_id
 from ister.limits import CURSOR_FLUSH_ACKS, CURSOR_FLUSH_SECONDS, HEARTBEAT_SECONDS
 from ister.storage.objects.tiered import TieredReader
 from ister.storage.wal import Wal, WalReader
@@ -97,6 +98,9 @@ class ReliableSubscription(Subscription):
         self._acks_since_flush = 0
         self._last_flush = time.monotonic()
         self._task: asyncio.Task[None] | None = None
+        # Held by each dispatch step, and by a cursor reset while it swaps the state and the reader.
+        self._step_lock = asyncio.Lock()
+        self._epoch = 0  # a new random value at each cursor reset (ConsumeOpened.cursor_epoch)
         self._dlq_retry_at = 0.0
         self._dlq_backoff = DLQ_BACKOFF_MIN_SECONDS
         self._warned_at = 0.0
@@ -126,6 +130,46 @@ class ReliableSubscription(Subscription):
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"sub:{self.topic}:{self.name}")
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    async def reset(self, start: int, reader: TieredReader | WalReader) -> int:
+        """Move the subscription to `start` (the first offset delivered next), consumers attached or not
+        (docs/admin.md, reset-cursor): the cursor `start - 1` is persisted first (on failure nothing changes
+        and the error is raised); then the dispatch state is rebuilt at `start` with `reader`, every
+        consumer's stream ends (the consumers reconnect and receive from `start`; what they had in flight is
+        forgotten, and acks sent on their old streams are ignored: `epoch` changes). Returns how many
+        consumers were attached."""
+        async with self._step_lock:
+            try:
+                await self._write_cursor(start - 1)
+            except BaseException:
+                reader.close()
+                self._persisted_cursor = None  # maybe written: the next flush writes the current cursor
+                raise
+            old = self._state
+            attached = sum(1 for s in self.consumers.values() if s.attached)
+            self.end_streams()  # on the old state: its in-flight messages go with it
+            state = ReliableSubscriptionState(
+                self.sub_type, start_offset=start, window=old.window, policy=old.policy, track_resolved=True
+            )
+            designating, designated = old.designation
+            if designating:
+                state.designate(designated)
+            self._state = state
+            self._reader.close()
+            self._reader = reader
+            self._held = HeldRecords()
+            self.released.clear()
+            self._persisted_cursor = start - 1
+            self._acks_since_flush = 0
+            self._epoch = new_id()
+        self._update_lag()
+        self._poke()
+        log.info("%s/%s: cursor reset to %d (%d consumers moved)", self.topic, self.name, start, attached)
+        return attached
 
     # -- notifications -----------------------------------------------------------------------------------
     def notify(self) -> None:
@@ -250,7 +294,8 @@ class ReliableSubscription(Subscription):
         try:
             while not self._closed:
                 try:
-                    await self._step()
+                    async with self._step_lock:
+                        await self._step()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:

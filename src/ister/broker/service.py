@@ -16,8 +16,10 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 from ister.broker.consumers import CONSUMER_IDLE_SECONDS, ConsumerRef, Consumers
+from ister.broker.cursors import CursorMove, Cursors, Position
 from ister.broker.exports import ExportScheduler
 from ister.broker.ownership import Ownership
+from ister.broker.peek import Peeked, Peeker
 from ister.broker.producers import Producers
 from ister.broker.reads import OffsetReads
 from ister.broker.retention import RetentionKeeper, RetentionView
@@ -90,6 +92,8 @@ class BrokerService:
             store, self.topic_exists, json_rules=JsonRules(config.schema.json_compatibility)
         )
         self.validator = PayloadValidator(self.schemas)
+        self.cursors = Cursors(self.consumer_refs, self.storage)
+        self.peeker = Peeker(self.reads, self.cursors, self.schemas)
         self._reaper: asyncio.Task[None] | None = None
         self.ownership.bind(self)
 
@@ -244,9 +248,10 @@ class BrokerService:
         consumer_name: str,
         sub_type: SubType,
         key_filters: list[str],
+        earliest: bool = False,
     ) -> int:
         return await self.consumer_refs.subscribe(
-            topic_name, subscription, consumer_name, sub_type, key_filters
+            topic_name, subscription, consumer_name, sub_type, key_filters, earliest
         )
 
     async def consumer(self, consumer_id: int) -> ConsumerRef:
@@ -272,6 +277,16 @@ class BrokerService:
 
     async def close_idle_subscription(self, topic: Topic, subscription: str) -> None:
         await self.consumer_refs.close_idle_subscription(topic, subscription)
+
+    async def seek_cursor(
+        self, topic_name: str, subscription: str, position: Position, *, create: bool, dry_run: bool = False
+    ) -> CursorMove:
+        """Move a subscription of a reliable topic served here, consumers attached or not (cursors.py)."""
+        topic = await self.reads.reliable_topic(topic_name)
+        return await self.cursors.seek(topic, subscription, position, create=create, dry_run=dry_run)
+
+    async def peek(self, topic_name: str, start: Position | None, count: int) -> list[Peeked]:
+        return await self.peeker.peek(topic_name, start, count)
 
     async def set_cursor(self, topic_name: str, subscription: str, next_offset: int) -> int:
         topic = await self.reads.reliable_topic(topic_name)

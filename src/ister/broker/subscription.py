@@ -129,6 +129,11 @@ class Subscription(ABC):
         return 0
 
     @property
+    def epoch(self) -> int:
+        """Changes at each cursor reset (reliable only): acks sent on streams opened before it are ignored."""
+        return 0
+
+    @property
     def window(self) -> int:
         """Messages in flight per subscription; 0 when the subscription has no window (non-reliable)."""
         return 0

@@ -361,8 +361,12 @@ def topics_create(
         int | None, typer.Option("--partitions", "-p", min=1, help="create a partitioned topic")
     ] = None,
     reliable: Annotated[
-        bool, typer.Option("--reliable/--non-reliable", help="Reliable (WAL, at-least-once) or NonReliable")
-    ] = False,
+        bool,
+        typer.Option(
+            "--reliable/--non-reliable",
+            help="Reliable (the default: WAL, at-least-once) or NonReliable (in memory, at-most-once)",
+        ),
+    ] = True,
     schema_subject: Annotated[
         str | None, typer.Option("--schema-subject", help="bind the topic to this registered schema subject")
     ] = None,
@@ -374,8 +378,9 @@ def topics_create(
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Create a topic, or a partitioned topic with --partitions. In a cluster, --replication-factor and
-    --min-insync set its copies (Reliable topics; default: the namespace policy's, else the broker's)."""
+    """Create a topic, or a partitioned topic with --partitions: Reliable unless --non-reliable is given.
+    In a cluster, --replication-factor and --min-insync set its copies (Reliable topics; default: the
+    namespace policy's, else the broker's)."""
     name = topic_name(topic)
     strategy = pb.Reliable if reliable else pb.NonReliable
     delivery = "Reliable" if reliable else "NonReliable"

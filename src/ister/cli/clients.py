@@ -77,7 +77,14 @@ def produce(
     attributes: Annotated[str | None, typer.Option("--attributes", "-a", help="k1:v1,k2:v2")] = None,
     partitions: Annotated[int | None, typer.Option("--partitions", "-p", min=1)] = None,
     count: Annotated[int, typer.Option("--count", "-c", min=1)] = 1,
-    reliable: Annotated[bool, typer.Option("--reliable", help="durable topic (WAL, at-least-once)")] = False,
+    reliable: Annotated[
+        bool,
+        typer.Option(
+            "--reliable/--non-reliable",
+            help="Reliable (the default: WAL, at-least-once, as the Ister client) or NonReliable "
+            "(in memory, at-most-once: a subscription that is away loses what is sent meanwhile)",
+        ),
+    ] = True,
     rate: Annotated[
         float, typer.Option("--rate", min=0.0, help="messages per second (0: as fast as possible)")
     ] = 0.0,
@@ -100,6 +107,9 @@ def produce(
     tls_ca: TlsCaOpt = None,
 ) -> None:
     """Publish COUNT messages (danube-cli's flags); every message is acknowledged before the command ends.
+
+    Reliable by default (fsync'd to the topic's WAL before it is acknowledged); --non-reliable publishes
+    at-most-once (danube-cli's default).
 
     With --schema-subject or --schema-file, -m is a JSON value encoded by the schema (Avro binary, JSON,
     Protobuf) and checked against it before anything is sent; -f is sent as it is."""
@@ -272,6 +282,17 @@ def consume(
     ] = "shared",
     count: Annotated[int | None, typer.Option("--count", min=1, help="exit after this many messages")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per message on stdout")] = False,
+    position: Annotated[
+        str | None,
+        typer.Option(
+            "--position",
+            help="where a new subscription starts: latest (default, as Danube) or earliest; an existing "
+            "subscription keeps its cursor",
+        ),
+    ] = None,
+    from_beginning: Annotated[
+        bool, typer.Option("--from-beginning", help="the same as --position earliest (Kafka's spelling)")
+    ] = False,
     timeout: Annotated[
         float | None,
         typer.Option(
@@ -283,14 +304,28 @@ def consume(
     token: TokenOpt = None,
     tls_ca: TlsCaOpt = None,
 ) -> None:
-    """Receive and acknowledge messages until --count (or Ctrl-C); waits for a topic not created yet."""
+    """Receive and acknowledge messages until --count (or Ctrl-C); waits for a topic not created yet. A new
+    subscription starts at the latest message unless --position earliest (or --from-beginning)."""
     use(token, tls_ca)
     if sub_type not in SUB_TYPES:
         raise _fail(InvalidArgument(f"--sub-type must be one of {', '.join(SUB_TYPES)}"))
+    if position not in (None, "latest", "earliest"):
+        raise _fail(InvalidArgument(f"--position must be latest or earliest, not {position!r}"))
+    if from_beginning and position == "latest":
+        raise _fail(InvalidArgument("--from-beginning contradicts --position latest"))
+    start = position or ("earliest" if from_beginning else "latest")
     try:
         uvloop.run(
             _consume(
-                service_addr, topic, subscription, consumer_name, SUB_TYPES[sub_type], count, as_json, timeout
+                service_addr,
+                topic,
+                subscription,
+                consumer_name,
+                SUB_TYPES[sub_type],
+                count,
+                as_json,
+                timeout,
+                start,
             )
         )
     except KeyboardInterrupt:
@@ -300,7 +335,13 @@ def consume(
 
 
 async def _subscribe(
-    client: Client, topic: str, subscription: str, name: str, sub_type: str, wait_seconds: float | None
+    client: Client,
+    topic: str,
+    subscription: str,
+    name: str,
+    sub_type: str,
+    wait_seconds: float | None,
+    position: str = "latest",
 ) -> Consumer:
     """Subscribe, waiting (with a message on stderr) while the topic does not exist, up to `wait_seconds`."""
     deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
@@ -310,7 +351,9 @@ async def _subscribe(
         try:
             # A lookup first: it says "no such topic" quietly (a failed subscribe logs a warning).
             if await client.lookup_with_retry(topic) is not None:
-                consumer = await client.consumer(topic, subscription, type=sub_type, name=name)
+                consumer = await client.consumer(
+                    topic, subscription, type=sub_type, name=name, initial_position=position
+                )
                 break
             missing: NotFound = NotFound(f"topic {topic} does not exist")
         except NotFound as exc:  # deleted between the lookup and the subscribe
@@ -343,9 +386,10 @@ async def _consume(
     count: int | None,
     as_json: bool,
     wait_seconds: float | None = None,
+    position: str = "latest",
 ) -> None:
     async with Client(url) as client:
-        consumer = await _subscribe(client, topic, subscription, name, sub_type, wait_seconds)
+        consumer = await _subscribe(client, topic, subscription, name, sub_type, wait_seconds, position)
         received = 0
         started = time.perf_counter()
         show = not as_json and count is not None and count >= PROGRESS_FROM

@@ -30,6 +30,8 @@ from ister.client._conn import (
 )
 from ister.client.api_key import API_KEY_ENV, ApiKeySession
 from ister.client.consumer import Consumer, SubType
+from ister.client.cursors import CursorPosition, SeekPosition
+from ister.client.cursors import seek as seek_cursor
 from ister.client.errors import exhausted, to_ister_error
 from ister.client.messages import split_frames
 from ister.client.producer import Producer
@@ -42,6 +44,7 @@ from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
+INITIAL_POSITIONS = {"latest": 0, "earliest": 1}  # ConsumeOpen.initial_position
 
 OFFSETS_TIMEOUT_SECONDS = 60.0  # one Offsets call (the owner may have to load the topic first)
 READ_BATCH_TIMEOUT_SECONDS = 60.0  # one response of a Read stream (the owner reads at most 64 MiB for it)
@@ -313,6 +316,18 @@ class Client:
             topic, int(resp.earliest), int(resp.next), resp.durable_url or None, resp.object_prefix
         )
 
+    async def seek(self, topic: str, subscription: str, position: SeekPosition) -> list[CursorPosition]:
+        """Move `subscription` (every partition of a partitioned `topic`) to `position`: an offset, a
+        publish time (`datetime`: the first message published at or after it), "earliest" or "latest".
+        Works while consumers are attached: the broker moves them (their streams reconnect and receive from
+        the new position). Creates the subscription if it does not exist. InvalidArgument for an offset
+        past a partition's head (checked per partition: earlier partitions have moved by then)."""
+        found = await self.lookup_with_retry(topic)
+        if found is None:
+            raise errors.NotFound(f"topic {topic} does not exist")
+        names = found.partitions or [topic]
+        return [await seek_cursor(self, part, subscription, position) for part in names]
+
     async def set_cursor(self, topic: str, subscription: str, next_offset: int) -> int:
         """Move `subscription`'s cursor on a reliable topic so that `next_offset` is the first offset it has
         not consumed (creating the subscription if needed), for readers that keep their own position and
@@ -477,11 +492,13 @@ class Client:
         name: str | None = None,
         key_filters: tuple[str, ...] | list[str] = (),
         window: int = 1000,
+        initial_position: str = "latest",
     ) -> Consumer:
         """A consumer of `subscription` on `topic` (every partition of a partitioned topic), subscribed when
-        this returns. A new subscription starts at the topic's latest offset. `window` is the number of
-        unacknowledged messages the broker may deliver (1..10000, per partition). NotFound when the topic
-        does not exist."""
+        this returns. A subscription created now starts at `initial_position`: "latest" (the default, as
+        Danube: only messages published from now on) or "earliest" (every stored message); an existing
+        subscription keeps its cursor. `window` is the number of unacknowledged messages the broker may
+        deliver (1..10000, per partition). NotFound when the topic does not exist."""
         TopicName.parse(topic)
         validate_client_name(subscription, "subscription name")
         if name is not None:
@@ -489,13 +506,26 @@ class Client:
         if not 1 <= window <= MAX_WINDOW:
             raise errors.InvalidArgument(f"window must be in 1..{MAX_WINDOW}")
         sub_type = _sub_type(type)
+        position = INITIAL_POSITIONS.get(initial_position)
+        if position is None:
+            raise errors.InvalidArgument(
+                f"initial_position must be 'latest' or 'earliest', not {initial_position!r}"
+            )
         name = name or f"ister-consumer-{secrets.token_hex(6)}"
         found = await self.lookup_with_retry(topic)
         names = found.partitions if found is not None and found.partitions else [topic]
         consumer = Consumer(self, topic, subscription, name)
         subs = [
             Subscriber(
-                self, part, subscription, name, int(sub_type), tuple(key_filters), window, consumer.queue
+                self,
+                part,
+                subscription,
+                name,
+                int(sub_type),
+                tuple(key_filters),
+                window,
+                consumer.queue,
+                initial_position=position,
             )
             for part in names
         ]

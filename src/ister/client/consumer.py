@@ -18,6 +18,8 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from ister import errors
+from ister.client.cursors import CursorPosition, SeekPosition
+from ister.client.cursors import seek as seek_cursor
 from ister.client.messages import Message
 from ister.client.subscriber import MAX_PENDING_ACKS, Subscriber
 
@@ -172,20 +174,17 @@ class Consumer:
         """Acknowledge many messages (sent as offset ranges in the background)."""
         if len(self._subs) == 1:
             sub = self._subs[0]
-            sub.ack_many([m.offset for m in messages])
+            epoch = sub.epoch
+            sub.ack_many([m.offset for m in messages if m.epoch == epoch])
             await sub.wait_ack_room()
             return
-        groups: dict[Subscriber, list[int]] = {}
-        for m in messages:
-            groups.setdefault(m._sub, []).append(m.offset)
+        groups = _by_subscriber(messages)
         for sub, offsets in groups.items():
             sub.ack_many(offsets)
             await sub.wait_ack_room()
 
     def ack_batch_nowait(self, messages: Iterable[Message]) -> None:
-        groups: dict[Subscriber, list[int]] = {}
-        for m in messages:
-            groups.setdefault(m._sub, []).append(m.offset)
+        groups = _by_subscriber(messages)
         for sub, offsets in groups.items():
             sub.ack_many(offsets)
 
@@ -203,6 +202,8 @@ class Consumer:
         """Cumulative ack: every message delivered to this consumer with an offset <= `offset` (on one
         partition: the message's, or `topic`) and not yet acked."""
         if isinstance(offset, Message):
+            if offset.stale:
+                return  # delivered before a cursor reset
             sub, value = offset._sub, offset.offset
         else:
             sub, value = self._sub_for(topic), offset
@@ -214,11 +215,27 @@ class Consumer:
     async def nack_batch(
         self, messages: Iterable[Message], delay_ms: int | None = None, reason: str | None = None
     ) -> None:
-        groups: dict[Subscriber, list[int]] = {}
-        for m in messages:
-            groups.setdefault(m._sub, []).append(m.offset)
-        for sub, offsets in groups.items():
+        for sub, offsets in _by_subscriber(messages).items():
             await sub.nack(offsets, delay_ms, reason)
+
+    async def seek(self, position: SeekPosition) -> list[CursorPosition]:
+        """Move this consumer's subscription (every partition) to `position`: an offset, a `datetime` (the
+        first message published at or after it), "earliest" or "latest", and drop the messages received
+        but not yet taken. The broker moves every consumer of the subscription (as Pulsar's seek); messages
+        delivered from now on start at the new position. Messages taken before the seek can no longer be
+        acknowledged (their acks are dropped: `Message.stale`)."""
+        moves = []
+        for sub in self._subs:
+            move = await seek_cursor(self._client, sub.topic, self.subscription, position)
+            sub.expect_epoch(move.epoch)
+            moves.append(move)
+        self._cur, self._pos = [], 0
+        self._stashed = [item for item in self._stashed if not isinstance(item, list)]
+        while not self.queue.empty():
+            item = self.queue.get_nowait()
+            if not isinstance(item, list):
+                self._stashed.insert(0, item)  # an error or the end: still reported
+        return moves
 
     # -- lifecycle ------------------------------------------------------------------------------------------
     async def close(self) -> None:
@@ -243,6 +260,15 @@ class Consumer:
 
 class _Closed(Exception):
     pass
+
+
+def _by_subscriber(messages: Iterable[Message]) -> dict[Subscriber, list[int]]:
+    """Offsets by partition stream, without messages delivered before a cursor reset."""
+    groups: dict[Subscriber, list[int]] = {}
+    for m in messages:
+        if m.epoch == m._sub.epoch:
+            groups.setdefault(m._sub, []).append(m.offset)
+    return groups
 
 
 __all__ = ["MAX_PENDING_ACKS", "Consumer", "SubType"]

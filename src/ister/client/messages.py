@@ -38,6 +38,12 @@ class Message(msgspec.Struct):
     record: StoredMessage
     _sub: Subscriber
     redelivered: bool = False
+    epoch: int = 0  # the subscription's cursor epoch of the stream that delivered it
+
+    @property
+    def stale(self) -> bool:
+        """Delivered before the subscription's cursor was reset: acking it changes nothing."""
+        return self.epoch != self._sub.epoch
 
     @property
     def topic(self) -> str:
@@ -80,15 +86,18 @@ class Message(msgspec.Struct):
     async def ack(self) -> None:
         """Acknowledge. Acks are coalesced into offset ranges and sent in the background within a few ms;
         this only waits when the bounded buffer of unsent acks is full (e.g. while reconnecting)."""
-        await self._sub.ack(self.offset)
+        if self.epoch == self._sub.epoch:
+            await self._sub.ack(self.offset)
 
     def ack_nowait(self) -> None:
         """Acknowledge without waiting (the ack buffer may grow past its bound by this one offset)."""
-        self._sub.ack_nowait(self.offset)
+        if self.epoch == self._sub.epoch:
+            self._sub.ack_nowait(self.offset)
 
     async def nack(self, delay_ms: int | None = None, reason: str | None = None) -> None:
         """Negative acknowledgement: the broker redelivers after `delay_ms` (or its backoff policy)."""
-        await self._sub.nack([self.offset], delay_ms, reason)
+        if self.epoch == self._sub.epoch:
+            await self._sub.nack([self.offset], delay_ms, reason)
 
     def __repr__(self) -> str:
         return (
@@ -143,7 +152,7 @@ def decode_batch(frames: bytes, count: int, sub: Subscriber, max_seen: int) -> t
     else:
         flags = [o <= m for o, m in zip(offsets, accumulate(offsets, max, initial=max_seen), strict=False)]
         top = max(max_seen, *offsets)
-    return list(map(Message, offsets, decoded, repeat(sub), flags)), top
+    return list(map(Message, offsets, decoded, repeat(sub), flags, repeat(sub.epoch))), top
 
 
 def offset_ranges(offsets: list[int]) -> list[tuple[int, int]]:

@@ -57,6 +57,8 @@ class Subscriber(ReconnectingStream):
         key_filters: tuple[str, ...],
         window: int,
         queue: asyncio.Queue[list[Message] | BaseException | None],
+        *,
+        initial_position: int = 0,
     ) -> None:
         self.client = client
         self.topic = topic
@@ -66,6 +68,11 @@ class Subscriber(ReconnectingStream):
         self._key_filters = key_filters
         self._window = window
         self._queue = queue
+        self._initial_position = initial_position
+        # The cursor epoch of the current stream (ConsumeOpened.cursor_epoch), and the one a seek waits for:
+        # until a stream of that epoch opens, what arrives is from before the seek and is dropped.
+        self.epoch = 0
+        self._want_epoch: int | None = None
         self._loop = asyncio.get_running_loop()
         self.consumer_id = 0
         self.window = window
@@ -149,6 +156,20 @@ class Subscriber(ReconnectingStream):
         self._ack_wake.set()
         await self.wait_ack_room()
 
+    def expect_epoch(self, epoch: int) -> None:
+        """A seek moved the subscription: drop what arrives until a stream of `epoch` is open."""
+        if epoch != self.epoch:
+            self._want_epoch = epoch
+            self._drop_pending()
+
+    def _drop_pending(self) -> None:
+        """Acks and nacks not sent yet are for messages of an earlier cursor epoch: they would move the new
+        cursor wrongly (the broker ignores what arrives on the old stream, not what a new one carries)."""
+        self._acks.clear()
+        self._upto = None
+        self._nacks.clear()
+        self._ack_room.set()
+
     def _ack_due(self) -> None:
         self._ack_timer = None
         self._ack_wake.set()
@@ -201,8 +222,15 @@ class Subscriber(ReconnectingStream):
                 subscription_type=self._sub_type,  # type: ignore[arg-type]
                 key_filters=list(self._key_filters),
                 window=self._window,
+                initial_position=self._initial_position,  # type: ignore[arg-type]
             )
             opened = await self._open(call, pb.ConsumeRequest(open=opening), url, "consume", "ConsumeOpen")
+            epoch = int(opened.cursor_epoch)
+            if epoch != self.epoch and epoch != 0:
+                self._drop_pending()  # the cursor was reset (0: the topic was loaded again, nothing reset)
+            self.epoch = epoch
+            if self._want_epoch == epoch:
+                self._want_epoch = None
             self.consumer_id = int(opened.consumer_id)
             self.window = int(opened.window) or self._window
             self._opened_at = self._loop.time()
@@ -226,7 +254,8 @@ class Subscriber(ReconnectingStream):
                 return
             messages = self._messages_of(resp)
             del resp
-            if messages and not self._leaving:  # while leaving: the broker redelivers them to others
+            # While leaving: the broker redelivers them to others. Before a seek's epoch: the old position's.
+            if messages and not self._leaving and self._want_epoch is None:
                 self._delivered_in_session += len(messages)
                 await queue.put(messages)
             # Nothing of a batch stays here once the application's queue has it: a consumer that caught up

@@ -150,3 +150,7 @@ for _m in ("CreateRole", "DeleteRole", "CreateBinding", "DeleteBinding"):
     RULES[f"/{_A}SecurityAdmin/{_m}"] = Rule("ManageCluster", _cluster, change=True)
 for _m in ("GetRole", "ListRoles", "GetBinding", "ListBindings", "ListAllBindings"):
     RULES[f"/{_A}SecurityAdmin/{_m}"] = Rule("ManageCluster", _cluster)
+# -- cursors and peeking (issue 37) --
+RULES[f"/{_I}SeekCursor"] = Rule("Consume", T_TOPIC, change=True)  # as SetCursor
+RULES[f"/{_IA}ResetCursor"] = Rule("ManageTopic", T_TOPIC, change=True)
+RULES[f"/{_IA}PeekMessages"] = Rule("ManageTopic", T_TOPIC)

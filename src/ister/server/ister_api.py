@@ -43,10 +43,11 @@ from ister.limits import (
     MiB,
 )
 from ister.security.api_keys import ApiKeyStore
+from ister.server.cursor_convert import move_to_wire, position_from_wire
 from ister.server.errors import bidi_stream, server_stream, unary
 from ister.server.handlers import add_service
 from ister.server.security_api import exchange_api_key
-from ister.wire.enums import reliable_from_wire, sub_type_from_wire
+from ister.wire.enums import initial_position_from_wire, reliable_from_wire, sub_type_from_wire
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
 
@@ -219,16 +220,19 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
         sub_type = sub_type_from_wire(o.subscription_type)
         if o.window > MAX_WINDOW:
             raise InvalidArgument(f"window {o.window} is above {MAX_WINDOW}")
+        earliest = initial_position_from_wire(o.initial_position)
         consumer_id = await self.broker.subscribe(
-            o.topic, o.subscription, o.consumer_name, sub_type, list(o.key_filters)
+            o.topic, o.subscription, o.consumer_name, sub_type, list(o.key_filters), earliest
         )
         ref, stream = await self.broker.open_stream(consumer_id)
         sub = ref.subscription
         if o.window:
             sub.set_window(o.window)
-        acker = asyncio.create_task(self._consume_reader(it, SubAcks(sub, consumer_id), stream))
+        acks = SubAcks(sub, consumer_id)
+        acker = asyncio.create_task(self._consume_reader(it, acks, stream))
         try:
-            yield pb.ConsumeResponse(opened=pb.ConsumeOpened(consumer_id=consumer_id, window=sub.window))
+            opened = pb.ConsumeOpened(consumer_id=consumer_id, window=sub.window, cursor_epoch=acks.epoch)
+            yield pb.ConsumeResponse(opened=opened)
             while True:
                 frame, count = await _next_frame(stream)
                 if count == 0:
@@ -279,6 +283,17 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
         lag = await self.broker.set_cursor(request.topic, request.subscription, request.next)
         return pb.SetCursorResponse(lag=lag)
 
+    @unary
+    async def SeekCursor(self, request: pb.ResetCursorRequest, context: Ctx) -> pb.ResetCursorResponse:
+        move = await self.broker.seek_cursor(
+            request.topic,
+            request.subscription,
+            position_from_wire(request),
+            create=True,
+            dry_run=request.dry_run,
+        )
+        return pb.ResetCursorResponse(positions=[move_to_wire(move)])
+
     @server_stream
     async def Read(self, request: pb.ReadRequest, context: Ctx) -> AsyncIterator[Any]:
         max_records = min(request.max_records or READ_DEFAULT_RECORDS, MAX_READ_RECORDS)
@@ -298,6 +313,9 @@ class SubAcks:
     def __init__(self, sub: Any, consumer_id: int) -> None:
         self.sub = sub
         self.consumer_id = consumer_id
+        # A cursor reset changes the subscription's epoch and ends this stream: acks still arriving on it
+        # were for messages of the old position and must not move the new cursor.
+        self.epoch: int = sub.epoch
 
     @staticmethod
     def _ranges(ranges: Any) -> list[tuple[int, int]]:
@@ -311,6 +329,8 @@ class SubAcks:
         return out
 
     async def ack(self, ack: pb.Ack) -> None:
+        if self.sub.epoch != self.epoch:
+            return
         for first, last in self._ranges(ack.ranges):
             await self.sub.ack_range(first, last, self.consumer_id)
         if ack.HasField("upto"):
@@ -321,6 +341,8 @@ class SubAcks:
         if reason is not None and len(reason.encode()) > MAX_NACK_REASON_BYTES:
             raise InvalidArgument(f"nack reason is longer than {MAX_NACK_REASON_BYTES} bytes")
         delay = nack.delay_ms if nack.HasField("delay_ms") else None
+        if self.sub.epoch != self.epoch:
+            return
         for first, last in self._ranges(nack.ranges):
             await self.sub.nack_range(first, last, self.consumer_id, delay, reason)
 

@@ -16,6 +16,7 @@ from ister.ids import TopicName
 from ister.security.api_keys import ApiKey, ApiKeyStore
 from ister.security.rbac import Binding, Role
 from ister.security.rbac_store import RbacStore
+from ister.server.cursor_admin import CursorAdmin
 from ister.server.errors import unary
 from ister.wire.admin_convert import replication_from_wire
 from ister.wire.gen import DanubeAdmin_pb2 as pb
@@ -143,6 +144,20 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
         self.api_keys = api_keys
         self.groups = groups
         self.ops = ops
+        self.cursors = CursorAdmin(ops) if ops is not None else None
+
+    # -- cursors and peeking (issue 37) -------------------------------------------------------------------
+    @unary
+    async def ResetCursor(self, request: ipb.ResetCursorRequest, context: Ctx) -> ipb.ResetCursorResponse:
+        if self.cursors is None:
+            raise FailedPrecondition("this server does not administer topics")
+        return await self.cursors.reset(request, context)
+
+    @unary
+    async def PeekMessages(self, request: ipb.PeekMessagesRequest, context: Ctx) -> ipb.PeekMessagesResponse:
+        if self.cursors is None:
+            raise FailedPrecondition("this server does not administer topics")
+        return await self.cursors.peek(request, context)
 
     @unary
     async def SetNamespaceReplication(

@@ -32,6 +32,7 @@ from ister.storage.objects import (
     topic_object_prefix,
 )
 from ister.storage.objects.catalog import first_descriptor
+from ister.storage.time_lookup import offset_for_time
 from ister.storage.wal import Wal, WalConfig, WalReader, WriterPool, hold_root
 from ister.storage.wal.cache import CacheBudget
 
@@ -214,6 +215,12 @@ class TopicStorage:
             if desc is not None:
                 earliest = min(earliest, desc.start_offset)
         return min(earliest, wal.committed_offset)
+
+    async def offset_for_time(self, name: TopicName, wal: Wal, t_ms: int) -> int:
+        """The first stored offset whose record was published at or after `t_ms` (Unix ms), else the head
+        (storage/time_lookup.py: from the units' publish-time ranges and one search inside one unit)."""
+        earliest = await self.earliest(name, wal)
+        return await offset_for_time(name, wal, self.objects, self.store, t_ms, earliest)
 
     async def stored_offsets(
         self, name: TopicName, wal: Wal, exporter: SegmentExporter | None

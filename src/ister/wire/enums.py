@@ -33,3 +33,10 @@ def sub_type_from_wire(value: int) -> SubType:
             f"unknown subscription type {value}: expected 0 (Exclusive), 1 (Shared), 2 (Failover) "
             "or 3 (KeyShared)"
         ) from None
+
+
+def initial_position_from_wire(value: int) -> bool:
+    """ConsumeOpen.initial_position: True for EARLIEST, False for LATEST (the default, as Danube)."""
+    if value not in (0, 1):
+        raise InvalidArgument(f"unknown initial position {value}: expected 0 (Latest) or 1 (Earliest)")
+    return value == 1

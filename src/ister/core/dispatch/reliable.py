@@ -145,6 +145,10 @@ class ReliableSubscriptionState:
     def undesignate(self) -> None:
         self._selector.undesignate()
 
+    @property
+    def designation(self) -> tuple[bool, int | None]:
+        return self._selector.designation
+
     def requeue(self, consumer_id: int, now_ms: int) -> int:
         """Hand back a still-attached consumer's in-flight messages (a partition switching away from it);
         they go to whoever receives next, not counted as failures. Returns how many."""

@@ -122,6 +122,11 @@ class ConsumerSelector:
             self._active = d if d is not None and self.is_attached(d) else None
         self._any_filters = any(c.filters for c in self._consumers.values() if c.attached)
 
+    @property
+    def designation(self) -> tuple[bool, int | None]:
+        """(whether a coordinator designates the consumer, the designated one)."""
+        return self._designating, self._designated
+
     def designate(self, consumer_id: int | None) -> None:
         """Failover: only `consumer_id` receives from now on (None: nobody, deliveries pause)."""
         if self.sub_type is not SubType.FAILOVER:

@@ -46,10 +46,17 @@ class ObjectDescriptor:
     completed: bool = True
     # (offset, byte position) pairs, a copy (thinned) of the object's own sparse index; advisory
     offset_index: tuple[tuple[int, int], ...] = ()
+    # The lowest and highest publish time (Unix ms) of the object's records; None in descriptors written
+    # before they were kept (a reader then treats the range as unknown). Time lookups and retention use them.
+    min_publish_time_ms: int | None = None
+    max_publish_time_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.start_offset <= self.end_offset <= _U64_MAX:
             raise InvalidArgument(f"invalid descriptor range {self.start_offset}..{self.end_offset}")
+        lo, hi = self.min_publish_time_ms, self.max_publish_time_ms
+        if (lo is None) != (hi is None) or (lo is not None and hi is not None and not 0 <= lo <= hi):
+            raise InvalidArgument(f"invalid descriptor publish-time range {lo}..{hi}")
         if self.object_id != object_name(self.start_offset, self.end_offset):
             raise InvalidArgument(f"descriptor object_id {self.object_id!r} does not match its range")
         if not self.key.endswith(self.object_id) or self.size < 1:
@@ -79,6 +86,9 @@ class ObjectDescriptor:
         }
         if self.offset_index:
             value["offset_index"] = [[o, p] for o, p in self.offset_index]
+        if self.min_publish_time_ms is not None:
+            value["min_publish_time_ms"] = self.min_publish_time_ms
+            value["max_publish_time_ms"] = self.max_publish_time_ms
         return value
 
     @classmethod
@@ -98,9 +108,20 @@ class ObjectDescriptor:
             if value.get("completed") is not True:
                 return None
             index = _parse_index(value.get("offset_index"))
-            return cls(object_id, key, ints[0], ints[1], ints[2], etag, ints[3], True, index)
+            lo, hi = _parse_times(value)
+            return cls(object_id, key, ints[0], ints[1], ints[2], etag, ints[3], True, index, lo, hi)
         except (KeyError, InvalidArgument):
             return None
+
+
+def _parse_times(value: dict[str, Any]) -> tuple[int | None, int | None]:
+    """A descriptor's publish-time range, or (None, None) when absent or malformed (a hint, like the
+    offset index: a bad one must not hide the object)."""
+    lo, hi = value.get("min_publish_time_ms"), value.get("max_publish_time_ms")
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in (lo, hi)):
+        return None, None
+    assert isinstance(lo, int) and isinstance(hi, int)
+    return (lo, hi) if 0 <= lo <= hi <= _U64_MAX else (None, None)
 
 
 def _parse_index(raw: Any) -> tuple[tuple[int, int], ...]:

@@ -432,6 +432,8 @@ class SegmentExporter:
             info.etag,
             int(self._clock()),
             offset_index=catalog.thin_index(builder.index),
+            min_publish_time_ms=builder.time_span[0] if builder.time_span is not None else None,
+            max_publish_time_ms=builder.time_span[1] if builder.time_span is not None else None,
         )
         await catalog.record(
             self.metadata, self.topic, desc, existing=descriptors, timeout=self.metadata_timeout

@@ -30,6 +30,7 @@ from ister.core.frames import (
     scan_frames,
     split_dense,
 )
+from ister.core.publish_time import frames_time_span, merge_spans
 from ister.errors import CorruptionError, InvalidArgument
 from ister.limits import MiB
 
@@ -223,6 +224,7 @@ class SegmentBuilder:
         self._carry = b""
         self._where = where
         self._finished = False
+        self.time_span: tuple[int, int] | None = None  # (min, max) publish time of the frames fed
 
     @property
     def count(self) -> int:
@@ -247,6 +249,7 @@ class SegmentBuilder:
         self.next_offset = res.next_offset
         self.size = res.end_pos
         self._carry = buf[res.safe_length :]
+        self.time_span = merge_spans(self.time_span, frames_time_span(buf, res.safe_length))
         return buf[: res.safe_length]
 
     def finish(self) -> bytes:

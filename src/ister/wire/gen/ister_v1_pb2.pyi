@@ -18,12 +18,19 @@ class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SHARED: _ClassVar[SubscriptionType]
     FAILOVER: _ClassVar[SubscriptionType]
     KEY_SHARED: _ClassVar[SubscriptionType]
+
+class InitialPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LATEST: _ClassVar[InitialPosition]
+    EARLIEST: _ClassVar[InitialPosition]
 NON_RELIABLE: Delivery
 RELIABLE: Delivery
 EXCLUSIVE: SubscriptionType
 SHARED: SubscriptionType
 FAILOVER: SubscriptionType
 KEY_SHARED: SubscriptionType
+LATEST: InitialPosition
+EARLIEST: InitialPosition
 
 class ReplicaUp(_message.Message):
     __slots__ = ("open", "acked")
@@ -248,20 +255,22 @@ class ConsumeRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[ConsumeOpen, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ...) -> None: ...
 
 class ConsumeOpen(_message.Message):
-    __slots__ = ("topic", "subscription", "consumer_name", "subscription_type", "key_filters", "window")
+    __slots__ = ("topic", "subscription", "consumer_name", "subscription_type", "key_filters", "window", "initial_position")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_TYPE_FIELD_NUMBER: _ClassVar[int]
     KEY_FILTERS_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     consumer_name: str
     subscription_type: SubscriptionType
     key_filters: _containers.RepeatedScalarFieldContainer[str]
     window: int
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription_type: _Optional[_Union[SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ..., window: _Optional[int] = ...) -> None: ...
+    initial_position: InitialPosition
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription_type: _Optional[_Union[SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ..., window: _Optional[int] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ...) -> None: ...
 
 class OffsetRange(_message.Message):
     __slots__ = ("first", "last")
@@ -298,12 +307,14 @@ class ConsumeResponse(_message.Message):
     def __init__(self, opened: _Optional[_Union[ConsumeOpened, _Mapping]] = ..., batch: _Optional[_Union[MessageBatch, _Mapping]] = ...) -> None: ...
 
 class ConsumeOpened(_message.Message):
-    __slots__ = ("consumer_id", "window")
+    __slots__ = ("consumer_id", "window", "cursor_epoch")
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
     consumer_id: int
     window: int
-    def __init__(self, consumer_id: _Optional[int] = ..., window: _Optional[int] = ...) -> None: ...
+    cursor_epoch: int
+    def __init__(self, consumer_id: _Optional[int] = ..., window: _Optional[int] = ..., cursor_epoch: _Optional[int] = ...) -> None: ...
 
 class MessageBatch(_message.Message):
     __slots__ = ("frames", "count")
@@ -500,3 +511,98 @@ class RetentionResponse(_message.Message):
     backlog_quota_policy: str
     message_ttl_ms: int
     def __init__(self, time_ms: _Optional[int] = ..., size_bytes: _Optional[int] = ..., time_source: _Optional[str] = ..., size_source: _Optional[str] = ..., start_offset: _Optional[int] = ..., backlog_quota_size_bytes: _Optional[int] = ..., backlog_quota_time_ms: _Optional[int] = ..., backlog_quota_policy: _Optional[str] = ..., message_ttl_ms: _Optional[int] = ...) -> None: ...
+
+class ResetCursorRequest(_message.Message):
+    __slots__ = ("topic", "subscription", "earliest", "latest", "offset", "time_ms", "dry_run")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    earliest: bool
+    latest: bool
+    offset: int
+    time_ms: int
+    dry_run: bool
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., time_ms: _Optional[int] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class CursorPosition(_message.Message):
+    __slots__ = ("topic", "next", "head", "consumers", "epoch")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    HEAD_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    next: int
+    head: int
+    consumers: int
+    epoch: int
+    def __init__(self, topic: _Optional[str] = ..., next: _Optional[int] = ..., head: _Optional[int] = ..., consumers: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class ResetCursorResponse(_message.Message):
+    __slots__ = ("positions",)
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    positions: _containers.RepeatedCompositeFieldContainer[CursorPosition]
+    def __init__(self, positions: _Optional[_Iterable[_Union[CursorPosition, _Mapping]]] = ...) -> None: ...
+
+class PeekMessagesRequest(_message.Message):
+    __slots__ = ("topic", "offset", "time_ms", "count")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    offset: int
+    time_ms: int
+    count: int
+    def __init__(self, topic: _Optional[str] = ..., offset: _Optional[int] = ..., time_ms: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+
+class PeekedMessage(_message.Message):
+    __slots__ = ("topic", "offset", "payload", "publish_time", "producer_name", "producer_id", "attributes", "routing_key", "schema_id", "schema_version", "schema_subject", "schema_type", "value_json", "decode_error")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
+    DECODE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    offset: int
+    payload: bytes
+    publish_time: int
+    producer_name: str
+    producer_id: int
+    attributes: _containers.ScalarMap[str, str]
+    routing_key: str
+    schema_id: int
+    schema_version: int
+    schema_subject: str
+    schema_type: str
+    value_json: str
+    decode_error: str
+    def __init__(self, topic: _Optional[str] = ..., offset: _Optional[int] = ..., payload: _Optional[bytes] = ..., publish_time: _Optional[int] = ..., producer_name: _Optional[str] = ..., producer_id: _Optional[int] = ..., attributes: _Optional[_Mapping[str, str]] = ..., routing_key: _Optional[str] = ..., schema_id: _Optional[int] = ..., schema_version: _Optional[int] = ..., schema_subject: _Optional[str] = ..., schema_type: _Optional[str] = ..., value_json: _Optional[str] = ..., decode_error: _Optional[str] = ...) -> None: ...
+
+class PeekMessagesResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[PeekedMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[PeekedMessage, _Mapping]]] = ...) -> None: ...

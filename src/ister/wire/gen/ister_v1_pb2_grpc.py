@@ -69,6 +69,11 @@ class IsterStub:
                 request_serializer=ister__v1__pb2.ExchangeApiKeyRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.ExchangeApiKeyResponse.FromString,
                 _registered_method=True)
+        self.SeekCursor = channel.unary_unary(
+                '/ister.v1.Ister/SeekCursor',
+                request_serializer=ister__v1__pb2.ResetCursorRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.ResetCursorResponse.FromString,
+                _registered_method=True)
 
 
 class IsterServicer:
@@ -135,6 +140,19 @@ class IsterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SeekCursor(self, request, context):
+        """-- cursors (issue 37) --
+        Moves a subscription of a concrete topic (a partition `…-part-N`) to a position, while its consumers
+        stay attached: the subscription's dispatch state is rebuilt there, its consumers' streams end (they
+        reconnect and receive from the new position; acks sent on the old streams are ignored) and the cursor
+        is persisted before the answer. Creates the subscription (Exclusive) if it does not exist. Served by
+        the topic's owner (UNAVAILABLE elsewhere). INVALID_ARGUMENT for an offset past the head or a bad time,
+        FAILED_PRECONDITION for a NonReliable topic. The client's `Consumer.seek`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -172,6 +190,11 @@ def add_IsterServicer_to_server(servicer, server):
                     servicer.ExchangeApiKey,
                     request_deserializer=ister__v1__pb2.ExchangeApiKeyRequest.FromString,
                     response_serializer=ister__v1__pb2.ExchangeApiKeyResponse.SerializeToString,
+            ),
+            'SeekCursor': grpc.unary_unary_rpc_method_handler(
+                    servicer.SeekCursor,
+                    request_deserializer=ister__v1__pb2.ResetCursorRequest.FromString,
+                    response_serializer=ister__v1__pb2.ResetCursorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -373,6 +396,33 @@ class Ister:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def SeekCursor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.Ister/SeekCursor',
+            ister__v1__pb2.ResetCursorRequest.SerializeToString,
+            ister__v1__pb2.ResetCursorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class IsterAdminStub:
     """Ister's own admin RPCs, on the admin port next to Danube's services (which have no API keys).
@@ -428,6 +478,16 @@ class IsterAdminStub:
                 '/ister.v1.IsterAdmin/GetRetention',
                 request_serializer=ister__v1__pb2.GetRetentionRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.RetentionResponse.FromString,
+                _registered_method=True)
+        self.ResetCursor = channel.unary_unary(
+                '/ister.v1.IsterAdmin/ResetCursor',
+                request_serializer=ister__v1__pb2.ResetCursorRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.ResetCursorResponse.FromString,
+                _registered_method=True)
+        self.PeekMessages = channel.unary_unary(
+                '/ister.v1.IsterAdmin/PeekMessages',
+                request_serializer=ister__v1__pb2.PeekMessagesRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.PeekMessagesResponse.FromString,
                 _registered_method=True)
 
 
@@ -510,6 +570,25 @@ class IsterAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResetCursor(self, request, context):
+        """-- cursors and peeking (issue 37) --
+        Ister.SeekCursor for a topic, a partition or a partitioned topic's base name (every partition), on
+        any broker: a topic served elsewhere is forwarded to its owner's admin API. Every partition is checked
+        before the first one moves. NOT_FOUND for an unknown topic or subscription (the subscription must exist
+        here, unlike SeekCursor).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PeekMessages(self, request, context):
+        """Stored records of a reliable topic (a base name: of each partition) from an offset or a publish time,
+        decoded by their schema; never moves a cursor. Forwarded to the owner like ResetCursor.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -557,6 +636,16 @@ def add_IsterAdminServicer_to_server(servicer, server):
                     servicer.GetRetention,
                     request_deserializer=ister__v1__pb2.GetRetentionRequest.FromString,
                     response_serializer=ister__v1__pb2.RetentionResponse.SerializeToString,
+            ),
+            'ResetCursor': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetCursor,
+                    request_deserializer=ister__v1__pb2.ResetCursorRequest.FromString,
+                    response_serializer=ister__v1__pb2.ResetCursorResponse.SerializeToString,
+            ),
+            'PeekMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.PeekMessages,
+                    request_deserializer=ister__v1__pb2.PeekMessagesRequest.FromString,
+                    response_serializer=ister__v1__pb2.PeekMessagesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -803,6 +892,60 @@ class IsterAdmin:
             '/ister.v1.IsterAdmin/GetRetention',
             ister__v1__pb2.GetRetentionRequest.SerializeToString,
             ister__v1__pb2.RetentionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetCursor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/ResetCursor',
+            ister__v1__pb2.ResetCursorRequest.SerializeToString,
+            ister__v1__pb2.ResetCursorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PeekMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/PeekMessages',
+            ister__v1__pb2.PeekMessagesRequest.SerializeToString,
+            ister__v1__pb2.PeekMessagesResponse.FromString,
             options,
             channel_credentials,
             insecure,
