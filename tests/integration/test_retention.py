@@ -299,3 +299,63 @@ async def _accepted(producer: object) -> bool:
     except Exception:
         return False
     return True
+
+
+async def test_message_ttl_and_consumer_eviction_move_slow_subscriptions_on(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data", env=FAST)
+    broker.start()
+    addr = ["--admin-addr", broker.admin_addr]
+    try:
+        cli("admin", "namespaces", "create", "ttl", *addr)
+        cli("admin", "namespaces", "create", "evict", *addr)
+        async with Client(broker.url) as client:
+            # TTL: an idle subscription's old messages are acknowledged for it; newer ones stay
+            producer = await client.producer("/ttl/t", max_batch_messages=100)
+            idle = await client.consumer("/ttl/t", "idle", name="idle-c")
+            await idle.close()
+            await producer.send_batch([b"old"] * 300)
+            await asyncio.sleep(2.5)  # the first 300 grow older than the TTL set below (a publish-time gap)
+            await producer.send_batch([b"new"] * 200)
+            before = counter(broker.metrics_url, "ister_message_ttl_expired_total")
+            out = cli("admin", "namespaces", "set-message-ttl", "ttl", "2s", *addr)
+            assert "message TTL:    2s" in out, out
+            await until(
+                lambda: counter(broker.metrics_url, "ister_message_ttl_expired_total") >= before + 300,
+                "the idle subscription's 300 old messages expired",
+                30,
+            )
+            await producer.send_batch([b"fresh"] * 10)
+            idle = await client.consumer("/ttl/t", "idle", name="idle-c")
+            batch = await idle.receive_batch(500, 10.0)
+            assert batch and batch[0].offset >= 300 and batch[0].payload in (b"new", b"fresh")
+            await idle.close()
+
+            # consumer_eviction: past the quota the slowest subscription is moved on, publishes continue
+            before = counter(broker.metrics_url, "ister_backlog_quota_evicted_messages_total")
+            cli(
+                "admin",
+                "namespaces",
+                "set-backlog-quota",
+                "evict",
+                "--size",
+                "32KiB",
+                "--policy",
+                "consumer_eviction",
+                *addr,
+            )
+            evicting = await client.producer("/evict/e", max_batch_messages=100)
+            slow = await client.consumer("/evict/e", "slow", name="slow-c")
+            await slow.close()
+            for _ in range(20):
+                await evicting.send_batch([b"e" * 300] * 100)  # never refused
+            await until(
+                lambda: counter(broker.metrics_url, "ister_backlog_quota_evicted_messages_total") > before,
+                "the slow subscription moved on",
+                30,
+            )
+            slow = await client.consumer("/evict/e", "slow", name="slow-c")
+            batch = await slow.receive_batch(10, 10.0)
+            assert batch and batch[0].offset > 0  # its oldest messages went
+            await slow.close()
+    finally:
+        broker.stop()

@@ -210,6 +210,15 @@ quota_refusals = Counter(
     "ister_backlog_quota_refusals",
     "Publishes refused because a topic's slowest subscription is past its quota",
 )
+quota_evicted = Counter(
+    "ister_backlog_quota_evicted_messages",
+    "Unacknowledged messages subscriptions skipped because the backlog quota's consumer_eviction moved "
+    "them on",
+)
+ttl_expired = Counter(
+    "ister_message_ttl_expired",
+    "Unacknowledged messages acknowledged on their subscription's behalf because they outlived the TTL",
+)
 # Failover subscriptions on partitioned topics (broker/partition_groups.py): broker totals, bounded.
 publishes_refused = Counter(
     "ister_publishes_refused",

@@ -24,7 +24,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from ister.broker import metrics
 from ister.broker.topic import Topic
@@ -123,6 +123,7 @@ class RetentionKeeper:
         interval: float,
         clock: Callable[[], float] = time.time,
         hold_seconds: float = 10.0,
+        move: Callable[[Topic, str, int], Awaitable[object]] | None = None,
     ) -> None:
         self.view = view
         self.store = view.store
@@ -131,6 +132,7 @@ class RetentionKeeper:
         self._topics = topics
         self.interval = interval
         self.hold_seconds = hold_seconds  # producer_hold: how long a publish waits for room
+        self._move = move  # moves a subscription forward, consumers attached or not (Cursors.seek)
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
         self.passes = 0
@@ -178,7 +180,8 @@ class RetentionKeeper:
         quota, _ = self.view.quota_of(name)
         memo_key = (limits, start, wal.committed_offset, wal.segment_count)
         memo = self._memo.get(topic)
-        if quota.unlimited and memo is not None and memo[0] == memo_key and now_ms < memo[1]:
+        skippable = quota.unlimited and not self.view.quota_of(name)[1]
+        if skippable and memo is not None and memo[0] == memo_key and now_ms < memo[1]:
             return start  # nothing written, nothing changed and nothing expires yet: no metadata read
         if topic.exporter is not None and topic not in self._swept:
             await self.sweep(topic, topic.exporter.key_prefix)  # what an interrupted pass left behind
@@ -204,6 +207,9 @@ class RetentionKeeper:
                     await self._delete_object(name, desc)
         dropped = await wal.drop_below(start)
         await self._check_quota(topic, units, start, now_ms)
+        ttl_ms = self.view.quota_of(name)[1]
+        if ttl_ms:
+            await self._expire(topic, ttl_ms, start, now_ms)
         kept = [u for u in units if u.end > start]
         due = kept[0].newest_ms + limits.time_ms + 1 if kept and limits.time_ms else 2**63
         self._memo[topic] = ((limits, start, wal.committed_offset, wal.segment_count), due)
@@ -239,11 +245,29 @@ class RetentionKeeper:
         why = quota_breach(quota, name, backlog_bytes, oldest, now_ms)
         if why is not None and topic.quota_breach is None:
             log.warning("%s: %s; policy %s", topic.name, why, quota.policy)
+        if why is not None and quota.policy == "consumer_eviction":
+            # the oldest unacknowledged messages go: the slow subscriptions move to where the backlog fits
+            per_record = max(1, stored // count)
+            target = head - quota.size_bytes // per_record if quota.size_bytes else 0
+            if quota.time_ms:
+                cut = await self.storage.offset_for_time(topic.name, wal, now_ms - quota.time_ms)
+                target = max(target, cut)
+            evicted = await self._move_on(topic, min(max(target, start), head), "backlog quota eviction")
+            metrics.quota_evicted.inc(evicted)
+            why = None
         topic.set_quota_breach(why, quota.policy, self.hold_seconds)
 
     async def _slowest(self, topic: Topic, head: int) -> tuple[int, str]:
-        """(next offset, name) of the subscription furthest behind: the live position of a loaded one, the
-        persisted cursor of one whose consumers are away."""
+        """(next offset, name) of the subscription furthest behind."""
+        found = await self._positions(topic)
+        if not found:
+            return head, ""
+        name = min(found, key=lambda s: found[s])
+        return found[name], name
+
+    async def _positions(self, topic: Topic) -> dict[str, int]:
+        """Every subscription's next offset: the live position of a loaded one, the persisted cursor of one
+        whose consumers are away."""
         live = {s.name: s.first_open for s in topic.reliable_subscriptions()}
         found: dict[str, int] = {}
         prefix = keys.subscriptions_prefix(topic.name.full)
@@ -257,10 +281,37 @@ class RetentionKeeper:
                 if isinstance(start, int) and not isinstance(start, bool):
                     found.setdefault(sub, start)
         found.update(live)
-        if not found:
-            return head, ""
-        name = min(found, key=lambda s: found[s])
-        return found[name], name
+        return found
+
+    async def move(self, topic: Topic, subscription: str, target: int) -> None:
+        if self._move is None:
+            raise RuntimeError("this retention keeper cannot move subscriptions")
+        await self._move(topic, subscription, target)
+
+    async def _move_on(self, topic: Topic, target: int, why: str) -> int:
+        """Move every subscription whose next offset is below `target` to it (consumers attached or not:
+        `Cursors.seek`); returns how many messages they were spared. Used by message TTL and by the backlog
+        quota's consumer_eviction."""
+        moved = 0
+        for sub, next_offset in (await self._positions(topic)).items():
+            if next_offset < target:
+                await self.move(topic, sub, target)
+                moved += target - next_offset
+                log.info("%s/%s: %s: moved from %d to %d", topic.name, sub, why, next_offset, target)
+        return moved
+
+    async def _expire(self, topic: Topic, ttl_ms: int, start: int, now_ms: int) -> None:
+        """Message TTL: what every subscription left unacknowledged longer than `ttl_ms` is acknowledged on
+        its behalf (its cursor moves to the first record published since)."""
+        wal = topic.wal
+        assert wal is not None
+        positions = await self._positions(topic)
+        if not positions or min(positions.values()) >= wal.committed_offset:
+            return
+        target = max(await self.storage.offset_for_time(topic.name, wal, now_ms - ttl_ms), start)
+        expired = await self._move_on(topic, target, "message TTL")
+        if expired:
+            metrics.ttl_expired.inc(expired)
 
     async def _publish_time(self, topic: Topic, offset: int) -> int | None:
         """The publish time of the record at `offset` (None when it cannot be read now)."""

@@ -87,6 +87,9 @@ class BrokerService:
             lambda: self.registry.topics.values(),
             config.storage.retention.check_interval_seconds,
             hold_seconds=config.storage.retention.producer_hold_seconds,
+            move=lambda topic, sub, offset: self.cursors.seek(
+                topic, sub, Position("offset", offset), create=False
+            ),
         )
         self.schemas = SchemaRegistry(
             store, self.topic_exists, json_rules=JsonRules(config.schema.json_compatibility)
