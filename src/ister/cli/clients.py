@@ -230,7 +230,7 @@ def message_json(msg: Message, value: object = None) -> str:
     payload = msg.payload
     obj: dict[str, object] = {"offset": msg.offset, "topic": msg.topic}
     if msg.schema_id is not None:
-        obj["schema_id"] = msg.schema_id
+        obj["schema_id"] = str(msg.schema_id)  # a u64 id: a string, as in every JSON output
         obj["schema_version"] = msg.schema_version
         obj["value"] = value
     try:
