@@ -53,6 +53,11 @@ class StallWatch:
         self._gc_started = 0.0
         self._thread: threading.Thread | None = None
 
+    @property
+    def last_beat(self) -> float:
+        """time.monotonic() of the loop's last heartbeat (liveness, broker/health.py)."""
+        return self._beat
+
     async def run(self) -> None:
         self._loop_thread = threading.get_ident()
         self._beat = time.monotonic()
