@@ -53,10 +53,10 @@ app.add_typer(admin_app, name="admin")
 
 
 @admin_app.callback()
-def _admin_root(token: TokenOpt = None, tls_ca: TlsCaOpt = None, key: ApiKeyOpt = None) -> None:
+def _admin_root(token: TokenOpt = None, tls_ca: TlsCaOpt = None, api_key_value: ApiKeyOpt = None) -> None:
     """Administer brokers through the admin gRPC API (`--token`/`--api-key`/`--tls-ca` before the
     subcommand)."""
-    use(token, tls_ca, key)
+    use(token, tls_ca, api_key_value)
 
 
 class Output(StrEnum):
@@ -501,9 +501,10 @@ def topics_subscriptions(
     topic: TopicArg,
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
     output: OutputOpt = Output.table,
-    partitions: Annotated[
-        bool, typer.Option("--partitions", help="JSON: also the partition -> consumer map")
+    partition_map: Annotated[
+        bool, typer.Option("--partition-map", help="JSON: also the partition -> consumer map")
     ] = False,
+    partitions: Annotated[bool, typer.Option("--partitions", hidden=True)] = False,  # the old name
 ) -> None:
     """The subscriptions of a topic and, for a partitioned topic's Failover subscriptions, which consumer
     has each partition (as the broker at --admin-addr holds it)."""
@@ -514,7 +515,7 @@ def topics_subscriptions(
     subs = list(response.subscriptions)
     rows = _partition_rows(admin_addr, name)
     if output == Output.json:
-        if not partitions:
+        if not (partition_map or partitions):
             emit_json(subs)
             return
         emit_json(

@@ -97,7 +97,7 @@ def brokers_drain(
     wait: Annotated[
         bool, typer.Option("--wait", help="return once the broker holds no topics (a progress bar)")
     ] = False,
-    wait_timeout: Annotated[
+    timeout: Annotated[
         float, typer.Option("--timeout", min=1.0, help="with --wait: give up after this many seconds")
     ] = DRAIN_WAIT_SECONDS,
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
@@ -121,11 +121,11 @@ def brokers_drain(
             verb = "would move" if dry_run else "draining:"
             typer.echo(f"broker {broker_id} {verb} {response.total} topic(s)")
         return
-    left = _follow_drain(admin_addr, broker_id, int(response.total), wait_timeout, output == Output.table)
+    left = _follow_drain(admin_addr, broker_id, int(response.total), timeout, output == Output.table)
     if left:
         shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
         fail(
-            f"broker {broker_id} still holds {len(left)} topic(s) after {wait_timeout:g} s: {shown} "
+            f"broker {broker_id} still holds {len(left)} topic(s) after {timeout:g} s: {shown} "
             f"(the broker logs say why a move did not complete)"
         )
     if output == Output.json:

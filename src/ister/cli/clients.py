@@ -190,7 +190,7 @@ async def _produce(
     as_json: bool,
     schema: SchemaSpec | None = None,
 ) -> None:
-    async with Client(url) as client:
+    async with Client(url, wait_for_broker=False) as client:
         if schema is not None:
             payload = await _with_schema(client, schema, payload)
         producer = await client.producer(
@@ -270,7 +270,9 @@ def consume(
     sub_type: Annotated[
         str, typer.Option("--sub-type", help="exclusive|shared|fail-over|key-shared")
     ] = "shared",
-    count: Annotated[int | None, typer.Option("--count", min=1, help="exit after this many messages")] = None,
+    count: Annotated[
+        int | None, typer.Option("--count", "-c", min=1, help="exit after this many messages")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per message on stdout")] = False,
     timeout: Annotated[
         float | None,
@@ -344,7 +346,7 @@ async def _consume(
     as_json: bool,
     wait_seconds: float | None = None,
 ) -> None:
-    async with Client(url) as client:
+    async with Client(url, wait_for_broker=False) as client:
         consumer = await _subscribe(client, topic, subscription, name, sub_type, wait_seconds)
         received = 0
         started = time.perf_counter()
