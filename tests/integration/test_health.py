@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from ister.client import Client
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import Cluster
 from tests.integration.harness import ISTER, BrokerProcess
@@ -134,9 +135,13 @@ async def test_cluster_readiness_through_start_an_etcd_outage_and_a_drain(
     await until(lambda: ready(victim), "the activated broker ready", WAIT)
 
 
-async def test_drain_wait_in_json_and_its_timeout(own_etcd_cluster: tuple[Cluster, EtcdServer]) -> None:
-    """`--wait -o json` ends with one JSON document (ids as strings); a drain refused for lack of another
-    active broker is one line."""
+async def test_drain_wait_in_json_and_when_a_move_cannot_complete(
+    own_etcd_cluster: tuple[Cluster, EtcdServer],
+) -> None:
+    """`--wait -o json` ends with one JSON document (ids as strings). A topic that cannot move (a reliable
+    topic with records and no durable tier to hand them over through) keeps --wait from completing: after
+    --timeout it exits 1 naming the topic, and the topic stays where it is. A drain refused for lack of
+    another active broker is one line."""
     cluster, _ = own_etcd_cluster
     first = cluster.brokers[0]
     ids = [str(cluster.broker_id(b)) for b in cluster.brokers]
@@ -149,7 +154,23 @@ async def test_drain_wait_in_json_and_its_timeout(own_etcd_cluster: tuple[Cluste
         "pending": 0,
         "drained": True,
     }
-    assert (await admin(first, "brokers", "drain", ids[2], "--wait")).returncode == 0
+    assert (await admin(first, "brokers", "activate", ids[1])).returncode == 0
+
+    topic = "/default/health_stuck"
+    async with Client(first.url) as c:
+        producer = await c.producer(topic)  # reliable by default
+        await producer.send_batch([b"kept"])
+    owner = (await cluster.assignments())[topic]
+    stuck = await admin(first, "brokers", "drain", str(owner), "--wait", "--timeout", "3")
+    assert stuck.returncode == 1, (stuck.stdout, stuck.stderr)
+    lines = stuck.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: broker {owner} still holds 1 topic(s) after 3 s")
+    assert topic in lines[0]
+    assert (await cluster.assignments())[topic] == owner  # nothing moved "best effort"
+    assert (await admin(first, "brokers", "activate", str(owner))).returncode == 0
+
+    for other in ids[1:]:  # draining (or drained): no longer active
+        assert (await admin(first, "brokers", "drain", other)).returncode == 0
     refused = await admin(first, "brokers", "drain", ids[0], "--wait")
     assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert "FAILED_PRECONDITION" in refused.stderr
