@@ -10,6 +10,7 @@ from pathlib import Path
 
 import uvloop
 
+from ister.broker.health import Health, ReadyProbe, json_body, metadata_probe
 from ister.broker.heap import HeapKeeper
 from ister.broker.ownership import Ownership
 from ister.broker.partition_share import SharedGroups
@@ -20,6 +21,7 @@ from ister.cluster.node import ClusterNode
 from ister.cluster.ownership import ClusterOwnership
 from ister.config import BrokerConfig
 from ister.limits import SHUTDOWN_GRACE_SECONDS
+from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
 from ister.metadata.store import MetadataStore
 from ister.security.peer import PeerSecret
@@ -61,7 +63,16 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
     prom = None
     heap = HeapKeeper(lambda: (broker.long_lived_growth, broker.topics_unloaded))
     heap_task = loop.create_task(heap.run(), name="heap-keeper")
-    watch_task = loop.create_task(StallWatch().run(), name="stall-watch")
+    stall_watch = StallWatch()
+    watch_task = loop.create_task(stall_watch.run(), name="stall-watch")
+    probes: list[tuple[str, ReadyProbe]] = [("metadata", metadata_probe(store, keys.LEADER))]
+    if isinstance(ownership, ClusterOwnership):
+        from ister.cluster.health import cluster_checks
+
+        node = ownership.node
+        probes.append(("cluster", lambda: cluster_checks(node)))
+    health = Health(lambda: stall_watch.last_beat, probes)
+    health_task: asyncio.Task[None] | None = None
     try:
         await broker.start()
         security = await start_security(config, broker, peer)
@@ -91,6 +102,9 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
             )
         # After the server is up: the cluster's watcher may load topics and redirect clients here at once.
         await ownership.start()
+        await health.check_once()  # the first answer of /readyz is a real one
+        health.started = True
+        health_task = loop.create_task(health.run(), name="health")
         if config.prom_exporter:
             prom = start_prometheus(
                 config.prom_exporter,
@@ -98,6 +112,10 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
                 max_topics=config.metrics.max_topics,
                 tls=tls.for_port("metrics"),
                 bearer_token_file=config.security.metrics.bearer_token_file,
+                routes={
+                    "/healthz": lambda: json_body(health.live()),
+                    "/readyz": lambda: json_body(health.ready()),
+                },
             )
         log.info(
             "ister broker ready: %s mode, client %s, data %s, fsync %s, broker id %d",
@@ -110,6 +128,9 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
         await stop.wait()
         log.info("shutting down")
     finally:
+        health.stopping = True  # /readyz says so while the metrics port is still open
+        if health_task is not None:
+            health_task.cancel()
         heap_task.cancel()
         watch_task.cancel()
         broker.end_streams()

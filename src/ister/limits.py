@@ -61,3 +61,9 @@ METRICS_IDLE_SECONDS = 30.0  # a connection with no request (or no progress writ
 METRICS_MAX_REQUEST_BYTES = 8 * 1024  # request line + headers
 METRICS_RENDER_DUTY = 0.1  # rendering takes at most this share of a core, however many scrapers
 METRICS_MIN_CACHE_SECONDS = 0.0  # scrapes closer than this to the last rendering share it
+
+# Health endpoints on the metrics port (broker/health.py): /healthz and /readyz.
+HEALTH_LOOP_STALE_SECONDS = 10.0  # /healthz fails when the event loop has not run for this long
+READY_CHECK_SECONDS = 1.0  # readiness probes run this often on the event loop
+READY_PROBE_TIMEOUT_SECONDS = 3.0  # a probe (a metadata read) that takes longer fails readiness
+READY_STALE_SECONDS = 5.0  # /readyz fails when the probes' last result is older than this

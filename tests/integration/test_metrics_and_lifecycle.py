@@ -268,7 +268,8 @@ def test_exporter_answers_404_off_the_metrics_path(shared_broker: BrokerProcess)
     base = shared_broker.metrics_url.removesuffix("/metrics")
     assert _status(shared_broker.metrics_url) == 200
     assert _status(base + "/") == 404
-    assert _status(base + "/healthz") == 404
+    assert _status(base + "/healthz") == 200  # the health endpoints (test_health.py)
+    assert _status(base + "/healthzz") == 404
     assert _status(shared_broker.metrics_url, "POST") == 405
 
 

@@ -102,7 +102,7 @@ async def test_partitions_spread_over_failover_consumers_and_follow_them(broker:
     shown = await asyncio.to_thread(
         subprocess.run,
         [*ISTER, "admin", "topics", "subscriptions", topic, "--admin-addr", broker.admin_addr, "-o", "json",
-         "--partitions"],
+         "--partition-map"],
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     listed = json.loads(shown.stdout)

@@ -133,7 +133,7 @@ async def test_an_acknowledged_record_survives_its_leaders_death(cluster: Cluste
     done = await asyncio.to_thread(
         subprocess.run, cli, check=True, capture_output=True, text=True, timeout=60
     )
-    shown = {row["broker_id"]: row for row in json.loads(done.stdout)}
+    shown = {int(row["broker_id"]): row for row in json.loads(done.stdout)}  # ids are strings
     assert shown[follower]["followed_topics"] >= 1 and shown[leader]["topics"] >= 1
     assert sorted(acked) == list(range(len(acked)))
 

@@ -22,7 +22,7 @@ from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
 
 STANDALONE_BROKER_ID = 0
-_CLUSTER_ONLY = "broker drain and rebalancing exist in cluster mode only"
+_STANDALONE = "a standalone broker is the only broker"
 
 
 class LocalClaim:
@@ -164,16 +164,18 @@ class StandaloneOwnership:
         return http_url(self.config.admin_addr)
 
     async def drain(self, broker: str, dry_run: bool) -> DrainPlan:
-        raise FailedPrecondition(_CLUSTER_ONLY)
+        raise FailedPrecondition(f"{_STANDALONE}: drain exists in cluster mode only")
 
     async def activate(self, broker: str, reason: str) -> None:
-        raise FailedPrecondition(_CLUSTER_ONLY)
+        raise FailedPrecondition(f"{_STANDALONE}: it is always active (drain exists in cluster mode only)")
 
     async def balance(self) -> ClusterBalance:
-        raise FailedPrecondition(_CLUSTER_ONLY)
+        raise FailedPrecondition(f"{_STANDALONE}: cluster balance exists in cluster mode only")
 
     async def rebalance(self, dry_run: bool, max_moves: int | None) -> RebalanceResult:
-        raise FailedPrecondition(_CLUSTER_ONLY)
+        raise FailedPrecondition(f"{_STANDALONE}: rebalancing exists in cluster mode only")
 
     async def load_reports(self) -> list[LoadReport]:
-        raise FailedPrecondition(_CLUSTER_ONLY)
+        raise FailedPrecondition(
+            f"{_STANDALONE}: load reports exist in cluster mode only (its rates are in its metrics)"
+        )

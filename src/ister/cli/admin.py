@@ -53,10 +53,10 @@ app.add_typer(admin_app, name="admin")
 
 
 @admin_app.callback()
-def _admin_root(token: TokenOpt = None, tls_ca: TlsCaOpt = None, key: ApiKeyOpt = None) -> None:
+def _admin_root(token: TokenOpt = None, tls_ca: TlsCaOpt = None, api_key_value: ApiKeyOpt = None) -> None:
     """Administer brokers through the admin gRPC API (`--token`/`--api-key`/`--tls-ca` before the
     subcommand)."""
-    use(token, tls_ca, key)
+    use(token, tls_ca, api_key_value)
 
 
 class Output(StrEnum):
@@ -213,13 +213,15 @@ def emit_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2, sort_keys=False))
 
 
-def emit_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+def emit_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Aligned columns for people; cells are shown with str() (numbers too)."""
     if not rows:
         typer.echo("(none)")
         return
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
     typer.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for row in rows:
+    for row in cells:
         typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
@@ -504,9 +506,10 @@ def topics_subscriptions(
     topic: TopicArg,
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
     output: OutputOpt = Output.table,
-    partitions: Annotated[
-        bool, typer.Option("--partitions", help="JSON: also the partition -> consumer map")
+    partition_map: Annotated[
+        bool, typer.Option("--partition-map", help="JSON: also the partition -> consumer map")
     ] = False,
+    partitions: Annotated[bool, typer.Option("--partitions", hidden=True)] = False,  # the old name
 ) -> None:
     """The subscriptions of a topic and, for a partitioned topic's Failover subscriptions, which consumer
     has each partition (as the broker at --admin-addr holds it)."""
@@ -517,7 +520,7 @@ def topics_subscriptions(
     subs = list(response.subscriptions)
     rows = _partition_rows(admin_addr, name)
     if output == Output.json:
-        if not partitions:
+        if not (partition_map or partitions):
             emit_json(subs)
             return
         emit_json(
@@ -835,207 +838,3 @@ def namespaces_policies(
         emit_json(policies)
     else:
         emit_fields([(str(k), str(v)) for k, v in policies.items()])
-
-
-# -- brokers --------------------------------------------------------------------------------------------
-
-
-@brokers_app.command("list")
-def brokers_list(admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table) -> None:
-    """Every registered broker, with its role and state."""
-    response = call(admin_addr, lambda s: s.brokers.ListBrokers(pb.Empty(), **_timeout()))
-    rows = [
-        {
-            "broker_id": b.broker_id,
-            "broker_addr": b.broker_addr,
-            "admin_addr": b.admin_addr,
-            "metrics_addr": b.metrics_addr,
-            "broker_role": b.broker_role,
-            "broker_status": b.broker_status,
-        }
-        for b in response.brokers
-    ]
-    if output == Output.json:
-        emit_json(rows)
-    else:
-        emit_table(
-            ["ID", "ADDRESS", "ADMIN", "METRICS", "ROLE", "STATUS"],
-            [
-                [
-                    r["broker_id"],
-                    r["broker_addr"],
-                    r["admin_addr"] or "-",
-                    r["metrics_addr"] or "-",
-                    r["broker_role"],
-                    r["broker_status"],
-                ]
-                for r in rows
-            ],
-        )
-
-
-@brokers_app.command("leader")
-def brokers_leader(admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table) -> None:
-    """The id of the cluster leader (`not_found` while there is none)."""
-    response = call(admin_addr, lambda s: s.brokers.GetLeaderBroker(pb.Empty(), **_timeout()))
-    if output == Output.json:
-        emit_json({"leader": response.leader})
-    else:
-        typer.echo(response.leader)
-
-
-@brokers_app.command("drain")
-def brokers_drain(
-    broker_id: Annotated[str, typer.Argument(help="the broker to drain")],
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="only count its topics")] = False,
-    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
-    output: OutputOpt = Output.table,
-) -> None:
-    """Move every topic off a broker (one at a time, through the unload path); it then gets none."""
-    request = pb.UnloadBrokerRequest(broker_id=broker_id, dry_run=dry_run)
-    response = call(admin_addr, lambda s: s.brokers.UnloadBroker(request, **_timeout()))
-    result = {"started": response.started, "total": response.total, "pending": response.pending}
-    if output == Output.json:
-        emit_json(result)
-    else:
-        verb = "would move" if dry_run else "draining:"
-        typer.echo(f"broker {broker_id} {verb} {response.total} topic(s)")
-
-
-@brokers_app.command("activate")
-def brokers_activate(
-    broker_id: Annotated[str, typer.Argument(help="the broker to make active again")],
-    reason: Annotated[str, typer.Option(help="recorded in its state key")] = "admin_activate",
-    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
-) -> None:
-    """Let a drained (or draining) broker receive topics again."""
-    request = pb.ActivateBrokerRequest(broker_id=broker_id, reason=reason)
-    call(admin_addr, lambda s: s.brokers.ActivateBroker(request, **_timeout()))
-    typer.echo(f"broker {broker_id} is active")
-
-
-@brokers_app.command("balance")
-def brokers_balance(admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table) -> None:
-    """The cluster's balance: CV, mean, min, max and every broker's load."""
-    r = call(admin_addr, lambda s: s.brokers.GetClusterBalance(pb.ClusterBalanceRequest(), **_timeout()))
-    brokers = [
-        {
-            "broker_id": b.broker_id,
-            "load": b.load,
-            "topic_count": b.topic_count,
-            "overloaded": b.is_overloaded,
-            "underloaded": b.is_underloaded,
-        }
-        for b in r.brokers
-    ]
-    summary = {
-        "strategy": r.assignment_strategy,
-        "cv": r.coefficient_of_variation,
-        "mean": r.mean_load,
-        "min": r.min_load,
-        "max": r.max_load,
-        "std_dev": r.std_deviation,
-        "active_brokers": r.broker_count,
-    }
-    if output == Output.json:
-        emit_json({**summary, "brokers": brokers})
-        return
-    typer.echo(
-        f"strategy {r.assignment_strategy}: CV {r.coefficient_of_variation * 100:.1f} %, mean "
-        f"{r.mean_load:.2f}, min {r.min_load:.2f}, max {r.max_load:.2f}, std {r.std_deviation:.2f}"
-    )
-    emit_table(
-        ["BROKER", "LOAD", "TOPICS", "STATE"],
-        [
-            [
-                b["broker_id"],
-                f"{b['load']:.2f}",
-                b["topic_count"],
-                "overloaded" if b["overloaded"] else "underloaded" if b["underloaded"] else "-",
-            ]
-            for b in brokers
-        ],
-    )
-
-
-@brokers_app.command("load")
-def brokers_load(admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table) -> None:
-    """Every live broker's latest load report: the topics it leads and the follower copies it keeps."""
-    r = call(
-        admin_addr, lambda s: s.ister_admin.ListBrokerLoads(ister_pb.ListBrokerLoadsRequest(), **_timeout())
-    )
-    rows = [
-        {
-            "broker_id": b.broker_id,
-            "reported_at": b.timestamp,
-            "cpu_percent": b.cpu_percent,
-            "memory_percent": b.memory_percent,
-            "topics": b.topics,
-            "message_rate": b.message_rate,
-            "throughput_mbps": b.throughput_mbps,
-            "followed_topics": b.followed_topics,
-            "follower_message_rate": b.follower_message_rate,
-            "follower_throughput_mbps": b.follower_throughput_mbps,
-        }
-        for b in r.brokers
-    ]
-    if output == Output.json:
-        emit_json(rows)
-        return
-    emit_table(
-        [
-            "BROKER",
-            "CPU %",
-            "MEM %",
-            "TOPICS",
-            "MSG/S",
-            "MB/S",
-            "FOLLOWED",
-            "FOLLOWER MSG/S",
-            "FOLLOWER MB/S",
-        ],
-        [
-            [
-                b["broker_id"],
-                f"{b['cpu_percent']:.1f}",
-                f"{b['memory_percent']:.1f}",
-                b["topics"],
-                b["message_rate"],
-                f"{b['throughput_mbps']:.2f}",
-                b["followed_topics"],
-                b["follower_message_rate"],
-                f"{b['follower_throughput_mbps']:.2f}",
-            ]
-            if b["reported_at"]
-            else [b["broker_id"], "-", "-", "-", "-", "-", "-", "-", "-"]  # no report yet
-            for b in rows
-        ],
-    )
-
-
-@brokers_app.command("rebalance")
-def brokers_rebalance(
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run/--execute", help="print the plan (default), or start a move")
-    ] = True,
-    max_moves: Annotated[int | None, typer.Option("--max-moves", min=1)] = None,
-    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
-    output: OutputOpt = Output.table,
-) -> None:
-    """The rebalancing plan (--dry-run), or start its first move now (--execute; pacing applies)."""
-    request = pb.RebalanceRequest(dry_run=dry_run)
-    if max_moves is not None:
-        request.max_moves = max_moves
-    r = call(admin_addr, lambda s: s.brokers.TriggerRebalance(request, **_timeout()))
-    moves = [
-        {"topic": m.topic_name, "from": m.from_broker, "to": m.to_broker, "estimated_load": m.estimated_load}
-        for m in r.proposed_moves
-    ]
-    if output == Output.json:
-        emit_json({"moves_executed": r.moves_executed, "moves": moves, "detail": r.error_message})
-        return
-    typer.echo(r.error_message)
-    emit_table(
-        ["TOPIC", "FROM", "TO", "EST. LOAD"],
-        [[m["topic"], m["from"], m["to"], f"{m['estimated_load']:.2f}"] for m in moves],
-    )

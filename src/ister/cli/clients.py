@@ -200,7 +200,7 @@ async def _produce(
     as_json: bool,
     schema: SchemaSpec | None = None,
 ) -> None:
-    async with Client(url) as client:
+    async with Client(url, wait_for_broker=False) as client:
         if schema is not None:
             payload = await _with_schema(client, schema, payload)
         producer = await client.producer(
@@ -240,7 +240,7 @@ def message_json(msg: Message, value: object = None) -> str:
     payload = msg.payload
     obj: dict[str, object] = {"offset": msg.offset, "topic": msg.topic}
     if msg.schema_id is not None:
-        obj["schema_id"] = msg.schema_id
+        obj["schema_id"] = str(msg.schema_id)  # a u64 id: a string, as in every JSON output
         obj["schema_version"] = msg.schema_version
         obj["value"] = value
     try:
@@ -280,7 +280,9 @@ def consume(
     sub_type: Annotated[
         str, typer.Option("--sub-type", help="exclusive|shared|fail-over|key-shared")
     ] = "shared",
-    count: Annotated[int | None, typer.Option("--count", min=1, help="exit after this many messages")] = None,
+    count: Annotated[
+        int | None, typer.Option("--count", "-c", min=1, help="exit after this many messages")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per message on stdout")] = False,
     position: Annotated[
         str | None,
@@ -388,7 +390,7 @@ async def _consume(
     wait_seconds: float | None = None,
     position: str = "latest",
 ) -> None:
-    async with Client(url) as client:
+    async with Client(url, wait_for_broker=False) as client:
         consumer = await _subscribe(client, topic, subscription, name, sub_type, wait_seconds, position)
         received = 0
         started = time.perf_counter()

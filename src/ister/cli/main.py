@@ -11,13 +11,27 @@ import typer
 from ister.config import load_config
 from ister.errors import ConfigError, IsterError
 
-app = typer.Typer(
-    no_args_is_help=True, add_completion=False, help="Ister: a Danube-compatible messaging broker."
-)
+# add_completion: `ister --install-completion [bash|zsh|fish|powershell]` and `--show-completion` (typer).
+app = typer.Typer(no_args_is_help=True, help="Ister: a Danube-compatible messaging broker.")
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from ister.version import describe
+
+        typer.echo(describe())
+        raise typer.Exit()
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", "-V", callback=_show_version, is_eager=True, help="Show the version and exit."
+        ),
+    ] = False,
+) -> None:
     """Ister: a Danube-compatible messaging broker."""
 
 
@@ -120,6 +134,7 @@ def main() -> None:
 
 import ister.cli.clients  # noqa: E402,F401  (registers `ister produce` and `ister consume`)
 from ister.cli import admin as _admin  # noqa: E402,F401  (registers `ister admin`)
+from ister.cli import admin_brokers as _admin_brokers  # noqa: E402,F401  (`ister admin brokers ...`)
 from ister.cli import admin_cursors as _admin_cursors  # noqa: E402,F401  (reset-cursor, peek)
 from ister.cli import bench as _bench  # noqa: E402,F401  (registers `ister bench`)
 from ister.cli import pipeline as _pipeline  # noqa: E402,F401  (registers `ister pipeline`)

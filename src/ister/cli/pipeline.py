@@ -17,11 +17,13 @@ app.add_typer(pipeline_app, name="pipeline")
 
 @pipeline_app.command("export")
 def export(
-    service_url: Annotated[
-        str, typer.Option("-s", "--service-url", help="a broker, e.g. http://127.0.0.1:6650")
-    ],
-    topic: Annotated[list[str], typer.Option("--topic", help="a topic to export (repeat for more)")],
+    topic: Annotated[list[str], typer.Option("--topic", "-t", help="a topic to export (repeat for more)")],
     to: Annotated[str, typer.Option("--to", help="the table directory (or a URL Spark can write)")],
+    service_addr: Annotated[
+        str | None,
+        typer.Option("--service-addr", "-s", help="a broker, e.g. http://127.0.0.1:6650 (required)"),
+    ] = None,
+    service_url: Annotated[str | None, typer.Option("--service-url", hidden=True)] = None,  # the old name
     format: Annotated[str, typer.Option("--format", help="Spark file format of the table")] = "parquet",
     trigger: Annotated[
         str,
@@ -49,6 +51,9 @@ def export(
     from the `ister` source whose batches are written aside and moved into the table once complete, so
     DuckDB or pyarrow see committed files only. Run it again (same --to and --checkpoint) to continue
     where it stopped; a crashed run is repaired first."""
+    service_addr = service_addr or service_url
+    if not service_addr:
+        raise typer.BadParameter("give the broker to read from", param_hint="'--service-addr' / '-s'")
     try:
         from ister.spark.pipeline import ExportJob, local_session
     except ImportError as exc:
@@ -56,7 +61,7 @@ def export(
         raise typer.Exit(2) from None
     try:
         job = ExportJob(
-            service_url=service_url if "://" in service_url else f"http://{service_url}",
+            service_url=service_addr if "://" in service_addr else f"http://{service_addr}",
             topics=topic,
             path=to,
             format=format,

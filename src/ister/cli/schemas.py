@@ -77,7 +77,7 @@ def _version_json(r: Any) -> dict[str, Any]:
     definition = json.loads(r.schema_definition) if r.schema_definition else None
     return {
         "subject": r.subject,
-        "schema_id": r.schema_id,
+        "schema_id": str(r.schema_id),
         "version": r.version,
         "schema_type": r.schema_type,
         "fingerprint": r.fingerprint,
@@ -115,7 +115,7 @@ def schemas_register(
         output,
         f"{what} {subject} version {r.version} (schema id {r.schema_id}, {r.fingerprint})",
         subject=subject,
-        schema_id=r.schema_id,
+        schema_id=str(r.schema_id),
         version=r.version,
         is_new_version=r.is_new_version,
         fingerprint=r.fingerprint,
@@ -153,7 +153,7 @@ def schemas_versions(
     rows = [
         {
             "version": v.version,
-            "schema_id": v.schema_id,
+            "schema_id": str(v.schema_id),
             "fingerprint": v.fingerprint,
             "created_at": v.created_at,
             "created_by": v.created_by,
@@ -250,7 +250,7 @@ def schemas_list(admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt =
             "schema_type": s.schema_type,
             "latest_version": s.latest_version,
             "compatibility_mode": s.compatibility_mode,
-            "schema_id": s.schema_id,
+            "schema_id": str(s.schema_id),
         }
         for s in r.subjects
     ]

@@ -28,6 +28,9 @@ security_app.add_typer(bindings_app, name="bindings")
 admin_app.add_typer(security_app, name="security")
 
 ScopeOpt = Annotated[str, typer.Option("--scope", help="cluster, namespace or topic")]
+# One name per meaning: --principal-type everywhere (bindings had it); --type stays as a hidden alias.
+PrincipalTypeOpt = Annotated[str, typer.Option("--principal-type", help="service_account or user")]
+TypeAliasOpt = Annotated[str | None, typer.Option("--type", hidden=True)]
 ResourceOpt = Annotated[str, typer.Option("--resource", help="namespace, /ns/topic (globs allowed), or ''")]
 
 
@@ -41,9 +44,8 @@ def tokens_create(
             "--secret-file", help="the broker's HS256 secret: mint offline (else through the admin API)"
         ),
     ] = None,
-    principal_type: Annotated[
-        str, typer.Option("--type", help="service_account or user")
-    ] = "service_account",
+    principal_type: PrincipalTypeOpt = "service_account",
+    type_alias: TypeAliasOpt = None,
     issuer: Annotated[
         str | None, typer.Option("--issuer", help=f"offline only (default {DEFAULT_ISSUER})")
     ] = None,
@@ -52,6 +54,7 @@ def tokens_create(
 ) -> None:
     """Mint a token and print it as the last line: offline with --secret-file, else the broker mints it
     (IsterAdmin.CreateToken: permission ManageCluster, with the broker's secret, issuer and audience)."""
+    principal_type = type_alias or principal_type
     try:
         seconds = parse_ttl(ttl)
     except IsterError as exc:
@@ -212,13 +215,13 @@ def _api_key(k: Any) -> dict[str, Any]:
 @api_keys_app.command("create")
 def api_keys_create(
     principal: Annotated[str, typer.Option("--principal", help="the principal the key stands for")],
-    principal_type: Annotated[
-        str, typer.Option("--type", help="service_account or user")
-    ] = "service_account",
+    principal_type: PrincipalTypeOpt = "service_account",
+    type_alias: TypeAliasOpt = None,
     description: Annotated[str, typer.Option("--description")] = "",
     admin_addr: AdminAddr = "127.0.0.1:50051",
 ) -> None:
     """Create a key and print it as the last line (shown once: the broker keeps only its hash)."""
+    principal_type = type_alias or principal_type
     request = ipb.CreateApiKeyRequest(
         principal_name=principal, principal_type=principal_type, description=description
     )

@@ -93,6 +93,10 @@ def _sub_type(value: str | int | SubType) -> SubType:
         raise errors.InvalidArgument(f"unknown subscription type {value!r}") from None
 
 
+class _Refused(Exception):
+    """A connection attempt failed (refused, unreachable, a failed TLS handshake)."""
+
+
 class Client:
     """Connection to an Ister cluster. Use as `async with Client(url) as client:` or call `close()`.
 
@@ -104,7 +108,11 @@ class Client:
     time, so a topic whose owner died is found on its new owner once the cluster has reassigned it
     (the dead owner's lease TTL plus about a second). A series of retries ends `retry_timeout` seconds
     after its first failure (or after `max_retries` retries, when set); then the typed error (usually
-    Unavailable, naming the topic) reaches the caller: a producer's pending sends fail with it."""
+    Unavailable, naming the topic) reaches the caller: a producer's pending sends fail with it.
+
+    `connect()` waits up to `connect_timeout` for a broker that refuses connections (it may be starting);
+    with `wait_for_broker=False` a refused (or otherwise failed) connection fails at once, naming the
+    address (the `ister` command line: a person at a terminal should not wait 10 s for a typo)."""
 
     def __init__(
         self,
@@ -118,6 +126,7 @@ class Client:
         token: str | None = None,
         tls_ca: str | None = None,
         api_key: str | None = None,
+        wait_for_broker: bool = True,
     ) -> None:
         raw = url.split(",") if isinstance(url, str) else list(url)
         # Seeds: any broker answers lookups, so one that is down just means asking the next one.
@@ -139,6 +148,7 @@ class Client:
             session=self.api_key_session,
         )
         self.connect_timeout = connect_timeout
+        self.wait_for_broker = wait_for_broker
         self.retry = RetryPolicy(max_retries, backoff_base, backoff_max, retry_timeout)
         self._channels: dict[str, Any] = {}
         self._stubs: dict[str, Any] = {}
@@ -172,17 +182,36 @@ class Client:
     async def connect(self) -> Client:
         """Wait until a service URL accepts a connection, trying each seed in turn (Unavailable when none
         does within its share of connect_timeout)."""
+        refused: list[str] = []
         for _ in self.urls:
             try:
                 async with asyncio.timeout(self._seed_timeout):
-                    await self._channel(self.url).channel_ready()
+                    await self._until_connected(self._channel(self.url))
                 await self._first_exchange()
                 return self
             except TimeoutError:
                 self._next_seed()
+            except _Refused:
+                refused.append(self.url)
+                self._next_seed()
+        if refused and len(refused) == len(self.urls):
+            raise errors.Unavailable(
+                f"cannot connect to {', '.join(refused)}: connection refused or failed "
+                f"(is a broker listening there?)"
+            ) from None
         raise errors.Unavailable(
             f"cannot connect to {', '.join(self.urls)} within {self.connect_timeout} s"
         ) from None
+
+    async def _until_connected(self, channel: Any) -> None:
+        """Return once the channel is connected; _Refused at its first failed attempt when the client
+        does not wait for brokers (else gRPC keeps trying, and the caller's timeout bounds the wait)."""
+        state = channel.get_state(try_to_connect=True)
+        while state != grpc.ChannelConnectivity.READY:
+            if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE and not self.wait_for_broker:
+                raise _Refused
+            await channel.wait_for_state_change(state)
+            state = channel.get_state(try_to_connect=True)
 
     async def _first_exchange(self) -> None:
         """With an API key: the first token (Unauthenticated at once for a wrong or revoked key), then

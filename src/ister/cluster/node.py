@@ -181,6 +181,11 @@ class ClusterNode:
         kv = self.cache.get(keys.LEADER)
         return kv.value if kv is not None and isinstance(kv.value, int) else None
 
+    def not_loaded_here(self) -> list[str]:
+        """Topics assigned to this broker that it has not loaded (yet), sorted (readiness)."""
+        host = self._host
+        return sorted(t for t in self._mine if host is None or not host.is_loaded(t))
+
     def live_brokers(self) -> list[int]:
         self.view.refresh()
         return sorted(self.view.live)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -14,7 +14,7 @@ from ister.limits import DEFAULT_METRICS_MAX_TOPICS, GRPC_MAX_MESSAGE_BYTES
 from ister.security.api_keys import ApiKeyStore
 from ister.server.danube_api import add_danube_services
 from ister.server.ister_api import add_ister_service
-from ister.server.metrics_http import MetricsServer, start_metrics_server
+from ister.server.metrics_http import MetricsServer, Route, start_metrics_server
 from ister.server.replica_api import LeaderLookup, add_replica_service
 from ister.server.schema_api import add_schema_service
 from ister.server.tls import bind
@@ -62,9 +62,10 @@ def start_prometheus(
     max_topics: int = DEFAULT_METRICS_MAX_TOPICS,
     tls: TlsFiles | None = None,
     bearer_token_file: str | None = None,
+    routes: Mapping[str, Route] | None = None,
 ) -> MetricsServer:
     """The Prometheus exporter on its own thread (`server/metrics_http.py`), bounded per-topic series,
     over TLS when `tls` names files and behind a bearer token when `bearer_token_file` is set."""
     host, port = split_host_port(addr, "prom_exporter")
     metrics.configure(per_topic=per_topic, max_topics=max_topics)
-    return start_metrics_server(host, port, tls=tls, bearer_token_file=bearer_token_file)
+    return start_metrics_server(host, port, tls=tls, bearer_token_file=bearer_token_file, routes=routes)

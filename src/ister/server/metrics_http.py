@@ -1,7 +1,11 @@
 """The Prometheus exporter: a small HTTP/1.1 server on one thread of its own, off the event loop.
 
-`GET /metrics` (also `HEAD`) answers the text exposition format; any other path is 404, any other method
-405. Bounded: one thread whatever the number of clients (a selector over non-blocking sockets), at most
+`GET /metrics` (also `HEAD`) answers the text exposition format; the `routes` given (the health endpoints
+`/healthz` and `/readyz`, broker/health.py) answer JSON from a function called on this thread, without the
+bearer token (an orchestrator's probe carries none, and they tell nothing a scrape would not); any other
+path is 404, any other method 405.
+
+Bounded: one thread whatever the number of clients (a selector over non-blocking sockets), at most
 `max_connections` open connections (the next one gets 503 and is closed), requests up to
 `max_request_bytes`, and a connection that sends no request or takes no bytes for `idle_seconds` is
 closed. The rendering is shared: a scrape within `duty`-bounded distance of the last rendering gets that
@@ -28,7 +32,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import REGISTRY, generate_latest
@@ -48,7 +52,10 @@ from ister.server.tls import ReloadingSslContext, is_loopback
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+JSON_CONTENT_TYPE = "application/json"
 METRICS_PATH = "/metrics"
+# A path answered by a function of this thread: (HTTP status, JSON body). It must not block.
+Route = Callable[[], tuple[int, bytes]]
 _READ_CHUNK = 4096
 
 
@@ -110,8 +117,10 @@ class MetricsServer:
         clock: Callable[[], float] = time.monotonic,
         tls: ReloadingSslContext | None = None,
         bearer_token: BearerToken | None = None,
+        routes: Mapping[str, Route] | None = None,
     ) -> None:
         self._render = render
+        self._routes = dict(routes or {})
         self._tls = tls
         self._bearer = bearer_token
         self.max_connections = max_connections
@@ -286,6 +295,10 @@ class MetricsServer:
         if "content-length" in headers or "transfer-encoding" in headers:
             close = True  # a request with a body is not ours to parse: answer, then close
         path = target.split("?", 1)[0]
+        route = self._routes.get(path)
+        if route is not None and method in ("GET", "HEAD"):
+            self._answer_route(conn, route, close, method == "HEAD")
+            return
         if self._bearer is not None:
             wrong = self._bearer.check(headers.get("authorization"))
             if wrong is not None:
@@ -307,6 +320,15 @@ class MetricsServer:
         response = _response(
             200, body, CONTENT_TYPE, close=close, gzipped=gzip_ok, head_only=method == "HEAD"
         )
+        self._send(conn, response, close)
+
+    def _answer_route(self, conn: _Conn, route: Route, close: bool, head_only: bool) -> None:
+        try:
+            status, body = route()
+        except Exception:
+            log.exception("metrics server: answering a health request failed")
+            status, body = 503, b'{"status": "error", "reason": "the check failed; see the broker log"}\n'
+        response = _response(status, body, JSON_CONTENT_TYPE, close=close, head_only=head_only)
         self._send(conn, response, close)
 
     def _metrics(self, gzipped: bool) -> bytes:
@@ -420,7 +442,12 @@ def _response(
 
 
 def start_metrics_server(
-    host: str, port: int, *, tls: TlsFiles | None = None, bearer_token_file: str | None = None
+    host: str,
+    port: int,
+    *,
+    tls: TlsFiles | None = None,
+    bearer_token_file: str | None = None,
+    routes: Mapping[str, Route] | None = None,
 ) -> MetricsServer:
     """Bind (OSError when the address is taken) and start serving on a thread of its own, over TLS when
     `tls` names files, asking for the bearer token in `bearer_token_file` when set (ConfigError when the
@@ -435,7 +462,7 @@ def start_metrics_server(
             port,
         )
     try:
-        server = MetricsServer(host, port, tls=context, bearer_token=bearer)
+        server = MetricsServer(host, port, tls=context, bearer_token=bearer, routes=routes)
     except OSError as exc:
         raise OSError(f"cannot listen on {host}:{port} for metrics ({exc.strerror or exc})") from None
     return server.start()
