@@ -9,6 +9,7 @@ from dataclasses import dataclass
 # One sample per topic is refreshed every RATE_TICK_SECONDS; a rate covers the time since the newest
 # sample at least RATE_TICK_SECONDS old (so between one and two ticks).
 RATE_TICK_SECONDS = 5.0
+MIN_WINDOW_SECONDS = 1.0  # a shorter window would give noise, not a rate
 
 
 @dataclass(slots=True)
@@ -46,11 +47,13 @@ class RateWindow:
         self.old, self.new = new, Sample(now, counts)
 
     def base(self, now: float, min_age: float) -> Sample | None:
-        """The newest sample at least `min_age` old, else the oldest one there is."""
+        """The newest sample at least `min_age` old, else the oldest one if it is at least
+        `MIN_WINDOW_SECONDS` old (a topic loaded moments ago), else None."""
         for s in (self.new, self.old):
             if s is not None and now - s.at >= min_age:
                 return s
-        return self.old or self.new
+        oldest = self.old or self.new
+        return oldest if oldest is not None and now - oldest.at >= MIN_WINDOW_SECONDS else None
 
 
 def rates(base: Sample | None, now: float, counts: Sequence[int]) -> tuple[list[float], float]:
