@@ -147,6 +147,10 @@ class AdminOps:
             raise NotFound(f"topic {name} does not exist")
         return name, parts
 
+    async def resolve_topic(self, raw: str) -> tuple[TopicName, list[TopicName]]:
+        """(name, the topics it stands for): a topic itself, a partitioned base name its partitions."""
+        return await self._resolve(raw)
+
     async def _require_topic(self, raw: str) -> TopicName:
         """An existing plain or partition topic (not a partitioned base name)."""
         name, targets = await self._resolve(raw)

@@ -44,6 +44,8 @@ class NonReliableSubscription(Subscription):
             self._dropped.inc()
             return
         self._out.inc()
+        self.messages_out += 1
+        self.bytes_out += len(message.payload)
 
     async def ack(self, offset: int) -> bool:
         return True  # the official client acks everything; nothing is tracked here

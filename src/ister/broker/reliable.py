@@ -20,6 +20,7 @@ from ister.broker.held import HeldRecords
 from ister.broker.sessions import ConsumerSession, Record
 from ister.broker.subscription import Subscription
 from ister.core.dispatch import DeadLetter, FailurePolicy, Group, ReliableSubscriptionState, SubType
+from ister.core.dispatch.types import SubscriptionStats
 from ister.core.frameblock import FrameBlock
 from ister.core.frames import HEADER_SIZE
 from ister.core.record import StoredMessage, decode_message
@@ -218,6 +219,10 @@ class ReliableSubscription(Subscription):
     def undesignate(self) -> None:
         self._state.undesignate()
         self._poke()
+
+    def stats(self) -> SubscriptionStats:
+        """The dispatch state's snapshot (window, in flight, redeliveries, dead letters: admin stats)."""
+        return self._state.stats()
 
     def in_flight_of(self, consumer_id: int) -> int:
         return self._state.in_flight_of(consumer_id)
@@ -468,6 +473,8 @@ class ReliableSubscription(Subscription):
         if sent:
             self._m_out.inc(sent)
             self._m_bytes.inc(nbytes)
+            self.messages_out += sent
+            self.bytes_out += nbytes
         if redelivered:
             self._m_redelivered.inc(redelivered)
 

@@ -25,6 +25,7 @@ from ister.broker.reads import OffsetReads
 from ister.broker.retention import RetentionKeeper, RetentionView
 from ister.broker.sessions import ConsumerStream, ProducerSession
 from ister.broker.standalone import StandaloneOwnership
+from ister.broker.stats_rates import RateKeeper
 from ister.broker.topic import Topic
 from ister.broker.topics import TopicRegistry
 from ister.config import BrokerConfig
@@ -97,6 +98,7 @@ class BrokerService:
         self.validator = PayloadValidator(self.schemas)
         self.cursors = Cursors(self.consumer_refs, self.storage)
         self.peeker = Peeker(self.reads, self.cursors, self.schemas)
+        self.rates = RateKeeper(lambda: self.registry.topics.values())  # the admin API's stats
         self._reaper: asyncio.Task[None] | None = None
         self.ownership.bind(self)
 
@@ -146,11 +148,13 @@ class BrokerService:
         await self.schemas.start()
         await self.retention_view.start()
         self.retention.start()
+        self.rates.start()
 
     async def close(self) -> None:
         """Graceful shutdown: stop accepting work, flush cursors, close every WAL."""
         if self._reaper is not None:
             self._reaper.cancel()
+        await self.rates.close()
         await self.schemas.close()
         await self.retention.close()
         await self.retention_view.close()

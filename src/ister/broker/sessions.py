@@ -32,9 +32,24 @@ class ProducerSession:
     # streams, and when the producer last sent, health-checked or closed a stream (monotonic seconds).
     attached: int = 0
     last_seen: float = field(default_factory=time.monotonic)
+    # For the admin API's stats (docs/admin.md): the client's address, when it connected (Unix seconds),
+    # and what it sent (messages, payload bytes) since it was created on this broker.
+    address: str = ""
+    connected_at: float = field(default_factory=time.time)
+    messages: int = 0
+    bytes: int = 0
 
     def touch(self) -> None:
         self.last_seen = time.monotonic()
+
+    def connected(self, address: str) -> None:
+        """A client (re)connected this producer: a CreateProducer call or a batch-API Publish stream."""
+        self.address = address
+        self.connected_at = time.time()
+
+    def sent(self, messages: int, nbytes: int) -> None:
+        self.messages += messages
+        self.bytes += nbytes
 
 
 class Outbound:
@@ -182,6 +197,8 @@ class ConsumerSession:
     key_filters: tuple[str, ...]
     stream: ConsumerStream | None = None
     last_seen: float = field(default_factory=time.monotonic)
+    address: str = ""  # the client's address as gRPC saw it on its delivery stream (admin stats)
+    connected_at: float = 0.0  # Unix seconds its delivery stream opened
 
     @property
     def attached(self) -> bool:

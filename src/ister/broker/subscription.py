@@ -25,6 +25,8 @@ class Subscription(ABC):
         # coordinator rebalances on it).
         self.on_change: Callable[[str], None] | None = None
         self.on_close: Callable[[], None] | None = None  # called once by close()
+        self.messages_out = 0  # sent to consumers (redeliveries too), payload bytes: for the admin's stats
+        self.bytes_out = 0
 
     # -- consumers -------------------------------------------------------------------------------------
     def find_consumer(self, consumer_name: str) -> ConsumerSession | None:
@@ -70,6 +72,7 @@ class Subscription(ABC):
             self._on_detach(session)
         self._on_attach(session)  # may refuse (raises) before the stream counts as attached
         session.stream = stream
+        session.connected_at = time.time()
         session.touch()
         if self.on_change is not None:
             self.on_change("attach")

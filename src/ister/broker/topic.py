@@ -111,6 +111,11 @@ class Topic:
     def reliable(self) -> bool:
         return self.wal is not None
 
+    @property
+    def volatile_next(self) -> int:
+        """A non-reliable topic's next offset (numbered in memory since it loaded)."""
+        return self._next_volatile_offset
+
     def producer_by_name(self, name: str) -> ProducerSession | None:
         for p in self.producers.values():
             if p.name == name:

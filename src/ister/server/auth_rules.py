@@ -52,6 +52,10 @@ def _topic_or_namespace(request: Any) -> Resource:
     return topic_resource(request.topic) if request.topic else _field_namespace(request)
 
 
+def _namespace_or_cluster(request: Any) -> Resource:
+    return _field_namespace(request) if request.namespace.strip("/") else CLUSTER
+
+
 def _msg_topic(request: Any) -> Resource:
     return topic_resource(request.msg_id.topic_name) if request.HasField("msg_id") else CLUSTER
 
@@ -146,6 +150,9 @@ RULES[f"/{_IA}SetNamespaceReplication"] = Rule("ManageNamespace", _field_namespa
 # retention: a topic's own limits are the topic's to manage, a namespace's its policy's
 RULES[f"/{_IA}SetRetention"] = Rule("ManageNamespace", _topic_or_namespace, change=True)
 RULES[f"/{_IA}GetRetention"] = Rule("ManageNamespace", _topic_or_namespace)
+# stats: what DescribeTopic shows, in numbers; the listing over a namespace, or the cluster when none
+RULES[f"/{_IA}GetTopicStats"] = Rule("ManageTopic", T_TOPIC)
+RULES[f"/{_IA}ListSubscriptionStats"] = Rule("ManageTopic", _namespace_or_cluster)
 for _m in ("CreateRole", "DeleteRole", "CreateBinding", "DeleteBinding"):
     RULES[f"/{_A}SecurityAdmin/{_m}"] = Rule("ManageCluster", _cluster, change=True)
 for _m in ("GetRole", "ListRoles", "GetBinding", "ListBindings", "ListAllBindings"):

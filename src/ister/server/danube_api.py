@@ -42,6 +42,9 @@ class ProducerServicer(pb_grpc.ProducerServiceServicer):  # type: ignore[misc]
         )
         if subject:
             await self.broker.schemas.attach_producer(request.topic_name, subject)
+        session = self.broker.producers.get(producer_id)
+        if session is not None:
+            session.connected(peer_address(context))
         return pb.ProducerResponse(
             request_id=request.request_id, producer_id=producer_id, producer_name=request.producer_name
         )
@@ -53,6 +56,7 @@ class ProducerServicer(pb_grpc.ProducerServiceServicer):  # type: ignore[misc]
         session = await self.broker.producer(request.msg_id.producer_id, request.msg_id.topic_name)
         message = stored_from_wire(request, session.id, session.name)
         await self.validator.check(session.topic, (message,))
+        session.sent(1, len(message.payload))
         await self.broker.send(session, message)
         return pb.MessageResponse(request_id=request.request_id)
 
@@ -79,6 +83,7 @@ class ConsumerServicer(pb_grpc.ConsumerServiceServicer):  # type: ignore[misc]
         self, request: pb.ReceiveRequest, context: Ctx
     ) -> AsyncIterator[pb.StreamMessage]:
         ref, stream = await self.broker.open_stream(request.consumer_id)
+        ref.session.address = peer_address(context)
         topic, sub, addr = ref.session.topic, ref.subscription.name, self.broker.broker_url
         try:
             while True:
@@ -182,3 +187,11 @@ def add_danube_services(server: Any, broker: BrokerService) -> None:
     add_service(server, ConsumerServicer(broker), pb, "ConsumerService")
     add_service(server, DiscoveryServicer(broker), pb, "Discovery")
     add_service(server, HealthServicer(broker), pb, "HealthCheck")
+
+
+def peer_address(context: Ctx) -> str:
+    """The client's address as gRPC reports it (`ipv4:127.0.0.1:53712`), for the admin API's stats."""
+    try:
+        return str(context.peer() or "")
+    except Exception:  # a context without a transport (tests)
+        return ""

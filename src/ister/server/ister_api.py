@@ -44,6 +44,7 @@ from ister.limits import (
 )
 from ister.security.api_keys import ApiKeyStore
 from ister.server.cursor_convert import move_to_wire, position_from_wire
+from ister.server.danube_api import peer_address as _peer
 from ister.server.errors import bidi_stream, server_stream, unary
 from ister.server.handlers import add_service
 from ister.server.security_api import exchange_api_key
@@ -137,6 +138,7 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
             opened.topic, opened.producer_name, reliable=reliable_from_wire(opened.delivery, "delivery")
         )
         topic = await self.broker.get_topic(TopicName.parse(session.topic))
+        session.connected(_peer(context))
         yield pb.PublishResponse(
             opened=pb.PublishOpened(
                 producer_id=session.id,
@@ -208,6 +210,7 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
             batch, session, topic.max_message_size, messages=not topic.reliable
         )
         await self.validator.check(session.topic, checked)
+        session.sent(len(raws), nbytes)
         done = asyncio.ensure_future(topic.publish_batch(raws, messages, nbytes))
         return batch.sequence, len(raws), done
 
@@ -225,6 +228,7 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
             o.topic, o.subscription, o.consumer_name, sub_type, list(o.key_filters), earliest
         )
         ref, stream = await self.broker.open_stream(consumer_id)
+        ref.session.address = _peer(context)
         sub = ref.subscription
         if o.window:
             sub.set_window(o.window)

@@ -18,6 +18,7 @@ from ister.security.rbac import Binding, Role
 from ister.security.rbac_store import RbacStore
 from ister.server.cursor_admin import CursorAdmin
 from ister.server.errors import unary
+from ister.server.stats_api import StatsService
 from ister.wire.admin_convert import replication_from_wire
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
@@ -145,6 +146,7 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
         self.groups = groups
         self.ops = ops
         self.cursors = CursorAdmin(ops) if ops is not None else None
+        self.stats = StatsService(ops) if ops is not None else None
 
     # -- cursors and peeking (issue 37) -------------------------------------------------------------------
     @unary
@@ -158,6 +160,20 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
         if self.cursors is None:
             raise FailedPrecondition("this server does not administer topics")
         return await self.cursors.peek(request, context)
+
+    @unary
+    async def GetTopicStats(self, request: ipb.TopicStatsRequest, context: Ctx) -> ipb.TopicStatsResponse:
+        if self.stats is None:
+            raise FailedPrecondition("this server does not administer topics")
+        return await self.stats.topic_stats(request, context)
+
+    @unary
+    async def ListSubscriptionStats(
+        self, request: ipb.ListSubscriptionStatsRequest, context: Ctx
+    ) -> ipb.ListSubscriptionStatsResponse:
+        if self.stats is None:
+            raise FailedPrecondition("this server does not administer topics")
+        return await self.stats.list_subscriptions(request, context)
 
     @unary
     async def SetNamespaceReplication(

@@ -606,3 +606,204 @@ class PeekMessagesResponse(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[PeekedMessage]
     def __init__(self, messages: _Optional[_Iterable[_Union[PeekedMessage, _Mapping]]] = ...) -> None: ...
+
+class TopicStatsRequest(_message.Message):
+    __slots__ = ("topic", "local")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    local: bool
+    def __init__(self, topic: _Optional[str] = ..., local: _Optional[bool] = ...) -> None: ...
+
+class TopicStatsResponse(_message.Message):
+    __slots__ = ("total", "partitions")
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    total: TopicStats
+    partitions: _containers.RepeatedCompositeFieldContainer[TopicStats]
+    def __init__(self, total: _Optional[_Union[TopicStats, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[TopicStats, _Mapping]]] = ...) -> None: ...
+
+class TopicStats(_message.Message):
+    __slots__ = ("topic", "delivery", "owner_broker_id", "msg_rate_in", "byte_rate_in", "msg_rate_out", "byte_rate_out", "rate_window_seconds", "messages_in_total", "bytes_in_total", "messages_out_total", "bytes_out_total", "start_offset", "end_offset", "message_count", "storage", "replication", "producers", "subscriptions", "warnings")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    OWNER_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    MSG_RATE_IN_FIELD_NUMBER: _ClassVar[int]
+    BYTE_RATE_IN_FIELD_NUMBER: _ClassVar[int]
+    MSG_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
+    BYTE_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
+    RATE_WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_IN_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BYTES_IN_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_OUT_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BYTES_OUT_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FIELD_NUMBER: _ClassVar[int]
+    PRODUCERS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    delivery: str
+    owner_broker_id: str
+    msg_rate_in: float
+    byte_rate_in: float
+    msg_rate_out: float
+    byte_rate_out: float
+    rate_window_seconds: float
+    messages_in_total: int
+    bytes_in_total: int
+    messages_out_total: int
+    bytes_out_total: int
+    start_offset: int
+    end_offset: int
+    message_count: int
+    storage: StorageStats
+    replication: ReplicationStats
+    producers: _containers.RepeatedCompositeFieldContainer[ProducerStats]
+    subscriptions: _containers.RepeatedCompositeFieldContainer[SubscriptionStatsEntry]
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topic: _Optional[str] = ..., delivery: _Optional[str] = ..., owner_broker_id: _Optional[str] = ..., msg_rate_in: _Optional[float] = ..., byte_rate_in: _Optional[float] = ..., msg_rate_out: _Optional[float] = ..., byte_rate_out: _Optional[float] = ..., rate_window_seconds: _Optional[float] = ..., messages_in_total: _Optional[int] = ..., bytes_in_total: _Optional[int] = ..., messages_out_total: _Optional[int] = ..., bytes_out_total: _Optional[int] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., message_count: _Optional[int] = ..., storage: _Optional[_Union[StorageStats, _Mapping]] = ..., replication: _Optional[_Union[ReplicationStats, _Mapping]] = ..., producers: _Optional[_Iterable[_Union[ProducerStats, _Mapping]]] = ..., subscriptions: _Optional[_Iterable[_Union[SubscriptionStatsEntry, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class StorageStats(_message.Message):
+    __slots__ = ("wal_bytes", "wal_segments", "object_bytes", "objects", "parquet_bytes", "parquet_files", "total_bytes")
+    WAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WAL_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    PARQUET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PARQUET_FILES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    wal_bytes: int
+    wal_segments: int
+    object_bytes: int
+    objects: int
+    parquet_bytes: int
+    parquet_files: int
+    total_bytes: int
+    def __init__(self, wal_bytes: _Optional[int] = ..., wal_segments: _Optional[int] = ..., object_bytes: _Optional[int] = ..., objects: _Optional[int] = ..., parquet_bytes: _Optional[int] = ..., parquet_files: _Optional[int] = ..., total_bytes: _Optional[int] = ...) -> None: ...
+
+class ReplicationStats(_message.Message):
+    __slots__ = ("replicas", "in_sync", "min_insync", "leader_epoch", "follower_lag")
+    class FollowerLagEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWER_LAG_FIELD_NUMBER: _ClassVar[int]
+    replicas: _containers.RepeatedScalarFieldContainer[str]
+    in_sync: _containers.RepeatedScalarFieldContainer[str]
+    min_insync: int
+    leader_epoch: int
+    follower_lag: _containers.ScalarMap[str, int]
+    def __init__(self, replicas: _Optional[_Iterable[str]] = ..., in_sync: _Optional[_Iterable[str]] = ..., min_insync: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., follower_lag: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class ProducerStats(_message.Message):
+    __slots__ = ("producer_id", "name", "address", "connected_since_ms", "msg_rate_in", "byte_rate_in", "messages_total", "bytes_total")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    MSG_RATE_IN_FIELD_NUMBER: _ClassVar[int]
+    BYTE_RATE_IN_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    producer_id: str
+    name: str
+    address: str
+    connected_since_ms: int
+    msg_rate_in: float
+    byte_rate_in: float
+    messages_total: int
+    bytes_total: int
+    def __init__(self, producer_id: _Optional[str] = ..., name: _Optional[str] = ..., address: _Optional[str] = ..., connected_since_ms: _Optional[int] = ..., msg_rate_in: _Optional[float] = ..., byte_rate_in: _Optional[float] = ..., messages_total: _Optional[int] = ..., bytes_total: _Optional[int] = ...) -> None: ...
+
+class ConsumerStats(_message.Message):
+    __slots__ = ("consumer_id", "name", "address", "connected_since_ms", "connected", "unacked")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    UNACKED_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: str
+    name: str
+    address: str
+    connected_since_ms: int
+    connected: bool
+    unacked: int
+    def __init__(self, consumer_id: _Optional[str] = ..., name: _Optional[str] = ..., address: _Optional[str] = ..., connected_since_ms: _Optional[int] = ..., connected: _Optional[bool] = ..., unacked: _Optional[int] = ...) -> None: ...
+
+class SubscriptionStatsEntry(_message.Message):
+    __slots__ = ("topic", "subscription", "type", "cursor", "next_offset", "backlog_messages", "backlog_bytes", "lag_ms", "unacked_in_flight", "waiting_redelivery", "redeliveries_total", "dead_lettered_total", "msg_rate_out", "byte_rate_out", "consumers", "live", "owner_broker_id", "delivery")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    UNACKED_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REDELIVERY_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERIES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MSG_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
+    BYTE_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    type: str
+    cursor: int
+    next_offset: int
+    backlog_messages: int
+    backlog_bytes: int
+    lag_ms: int
+    unacked_in_flight: int
+    waiting_redelivery: int
+    redeliveries_total: int
+    dead_lettered_total: int
+    msg_rate_out: float
+    byte_rate_out: float
+    consumers: _containers.RepeatedCompositeFieldContainer[ConsumerStats]
+    live: bool
+    owner_broker_id: str
+    delivery: str
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[str] = ..., cursor: _Optional[int] = ..., next_offset: _Optional[int] = ..., backlog_messages: _Optional[int] = ..., backlog_bytes: _Optional[int] = ..., lag_ms: _Optional[int] = ..., unacked_in_flight: _Optional[int] = ..., waiting_redelivery: _Optional[int] = ..., redeliveries_total: _Optional[int] = ..., dead_lettered_total: _Optional[int] = ..., msg_rate_out: _Optional[float] = ..., byte_rate_out: _Optional[float] = ..., consumers: _Optional[_Iterable[_Union[ConsumerStats, _Mapping]]] = ..., live: _Optional[bool] = ..., owner_broker_id: _Optional[str] = ..., delivery: _Optional[str] = ...) -> None: ...
+
+class ListSubscriptionStatsRequest(_message.Message):
+    __slots__ = ("namespace", "lagging", "local")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    LAGGING_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    lagging: bool
+    local: bool
+    def __init__(self, namespace: _Optional[str] = ..., lagging: _Optional[bool] = ..., local: _Optional[bool] = ...) -> None: ...
+
+class BrokerFailure(_message.Message):
+    __slots__ = ("broker_id", "error")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    broker_id: str
+    error: str
+    def __init__(self, broker_id: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ListSubscriptionStatsResponse(_message.Message):
+    __slots__ = ("subscriptions", "failed_brokers")
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_BROKERS_FIELD_NUMBER: _ClassVar[int]
+    subscriptions: _containers.RepeatedCompositeFieldContainer[SubscriptionStatsEntry]
+    failed_brokers: _containers.RepeatedCompositeFieldContainer[BrokerFailure]
+    def __init__(self, subscriptions: _Optional[_Iterable[_Union[SubscriptionStatsEntry, _Mapping]]] = ..., failed_brokers: _Optional[_Iterable[_Union[BrokerFailure, _Mapping]]] = ...) -> None: ...

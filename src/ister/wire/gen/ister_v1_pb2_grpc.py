@@ -489,6 +489,16 @@ class IsterAdminStub:
                 request_serializer=ister__v1__pb2.PeekMessagesRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.PeekMessagesResponse.FromString,
                 _registered_method=True)
+        self.GetTopicStats = channel.unary_unary(
+                '/ister.v1.IsterAdmin/GetTopicStats',
+                request_serializer=ister__v1__pb2.TopicStatsRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.TopicStatsResponse.FromString,
+                _registered_method=True)
+        self.ListSubscriptionStats = channel.unary_unary(
+                '/ister.v1.IsterAdmin/ListSubscriptionStats',
+                request_serializer=ister__v1__pb2.ListSubscriptionStatsRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.ListSubscriptionStatsResponse.FromString,
+                _registered_method=True)
 
 
 class IsterAdminServicer:
@@ -589,6 +599,26 @@ class IsterAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTopicStats(self, request, context):
+        """-- stats (issue 38, docs/admin.md "Stats") --
+        A topic's live numbers as its owner holds them (Pulsar's `topics stats`): rates, offsets, storage,
+        replicas, producers, subscriptions with backlog and lag. Any broker answers: it forwards to the owner's
+        admin port (`local` set on the forwarded call). A partitioned base name: the sum and each partition.
+        NOT_FOUND for an unknown topic, UNAVAILABLE while it has no owner or the owner does not answer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSubscriptionStats(self, request, context):
+        """Every subscription of the cluster (or of one namespace) with its backlog and time lag, most lagging
+        first (`kafka-consumer-groups --describe --all-groups`). The asked broker gathers every live broker's
+        part (`local` set on those calls); a broker that does not answer is listed in `failed_brokers`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -646,6 +676,16 @@ def add_IsterAdminServicer_to_server(servicer, server):
                     servicer.PeekMessages,
                     request_deserializer=ister__v1__pb2.PeekMessagesRequest.FromString,
                     response_serializer=ister__v1__pb2.PeekMessagesResponse.SerializeToString,
+            ),
+            'GetTopicStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopicStats,
+                    request_deserializer=ister__v1__pb2.TopicStatsRequest.FromString,
+                    response_serializer=ister__v1__pb2.TopicStatsResponse.SerializeToString,
+            ),
+            'ListSubscriptionStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSubscriptionStats,
+                    request_deserializer=ister__v1__pb2.ListSubscriptionStatsRequest.FromString,
+                    response_serializer=ister__v1__pb2.ListSubscriptionStatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -946,6 +986,60 @@ class IsterAdmin:
             '/ister.v1.IsterAdmin/PeekMessages',
             ister__v1__pb2.PeekMessagesRequest.SerializeToString,
             ister__v1__pb2.PeekMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopicStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/GetTopicStats',
+            ister__v1__pb2.TopicStatsRequest.SerializeToString,
+            ister__v1__pb2.TopicStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSubscriptionStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/ListSubscriptionStats',
+            ister__v1__pb2.ListSubscriptionStatsRequest.SerializeToString,
+            ister__v1__pb2.ListSubscriptionStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,
