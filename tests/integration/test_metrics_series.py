@@ -18,6 +18,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ister.client import Client
+from ister.core.replication import ReplicaRecord
+from ister.metadata import keys
+from tests.etcd_server import EtcdServer
+from tests.integration.cluster import Cluster
 from tests.integration.harness import BrokerProcess, client
 from tests.support import until
 
@@ -55,6 +59,12 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
 
 def buckets(samples: Samples, name: str) -> list[tuple[float, float]]:
     return sorted((float(dict(k[1])["le"]), v) for k, v in samples.items() if k[0] == f"{name}_bucket")
+
+
+async def replica_record(cluster: Cluster, topic: str) -> ReplicaRecord | None:
+    assert cluster.store is not None
+    kv = await cluster.store.get(keys.replicas(topic))
+    return ReplicaRecord.parse(kv.value) if kv is not None else None
 
 
 @pytest.fixture
@@ -145,3 +155,53 @@ async def test_new_series_after_publish_consume_and_ack(broker: BrokerProcess) -
     assert (value(samples, "ister_object_store_requests_total", operation="put") or 0) >= 1
     assert value(samples, "ister_object_store_errors_total", operation="put", error="unavailable") == 0
     await consumer.close()
+
+
+RF_ENV = {
+    "ISTER_CLUSTER__REPLICATION_FACTOR": "3",
+    "ISTER_CLUSTER__MIN_INSYNC_REPLICAS": "2",
+    "ISTER_CLUSTER__REPLICA_MAX_LAG_SECONDS": "2",
+}
+
+
+@pytest.mark.timeout(300)
+async def test_replication_series_on_a_three_broker_cluster(tmp_path: Path, etcd_server: EtcdServer) -> None:
+    cluster = Cluster(tmp_path, etcd_server.endpoint, 3, 2, env=RF_ENV)
+    try:
+        await cluster.start()
+        topic = "/default/metrics_replicated"
+        async with Client(cluster.brokers[0].url) as ister:
+            producer = await ister.producer(topic)
+            for _ in range(3):
+                await producer.send_batch([b"r" * 100] * 10)  # acknowledged once 2 of 3 hold it
+        record = await cluster.until(lambda: replica_record(cluster, topic), "a replica record")
+        leader = cluster.process_of(record.leader)
+
+        def replicated() -> Samples | None:
+            s = scrape(leader.metrics_url)
+            done = (value(s, "ister_replication_round_trip_seconds_count") or 0) >= 2
+            return s if done and value(s, "ister_publish_committed_seconds_count") == 3 else None
+
+        samples = await until(lambda: asyncio.to_thread(replicated), "round trips on the leader", within=20)
+        count = value(samples, "ister_replication_round_trip_seconds_count") or 0
+        mean = (value(samples, "ister_replication_round_trip_seconds_sum") or 0) / count
+        assert 0 <= mean < 10
+        # Committed waits for a follower too: never less than the local durability of the same batches.
+        assert (value(samples, "ister_publish_committed_seconds_sum") or 0) >= (
+            value(samples, "ister_publish_durable_seconds_sum") or 0
+        )
+        assert value(samples, "ister_isr_shrinks_total") == 0
+        assert value(samples, "ister_under_replicated_topics") == 0
+
+        # A follower dies: it leaves the in-sync set (after replica_max_lag_seconds), which is counted.
+        follower = next(r for r in record.replicas if r != record.leader)
+        cluster.process_of(follower).kill9()
+
+        def shrunk() -> Samples | None:
+            s = scrape(leader.metrics_url)
+            done = (value(s, "ister_isr_shrinks_total") or 0) >= 1
+            return s if done and value(s, "ister_under_replicated_topics") == 1 else None
+
+        await until(lambda: asyncio.to_thread(shrunk), "the in-sync set shrunk", within=30)
+    finally:
+        await cluster.stop()
