@@ -49,7 +49,7 @@ from ister.server.tls import ReloadingSslContext, is_loopback
 log = logging.getLogger(__name__)
 
 # No `<name>_created` series: they double what counters and histograms export and no dashboard reads them.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # (untyped in prometheus_client)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 METRICS_PATH = "/metrics"
