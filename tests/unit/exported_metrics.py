@@ -1,14 +1,16 @@
 """The names of every series an Ister broker exports, and the metric names a PromQL expression reads.
 
-From the registry the broker process fills (importing `ister.app` imports every module that defines a
-metric), plus the families exported by Ister's own collectors: the bounded per-topic families
+From the registry the broker process fills (every module of src/ister that defines a metric), plus the
+families exported by Ister's own collectors: the bounded per-topic families
 (`broker/metrics.py`) and the latency histograms (`ister/histogram.py`). Shared by the dashboard, alert
 and metrics-reference tests.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
+from pathlib import Path
 
 from prometheus_client import REGISTRY
 
@@ -16,9 +18,26 @@ HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 _METRIC = re.compile(r"\b(?:danube|ister)_[a-z0-9_]+\b")
 
 
+SRC = Path(__file__).resolve().parents[2] / "src"
+_DEFINES = re.compile(
+    r"^from prometheus_client import .*\b(Counter|Gauge|Histogram|Info)\b"
+    r"|^from ister.histogram import histogram",
+    re.M,
+)
+
+
+def _load_metric_modules() -> None:
+    """Import every module of src/ister that defines a metric (found by its imports). Not `ister.app`: that
+    imports Ister's generated Danube protos, which clash with the `danube` client's in one process."""
+    for path in sorted((SRC / "ister").rglob("*.py")):
+        if _DEFINES.search(path.read_text(encoding="utf-8")):
+            module = ".".join(path.relative_to(SRC).with_suffix("").parts)
+            importlib.import_module(module)
+
+
 def exported() -> set[str]:
     """Sample names (`x_total`, `x_bucket`, ...) of every series the broker exports."""
-    import ister.app  # noqa: F401 - registers every metric of the broker
+    _load_metric_modules()
     from ister import histogram
     from ister.broker import metrics
 
