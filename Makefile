@@ -7,7 +7,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install etcd java run test lint typecheck unit integration sim bench proto clean
+.PHONY: install etcd java promtool run test lint typecheck unit integration sim bench proto clean
 
 $(UV):
 	$(PY) -m venv $(TOOLS)
@@ -33,6 +33,13 @@ java:
 		$$SUDO apt-get update && $$SUDO apt-get install -y openjdk-17-jre-headless; \
 	}
 
+# The alert rules are checked by promtool (Debian package prometheus; only its promtool is used).
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update && $$SUDO apt-get install -y --no-install-recommends prometheus; \
+	}
+
 run: install
 	$(BIN)/ister broker
 
@@ -43,13 +50,13 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-unit: install etcd
+unit: install etcd promtool
 	$(BIN)/pytest -q tests/unit tests/sim
 
 integration: install
 	$(BIN)/pytest -q tests/integration
 
-test: lint typecheck etcd java
+test: lint typecheck etcd java promtool
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 bench: install

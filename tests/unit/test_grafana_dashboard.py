@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from tests.unit.exported_metrics import exported, metrics_in
+
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "ister-cluster.json"
 
 METRICS = (
@@ -27,17 +29,57 @@ METRICS = (
     "danube_topic_assignments_total",
     # per broker
     "danube_broker_topics_owned",
-    "danube_broker_cpu_usage",
-    "danube_broker_memory_usage",
+    "ister_broker_cpu_usage_ratio",
+    "ister_broker_memory_usage_ratio",
     "ister_event_loop_stalls_total",
     "ister_gc_pauses_total",
-    "danube_broker_throughput_mbps",
-    # topics (names as in ister.broker.metrics)
-    "danube_subscription_lag_messages",
+    "ister_broker_bytes_in_total",
+    # produce and consume (names as in ister.broker.metrics)
     "danube_topic_messages_in_total",
     "danube_topic_bytes_in_total",
+    "danube_consumer_messages_out_total",
+    "ister_broker_messages_out_total",
+    "ister_metrics_topics",
+    # lag
+    "danube_subscription_lag_messages",
+    "ister_broker_subscription_lag_messages",
+    # latency
+    "ister_publish_committed_seconds_bucket",
+    "ister_publish_durable_seconds_bucket",
+    "ister_wal_fsync_seconds_bucket",
+    "ister_replication_round_trip_seconds_bucket",
+    "ister_dispatch_delay_seconds_bucket",
+    "ister_ack_latency_seconds_bucket",
+    # redeliveries and dead letters
+    "danube_subscription_redelivery_total",
+    "danube_subscription_nack_total",
+    "danube_subscription_dlq_total",
+    # replication
+    "ister_under_replicated_topics",
+    "ister_under_min_isr_topics",
+    "ister_isr_shrinks_total",
+    "ister_replica_lag_messages",
+    # storage and export
+    "ister_broker_wal_bytes",
+    "ister_broker_object_bytes",
+    "ister_data_disk_free_bytes",
+    "ister_data_disk_headroom_bytes",
+    "ister_broker_export_backlog_bytes",
+    "ister_export_backlog_oldest_seconds",
+    "ister_object_store_errors_total",
+    "ister_retention_failures_total",
 )
-ROWS = ("Cluster balance", "Rebalancing", "Brokers", "Topics")
+ROWS = (
+    "Cluster balance",
+    "Rebalancing",
+    "Brokers",
+    "Produce and consume",
+    "Lag",
+    "Latency",
+    "Redeliveries and dead letters",
+    "Replication",
+    "Storage and export",
+)
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +188,34 @@ def test_topic_metric_names_match_the_broker() -> None:
     names = {m.name for m in (metrics.subscription_lag, metrics.messages_in, metrics.bytes_in)}
     # a counter family's name is without the `_total` of its samples, as in prometheus_client
     assert names == {"danube_subscription_lag_messages", "danube_topic_messages_in", "danube_topic_bytes_in"}
+
+
+def test_every_series_a_panel_reads_is_exported_by_the_broker(dashboard: dict[str, Any]) -> None:
+    names = exported()
+    for panel in _graphs(dashboard):
+        for target in panel["targets"]:
+            missing = metrics_in(target["expr"]) - names
+            assert not missing, f"{panel['title']}: {sorted(missing)} not exported by the broker"
+
+
+def test_latency_panels_are_quantiles_of_histograms(dashboard: dict[str, Any]) -> None:
+    rows = _rows_of(dashboard)
+    latency = [p for p in _graphs(dashboard) if rows[p["id"]] == "Latency"]
+    assert len(latency) == 6
+    for panel in latency:
+        assert panel["fieldConfig"]["defaults"]["unit"] == "s", panel["title"]
+        for target in panel["targets"]:
+            assert target["expr"].startswith("histogram_quantile("), target["expr"]
+            assert "_seconds_bucket[$__rate_interval]" in target["expr"], target["expr"]
+
+
+def _rows_of(dashboard: dict[str, Any]) -> dict[int, str]:
+    """Panel id -> the title of the row above it (rows are not collapsed)."""
+    out: dict[int, str] = {}
+    current = ""
+    for panel in sorted(dashboard["panels"], key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"])):
+        if panel["type"] == "row":
+            current = panel["title"]
+        else:
+            out[panel["id"]] = current
+    return out

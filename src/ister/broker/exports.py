@@ -21,6 +21,7 @@ import random
 from dataclasses import dataclass
 
 from ister.broker.topic import Topic
+from ister.broker.topic_meter import TopicMeter
 from ister.storage.objects import LocalRetention
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class ExportScheduler:
         self.passes = 0  # passes run so far
         self.exported = 0  # objects (exported pieces of segments) written so far
         self.ticks = 0  # walks over the topics so far
+        self.meter = TopicMeter()  # per-topic storage and export-backlog series, refreshed by each walk
 
     def add(self, topic: Topic) -> None:
         """Export `topic` (it has an exporter) from now on; the first pass comes at the next tick."""
@@ -60,6 +62,7 @@ class ExportScheduler:
     def remove(self, topic: Topic) -> None:
         """Stop exporting `topic` (a pass under way is cancelled by `Topic.close`, which awaits it)."""
         self._topics.pop(topic, None)
+        self.meter.forget(topic)
 
     async def close(self) -> None:
         task, self._task = self._task, None
@@ -80,7 +83,10 @@ class ExportScheduler:
                 if i and i % SLICE == 0:
                     await asyncio.sleep(0)
                 state = self._topics.get(topic)
-                if state is None or state.running is not None or topic.closing:
+                if state is None or topic.closing:
+                    continue
+                self.meter.update(topic)
+                if state.running is not None:
                     continue
                 if loop.time() < state.not_before or not self._needs_pass(topic, state):
                     continue
@@ -96,6 +102,7 @@ class ExportScheduler:
                 await self._slots.acquire()
             for _ in range(PASS_CONCURRENCY):
                 self._slots.release()
+            self.meter.walk_done()
             self.ticks += 1
             await asyncio.sleep(self.interval)
 

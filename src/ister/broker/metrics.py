@@ -23,6 +23,8 @@ from typing import Literal, NamedTuple
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from ister.histogram import histogram
+
 SUB_LABELS = ("topic", "subscription")
 TOPIC_LABELS = ("topic",)
 
@@ -194,6 +196,84 @@ offsets_skipped = TopicFamily(
     "counter",
     TOPIC_LABELS,
 )
+# Storage of each reliable topic this broker owns (broker/topic_meter.py, refreshed by the export walk)
+wal_bytes = TopicFamily(
+    "ister_topic_wal_bytes",
+    "Bytes of the topic's WAL segment files on this broker's disk",
+    "gauge",
+    TOPIC_LABELS,
+    "ister_broker_wal_bytes",
+    "Bytes of the WAL segment files of every topic this broker owns",
+)
+object_bytes = TopicFamily(
+    "ister_topic_object_bytes",
+    "Bytes of the topic's objects in the durable tier (as of its last export pass)",
+    "gauge",
+    TOPIC_LABELS,
+    "ister_broker_object_bytes",
+    "Bytes of the durable-tier objects of every topic this broker owns",
+)
+start_offset = TopicFamily(
+    "ister_topic_start_offset",
+    "The topic's first offset kept (retention moves it forward)",
+    "gauge",
+    TOPIC_LABELS,
+)
+end_offset = TopicFamily(
+    "ister_topic_end_offset",
+    "The offset the topic's next message gets (committed end; end - start = messages kept)",
+    "gauge",
+    TOPIC_LABELS,
+)
+export_backlog_bytes = TopicFamily(
+    "ister_topic_export_backlog_bytes",
+    "Bytes of the WAL files that hold records not yet exported to the durable tier",
+    "gauge",
+    TOPIC_LABELS,
+    "ister_broker_export_backlog_bytes",
+    "Bytes of WAL files holding records not yet exported, over every topic this broker owns",
+)
+export_backlog_age = TopicFamily(
+    "ister_topic_export_backlog_age_seconds",
+    "Age of the topic's oldest record not yet exported to the durable tier (0: none)",
+    "gauge",
+    TOPIC_LABELS,
+)
+export_backlog_oldest = Gauge(
+    "ister_export_backlog_oldest_seconds",
+    "Age of the oldest record not yet exported to the durable tier, over every topic this broker owns",
+)
+STORAGE_FAMILIES = (
+    wal_bytes,
+    object_bytes,
+    start_offset,
+    end_offset,
+    export_backlog_bytes,
+    export_backlog_age,
+)
+
+# Latency histograms (ister/histogram.py): observed once per batch, delivery or ack call
+publish_durable = histogram(
+    "ister_publish_durable_seconds",
+    "Reliable publish batches: from the broker taking the batch to its records being fsync'd to the local "
+    "WAL",
+)
+publish_committed = histogram(
+    "ister_publish_committed_seconds",
+    "Reliable publish batches: from the broker taking the batch to its acknowledgement (committed: durable "
+    "here and, on a replicated topic, on min_insync_replicas)",
+)
+dispatch_delay = histogram(
+    "ister_dispatch_delay_seconds",
+    "First deliveries: from the oldest record's publish time (the producer's clock) to its delivery to a "
+    "consumer stream, once per delivered batch",
+)
+ack_latency = histogram(
+    "ister_ack_latency_seconds",
+    "Acknowledgements: from the delivery of the acknowledged message to its ack (millisecond clock), once "
+    "per ack request",
+)
+
 # Retention (broker/retention.py): broker totals
 retention_deleted_units = Counter(
     "ister_retention_deleted_units", "Whole units (objects or WAL files) retention deleted on this broker"
@@ -256,7 +336,8 @@ SUBSCRIPTION_FAMILIES = (
     bytes_out,
     dropped,
 )
-TOPIC_FAMILIES = (*SUBSCRIPTION_FAMILIES, messages_in, bytes_in, offsets_skipped)
+TOPIC_OWN_FAMILIES = (messages_in, bytes_in, offsets_skipped, *STORAGE_FAMILIES)
+TOPIC_FAMILIES = (*SUBSCRIPTION_FAMILIES, *TOPIC_OWN_FAMILIES)
 
 
 def forget_subscription(topic: str, subscription: str) -> None:
@@ -268,7 +349,7 @@ def forget_subscription(topic: str, subscription: str) -> None:
 
 def forget_topic(topic: str) -> None:
     """Drop a topic's own series (its subscriptions drop theirs when they close)."""
-    for family in (messages_in, bytes_in, offsets_skipped):
+    for family in TOPIC_OWN_FAMILIES:
         with contextlib.suppress(KeyError):
             family.remove(topic)
 

@@ -23,7 +23,7 @@ from ister.core.dispatch import DeadLetter, FailurePolicy, Group, ReliableSubscr
 from ister.core.dispatch.types import SubscriptionStats
 from ister.core.frameblock import FrameBlock
 from ister.core.frames import HEADER_SIZE
-from ister.core.record import StoredMessage, decode_message
+from ister.core.record import StoredMessage, decode_message, publish_time_of
 from ister.errors import OffsetOutOfRange
 from ister.ids import new_id
 from ister.limits import CURSOR_FLUSH_ACKS, CURSOR_FLUSH_SECONDS, HEARTBEAT_SECONDS
@@ -238,25 +238,37 @@ class ReliableSubscription(Subscription):
         return n
 
     async def ack(self, offset: int) -> bool:
-        known = self._state.on_ack(offset, now_ms())
+        now = now_ms()
+        sent = self._state.delivered_at(offset)
+        known = self._state.on_ack(offset, now)
         if not known:
             self._warn("ack of offset %d that is not in flight; ignored", offset)
             return False
+        if sent is not None:
+            metrics.ack_latency.observe((now - sent) / 1000)
         self._held.records.pop(offset, None)
         self._acks_since_flush += 1
         self._poke()
         return True
 
     async def ack_range(self, first: int, last: int, consumer_id: int) -> int:
-        acked = self._state.ack_range(first, last, now_ms())
+        now = now_ms()
+        sent = self._state.delivered_at(last)  # the newest of the range: its delivery to this ack
+        acked = self._state.ack_range(first, last, now)
         if acked:
+            if sent is not None:
+                metrics.ack_latency.observe((now - sent) / 1000)
             self._acks_since_flush += acked
             self._poke()
         return acked
 
     async def ack_upto(self, offset: int, consumer_id: int) -> int:
-        acked = self._state.ack_upto(offset, consumer_id, now_ms())
+        now = now_ms()
+        sent = self._state.delivered_at(offset)
+        acked = self._state.ack_upto(offset, consumer_id, now)
         if acked:
+            if sent is not None:
+                metrics.ack_latency.observe((now - sent) / 1000)
             self._acks_since_flush += acked
             self._poke()
         return acked
@@ -452,6 +464,7 @@ class ReliableSubscription(Subscription):
     def _deliver(self, groups: list[Group]) -> None:
         """Hand each consumer its messages as chunks (runs of frames as read, or records)."""
         sent = nbytes = redelivered = 0  # metrics are updated once per call: each inc() takes a lock
+        oldest: int | None = None  # publish time (unix ms) of the oldest record delivered a first time
         for cid, offsets, redelivery in groups:
             session = self.consumers.get(cid)
             stream = session.stream if session is not None else None
@@ -470,11 +483,18 @@ class ReliableSubscription(Subscription):
                 nbytes += chunk.nbytes - HEADER_SIZE * chunk.count
                 if redelivery:
                     redelivered += chunk.count
+            if not redelivery and offsets:
+                record = self._held.get(offsets[0])
+                stamp = publish_time_of(record) if record is not None else None
+                if stamp and (oldest is None or stamp < oldest):
+                    oldest = stamp
         if sent:
             self._m_out.inc(sent)
             self._m_bytes.inc(nbytes)
             self.messages_out += sent
             self.bytes_out += nbytes
+            if oldest is not None:
+                metrics.dispatch_delay.observe(time.time() - oldest / 1000)
         if redelivered:
             self._m_redelivered.inc(redelivered)
 

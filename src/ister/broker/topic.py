@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable, Sequence
+from time import monotonic
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -187,15 +188,20 @@ class Topic:
         self.messages_in += len(records)  # cumulative, for load reports (rates are deltas of these)
         self.bytes_in += payload_bytes
         if self.wal is not None:
+            started = monotonic()
             try:
                 with self._publish_deadlines.guard():
                     # msgspec.Raw is a buffer over the client's record bytes: framed without a copy
                     offset = await self.wal.append(records)
+                    done = monotonic()
+                    metrics.publish_durable.observe(done - started)
                     claim.appended()
                     if gate is not None:
                         # acknowledged only once enough replicas hold it (readers see it from then on)
                         gate.appended()
                         await gate.wait_committed(offset + len(records))
+                        done = monotonic()
+                    metrics.publish_committed.observe(done - started)
                 if self.cursors:
                     self._cursor_lag_changed()
             except DiskFull:  # the disk filled between two checks of its free space (storage/diskspace.py)

@@ -23,12 +23,19 @@ topic_assignments = Counter(
     "danube_topic_assignments_total", "Topic assignment changes made by the leader", ("broker_id", "action")
 )
 # danube_broker_topics_owned{broker_id} is ister.broker.metrics.topics_loaded (set in standalone mode too)
-cpu_usage = Gauge("danube_broker_cpu_usage", "CPU usage of this broker's host, percent", ("broker_id",))
-memory_usage = Gauge(
-    "danube_broker_memory_usage", "Memory usage of this broker's host, percent", ("broker_id",)
+# Seed 002 named these danube_broker_cpu_usage / memory_usage (percent) and danube_broker_throughput_mbps
+# (a MB/s gauge); Danube itself neither exports nor queries them (its console reads danube_topic_* and
+# danube_consumer_* counters), so they carry units here: ratios 0-1, and the bytes counter
+# ister_broker_bytes_in_total instead of a throughput gauge (docs/metrics.md).
+cpu_usage = Gauge(
+    "ister_broker_cpu_usage_ratio",
+    "CPU usage of this broker's host (0-1), as in its last load report",
+    ("broker_id",),
 )
-throughput_mbps = Gauge(
-    "danube_broker_throughput_mbps", "Bytes published to this broker, MB/s", ("broker_id",)
+memory_usage = Gauge(
+    "ister_broker_memory_usage_ratio",
+    "Memory usage of this broker's host (0-1), as in its last load report",
+    ("broker_id",),
 )
 failed_moves = Counter(
     "ister_failed_moves_total", "Moves of a topic off this broker that failed (the topic stayed here)"

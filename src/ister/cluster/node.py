@@ -142,9 +142,8 @@ class ClusterNode:
                     report = self.reporter.report(host.load_snapshot(), followed=self.followed())
                     bid = str(self.broker_id)
                     usage = {r["resource"]: r["usage"] for r in report["resources_usage"]}
-                    cluster_metrics.cpu_usage.labels(bid).set(usage.get("CPU", 0.0))
-                    cluster_metrics.memory_usage.labels(bid).set(usage.get("Memory", 0.0))
-                    cluster_metrics.throughput_mbps.labels(bid).set(report["total_throughput_mbps"])
+                    cluster_metrics.cpu_usage.labels(bid).set(usage.get("CPU", 0.0) / 100)
+                    cluster_metrics.memory_usage.labels(bid).set(usage.get("Memory", 0.0) / 100)
                     await self.store.put(keys.load_report(self.broker_id), report)
             except (MetadataError, TimeoutError) as exc:
                 log.warning("writing the load report failed: %s", exc)

@@ -54,7 +54,25 @@ class LeanMessage(msgspec.Struct, array_like=True, frozen=True):
     schema_version: int | None = None
 
 
+class _Stamp(msgspec.Struct, array_like=True, frozen=True):
+    """The first two fields of a stored record (the rest are not decoded)."""
+
+    payload: msgspec.Raw
+    publish_time: int
+
+
 _encoder = msgspec.msgpack.Encoder()
+_stamp = msgspec.msgpack.Decoder(_Stamp)
+
+
+def publish_time_of(data: bytes | memoryview | msgspec.Raw) -> int | None:
+    """A stored record's publish time (unix ms) without decoding the rest; None when it does not decode."""
+    try:
+        return _stamp.decode(data).publish_time
+    except (msgspec.DecodeError, TypeError):
+        return None
+
+
 _decoder = msgspec.msgpack.Decoder(StoredMessage)
 
 

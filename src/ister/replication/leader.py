@@ -275,6 +275,7 @@ class ReplicaLeader:
         sent = start
         acked = start
         moved = asyncio.Event()
+        trips = metrics.RoundTrips()
 
         async def take_acks() -> None:
             nonlocal acked
@@ -282,6 +283,7 @@ class ReplicaLeader:
                 if not acked <= end <= sent:
                     raise InvalidArgument(f"acknowledged {end}, outside [{acked}, {sent}] of {self.name}")
                 acked = end
+                trips.acked(end)
                 self._progress(follower, end)
                 moved.set()
 
@@ -318,6 +320,7 @@ class ReplicaLeader:
                     raise Unavailable(f"topic {self.name} is no longer led here ({why})") from None
                 resp, sent = self._response(got, sent)
                 if got:
+                    trips.sent(sent)
                     self._sent[reader] = sent
                     wal.trim_frames(min(self._sent.values()))
                 yield resp  # with no records: a heartbeat carrying the commit
@@ -451,6 +454,12 @@ class ReplicaLeader:
                 for r in [f for f in self.state.followers if f not in new.replicas]:
                     del self.state.followers[r]
                     self.last_fetch.pop(r, None)
+                left = set(self.record.isr) - set(new.isr)
+                joined = set(new.isr) - set(self.record.isr)
+                if left:
+                    metrics.isr_shrinks.inc(len(left))
+                if joined:
+                    metrics.isr_expands.inc(len(joined))
                 self.record, self.version = new, kv.version
                 if len(new.isr) < new.min_insync:
                     self._fail_waiters(Unavailable(f"{self.name}: in-sync replicas below the minimum"))

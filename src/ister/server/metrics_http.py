@@ -35,8 +35,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client import REGISTRY, generate_latest
+from prometheus_client import REGISTRY, disable_created_metrics, generate_latest
 
+from ister import buildinfo
 from ister.config import TlsFiles
 from ister.errors import ConfigError
 from ister.limits import (
@@ -50,6 +51,9 @@ from ister.security.files import WatchedFiles
 from ister.server.tls import ReloadingSslContext, is_loopback
 
 log = logging.getLogger(__name__)
+
+# No `<name>_created` series: they double what counters and histograms export and no dashboard reads them.
+disable_created_metrics()  # type: ignore[no-untyped-call]  # (untyped in prometheus_client)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 JSON_CONTENT_TYPE = "application/json"
@@ -461,6 +465,7 @@ def start_metrics_server(
             host,
             port,
         )
+    buildinfo.publish()
     try:
         server = MetricsServer(host, port, tls=context, bearer_token=bearer, routes=routes)
     except OSError as exc:

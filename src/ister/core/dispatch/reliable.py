@@ -401,6 +401,12 @@ class ReliableSubscriptionState:
                 self._failures.requeue_parked(offset, entry)
 
     # -- outcomes ----------------------------------------------------------------------------------------
+    def delivered_at(self, offset: int) -> int | None:
+        """When the in-flight `offset` was last sent (ms, the clock of `now_ms`), None when not in flight:
+        its batch's ack deadline less the ack timeout."""
+        batch = self._holder.get(offset)
+        return None if batch is None else batch.deadline - self.policy.ack_timeout_ms
+
     def on_ack(self, offset: int, now_ms: int) -> bool:
         """Accept an ack of a delivered, unresolved offset (also late: after a timeout or exhaustion).
 

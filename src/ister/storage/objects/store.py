@@ -35,6 +35,7 @@ from obstore.store import LocalStore, MemoryStore, from_url
 from ister.errors import InvalidArgument, NotFound, StorageError, Unavailable
 from ister.limits import MiB
 
+from .metrics import count_error, requests
 from .options import split_options
 
 log = logging.getLogger(__name__)
@@ -161,8 +162,10 @@ def translate_error(exc: BaseException, what: str) -> StorageError | InvalidArgu
     return ObjectStoreUnavailable(f"{what}: {type(exc).__name__}: {text}")
 
 
-def _raise(exc: BaseException, what: str) -> NoReturn:
-    raise translate_error(exc, what) from exc
+def _raise(exc: BaseException, what: str, operation: str) -> NoReturn:
+    translated = translate_error(exc, what)
+    count_error(operation, translated)
+    raise translated from exc
 
 
 def check_key(key: str) -> str:
@@ -233,6 +236,7 @@ class ObjectStore:
     async def put(self, key: str, data: bytes | bytearray | memoryview) -> PutInfo:
         """Write a whole object atomically (a multipart upload above `multipart_threshold`)."""
         check_key(key)
+        requests.labels("put").inc()
         size = len(data)
         what = f"put {key!r} ({size} bytes) to {self.url}"
         try:
@@ -246,7 +250,7 @@ class ObjectStore:
                     max_concurrency=MULTIPART_CONCURRENCY,
                 )
         except Exception as exc:
-            _raise(exc, what)
+            _raise(exc, what, "put")
         return PutInfo(size, result.get("e_tag"))
 
     async def put_stream(self, key: str, chunks: AsyncIterable[bytes], size_hint: int) -> PutInfo:
@@ -256,6 +260,7 @@ class ObjectStore:
         `size_hint` (total bytes, roughly) only sizes the deadline.
         """
         check_key(key)
+        requests.labels("put").inc()
         what = f"put {key!r} (multipart, about {size_hint} bytes) to {self.url}"
         counted = 0
 
@@ -280,10 +285,11 @@ class ObjectStore:
                     chunk_size=self.part_size,
                     max_concurrency=MULTIPART_CONCURRENCY,
                 )
-        except (StorageError, InvalidArgument, NotFound):
+        except (StorageError, InvalidArgument, NotFound) as exc:
+            count_error("put", exc)
             raise
         except Exception as exc:
-            _raise(exc, what)
+            _raise(exc, what, "put")
         return PutInfo(counted, result.get("e_tag"))
 
     @staticmethod
@@ -311,6 +317,7 @@ class ObjectStore:
     async def get(self, key: str) -> bytes:
         """The whole object."""
         check_key(key)
+        requests.labels("get").inc()
         what = f"get {key!r} from {self.url}"
         try:
             async with self._turn():
@@ -319,11 +326,12 @@ class ObjectStore:
                 async with asyncio.timeout(self._deadline(int(result.meta["size"]))):
                     return bytes(await result.bytes_async())
         except Exception as exc:
-            _raise(exc, what)
+            _raise(exc, what, "get")
 
     async def get_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes [start, end) of the object (fewer if the object ends before `end`)."""
         check_key(key)
+        requests.labels("get").inc()
         if not 0 <= start < end:
             raise InvalidArgument(f"invalid byte range [{start}, {end})")
         what = f"get {key!r} bytes [{start}, {end}) from {self.url}"
@@ -331,11 +339,12 @@ class ObjectStore:
             async with self._turn(), asyncio.timeout(self._deadline(end - start)):
                 return bytes(await obstore.get_range_async(self._store, key, start=start, end=end))
         except Exception as exc:
-            _raise(exc, what)
+            _raise(exc, what, "get")
 
     async def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
         """The last `length` bytes (the whole object if it is shorter) and the object's size: one GET."""
         check_key(key)
+        requests.labels("get").inc()
         if length < 1:
             raise InvalidArgument("tail length must be >= 1")
         what = f"get the last {length} bytes of {key!r} from {self.url}"
@@ -345,19 +354,22 @@ class ObjectStore:
                 data = bytes(await result.bytes_async())
                 size = int(result.meta["size"])
         except Exception as exc:
-            _raise(exc, what)
+            _raise(exc, what, "get")
         if len(data) > size or len(data) != min(length, size):
-            raise ObjectStoreUnavailable(f"{what}: got {len(data)} bytes of a {size}-byte object")
+            short = ObjectStoreUnavailable(f"{what}: got {len(data)} bytes of a {size}-byte object")
+            count_error("get", short)
+            raise short
         return data, size
 
     async def head(self, key: str) -> ObjectInfo:
         check_key(key)
+        requests.labels("head").inc()
         what = f"head {key!r} in {self.url}"
         try:
             async with self._turn(), asyncio.timeout(self.op_timeout):
                 meta = await obstore.head_async(self._store, key)
         except Exception as exc:
-            _raise(exc, what)
+            _raise(exc, what, "head")
         return ObjectInfo(str(meta["path"]), int(meta["size"]), meta.get("e_tag"))
 
     async def list(self, prefix: str = "", *, limit: int = MAX_LIST_RESULTS) -> list[ObjectInfo]:
@@ -366,6 +378,7 @@ class ObjectStore:
         Raises StorageError if more than `limit` objects match.
         """
         _check_prefix(prefix)
+        requests.labels("list").inc()
         what = f"list {prefix!r} in {self.url}"
         found: list[ObjectInfo] = []
         try:
@@ -376,16 +389,18 @@ class ObjectStore:
                         found.append(ObjectInfo(str(meta["path"]), int(meta["size"]), meta.get("e_tag")))
                     if len(found) > limit:
                         raise StorageError(f"{what}: more than {limit} objects")
-        except StorageError:
+        except StorageError as exc:
+            count_error("list", exc)
             raise
         except Exception as exc:
-            _raise(exc, what)
+            _raise(exc, what, "list")
         found.sort(key=lambda info: info.key)
         return found
 
     async def delete(self, key: str) -> None:
         """Delete an object; deleting a missing object is not an error."""
         check_key(key)
+        requests.labels("delete").inc()
         what = f"delete {key!r} from {self.url}"
         try:
             async with self._turn(), asyncio.timeout(self.op_timeout):
@@ -393,7 +408,7 @@ class ObjectStore:
         except FileNotFoundError:
             return
         except Exception as exc:
-            _raise(exc, what)
+            _raise(exc, what, "delete")
 
 
 def open_store(

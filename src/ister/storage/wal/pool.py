@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from prometheus_client import Gauge
 
 from ister.errors import ConfigError, StorageError
+from ister.histogram import histogram
 
 from . import durable
 from .checkpoint import Checkpoint, write_checkpoints
@@ -319,7 +320,9 @@ class WriterPool:
             if len(writers) < SHARED_SYNC_MIN_FILES:
                 continue
             try:
+                started = time.monotonic()
                 syncfs(writers[0].sync_fd())
+                wal_fsync.observe(time.monotonic() - started)
             except OSError as exc:
                 # Each writer fdatasyncs its own file instead (turn_sync), which reports a write-back error
                 # for the file it concerns.
@@ -421,3 +424,9 @@ writer_threads = Gauge("ister_wal_writer_threads", "Threads of the WAL writer po
 writer_threads.set_function(lambda: sum(len(p._threads) for p in list(_pools)))
 wal_writers = Gauge("ister_wal_writers", "Open WALs served by the writer pool(s)")
 wal_writers.set_function(lambda: sum(p._writers for p in list(_pools)))
+wal_fsync = histogram(
+    "ister_wal_fsync_seconds",
+    "Syncs that made WAL writes durable: one fdatasync of a segment file, or one syncfs covering several "
+    "WALs' files (fsync: always; interval mode's periodic fdatasyncs too)",
+    threadsafe=True,
+)

@@ -52,7 +52,7 @@ from .checkpoint import Checkpoint, CheckpointFile
 from .config import WalConfig
 from .durable import fsync_dir
 from .names import segment_name
-from .pool import Call, WriterPool
+from .pool import Call, WriterPool, wal_fsync
 from .segment import Segment
 from .truncate import CutPlan, carry_out, clip_ranges, frame_position
 
@@ -640,7 +640,10 @@ class WalWriter:
             log.warning("WAL %s: cannot cut the preallocated tail of %s: %s", self._directory, seg.path, exc)
 
     def _fdatasync(self) -> None:
-        os.fdatasync(self._open_active())
+        fd = self._open_active()
+        started = time.monotonic()
+        os.fdatasync(fd)
+        wal_fsync.observe(time.monotonic() - started)
 
     def _sync(self) -> None:
         self._fdatasync()
