@@ -29,7 +29,18 @@ def spark() -> Iterator[Any]:
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers use this venv (ister, pyarrow)
     from ister.spark.pipeline import local_session
 
-    session = local_session("local[2]", **{"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"})
+    conf = {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"}
+    # The JVM is started by a fork of this process; beside another pytest worker on two busy cores it has
+    # once exited before sending its port ("Java gateway process exited"). That is the launch failing, not
+    # Spark or Ister: try again (three attempts), and fail with the last error if it keeps happening.
+    for attempt in range(3):
+        try:
+            session = local_session("local[2]", **conf)
+            break
+        except Exception as exc:  # pyspark's PySparkRuntimeError (JAVA_GATEWAY_EXITED) and its kin
+            if attempt == 2 or "gateway" not in str(exc).lower():
+                raise
+            print(f"spark: the JVM did not start ({exc}); trying again", file=sys.stderr)
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
