@@ -288,3 +288,23 @@ def test_url_and_offset_key_checks_without_spark() -> None:
     with pytest.raises(InvalidArgument, match=r"/default/b has no partition -1; the query has"):
         check_spec({"/default/b": {"-1": 5}}, "startingOffsets", tps)
     assert check_spec("earliest", "startingOffsets", tps) == "earliest"
+
+
+def test_starting_timestamp_and_offsets_by_timestamp(spark: Any, broker: BrokerProcess) -> None:
+    """Kafka's `startingTimestamp` / `startingOffsetsByTimestamp`: the first message published at or after
+    the time (its offset found by the broker from the units' publish-time ranges), the head when none is."""
+    topic = new_topic("by_time")
+    produce(broker.url, topic, 0, 40)
+    cut = int(time.time() * 1000) + 1
+    while int(time.time() * 1000) <= cut:  # the next messages are published strictly after `cut`
+        time.sleep(0.001)
+    produce(broker.url, topic, 40, 25)
+    rows = read(spark, broker, topic, startingTimestamp=str(cut)).select("offset").collect()
+    assert sorted(r.offset for r in rows) == list(range(40, 65))
+    by_partition = json.dumps({topic: {"0": cut}})  # "0" names the topic without partitions, as in Kafka
+    rows = read(spark, broker, topic, startingOffsetsByTimestamp=by_partition).select("offset").collect()
+    assert sorted(r.offset for r in rows) == list(range(40, 65))
+    later = str(int(time.time() * 1000) + 60_000)
+    assert read(spark, broker, topic, startingTimestamp=later).count() == 0  # after every message: the head
+    with pytest.raises(Exception, match="startingTimestamp"):
+        read(spark, broker, topic, startingTimestamp="yesterday").count()

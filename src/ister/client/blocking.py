@@ -137,6 +137,10 @@ class BlockingClient:
         """See `Client.offsets`."""
         return self._run(self.client.offsets(topic))
 
+    def offset_for_time(self, topic: str, when_ms: int) -> int:
+        """See `Client.offset_for_time`."""
+        return self._run(self.client.offset_for_time(topic, when_ms))
+
     def set_cursor(self, topic: str, subscription: str, next_offset: int) -> int:
         """See `Client.set_cursor`."""
         return self._run(self.client.set_cursor(topic, subscription, next_offset))

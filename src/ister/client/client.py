@@ -14,6 +14,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 import grpc
@@ -30,7 +31,7 @@ from ister.client._conn import (
 )
 from ister.client.api_key import API_KEY_ENV, ApiKeySession
 from ister.client.consumer import Consumer, SubType
-from ister.client.cursors import CursorPosition, SeekPosition
+from ister.client.cursors import TIME_LOOKUP_SUBSCRIPTION, CursorPosition, SeekPosition, seek_request
 from ister.client.cursors import seek as seek_cursor
 from ister.client.errors import exhausted, to_ister_error
 from ister.client.messages import split_frames
@@ -356,6 +357,22 @@ class Client:
             raise errors.NotFound(f"topic {topic} does not exist")
         names = found.partitions or [topic]
         return [await seek_cursor(self, part, subscription, position) for part in names]
+
+    async def offset_for_time(self, topic: str, when: datetime | int) -> int:
+        """The first offset of the concrete `topic` (a partition of a partitioned one) whose message was
+        published at or after `when` (a datetime, or Unix ms), else its head. Nothing moves (a dry-run
+        SeekCursor on a name no subscription uses)."""
+        request = seek_request(topic, TIME_LOOKUP_SUBSCRIPTION, when if isinstance(when, datetime) else 0)
+        if not isinstance(when, datetime):
+            if isinstance(when, bool) or when < 0:
+                raise errors.InvalidArgument(f"bad time {when!r}: Unix milliseconds >= 0 or a datetime")
+            request.time_ms = when
+        request.dry_run = True
+
+        async def call(stub: Any) -> Any:
+            return await stub.SeekCursor(request, timeout=OFFSETS_TIMEOUT_SECONDS)
+
+        return int((await self._on_owner(topic, call, "SeekCursor")).positions[0].next)
 
     async def set_cursor(self, topic: str, subscription: str, next_offset: int) -> int:
         """Move `subscription`'s cursor on a reliable topic so that `next_offset` is the first offset it has

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from ister.client.client import Client
 
 SEEK_TIMEOUT_SECONDS = 30.0
+# The subscription name a time lookup's dry-run seek names (nothing is created or moved).
+TIME_LOOKUP_SUBSCRIPTION = "ister-time-lookup"
 
 SeekPosition = int | datetime | Literal["earliest", "latest"]
 

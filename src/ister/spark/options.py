@@ -37,6 +37,7 @@ SOURCE_OPTIONS = {
     "valueformat", "readmode", "ister.read.maxrecords", "maxoffsetsperpartition", "predefinedsubscription",
     CONNECT_TIMEOUT, AUTH_TOKEN, TLS_CA, "schemasubject", "schemaversion", "mode",
     "columnnameofcorruptrecord", "ister.read.parquet", "ister.read.parqueturl", RANGES,
+    "startingtimestamp", "startingoffsetsbytimestamp",
 }  # fmt: skip
 VALUE_SCHEMA_OPTIONS = ("schemasubject", "schemaversion", "mode", "columnnameofcorruptrecord")
 SINK_OPTIONS = {
@@ -280,6 +281,11 @@ class SourceOptions:
     use_parquet: bool = True
     parquet_url: str | None = None  # the store as Spark's JVM (Hadoop) names it, e.g. s3a://bucket/prefix
     ranges: dict[TopicPartition, list[tuple[int, int]]] | None = None  # RANGES, from `ister.spark.read`
+    # As Kafka's source: start at the first message published at or after a time (Unix ms), for every
+    # partition (startingTimestamp) or per partition (startingOffsetsByTimestamp); both win over
+    # startingOffsets, startingTimestamp over startingOffsetsByTimestamp.
+    starting_time: int | None = None
+    starting_times: Spec | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool | None) -> SourceOptions:
@@ -324,6 +330,18 @@ class SourceOptions:
         ending = parse_spec(
             opts.get("endingoffsets"), "endingOffsets", default="latest", allow_earliest=False
         )
+        starting_time = _timestamp(opts.get("startingtimestamp"))
+        starting_times: Spec | None = None
+        if "startingoffsetsbytimestamp" in opts:
+            starting_times = parse_spec(
+                opts["startingoffsetsbytimestamp"], "startingOffsetsByTimestamp", default="{}"
+            )
+            if isinstance(starting_times, str) or any(
+                t < 0 for parts in starting_times.values() for t in parts.values()
+            ):
+                raise InvalidArgument(
+                    'option startingOffsetsByTimestamp: a JSON object {"/ns/t": {"0": <Unix ms>, ...}}'
+                )
         storage = {k[len(STORAGE_PREFIX) :]: v for k, v in opts.items() if k.startswith(STORAGE_PREFIX)}
         storage.pop("url", None)
         return cls(
@@ -334,6 +352,8 @@ class SourceOptions:
             starting=starting,
             ending=ending,
             min_partitions=_positive(opts, "minPartitions"),
+            starting_time=starting_time,
+            starting_times=starting_times,
             include_headers=include_headers(opts),
             fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
             max_offsets_per_trigger=_positive(opts, "maxOffsetsPerTrigger"),
@@ -380,3 +400,13 @@ class SinkOptions:
             schema=SinkSchemaOptions.parse(opts),
             auth=ClientAuth.parse(opts),
         )
+
+
+def _timestamp(raw: str | None) -> int | None:
+    """startingTimestamp: Unix milliseconds (as Kafka's source), None when not given."""
+    if raw is None:
+        return None
+    text = raw.strip()
+    if not text.isdigit():
+        raise InvalidArgument(f"option startingTimestamp: Unix milliseconds, got {raw!r}")
+    return int(text)

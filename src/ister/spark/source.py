@@ -35,7 +35,7 @@ from pyspark.sql.types import DataType, StructType
 from ister.client.blocking import BlockingClient
 from ister.client.client import TopicOffsets
 from ister.core import stream_offsets as so
-from ister.core.stream_offsets import Positions, TopicPartition
+from ister.core.stream_offsets import Positions, Spec, TopicPartition
 from ister.errors import DataLoss, InvalidArgument, IsterError, NotFound
 from ister.spark import discovery
 from ister.spark.offsets import check_spec
@@ -121,6 +121,7 @@ class _Planner:
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self.described: dict[TopicPartition, TopicOffsets] = {}  # as of the last `describe`
+        self._times: Spec | None = None  # startingOffsetsByTimestamp, keys checked
         self._client: BlockingClient | None = None
         self._skipped: set[str] = set()  # topicsPattern: topics already warned about
         self._listed: dict[
@@ -161,8 +162,12 @@ class _Planner:
         return out
 
     def first_position(self, tp: TopicPartition, start: int, info: TopicOffsets) -> int:
-        """Where a new query (or a batch read) starts, from its resolved startingOffsets: a start past the
-        head is an error, or the head with failOnDataLoss=false (nothing old to read)."""
+        """Where a new query (or a batch read) starts, from its resolved startingOffsets (or a starting
+        time: the first message published at or after it, the head when none is): a start past the head
+        is an error, or the head with failOnDataLoss=false (nothing old to read)."""
+        when = self.starting_time_of(tp)
+        if when is not None:
+            return max(info.earliest, min(self.client.offset_for_time(tp.name, when), info.next))
         if start > info.next:
             what = f"{tp.name}: startingOffsets {start} is past the head {info.next}"
             if self.opts.fail_on_data_loss:
@@ -170,6 +175,16 @@ class _Planner:
             log.warning("%s; starting at the head (failOnDataLoss=false)", what)
             return info.next
         return self.check_loss(tp, start, info)
+
+    def starting_time_of(self, tp: TopicPartition) -> int | None:
+        opts = self.opts
+        if opts.starting_time is not None:
+            return opts.starting_time
+        if isinstance(opts.starting_times, dict):
+            if self._times is None:  # its keys checked against the query's partitions, as startingOffsets
+                self._times = check_spec(opts.starting_times, "startingOffsetsByTimestamp", self.described)
+            return so.get(self._times, tp) if isinstance(self._times, dict) else None
+        return None
 
     def check_loss(self, tp: TopicPartition, start: int, info: TopicOffsets) -> int:
         """Where reading really starts when the checkpoint is behind retention or past the head."""
