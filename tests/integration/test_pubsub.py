@@ -153,8 +153,7 @@ async def test_key_shared_filters(shared_broker: BrokerProcess, topic: str) -> N
 async def test_partitioned_topic(shared_broker: BrokerProcess, topic: str, reliable: bool) -> None:
     c = await client(shared_broker.url)
     p = await producer(c, topic, "pp", reliable=reliable, partitions=3)
-    cons, q = await consumer(c, topic, "c", "psub", S.SHARED)
-    await asyncio.sleep(0.3)
+    cons, q = await consumer(c, topic, "c", "psub", S.SHARED)  # every partition's stream open
     for i in range(30):
         await p.send(f"m{i}".encode())
     got = await take(q, 30, ack=cons)
