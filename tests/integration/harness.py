@@ -147,7 +147,10 @@ async def consumer(
     queue = await cons.receive()
     admin = _ADMIN_OF_CLIENT.get(c)
     if admin is not None:
-        await until_attached(admin, topic, subscription, name)
+        # Every partition's stream (the client opens one per partition, each in its own task): the base
+        # name of a partitioned topic lists a consumer as soon as one of them is open.
+        for partition in cons._consumers:
+            await until_attached(admin, partition, subscription, name)
     return cons, queue
 
 

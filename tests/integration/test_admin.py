@@ -125,8 +125,7 @@ async def test_partitioned_topic_created_by_admin(admin_broker: BrokerProcess, t
     ]
     c = await client(admin_broker.url)
     cons, q = await consumer(c, topic, "c", "psub", S.SHARED)
-    p = await producer(c, topic, "pp", partitions=3)
-    await asyncio.sleep(0.3)  # non-reliable: let the streams open
+    p = await producer(c, topic, "pp", partitions=3)  # non-reliable: consumer() waited for every stream
     for i in range(9):
         await p.send(f"m{i}".encode())
     got = await take(q, 9, ack=cons)

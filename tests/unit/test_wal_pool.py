@@ -384,12 +384,15 @@ async def open_wals(tmp_path: Path, pool: WriterPool, n: int) -> list[Wal]:
 
 
 async def checkpoints_recorded(wals: list[Wal], end: int) -> None:
-    """Wait until every WAL's checkpoint says `end` (they are written after the appends complete)."""
+    """Wait until every WAL's checkpoint says `end` (they are written after the appends complete) and its
+    writer has recorded it as durable. The file says `end` before the syncfs that makes it durable (and that
+    the tests count) has run: only the writer's mark, set after it, means the pool is done with it."""
 
-    def recorded() -> bool:
-        return all((c := read_checkpoint(w.directory)) is not None and c.next_offset == end for w in wals)
+    def recorded(w: Wal) -> bool:
+        c = read_checkpoint(w.directory)
+        return c is not None and c.next_offset == end and w._writer._mark == end
 
-    await until(recorded, "every WAL's checkpoint")
+    await until(lambda: all(recorded(w) for w in wals), "every WAL's checkpoint")
 
 
 async def test_one_syncfs_makes_a_batch_of_wals_durable(
