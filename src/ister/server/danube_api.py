@@ -14,6 +14,7 @@ from ister.ids import TopicName, clip
 from ister.limits import MAX_NACK_REASON_BYTES
 from ister.server.errors import server_stream, unary
 from ister.server.handlers import add_service
+from ister.server.peers import peer_address
 from ister.wire.convert import stored_from_wire, wire_from_stored
 from ister.wire.enums import access_mode_from_wire, reliable_from_wire, sub_type_from_wire
 from ister.wire.gen import DanubeApi_pb2 as pb
@@ -187,11 +188,3 @@ def add_danube_services(server: Any, broker: BrokerService) -> None:
     add_service(server, ConsumerServicer(broker), pb, "ConsumerService")
     add_service(server, DiscoveryServicer(broker), pb, "Discovery")
     add_service(server, HealthServicer(broker), pb, "HealthCheck")
-
-
-def peer_address(context: Ctx) -> str:
-    """The client's address as gRPC reports it (`ipv4:127.0.0.1:53712`), for the admin API's stats."""
-    try:
-        return str(context.peer() or "")
-    except Exception:  # a context without a transport (tests)
-        return ""

@@ -44,9 +44,9 @@ from ister.limits import (
 )
 from ister.security.api_keys import ApiKeyStore
 from ister.server.cursor_convert import move_to_wire, position_from_wire
-from ister.server.danube_api import peer_address as _peer
 from ister.server.errors import bidi_stream, server_stream, unary
 from ister.server.handlers import add_service
+from ister.server.peers import peer_address as _peer
 from ister.server.security_api import exchange_api_key
 from ister.wire.enums import initial_position_from_wire, reliable_from_wire, sub_type_from_wire
 from ister.wire.gen import ister_v1_pb2 as pb
