@@ -6,6 +6,7 @@ operator frees space. (A disk that fills anyway, under the WAL writer: test_stor
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,10 +63,15 @@ def fill(disk: Path, leave: int) -> Path:
     """An operator's (or another program's) file that leaves about `leave` bytes free."""
     filler = disk / "filler"
     chunk = b"\0" * MiB
-    with open(filler, "wb") as f:
+    with open(filler, "wb", buffering=0) as f:
         todo = free(disk) - leave
         while todo > 0:
-            f.write(chunk[: min(todo, MiB)])
+            try:
+                f.write(chunk[: min(todo, MiB)])
+            except OSError as exc:  # the broker wrote meanwhile: the disk is as full as asked, or fuller
+                if exc.errno != errno.ENOSPC:
+                    raise
+                break
             todo -= MiB
     return filler
 

@@ -56,7 +56,7 @@ def subscription_pb(v: SubscriptionView) -> pb.SubscriptionStatsEntry:
         owner_broker_id=_id(v.owner),
         delivery=v.delivery,
     )
-    if v.cursor is not None:
+    if v.cursor is not None and v.cursor >= 0:  # a stored cursor of -1: nothing acknowledged yet
         out.cursor = v.cursor
     return out
 
