@@ -159,15 +159,20 @@ class RetentionKeeper:
             for topic in list(self._topics()):
                 if topic.wal is None or topic.closing or topic.wal.closed:
                     continue
-                try:
-                    await self.enforce(topic)
-                except asyncio.CancelledError:
-                    raise
-                except (
-                    Exception
-                ) as exc:  # the store or etcd is down: nothing was deleted past what is recorded
-                    metrics.retention_failures.inc()
-                    log.warning("%s: retention pass failed (%s); retried next pass", topic.name, exc)
+                await self.run_once(topic)
+
+    async def run_once(self, topic: Topic) -> bool:
+        """`enforce`, its failure logged and counted; False when it failed. The store or etcd being down
+        stops a pass between steps, never deleting past what the metadata says is gone; the next pass
+        sweeps what this one left (an object whose descriptor is already deleted)."""
+        try:
+            await self.enforce(topic)
+        except Exception as exc:
+            metrics.retention_failures.inc()
+            self._swept.discard(topic)
+            log.warning("%s: retention pass failed (%s); retried next pass", topic.name, exc)
+            return False
+        return True
 
     async def enforce(self, topic: Topic) -> int:
         """One pass over one topic; returns its start offset afterwards."""
@@ -177,11 +182,10 @@ class RetentionKeeper:
         limits = self.view.limits_of(name)
         start = max(self.view.start_of(name), topic.start_offset)
         now_ms = int(self._clock() * 1000)
-        quota, _ = self.view.quota_of(name)
-        memo_key = (limits, start, wal.committed_offset, wal.segment_count)
+        quota, ttl_ms = self.view.quota_of(name)
         memo = self._memo.get(topic)
-        skippable = quota.unlimited and not self.view.quota_of(name)[1]
-        if skippable and memo is not None and memo[0] == memo_key and now_ms < memo[1]:
+        skippable = quota.unlimited and not ttl_ms
+        if skippable and memo is not None and memo[0] == _seen(limits, start, wal) and now_ms < memo[1]:
             return start  # nothing written, nothing changed and nothing expires yet: no metadata read
         if topic.exporter is not None and topic not in self._swept:
             await self.sweep(topic, topic.exporter.key_prefix)  # what an interrupted pass left behind
@@ -206,23 +210,23 @@ class RetentionKeeper:
                 if (desc.start_offset, desc.end_offset + 1) in gone and desc.end_offset < start:
                     await self._delete_object(name, desc)
         dropped = await wal.drop_below(start)
-        await self._check_quota(topic, units, start, now_ms)
-        ttl_ms = self.view.quota_of(name)[1]
+        await self._check_quota(topic, quota, units, start, now_ms)
         if ttl_ms:
             await self._expire(topic, ttl_ms, start, now_ms)
         kept = [u for u in units if u.end > start]
         due = kept[0].newest_ms + limits.time_ms + 1 if kept and limits.time_ms else 2**63
-        self._memo[topic] = ((limits, start, wal.committed_offset, wal.segment_count), due)
+        self._memo[topic] = (_seen(limits, start, wal), due)
         self.passes += 1
         if doomed or dropped:
             self.deleted_units += len(doomed)
             metrics.retention_deleted_units.inc(len(doomed) or dropped)
         return start
 
-    async def _check_quota(self, topic: Topic, units: list[Unit], start: int, now_ms: int) -> None:
+    async def _check_quota(
+        self, topic: Topic, quota: BacklogQuota, units: list[Unit], start: int, now_ms: int
+    ) -> None:
         """Measure the slowest subscription's backlog against the namespace's quota; the topic refuses or
         holds publishes while it is past it (Topic.publish_batch)."""
-        quota, _ = self.view.quota_of(topic.name)
         if quota.unlimited:
             topic.set_quota_breach(None, quota.policy, self.hold_seconds)
             return
@@ -365,6 +369,11 @@ class RetentionKeeper:
                 start,
             )
         return n
+
+
+def _seen(limits: RetentionLimits, start: int, wal: Wal) -> tuple[object, ...]:
+    """What a pass depends on besides time: a quiet topic with the same is skipped until its due time."""
+    return (limits, start, wal.committed_offset, wal.segment_count)
 
 
 def _why(limits: RetentionLimits) -> str:

@@ -1,0 +1,125 @@
+"""A retention pass when its I/O fails (broker/retention.py, DESIGN invariant 8): a real WAL, real exported
+objects in a file:// store, the embedded metadata store. The metadata write of the start offset failing
+deletes nothing; an object delete failing after its descriptor went leaves an object nobody lists, which
+the next pass sweeps. Records at or past the start offset are never touched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ister.broker.retention import RetentionKeeper, RetentionView
+from ister.errors import MetadataError
+from ister.ids import TopicName
+from ister.metadata import keys
+from ister.metadata.embedded import EmbeddedStore
+from ister.metadata.records import parse_start
+from ister.storage.objects import SegmentExporter, open_store
+from ister.storage.objects.catalog import list_descriptors
+from ister.storage.objects.store import ObjectStore, ObjectStoreUnavailable
+from ister.storage.wal import Wal, WalConfig
+from tests.support import until
+from tests.unit.test_objects_parquet import fill
+
+TOPIC = TopicName.parse("/default/kept")
+
+
+class FlakyDeletes(ObjectStore):
+    """A file:// store whose deletes fail while `down` is set."""
+
+    def __init__(self, url: str) -> None:
+        base = open_store(url)
+        super().__init__(base._store, base.url)
+        self.down = False
+
+    async def delete(self, key: str) -> None:
+        if self.down:
+            raise ObjectStoreUnavailable(f"injected: delete {key} failed")
+        await super().delete(key)
+
+
+class Claim:
+    def __init__(self, store: EmbeddedStore) -> None:
+        self.store, self.down = store, False
+
+    async def guarded_put(self, key: str, value: object) -> None:
+        if self.down:
+            raise MetadataError("injected: the metadata store did not answer")
+        await self.store.put(key, value)
+
+
+class OwnedTopic:
+    """What the keeper reads of a loaded topic (broker/topic.py), over a real WAL and exporter."""
+
+    def __init__(self, wal: Wal, exporter: SegmentExporter, claim: Claim) -> None:
+        self.name, self.wal, self.exporter, self.claim = TOPIC, wal, exporter, claim
+        self.start_offset = 0
+        self.closing = False
+        self.quota_breach = None
+
+    def reliable_subscriptions(self) -> list[Any]:
+        return []
+
+    def set_quota_breach(self, why: str | None, policy: str, hold: float = 0.0) -> None:
+        self.quota_breach = why
+
+
+async def setup(tmp_path: Path) -> tuple[Any, ...]:
+    store = EmbeddedStore.in_memory()
+    objects = FlakyDeletes(f"file://{tmp_path}/objects")
+    wal = await Wal.open(tmp_path / "wal", WalConfig(segment_max_bytes=2048))
+    exporter = SegmentExporter(TOPIC, wal, objects, store)
+    await fill(wal, 200)
+    assert len(await exporter.export_closed()) >= 3
+    view = RetentionView(store)
+    await view.start()
+    # the records were published in 2023 (test_objects_parquet.record): with 1 ms, every exported one expires
+    await store.put(keys.topic_retention(TOPIC), {"retention_time_ms": 1})
+    await until(lambda: view.limits_of(TOPIC).time_ms == 1, "the limit seen by the watch")
+    storage: Any = type("Storage", (), {"objects": objects})()
+    keeper = RetentionKeeper(view, storage, lambda: [], 60.0)
+    topic = OwnedTopic(wal, exporter, Claim(store))
+    return store, objects, wal, view, keeper, topic
+
+
+def object_files(tmp_path: Path) -> list[str]:
+    return sorted(p.name for p in (tmp_path / "objects" / "default" / "kept").glob("*.dnb1"))
+
+
+async def test_the_start_offset_not_written_deletes_nothing(tmp_path: Path) -> None:
+    store, _, wal, view, keeper, topic = await setup(tmp_path)
+    try:
+        before = object_files(tmp_path)
+        descriptors = await list_descriptors(store, TOPIC)
+        topic.claim.down = True
+        assert not await keeper.run_once(topic)  # failed, counted, logged
+        assert parse_start(await store.get(keys.start_offset(TOPIC))) == 0 and topic.start_offset == 0
+        assert object_files(tmp_path) == before and await list_descriptors(store, TOPIC) == descriptors
+        topic.claim.down = False
+        assert await keeper.run_once(topic)  # the next pass does it
+        start = parse_start(await store.get(keys.start_offset(TOPIC)))
+        assert start == descriptors[-1].end_offset + 1 and wal.committed_offset == 200
+        assert object_files(tmp_path) == []
+    finally:
+        await view.close()
+        await wal.close()
+
+
+async def test_an_object_left_by_a_failed_delete_is_swept_by_the_next_pass(tmp_path: Path) -> None:
+    store, objects, wal, view, keeper, topic = await setup(tmp_path)
+    try:
+        first = (await list_descriptors(store, TOPIC))[0]
+        objects.down = True
+        assert not await keeper.run_once(topic)
+        start = parse_start(await store.get(keys.start_offset(TOPIC)))
+        assert start > first.end_offset  # metadata first: the start moved, readers start there
+        assert first not in await list_descriptors(store, TOPIC)  # the first descriptor went ...
+        assert first.object_id in object_files(tmp_path)  # ... its object did not: nobody lists it now
+        objects.down = False
+        assert await keeper.run_once(topic)
+        assert object_files(tmp_path) == [] and await list_descriptors(store, TOPIC) == []
+        assert parse_start(await store.get(keys.start_offset(TOPIC))) >= start
+        assert wal.committed_offset == 200  # the head: nothing past the start offset touched
+    finally:
+        await view.close()
+        await wal.close()
