@@ -7,26 +7,17 @@ holds exactly the leader's records."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
-from ister.benchmark.broker import free_port
-from ister.config import load_config
-from ister.core.replication import EpochHistory, ReplicaRecord
+from ister.core.replication import ReplicaRecord
 from ister.ids import TopicName
 from ister.limits import MiB
-from ister.metadata import keys
-from ister.metadata.embedded import EmbeddedStore
-from ister.replication.follower import ChannelPool, LeaderTarget, ReplicaFollower
-from ister.replication.leader import ReplicaLeader
-from ister.server.replica_api import add_replica_service
 from ister.storage.topic_storage import TopicStorage
-from ister.storage.wal import Wal, WalConfig
 from tests.integration.test_disk_full import fill
-from tests.integration.test_replica_stream_faults import Pair, follower_records, publish
+from tests.integration.test_replica_stream_faults import Pair, follower_records, publish, replica_pair
 from tests.support import small_tmpfs, until
 
 NAME = TopicName.parse("/default/replicated_disk_full")
@@ -39,63 +30,16 @@ def disk(tmp_path: Path) -> Iterator[Path]:
         yield mount
 
 
-async def start_pair(
-    tmp_path: Path, follower_dir: Path, headroom: int, stack: list[object]
-) -> tuple[Pair, TopicStorage]:
-    store = EmbeddedStore.in_memory()
-    await store.put(keys.replicas(NAME), RECORD.to_json())
-    kv = await store.get(keys.replicas(NAME))
-    assert kv is not None
-    wal = await Wal.open(tmp_path / "leader", WalConfig())
-    history = EpochHistory()
-    history.begin(RECORD.epoch, 0)
-    leader = ReplicaLeader(NAME, wal, history, RECORD, kv.version, store, 1, 10.0)
-    leader.start()
-    server = grpc.aio.server()
-    port = free_port()
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    add_replica_service(server, lambda name: leader if name == NAME.full else None)
-    await server.start()
-    overrides = {"mode": "cluster", "storage.min_free_bytes": headroom, "storage.min_free_ratio": 1.0}
-    storage = TopicStorage(load_config(overrides=overrides, environ={}), store, follower_dir)
-    await storage.start()
-    channels = ChannelPool()
-    target = LeaderTarget(RECORD.epoch, 1, f"http://127.0.0.1:{port}")
-    follower = ReplicaFollower(NAME, storage, 2, lambda: target, channels)
-    follower.start()
-    stack += [follower, channels, storage, leader, server, wal, store]
-    return Pair(leader, wal, follower), storage
-
-
-async def stop_all(stack: list[object]) -> None:
-    follower, channels, storage, leader, server, wal, store = stack
-    assert isinstance(follower, ReplicaFollower) and isinstance(channels, ChannelPool)
-    assert isinstance(storage, TopicStorage) and isinstance(leader, ReplicaLeader)
-    assert isinstance(wal, Wal) and isinstance(store, EmbeddedStore)
-    await follower.stop()
-    await channels.close()
-    await storage.close()
-    await leader.close("test over")
-    await server.stop(None)  # type: ignore[attr-defined]
-    await wal.close()
-    await store.close()
-
-
-@pytest.fixture
-async def stack() -> AsyncIterator[list[object]]:
-    items: list[object] = []
-    try:
-        yield items
-    finally:
-        if items:
-            await stop_all(items)
-
-
 @pytest.mark.parametrize("headroom", [4 * MiB, 0], ids=["below-headroom", "enospc"])
 async def test_a_follower_with_a_full_disk_waits_and_catches_up(
-    tmp_path: Path, disk: Path, stack: list[object], headroom: int
+    tmp_path: Path, disk: Path, headroom: int
 ) -> None:
-    pair, storage = await start_pair(tmp_path, disk / "data", headroom, stack)
+    overrides = {"storage.min_free_bytes": headroom, "storage.min_free_ratio": 1.0}
+    async with replica_pair(tmp_path, disk / "data", overrides) as (pair, storage):
+        await follower_copes(pair, storage, disk, headroom)
+
+
+async def follower_copes(pair: Pair, storage: TopicStorage, disk: Path, headroom: int) -> None:
     follower = pair.follower
     before = [b"a%d" % i for i in range(20)]
     assert await publish(pair.leader, pair.leader_wal, before) == 0

@@ -5,6 +5,7 @@ damaged answer, reconnect, and end with exactly the leader's records at their of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -39,8 +40,12 @@ class Pair:
     follower: ReplicaFollower
 
 
-@pytest.fixture
-async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
+@contextlib.asynccontextmanager
+async def replica_pair(
+    tmp_path: Path, follower_dir: Path, overrides: dict[str, object] | None = None
+) -> AsyncIterator[tuple[Pair, TopicStorage]]:
+    """A leader (its WAL under `tmp_path`, served on a free port) and a follower broker's storage in
+    `follower_dir` (cluster config plus `overrides`) copying from it; both stopped at the end."""
     store = EmbeddedStore.in_memory()
     await store.put(keys.replicas(NAME), RECORD.to_json())
     kv = await store.get(keys.replicas(NAME))
@@ -55,15 +60,15 @@ async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
     server.add_insecure_port(f"127.0.0.1:{port}")
     add_replica_service(server, lambda name: leader if name == NAME.full else None)
     await server.start()
-    config = load_config(overrides={"mode": "cluster"}, environ={})
-    storage = TopicStorage(config, store, tmp_path / "follower")
+    config = load_config(overrides={"mode": "cluster", **(overrides or {})}, environ={})
+    storage = TopicStorage(config, store, follower_dir)
     await storage.start()
     channels = ChannelPool()
     target = LeaderTarget(RECORD.epoch, 1, f"http://127.0.0.1:{port}")
     follower = ReplicaFollower(NAME, storage, 2, lambda: target, channels)
     follower.start()
     try:
-        yield Pair(leader, wal, follower)
+        yield Pair(leader, wal, follower), storage
     finally:
         await follower.stop()
         await channels.close()
@@ -72,6 +77,12 @@ async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
         await server.stop(None)
         await wal.close()
         await store.close()
+
+
+@pytest.fixture
+async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
+    async with replica_pair(tmp_path, tmp_path / "follower") as (made, _):
+        yield made
 
 
 async def publish(leader: ReplicaLeader, wal: Wal, records: list[bytes]) -> int:
