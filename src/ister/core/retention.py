@@ -21,6 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ister.core.timespec import UNIT_MS
 from ister.errors import InvalidArgument
 from ister.ids import shown
 
@@ -81,14 +82,6 @@ def plan(
 
 
 _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-_DURATION_MS = {
-    "ms": 1,
-    "s": SECOND_MS,
-    "m": 60 * SECOND_MS,
-    "h": 3_600 * SECOND_MS,
-    "d": DAY_MS,
-    "w": 7 * DAY_MS,
-}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?i?b?)?\s*$", re.IGNORECASE)
 _SIZE_FACTOR = {"": 1, "b": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4, "p": 1000**5}
 
@@ -98,7 +91,7 @@ def parse_duration_ms(text: str) -> int:
     m = _DURATION.match(text)
     if m is None or m.group(1).startswith("-"):
         raise InvalidArgument(f"invalid duration {shown(text)}: expected e.g. 30s, 10m, 12h, 7d or 0")
-    value = float(m.group(1)) * _DURATION_MS[m.group(2) or "s"]
+    value = float(m.group(1)) * UNIT_MS[m.group(2) or "s"]
     if value > MAX_RETENTION_MS:
         raise InvalidArgument(f"duration {shown(text)} is longer than 100 years")
     return int(value)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from ister.errors import InvalidArgument
 
 _RELATIVE = re.compile(r"^-(\d{1,9})(ms|s|m|h|d|w)$")
-_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 
@@ -25,7 +25,7 @@ def parse_time(text: str, now_ms: int) -> int:
         raise InvalidArgument("empty time: use 2026-12-01T10:00:00Z, -30m or Unix milliseconds")
     rel = _RELATIVE.match(raw)
     if rel is not None:
-        value = now_ms - int(rel.group(1)) * _UNIT_MS[rel.group(2)]
+        value = now_ms - int(rel.group(1)) * UNIT_MS[rel.group(2)]
     elif raw.isascii() and raw.isdigit():
         value = int(raw)
     else:
