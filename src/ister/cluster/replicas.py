@@ -184,6 +184,10 @@ class ReplicaManager:
                 )
                 self.followers[topic] = follower
                 follower.start()
+            elif (why := follower.ended) is not None:
+                # Its loop must never end while it is wanted; if it did, following resumes here and says so.
+                log.error("%s: this broker's copy had stopped following (%r); following again", topic, why)
+                follower.start()
             else:
                 follower.poke()
 

@@ -49,6 +49,10 @@ FETCH_MAX_BYTES = 4 * 1024 * 1024
 RETRY_SECONDS = 0.2
 MAX_RETRY_SECONDS = 2.0
 WARN_EVERY_SECONDS = 30.0
+# A leader's stream says something at least every second (records or a heartbeat) unless this copy's
+# window is full; this long in silence means a peer that accepts and never answers (a frozen process,
+# a half-open connection): the stream is dropped and opened again.
+SILENT_STREAM_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +85,7 @@ class ReplicaFollower:
         self.bytes_appended = 0
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._call: Any = None  # the open stream, cancelled when the leader changes
+        self._stream: asyncio.Task[bool] | None = None  # the open stream, cancelled when the leader changes
         self._epoch = 0
         self._warned_at = -WARN_EVERY_SECONDS
         self.paused_for_space = False  # not copying: the data disk is below its headroom (or full)
@@ -89,11 +93,20 @@ class ReplicaFollower:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"follow {self.name.full}")
 
+    @property
+    def ended(self) -> BaseException | None:
+        """Why this follower's loop is no longer running (None while it runs or before `start`)."""
+        task = self._task
+        if task is None or not task.done():
+            return None
+        return asyncio.CancelledError() if task.cancelled() else task.exception() or RuntimeError("returned")
+
     def poke(self) -> None:
-        """The replica record changed: follow whoever leads now (a stream to an old leader is dropped)."""
+        """The replica record changed: follow whoever leads now (a stream to an old leader is dropped,
+        also one still being opened: a cancelled gRPC call may never finish its first write)."""
         target = self._target()
-        if self._call is not None and (target is None or target.epoch != self._epoch):
-            self._call.cancel()
+        if self._stream is not None and (target is None or target.epoch != self._epoch):
+            self._stream.cancel()
         self._changed.set()
 
     async def stop(self) -> None:
@@ -158,7 +171,11 @@ class ReplicaFollower:
                     delay = RETRY_SECONDS
                     continue
             except asyncio.CancelledError:
-                raise
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+                # Raised by a gRPC call cancelled under us, not by `stop`: retried like any failure.
+                log.warning("%s: following the leader was cancelled from below; retrying", self.name)
             except grpc.aio.AioRpcError as exc:
                 self._fetch_failed(exc)
             except StorageExhausted as exc:  # the disk filled between two checks: wait as for headroom
@@ -198,12 +215,40 @@ class ReplicaFollower:
             log.debug("%s: fetch failed: %s %s", self.name, exc.code(), exc.details())
 
     async def _fetch_once(self) -> bool:
-        """One stream from the leader, until it ends; False when there is nobody to follow right now."""
+        """One stream from the leader, until it ends; False when there is nobody to follow right now.
+
+        The stream runs in its own task so that `poke` can end it wherever it waits (gRPC answers a write
+        on a call cancelled before it opened by waiting forever); True then: follow the new leader now."""
         target = self._target()
         wal = self.wal
         assert wal is not None
         if target is None or target.broker_id == self.broker_id:
             return False
+        stream = asyncio.get_running_loop().create_task(self._stream_from(target, wal))
+        self._stream, self._epoch = stream, target.epoch
+        try:
+            return await stream
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this follower is stopping
+            return True  # `poke` dropped the stream: the record names another leader
+        except TimeoutError:
+            log.warning(
+                "%s: the leader (broker %d) sent nothing for %.0f s; reconnecting",
+                self.name,
+                target.broker_id,
+                SILENT_STREAM_SECONDS,
+            )
+            return False
+        finally:
+            self._stream = None
+            if not stream.done():
+                stream.cancel()
+                with contextlib.suppress(BaseException):
+                    await stream
+
+    async def _stream_from(self, target: LeaderTarget, wal: Wal) -> bool:
         req = pb.ReplicaFetchRequest(
             topic=self.name.full,
             follower=self.broker_id,
@@ -215,33 +260,22 @@ class ReplicaFollower:
         )
         req.history.extend(pb.EpochStart(epoch=e, start=s) for e, s in self.history.entries)
         call = self._channels.stub(target.url).Replicate(metadata=self._channels.metadata())
-        self._call, self._epoch = call, target.epoch
         stream = _Acks(call, wal)
         try:
-            await call.write(pb.ReplicaUp(open=req))
+            async with asyncio.timeout(SILENT_STREAM_SECONDS):
+                await call.write(pb.ReplicaUp(open=req))
             stream.start()
             while True:
-                resp = await self._read(call)
-                if resp is None:
+                async with asyncio.timeout(SILENT_STREAM_SECONDS):
+                    resp = await call.read()
+                if resp is grpc.aio.EOF:
                     return True
                 ended = await self._handle(resp, target, stream)
                 if ended is not None:
                     return ended
         finally:
-            self._call = None
             await stream.close()
             call.cancel()
-
-    async def _read(self, call: Any) -> Any:
-        """The next answer; None when the stream ended (or `poke` dropped it for a new leader)."""
-        try:
-            resp = await call.read()
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-            return None
-        return None if resp is grpc.aio.EOF else resp
 
     async def _handle(self, resp: Any, target: LeaderTarget, stream: _Acks) -> bool | None:
         """Apply one answer; True/False: the stream is over (reconnect at once / after a pause)."""
@@ -404,6 +438,8 @@ class _Acks:
                 pending.append(task)
         self._appends = pending
         if self._writer is not None and self._writer.done():
+            if self._writer.cancelled():  # not by us (close cancels it after the last check)
+                raise RuntimeError("the acknowledgement writer stopped")
             self._writer.result()
 
     async def drain(self) -> None:
