@@ -6,6 +6,7 @@ No durable tier: after a broker dies, its records are readable only because the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -250,6 +251,53 @@ async def test_kill_rounds_during_traffic_lose_nothing_acknowledged(cluster: Clu
     )
 
 
+LIVENESS_ROUNDS = int(os.environ.get("ISTER_LIVENESS_ROUNDS", "3"))
+
+
+async def test_a_follower_restarted_just_before_its_leader_dies_follows_the_next_leader(
+    cluster: Cluster,
+) -> None:
+    """Issue 39's liveness defect: a follower restarted and counted in sync again, then its leader killed at
+    once. It must follow the new leader (before the fix it could hang in its stream to the dead one, and
+    the new leader, unable to drop it below min_insync_replicas 2, refused every publish). Each round
+    writes resume within the failover bound and the set is whole again once the old leader returns."""
+    topic = "/default/replicated_liveness"
+    urls = [b.url for b in cluster.brokers]
+    acked: dict[int, bytes] = {}
+    stop = asyncio.Event()
+    producer_task = asyncio.create_task(produce(urls, topic, acked, stop))
+
+    async def all_in_sync() -> bool:
+        rec = await replica_record(cluster, topic)
+        return rec is not None and len(rec.isr) == 3 and rec.leader >= 0
+
+    try:
+        await cluster.until(lambda: len(acked) >= 500, "traffic flows")
+        for round_ in range(LIVENESS_ROUNDS):
+            await cluster.until(all_in_sync, f"round {round_}: all in sync", 60)
+            record = await replica_record(cluster, topic)
+            assert record is not None
+            follower = cluster.process_of(next(b for b in record.replicas if b != record.leader))
+            follower.kill9()
+            follower.start()
+            await cluster.until(all_in_sync, f"round {round_}: the restarted follower in sync", 60)
+            record = await replica_record(cluster, topic)
+            assert record is not None
+            leader = cluster.process_of(record.leader)
+            before = len(acked)
+            leader.kill9()
+            await cluster.until(
+                lambda b=before: len(acked) >= b + 200, f"round {round_}: writes resume after the kill", 30
+            )
+            leader.start()
+    finally:
+        stop.set()
+        await producer_task
+    got = await read_all(urls[0], topic, max(acked) + 1)
+    missing = [o for o in acked if got.get(o) != acked[o]]
+    assert not missing, f"{len(missing)} acknowledged offsets lost or changed, first {sorted(missing)[:5]}"
+
+
 async def test_a_leader_paused_past_its_lease_acknowledges_nothing_after_its_epoch(cluster: Cluster) -> None:
     topic = "/default/replicated_paused"
     urls = [b.url for b in cluster.brokers]
@@ -400,6 +448,51 @@ async def test_a_dead_replica_is_replaced_by_a_new_follower_that_catches_up(
         four.brokers[3].stop()
         copy = await wal_contents(four.brokers[3].data_dir, topic)
         assert {o: copy.get(o) for o in acked if o < 500} == {o: p for o, p in acked.items() if o < 500}
+    finally:
+        await four.stop()
+
+
+async def test_a_dead_replica_is_replaced_while_its_topics_leader_keeps_dying(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    """Issue 39: the replacement clock lives in metadata (`/ister/absent-brokers/`), so a dead replica is
+    replaced on time although no leader of its topic lives as long as the wait: here the topic's leader is
+    killed (and restarted) every 8 s, the wait is 12 s. Before, each new leader started its own clock and
+    the replica was never replaced while the kills went on."""
+    replace_after = 12.0
+    env = {**RF_ENV, "ISTER_CLUSTER__REPLICA_REPLACE_AFTER_SECONDS": str(int(replace_after))}
+    four = Cluster(tmp_path, etcd_server.endpoint, 4, 2, env=env)
+    try:
+        await four.start()
+        topic = "/default/replicated_replace_churn"
+        acked = await publish(four.brokers[0].url, topic, "a", 300)
+        record = await four.until(lambda: replica_record(four, topic), "a replica record")
+        dead = next(b for b in record.replicas if b != record.leader)
+        four.process_of(dead).kill9()
+        died = time.monotonic()
+
+        async def replaced() -> ReplicaRecord | None:
+            rec = await replica_record(four, topic)
+            done = rec is not None and dead not in rec.replicas and len(rec.isr) == 3 and rec.leader >= 0
+            return rec if done else None
+
+        kills = 0
+        while (after := await replaced()) is None:
+            assert time.monotonic() - died < replace_after + 60, f"not replaced; {kills} leader kills"
+            rec = await replica_record(four, topic)
+            if rec is not None and rec.leader >= 0 and rec.leader != dead:
+                leader = four.process_of(rec.leader)
+                leader.kill9()
+                leader.start()
+                kills += 1
+            with contextlib.suppress(AssertionError):  # not replaced within 8 s: the next kill is due
+                await four.until(replaced, "the replacement", 8)
+        took = time.monotonic() - died
+        print(f"replaced {took:.1f} s after the death, through {kills} kills of the topic's leader")
+        assert kills >= 2  # no single leader lived through the whole wait
+        acked.update(await publish(four.process_of(after.leader).url, topic, "b", 100))
+        got = await read_all(four.process_of(after.leader).url, topic, max(acked) + 1)
+        assert {o: got.get(o) for o in acked} == acked
     finally:
         await four.stop()
 

@@ -103,6 +103,7 @@ class Membership:
         sent = time.monotonic()
         lease = await self.store.grant_lease(self.ttl)
         await self.store.put(keys.broker_register(self.broker_id), self.registration(), lease=lease)
+        await self.store.delete(keys.absent_broker(self.broker_id))  # back: its replicas' clock stops
         self.lease_id = lease
         self.clock.renewed(sent, self.ttl)
         state_key = keys.broker_state(self.broker_id)

@@ -64,7 +64,13 @@ class ClusterNode:
         self.broker_id = load_broker_id(data_dir)
         self.cache = LocalCache(
             store,
-            [keys.CLUSTER_PREFIX, keys.OWNERS_PREFIX, keys.MOVE_FAILURES_PREFIX, keys.REPLICAS_PREFIX],
+            [
+                keys.CLUSTER_PREFIX,
+                keys.OWNERS_PREFIX,
+                keys.MOVE_FAILURES_PREFIX,
+                keys.REPLICAS_PREFIX,
+                keys.ABSENT_BROKERS_PREFIX,
+            ],
         )
         self.view = ClusterView(self.cache)
         self.membership = Membership(config, store, self.broker_id, self._lease_lost)

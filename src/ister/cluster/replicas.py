@@ -22,7 +22,7 @@ import msgspec
 
 from ister.client._conn import NO_CREDENTIALS, Credentials
 from ister.core.cluster.load import rank_replica_candidates, spread_over_zones
-from ister.core.replication import NO_LEADER, ReplicaRecord
+from ister.core.replication import NO_LEADER, ReplicaRecord, clocks_to_forget
 from ister.errors import MetadataError
 from ister.ids import TopicName
 from ister.metadata import keys
@@ -152,14 +152,18 @@ class ReplicaManager:
     async def sync(self) -> None:
         """Follow what the records say this broker follows; stop following what it no longer does."""
         wanted: set[str] = set()
+        named: set[int] = set()
         for kv in self.node.cache.list(keys.REPLICAS_PREFIX):
             topic = keys.replicas_topic(kv.key)
             record = ReplicaRecord.parse(kv.value)
+            if record is not None:
+                named.update(record.replicas)
             if topic is None or record is None or self.broker_id not in record.replicas:
                 continue
             if topic in self.leading:
                 continue
             wanted.add(topic)
+        await self._forget_absences(named)
         if not self._scanned:
             # Copies left from before a restart whose topics dropped this broker (or were deleted) meanwhile.
             self._scanned = True
@@ -239,6 +243,35 @@ class ReplicaManager:
     def end_leading(self, topic: str) -> None:
         self.leading.discard(topic)
         self.leaders.pop(topic, None)  # the next sync follows it again if this broker is still a replica
+
+    # -- absent brokers: the replacement clock, in metadata ----------------------------------------------
+    def absences(self) -> dict[int, float]:
+        """Broker -> wall-clock time it was first seen gone, as kept in `/ister/absent-brokers/`."""
+        out: dict[int, float] = {}
+        for kv in self.node.cache.list(keys.ABSENT_BROKERS_PREFIX):
+            broker = keys.broker_ids([kv.key], keys.ABSENT_BROKERS_PREFIX)
+            since = kv.value.get("since") if isinstance(kv.value, dict) else None
+            if broker and isinstance(since, int | float):
+                out[broker[0]] = float(since)
+        return out
+
+    async def note_absent(self, seen: dict[int, float]) -> None:
+        """Start the clock of brokers first seen gone (a clock another leader started is kept)."""
+        for broker, since in seen.items():
+            key = keys.absent_broker(broker)
+            if await self.store.txn([Compare(key, None)], [Put(key, {"since": since})]):
+                log.info("broker %d is gone: its replicas are replaced if it stays away", broker)
+
+    async def _forget_absences(self, named: set[int]) -> None:
+        """The cluster leader deletes the clock of a broker that is back, or that no replica names any more
+        (replaced everywhere, or its id lost with its disk)."""
+        if self.node.leader() != self.broker_id:
+            return
+        for broker in clocks_to_forget(self.absences(), self.live, named):
+            try:
+                await self.store.delete(keys.absent_broker(broker))
+            except MetadataError as exc:  # the next pass tries again; following goes on meanwhile
+                log.warning("forgetting broker %d's absence failed (%s); retried", broker, exc)
 
     def peers(self) -> tuple[set[int], set[int]]:
         """(live brokers, active brokers: live and neither draining nor drained)."""

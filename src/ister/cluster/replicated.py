@@ -218,6 +218,8 @@ class ReplicatedTopics:
             choose=lambda exclude: self.manager.choose_followers(MAX_REPLICATION_FACTOR, [], exclude),
             replace_after_s=self.config.cluster.replica_replace_after_seconds,
             live=lambda: self.manager.live,
+            absences=self.manager.absences,
+            note_absent=self.manager.note_absent,
         )
         guard.bind(wal)
         guard.replication = leader

@@ -289,6 +289,12 @@ def leaving_replicas(
     return leaving
 
 
+def clocks_to_forget(absent: dict[int, float], live: set[int], named: set[int]) -> list[int]:
+    """Absent brokers whose replacement clock goes: back (live again), or named by no replica record any
+    more (replaced everywhere, or an id lost with its disk that will never return)."""
+    return sorted(b for b in absent if b in live or b not in named)
+
+
 def replacement_step(
     record: ReplicaRecord, leaving: set[int], candidates: Callable[[], list[int]]
 ) -> ReplicaRecord | None:

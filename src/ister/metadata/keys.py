@@ -43,6 +43,10 @@ REPLICAS_PREFIX = "/ister/replicas/"
 RETENTION_PREFIX = "/ister/retention/"
 # /ister/start-offsets/{ns}/{topic}: the lowest offset retention keeps (never moves backwards)
 START_OFFSETS_PREFIX = "/ister/start-offsets/"
+# /ister/absent-brokers/{id}: {"since": wall-clock seconds} when a broker named by replica records was first
+# seen unregistered; a lost replica is replaced this long after it, whichever broker leads its topic then.
+# The broker deletes its own key when it registers again.
+ABSENT_BROKERS_PREFIX = "/ister/absent-brokers/"
 PEER_SECRET = "/ister/peer-secret"  # the secret brokers of the cluster prove themselves to each other with
 
 BROKER_STATE = "state"
@@ -132,6 +136,10 @@ def unassigned_prefix() -> str:
 
 def owner(topic: TopicLike) -> str:
     return f"{OWNERS_PREFIX}{_topic(topic).path}"
+
+
+def absent_broker(broker_id: int) -> str:
+    return f"{ABSENT_BROKERS_PREFIX}{broker_id}"
 
 
 def replicas(topic: TopicLike) -> str:

@@ -15,7 +15,7 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from crc32c import crc32c
 
@@ -77,6 +77,9 @@ class ReplicaLeader:
         replace_after_s: float = 120.0,
         live: Callable[[], set[int]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        absences: Callable[[], dict[int, float]] | None = None,
+        note_absent: Callable[[dict[int, float]], Awaitable[None]] | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
         self.wal = wal
@@ -93,6 +96,12 @@ class ReplicaLeader:
         self._live = live  # registered brokers, cheap to ask often
         self._choose = choose  # brokers for a new follower, best first, none of the given ones
         self.replace_after_s = replace_after_s
+        # Broker -> wall-clock time it was first seen gone. Kept in metadata (`absences`, `note_absent`) so
+        # that the replacement deadline survives a change of leader: under continuing faults a leader kept
+        # in memory never lasted the whole wait. Without them, this leader's own memory.
+        self._absences = absences
+        self._note_absent = note_absent
+        self._wall = wall
         self._absent_since: dict[int, float] = {}
         self._peers_checked = float("-inf")
         # Followers' streams (ended when this leader closes) and what each has sent: frames below all
@@ -403,15 +412,15 @@ class ReplicaLeader:
         isr += [
             r
             for r in self.state.rejoining(isr, record.replicas)
-            if now - self.last_fetch.get(r, float("-inf")) <= self.max_lag_s
+            if now - self.last_fetch.get(r, float("-inf")) <= self.max_lag_s and (not live or r in live)
         ]
         if sorted(isr) != record.isr:
             await self._write_record(record.with_isr(isr))
-        elif (replaced := self._replacement(now)) is not None:
+        elif (replaced := await self._replacement(now)) is not None:
             await self._write_record(replaced)
         self._advance()
 
-    def _replacement(self, now: float) -> ReplicaRecord | None:
+    async def _replacement(self, now: float) -> ReplicaRecord | None:
         """The next step replacing replicas on brokers gone for `replace_after_s` or draining."""
         if self._peers is None or self._choose is None:
             return None
@@ -420,9 +429,15 @@ class ReplicaLeader:
         self._peers_checked = now
         live, active = self._peers()
         record = self.record
+        kept = self._absences() if self._absences is not None else self._absent_since
+        absent = dict(kept)
         leaving = leaving_replicas(
-            record, self.broker_id, live, active, self._absent_since, now, self.replace_after_s
+            record, self.broker_id, live, active, absent, self._wall(), self.replace_after_s
         )
+        if self._absences is None:
+            self._absent_since = absent
+        elif self._note_absent is not None and (seen := {r: t for r, t in absent.items() if r not in kept}):
+            await self._note_absent(seen)
         if not leaving and len(record.replicas) >= record.target:
             return None
         choose = self._choose
