@@ -497,6 +497,67 @@ async def test_a_dead_replica_is_replaced_while_its_topics_leader_keeps_dying(
         await four.stop()
 
 
+async def test_a_topic_whose_in_sync_replicas_are_all_gone_is_said_and_comes_back_with_one(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    """Issue 39: when every in-sync replica's broker is gone the topic cannot fail over; the cluster leader
+    says so in its log and in `ister_topics_without_live_isr`, `topics describe` says "no live in-sync
+    replica", and the topic serves again (nothing acknowledged lost) once one of them returns."""
+    four = Cluster(tmp_path, etcd_server.endpoint, 4, 2, env=RF_ENV)
+    try:
+        await four.start(3)
+        topic = "/default/replicated_stranded"
+        acked = await publish(four.brokers[0].url, topic, "a", 200)
+        record = await four.until(lambda: replica_record(four, topic), "a replica record")
+        await four.start_more()
+        spare = four.brokers[3]
+        assert four.broker_id(spare) not in record.replicas
+        for b in record.replicas:
+            four.process_of(b).kill9()
+
+        def described() -> dict[str, Any]:
+            out = subprocess.run(
+                [
+                    *ISTER,
+                    "admin",
+                    "topics",
+                    "describe",
+                    topic,
+                    "-o",
+                    "json",
+                    "--admin-addr",
+                    spare.admin_addr,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert out.returncode == 0, out.stderr
+            return dict(json.loads(out.stdout))
+
+        await four.until(
+            lambda: "ister_topics_without_live_isr 1.0" in scrape(spare.metrics_url), "the gauge says it", 30
+        )
+        info = described()
+        assert info["replication_state"] == "no live in-sync replica"
+        log_text = spare.log_path.read_text()
+        assert f"{topic}: no live in-sync replica" in log_text
+        # In-sync replicas return with their disks: the topic fails over to one and, with two of them
+        # (min_insync_replicas), takes writes again.
+        back = four.process_of(record.leader)
+        back.start()
+        four.process_of(next(b for b in record.replicas if b != record.leader)).start()
+        await four.until(
+            lambda: "ister_topics_without_live_isr 0.0" in scrape(spare.metrics_url), "the gauge clears", 30
+        )
+        acked.update(await publish(back.url, topic, "b", 100))
+        got = await read_all(back.url, topic, max(acked) + 1)
+        assert {o: got.get(o) for o in acked} == acked
+        assert described()["replication_state"] != "no live in-sync replica"
+    finally:
+        await four.stop()
+
+
 async def test_drain_moves_leaderships_and_replicas_away(tmp_path: Path, etcd_server: EtcdServer) -> None:
     four = Cluster(tmp_path, etcd_server.endpoint, 4, 2, env=RF_ENV)
     try:

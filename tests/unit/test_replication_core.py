@@ -238,3 +238,15 @@ def _busy(name: str) -> Any:
     from ister.core.cluster.load import TopicLoad
 
     return TopicLoad.build(name, byte_rate=50e6, producer_count=4, consumer_count=8)
+
+
+def test_the_replication_state_says_first_what_an_operator_must_know() -> None:
+    from ister.core.replication import NO_LIVE_ISR, replication_state
+
+    record = ReplicaRecord(replicas=[1, 2, 3], isr=[1, 2], leader=1, epoch=4, min_insync=2)
+    assert replication_state(record, {1, 2, 3}) == "under-replicated"  # 3 is live but out of sync
+    assert replication_state(record.with_isr([1, 2, 3]), {1, 2, 3}) == "healthy"
+    assert replication_state(record.with_isr([1, 2, 3]), {1, 2}) == "under-replicated"
+    assert replication_state(record, {1, 3}) == "under min in-sync"
+    assert replication_state(record, {3}) == NO_LIVE_ISR  # only an out-of-sync copy is left
+    assert replication_state(record, set()) == NO_LIVE_ISR

@@ -25,7 +25,7 @@ from ister.broker.retention_admin import RetentionAdmin
 from ister.broker.service import BrokerService
 from ister.broker.topic import NON_RELIABLE, RELIABLE
 from ister.core.dispatch import FailurePolicy
-from ister.core.replication import MAX_REPLICATION_FACTOR, ReplicaRecord
+from ister.core.replication import MAX_REPLICATION_FACTOR, ReplicaRecord, replication_state
 from ister.core.replication_policy import ReplicationSetting, check_setting, resolve
 from ister.core.schema import ValidationPolicy
 from ister.errors import (
@@ -77,6 +77,7 @@ class TopicDescription:
     replication: ReplicaRecord | None = None  # a replicated topic's replica record
     replica_lag: dict[int, int] | None = None  # follower -> records it lacks (asked broker leads it)
     attached: list[tuple[str, str]] = field(default_factory=list)  # (subscription, consumer) streaming here
+    replication_state: str | None = None  # core.replication.replication_state, for a replicated topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,15 +371,21 @@ class AdminOps:
             kv = await self.store.get(keys.topic_schema_subject(name))
             subject = kv.value if kv is not None and isinstance(kv.value, str) else None
             replicas = await self.store.get(keys.replicas(name))
+            record = ReplicaRecord.parse(replicas.value) if replicas is not None else None
+            state = None
+            if record is not None:
+                live = keys.broker_ids(kv.key for kv in await self.store.list(keys.REGISTER_PREFIX))
+                state = replication_state(record, set(live))
             return TopicDescription(
                 name.full,
                 await self.ownership.owner(name),
                 await self._delivery_of(name),
                 subscriptions,
                 schema_subject=subject,
-                replication=ReplicaRecord.parse(replicas.value) if replicas is not None else None,
+                replication=record,
                 replica_lag=self.ownership.replica_lag(name.full),
                 attached=self._attached(name.full),
+                replication_state=state,
             )
         deliveries = set(await self._deliveries(targets))
         owners = {await self.ownership.owner(t) for t in targets}

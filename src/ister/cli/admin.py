@@ -278,6 +278,34 @@ def topics_list(
         )
 
 
+def _replication_of(described: Any) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """A replicated topic's part of `topics describe`: (JSON fields, table rows); empty for others."""
+    if not described.replicas:
+        return {}, []
+    lag = described.replica_lag
+    info: dict[str, Any] = {
+        "replicas": [str(b) for b in described.replicas],
+        "in_sync_replicas": [str(b) for b in described.in_sync_replicas],
+        "min_insync_replicas": described.min_insync_replicas,
+        "leader_epoch": described.leader_epoch,
+        "replica_lag": {str(b): n for b, n in sorted(lag.items())},
+    }
+    fields = [
+        ("Replicas", ", ".join(str(b) for b in described.replicas)),
+        (
+            "In sync",
+            f"{', '.join(str(b) for b in described.in_sync_replicas)} "
+            f"(min {described.min_insync_replicas}, epoch {described.leader_epoch})",
+        ),
+    ]
+    if described.HasField("replication_state"):
+        info["replication_state"] = described.replication_state
+        fields.append(("Replication", described.replication_state))
+    if lag:
+        fields.append(("Follower lag", ", ".join(f"{b}: {n}" for b, n in sorted(lag.items()))))
+    return info, fields
+
+
 @topics_app.command("describe")
 def topics_describe(
     topic: TopicArg, admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table
@@ -306,12 +334,8 @@ def topics_describe(
     }
     if described.HasField("schema_subject"):
         info["schema_subject"] = described.schema_subject
-    if described.replicas:
-        info["replicas"] = [str(b) for b in described.replicas]
-        info["in_sync_replicas"] = [str(b) for b in described.in_sync_replicas]
-        info["min_insync_replicas"] = described.min_insync_replicas
-        info["leader_epoch"] = described.leader_epoch
-        info["replica_lag"] = {str(b): lag for b, lag in sorted(described.replica_lag.items())}
+    replication_info, replication_fields = _replication_of(described)
+    info.update(replication_info)
     if described.attached_consumers:
         info["attached_consumers"] = [
             {"subscription": a.subscription, "consumer": a.consumer_name}
@@ -330,18 +354,7 @@ def topics_describe(
     ]
     if described.HasField("schema_subject"):
         fields.append(("Schema subject", described.schema_subject))
-    if described.replicas:
-        lag = described.replica_lag
-        fields += [
-            ("Replicas", ", ".join(str(b) for b in described.replicas)),
-            (
-                "In sync",
-                f"{', '.join(str(b) for b in described.in_sync_replicas)} "
-                f"(min {described.min_insync_replicas}, epoch {described.leader_epoch})",
-            ),
-        ]
-        if lag:
-            fields.append(("Follower lag", ", ".join(f"{b}: {n}" for b, n in sorted(lag.items()))))
+    fields += replication_fields
     if described.attached_consumers:
         streaming = ", ".join(f"{a.consumer_name} ({a.subscription})" for a in described.attached_consumers)
         fields.append(("Consumers streaming here", streaming))

@@ -66,6 +66,7 @@ class ReplicaManager:
         self._task: asyncio.Task[None] | None = None
         self._trimmer: asyncio.Task[None] | None = None
         self._committed_hint: dict[str, int] = {}
+        self._stranded: set[str] = set()  # topics without a live in-sync replica, as last said
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     async def load_peer_secret(self) -> None:
@@ -153,16 +154,20 @@ class ReplicaManager:
         """Follow what the records say this broker follows; stop following what it no longer does."""
         wanted: set[str] = set()
         named: set[int] = set()
+        stranded: set[str] = set()
         for kv in self.node.cache.list(keys.REPLICAS_PREFIX):
             topic = keys.replicas_topic(kv.key)
             record = ReplicaRecord.parse(kv.value)
             if record is not None:
                 named.update(record.replicas)
+                if topic is not None and self.live and not set(record.isr) & self.live:
+                    stranded.add(topic)
             if topic is None or record is None or self.broker_id not in record.replicas:
                 continue
             if topic in self.leading:
                 continue
             wanted.add(topic)
+        self._say_stranded(stranded)
         await self._forget_absences(named)
         if not self._scanned:
             # Copies left from before a restart whose topics dropped this broker (or were deleted) meanwhile.
@@ -243,6 +248,26 @@ class ReplicaManager:
     def end_leading(self, topic: str) -> None:
         self.leading.discard(topic)
         self.leaders.pop(topic, None)  # the next sync follows it again if this broker is still a replica
+
+    def _say_stranded(self, stranded: set[str]) -> None:
+        """The cluster leader says which topics have no live in-sync replica (once as each becomes so, and
+        in a gauge): nothing can fail them over without losing acknowledged records."""
+        if self.node.leader() != self.broker_id:
+            metrics.without_live_isr.set(0)
+            self._stranded = set()
+            return
+        for topic in sorted(stranded - self._stranded):
+            record = self.record_of(topic)
+            log.error(
+                "%s: no live in-sync replica (in sync: %s, all gone): it cannot fail over without losing "
+                "acknowledged records and waits for one of them to return with its disk",
+                topic,
+                record.isr if record is not None else "?",
+            )
+        for topic in sorted(self._stranded - stranded):
+            log.warning("%s: an in-sync replica is live again", topic)
+        self._stranded = stranded
+        metrics.without_live_isr.set(len(stranded))
 
     # -- absent brokers: the replacement clock, in metadata ----------------------------------------------
     def absences(self) -> dict[int, float]:

@@ -222,6 +222,21 @@ class LeaderState:
         ]
 
 
+NO_LIVE_ISR = "no live in-sync replica"
+
+
+def replication_state(record: ReplicaRecord, live: set[int]) -> str:
+    """What an operator must know first about a replicated topic, given the registered brokers."""
+    live_isr = [b for b in record.isr if b in live]
+    if not live_isr:
+        return NO_LIVE_ISR  # nobody can take over without losing acknowledged records: it waits
+    if len(live_isr) < record.min_insync:
+        return "under min in-sync"
+    if len(live_isr) < len(record.replicas):
+        return "under-replicated"
+    return "healthy"
+
+
 def under_min_isr(record: ReplicaRecord) -> bool:
     return len(record.isr) < record.min_insync
 

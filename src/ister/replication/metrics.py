@@ -27,6 +27,11 @@ under_min_isr = Gauge(
     "ister_under_min_isr_topics",
     "Replicated topics led by this broker that refuse publishes (too few in-sync replicas)",
 )
+without_live_isr = Gauge(
+    "ister_topics_without_live_isr",
+    "Replicated topics none of whose in-sync replicas' brokers is registered (they cannot fail over); "
+    "counted by the cluster leader only (0 on other brokers)",
+)
 isr_shrinks = Counter(
     "ister_isr_shrinks", "Replicas that left the in-sync set of a topic this broker leads (lagging or gone)"
 )

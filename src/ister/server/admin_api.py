@@ -169,6 +169,8 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
             out.in_sync_replicas.extend(d.replication.isr)
             out.min_insync_replicas = d.replication.min_insync
             out.leader_epoch = d.replication.epoch
+        if d.replication_state is not None:
+            out.replication_state = d.replication_state
         for follower, lag in (d.replica_lag or {}).items():
             out.replica_lag[follower] = lag
         out.attached_consumers.extend(

@@ -387,7 +387,7 @@ class DescribeTopicRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class DescribeTopicResponse(_message.Message):
-    __slots__ = ("name", "subscriptions", "broker_id", "delivery", "schema_subject", "schema_id", "schema_version", "schema_type", "compatibility_mode", "replicas", "in_sync_replicas", "min_insync_replicas", "leader_epoch", "replica_lag", "attached_consumers")
+    __slots__ = ("name", "subscriptions", "broker_id", "delivery", "schema_subject", "schema_id", "schema_version", "schema_type", "compatibility_mode", "replicas", "in_sync_replicas", "min_insync_replicas", "leader_epoch", "replica_lag", "attached_consumers", "replication_state")
     class ReplicaLagEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -410,6 +410,7 @@ class DescribeTopicResponse(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     REPLICA_LAG_FIELD_NUMBER: _ClassVar[int]
     ATTACHED_CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_STATE_FIELD_NUMBER: _ClassVar[int]
     name: str
     subscriptions: _containers.RepeatedScalarFieldContainer[str]
     broker_id: str
@@ -425,7 +426,8 @@ class DescribeTopicResponse(_message.Message):
     leader_epoch: int
     replica_lag: _containers.ScalarMap[int, int]
     attached_consumers: _containers.RepeatedCompositeFieldContainer[AttachedConsumer]
-    def __init__(self, name: _Optional[str] = ..., subscriptions: _Optional[_Iterable[str]] = ..., broker_id: _Optional[str] = ..., delivery: _Optional[str] = ..., schema_subject: _Optional[str] = ..., schema_id: _Optional[int] = ..., schema_version: _Optional[int] = ..., schema_type: _Optional[str] = ..., compatibility_mode: _Optional[str] = ..., replicas: _Optional[_Iterable[int]] = ..., in_sync_replicas: _Optional[_Iterable[int]] = ..., min_insync_replicas: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replica_lag: _Optional[_Mapping[int, int]] = ..., attached_consumers: _Optional[_Iterable[_Union[AttachedConsumer, _Mapping]]] = ...) -> None: ...
+    replication_state: str
+    def __init__(self, name: _Optional[str] = ..., subscriptions: _Optional[_Iterable[str]] = ..., broker_id: _Optional[str] = ..., delivery: _Optional[str] = ..., schema_subject: _Optional[str] = ..., schema_id: _Optional[int] = ..., schema_version: _Optional[int] = ..., schema_type: _Optional[str] = ..., compatibility_mode: _Optional[str] = ..., replicas: _Optional[_Iterable[int]] = ..., in_sync_replicas: _Optional[_Iterable[int]] = ..., min_insync_replicas: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replica_lag: _Optional[_Mapping[int, int]] = ..., attached_consumers: _Optional[_Iterable[_Union[AttachedConsumer, _Mapping]]] = ..., replication_state: _Optional[str] = ...) -> None: ...
 
 class AttachedConsumer(_message.Message):
     __slots__ = ("subscription", "consumer_name")
