@@ -250,3 +250,30 @@ def test_the_replication_state_says_first_what_an_operator_must_know() -> None:
     assert replication_state(record, {1, 3}) == "under min in-sync"
     assert replication_state(record, {3}) == NO_LIVE_ISR  # only an out-of-sync copy is left
     assert replication_state(record, set()) == NO_LIVE_ISR
+
+
+def test_an_unclean_recovery_takes_the_longest_copy_and_never_reuses_an_offset() -> None:
+    import pytest
+
+    from ister.core.replication import NO_LEADER, CopyEnd, unclean_recovery
+
+    record = ReplicaRecord(replicas=[1, 2, 3], isr=[1], leader=1, epoch=7, min_insync=2)
+    copies = {2: CopyEnd(6, 900, 850), 3: CopyEnd(7, 500, 480)}
+    plan = unclean_recovery(record, {2, 3, 4}, copies, tier_end=300, reserved_until=1_500)
+    # 3 has the newer epoch: its copy wins although 2's is longer (2's tail past epoch 6 may diverge).
+    assert plan.leader == 3 and plan.kept_end == 500 and plan.resume_at == 1_500
+    assert plan.acked_end == 850  # 2 had heard of a commit up to 850: 500..849 were acknowledged for certain
+    assert plan.record.isr == [3] and plan.record.leader == NO_LEADER and plan.record.epoch == 8
+    assert plan.record.resume_at == 1_500 and plan.record.valid()
+    # The durable tier beyond every copy is kept; offsets are never reused below what was reserved.
+    plan = unclean_recovery(record, {2}, {2: CopyEnd(6, 100, 0)}, tier_end=400, reserved_until=350)
+    assert (plan.leader, plan.kept_end, plan.resume_at, plan.acked_end) == (2, 400, 400, 400)
+    # No replica lives: any live broker restarts it from the tier alone.
+    plan = unclean_recovery(record, {5}, {}, tier_end=0, reserved_until=64)
+    assert plan.leader == 5 and plan.record.replicas == [5, 1, 2] and plan.kept_end == 0
+    with pytest.raises(ValueError, match="live"):
+        unclean_recovery(record, {1, 2}, copies, 0, 10)  # 1 is in sync and live: no recovery
+    with pytest.raises(ValueError, match="no broker"):
+        unclean_recovery(record, set(), {}, 0, 10)
+    assert "resume_at" not in record.to_json()
+    assert ReplicaRecord.parse(plan.record.to_json()) == plan.record

@@ -152,6 +152,9 @@ class AdminOps:
         """(name, the topics it stands for): a topic itself, a partitioned base name its partitions."""
         return await self._resolve(raw)
 
+    async def require_topic(self, raw: str) -> TopicName:
+        return await self._require_topic(raw)
+
     async def _require_topic(self, raw: str) -> TopicName:
         """An existing plain or partition topic (not a partitioned base name)."""
         name, targets = await self._resolve(raw)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from ister.core.cluster.load import LoadReport
     from ister.core.cluster.rebalance import Move
+    from ister.core.replication import CopyEnd, Recovery, Survey
     from ister.ids import TopicName
     from ister.storage.topic_storage import TopicStorage
     from ister.storage.wal import Wal
@@ -210,6 +211,18 @@ class Ownership(Protocol):
 
     def replica_lag(self, topic: str) -> dict[int, int] | None:
         """Follower -> records it lacks, for a replicated topic this broker leads (else None)."""
+
+    def local_copy(self, topic: str) -> CopyEnd | None:
+        """This broker's copy of a replicated topic (None: none open here, or standalone)."""
+
+    async def recovery_survey(self, name: TopicName) -> Survey:
+        """A replicated topic found without a live in-sync replica (else FailedPrecondition / NotFound)."""
+
+    async def recovery_plan(self, name: TopicName, found: Survey, copies: dict[int, CopyEnd]) -> Recovery:
+        """What an unclean recovery would do now (cluster/recovery.py)."""
+
+    async def write_recovery(self, name: TopicName, found: Survey, recovery: Recovery) -> None:
+        """Start it: the chosen broker alone in sync, resuming at `recovery.resume_at`."""
 
     async def broker_topics(self, broker_id: int) -> list[str]:
         """Topics assigned to a broker (NotFound: no such broker)."""

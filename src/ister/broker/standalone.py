@@ -13,6 +13,7 @@ from ister.broker.ownership import (
 )
 from ister.config import BrokerConfig, http_url
 from ister.core.cluster.load import LoadReport
+from ister.core.replication import CopyEnd, Recovery, Survey
 from ister.errors import FailedPrecondition, Fenced, NotFound
 from ister.ids import TopicName
 from ister.metadata import keys
@@ -131,6 +132,20 @@ class StandaloneOwnership:
 
     def replica_lag(self, topic: str) -> dict[int, int] | None:
         return None  # one copy
+
+    def local_copy(self, topic: str) -> CopyEnd | None:
+        return None
+
+    async def recovery_survey(self, name: TopicName) -> Survey:
+        raise FailedPrecondition(
+            f"{_STANDALONE}: it keeps one copy of each topic on its disk; there are no replicas to recover"
+        )
+
+    async def recovery_plan(self, name: TopicName, found: Survey, copies: dict[int, CopyEnd]) -> Recovery:
+        raise FailedPrecondition(_STANDALONE)
+
+    async def write_recovery(self, name: TopicName, found: Survey, recovery: Recovery) -> None:
+        raise FailedPrecondition(_STANDALONE)
 
     async def owner(self, name: TopicName) -> int | None:
         return STANDALONE_BROKER_ID

@@ -136,6 +136,7 @@ import ister.cli.clients  # noqa: E402,F401  (registers `ister produce` and `ist
 from ister.cli import admin as _admin  # noqa: E402,F401  (registers `ister admin`)
 from ister.cli import admin_brokers as _admin_brokers  # noqa: E402,F401  (`ister admin brokers ...`)
 from ister.cli import admin_cursors as _admin_cursors  # noqa: E402,F401  (reset-cursor, peek)
+from ister.cli import admin_recovery as _admin_recovery  # noqa: E402,F401  (`topics recover`)
 from ister.cli import bench as _bench  # noqa: E402,F401  (registers `ister bench`)
 from ister.cli import pipeline as _pipeline  # noqa: E402,F401  (registers `ister pipeline`)
 from ister.cli import retention as _retention  # noqa: E402,F401  (retention commands of `ister admin`)

@@ -25,6 +25,7 @@ from ister.broker.ownership import (
     RebalanceResult,
     TopicHost,
 )
+from ister.cluster import recovery
 from ister.cluster.balancer import set_broker_mode
 from ister.cluster.guard import OwnershipGuard
 from ister.cluster.node import ClusterNode
@@ -33,6 +34,7 @@ from ister.config import BrokerConfig
 from ister.core.cluster.load import LoadReport, imbalance, rank
 from ister.core.cluster.ownership import OwnerRecord, plan_load
 from ister.core.cluster.planner import ACTIVE, DRAINED, DRAINING
+from ister.core.replication import CopyEnd, Recovery, Survey
 from ister.core.replication_policy import ReplicationSetting, resolve
 from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from ister.ids import TopicName, shown
@@ -327,6 +329,18 @@ class ClusterOwnership:
     def replica_lag(self, topic: str) -> dict[int, int] | None:
         leader = self.replicated.manager.leaders.get(topic)
         return leader.lag() if leader is not None else None
+
+    def local_copy(self, topic: str) -> CopyEnd | None:
+        return self.replicated.manager.local_copy(topic)
+
+    async def recovery_survey(self, name: TopicName) -> Survey:
+        return await recovery.survey(self.store, name)
+
+    async def recovery_plan(self, name: TopicName, found: Survey, copies: dict[int, CopyEnd]) -> Recovery:
+        return await recovery.plan(self.store, name, found, copies)
+
+    async def write_recovery(self, name: TopicName, found: Survey, plan: Recovery) -> None:
+        await recovery.write(self.store, name, found, plan)
 
     async def owner(self, name: TopicName) -> int | None:
         kv = await self.store.get(keys.owner(name))

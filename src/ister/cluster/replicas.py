@@ -22,7 +22,7 @@ import msgspec
 
 from ister.client._conn import NO_CREDENTIALS, Credentials
 from ister.core.cluster.load import rank_replica_candidates, spread_over_zones
-from ister.core.replication import NO_LEADER, ReplicaRecord, clocks_to_forget
+from ister.core.replication import NO_LEADER, CopyEnd, ReplicaRecord, clocks_to_forget
 from ister.errors import MetadataError
 from ister.ids import TopicName
 from ister.metadata import keys
@@ -236,6 +236,17 @@ class ReplicaManager:
             await follower.stop()
             self._committed_hint[topic] = max(self._committed_hint.get(topic, 0), follower.leader_committed)
         return self._committed_hint.pop(topic, 0)
+
+    def local_copy(self, topic: str) -> CopyEnd | None:
+        """This broker's copy of a replicated topic it follows or leads (None: it holds none open)."""
+        follower = self.followers.get(topic)
+        if follower is not None and follower.wal is not None:
+            wal = follower.wal
+            return CopyEnd(follower.history.last_epoch, wal.durable_offset, follower.leader_committed)
+        leader = self.leaders.get(topic)
+        if leader is not None:
+            return CopyEnd(leader.history.last_epoch, leader.wal.durable_offset, leader.committed)
+        return None
 
     def followed(self) -> list[tuple[str, int, int]]:
         """(topic, records appended, bytes appended) of every copy followed here, for the load report."""

@@ -85,7 +85,8 @@ class ReplicatedTopics:
         has_copy = wal_dir.exists()
         if record is None:
             return await self._first_load(name, owner, versions, factor, min_insync, sealed_kv)
-        in_sync = me in record.isr and (has_copy or owner.loaded_epoch == 0)
+        # An unclean recovery names this broker alone in sync, with or without a copy (`resume_at`).
+        in_sync = me in record.isr and (has_copy or owner.loaded_epoch == 0 or record.resume_at > 0)
         if not in_sync and sealed_next is None:
             await self._give_back(name, record, replica_kv)
             raise Unavailable(
@@ -99,6 +100,15 @@ class ReplicatedTopics:
                 # durable tier; this copy restarts empty after it.
                 await wal.reset(sealed_next)
                 await asyncio.to_thread(save_epochs, wal.directory, EpochHistory())
+            if record.resume_at > wal.next_offset:
+                log.warning(
+                    "%s: unclean recovery: offsets %d..%d are gone; new offsets start at %d",
+                    name,
+                    wal.next_offset,
+                    record.resume_at - 1,
+                    record.resume_at,
+                )
+                wal = await storage.skip_to(name, wal, record.resume_at)
             known = max(hint, wal.first_offset, sealed_next or 0)
             replicas = record.replicas
             if me not in replicas:

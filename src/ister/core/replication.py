@@ -39,6 +39,10 @@ class ReplicaRecord(msgspec.Struct, frozen=True, kw_only=True):
     # How many replicas the topic should have (0: as many as listed). More are listed while a new
     # follower replaces a dead or draining one: it joins before the one it replaces leaves.
     factor: int = 0
+    # Set by an unclean recovery (`RecoverTopic`): the next leader's offsets start at or above this, the
+    # end of what the last owner reserved, so no offset a dead leader handed out is handed out again.
+    # Cleared by the record that leader writes.
+    resume_at: int = 0
 
     @classmethod
     def parse(cls, value: Any) -> ReplicaRecord | None:
@@ -57,6 +61,7 @@ class ReplicaRecord(msgspec.Struct, frozen=True, kw_only=True):
             and self.epoch >= 1
             and 1 <= self.min_insync <= len(self.replicas)
             and 0 <= self.factor <= MAX_REPLICATION_FACTOR
+            and self.resume_at >= 0
         )
 
     @property
@@ -64,7 +69,10 @@ class ReplicaRecord(msgspec.Struct, frozen=True, kw_only=True):
         return self.factor or len(self.replicas)
 
     def to_json(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        if not self.resume_at:
+            del out["resume_at"]  # only while a recovery waits for its leader
+        return out
 
     def with_isr(self, isr: list[int]) -> ReplicaRecord:
         return msgspec.structs.replace(self, isr=sorted(set(isr)))
@@ -235,6 +243,64 @@ def replication_state(record: ReplicaRecord, live: set[int]) -> str:
     if len(live_isr) < len(record.replicas):
         return "under-replicated"
     return "healthy"
+
+
+@dataclass(frozen=True, slots=True)
+class CopyEnd:
+    """A surviving replica's local copy, as it reports it for an unclean recovery."""
+
+    last_epoch: int
+    end: int  # durable end
+    committed_heard: int  # the newest commit its leader had told it (0: unknown)
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    record: ReplicaRecord  # to write (compare-and-set): the chosen broker alone in sync, nobody leading yet
+    leader: int
+    kept_end: int  # offsets below are kept: the chosen copy and the durable tier
+    acked_end: int  # [kept_end, acked_end) were acknowledged for certain and are gone
+    resume_at: int  # new offsets start here; [kept_end, resume_at) are never handed out again
+
+
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """A topic found without a live in-sync replica: its record (and version) and the live brokers."""
+
+    record: ReplicaRecord
+    version: int
+    live: set[int]
+
+    @property
+    def survivors(self) -> list[int]:
+        """The live replicas, whose copies are compared."""
+        return [b for b in self.record.replicas if b in self.live]
+
+
+def unclean_recovery(
+    record: ReplicaRecord, live: set[int], copies: dict[int, CopyEnd], tier_end: int, reserved_until: int
+) -> Recovery:
+    """How a topic whose in-sync replicas are all gone restarts (Kafka's unclean leader election, without
+    reusing offsets): on the live replica with the longest copy (last epoch, then end; a replica that
+    holds no copy ranks last), or on any live broker in `live` when no replica lives (ValueError when none
+    does, or an in-sync replica lives). `reserved_until` is the end of what the last owner reserved: no
+    offset at or above it was ever handed out."""
+    if set(record.isr) & live:
+        raise ValueError(f"in-sync replica(s) {sorted(set(record.isr) & live)} are live")
+    survivors = [b for b in record.replicas if b in live]
+    pool = survivors or sorted(live)
+    if not pool:
+        raise ValueError("no broker is live")
+    none = CopyEnd(0, 0, 0)
+    leader = max(pool, key=lambda b: (copies.get(b, none).last_epoch, copies.get(b, none).end, -b))
+    kept_end = max(copies.get(leader, none).end, tier_end)
+    heard = max((c.committed_heard for c in copies.values()), default=0)
+    resume_at = max(reserved_until, kept_end)
+    replicas = record.replicas if leader in record.replicas else [leader, *record.replicas[:-1]]
+    new = msgspec.structs.replace(
+        record, replicas=replicas, isr=[leader], leader=NO_LEADER, epoch=record.epoch + 1, resume_at=resume_at
+    )
+    return Recovery(new, leader, kept_end, max(heard, kept_end), resume_at)
 
 
 def under_min_isr(record: ReplicaRecord) -> bool:

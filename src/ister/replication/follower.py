@@ -283,12 +283,21 @@ class ReplicaFollower:
         if resp.epoch < target.epoch:
             return False  # a stale leader answered: wait for the new one
         self.leader_committed = max(self.leader_committed, resp.committed)
-        if resp.HasField("truncate_to") or resp.HasField("reset_to"):
+        if resp.HasField("truncate_to") or resp.HasField("reset_to") or resp.HasField("skip_to"):
             await stream.drain()
             if resp.HasField("truncate_to"):
                 await self._truncate(resp.truncate_to)
-            else:
+            elif resp.HasField("reset_to"):
                 await self._reset(resp.reset_to)
+            else:
+                wal, self.wal = self.wal, None  # reopened by `_run` if the skip fails half way
+                assert wal is not None
+                log.warning(
+                    "%s: offsets up to %d are gone on the leader; this copy skips them",
+                    self.name,
+                    resp.skip_to,
+                )
+                self.wal = await self.storage.skip_to(self.name, wal, resp.skip_to)
             return True
         stream.check()
         count = resp.frame_count if resp.frames else len(resp.records)

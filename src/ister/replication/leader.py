@@ -319,6 +319,13 @@ class ReplicaLeader:
                     else:
                         got = await reader.read(wanted, FETCH_MAX_BYTES, IDLE_SECONDS)
                 except CorruptRange as exc:
+                    hole = wal.hole_at(sent)
+                    if hole is not None and hole.lost and hole.first <= sent:
+                        # Offsets lost here for good (an unclean recovery): the follower skips them too.
+                        yield pb.ReplicaFetchResponse(
+                            epoch=self.epoch, skip_to=hole.end, committed=self.committed
+                        )
+                        return
                     why = f"{self.name}: the leader's WAL cannot serve offsets from {sent} ({exc})"
                     raise Unavailable(why) from exc
                 except StorageError:

@@ -161,3 +161,6 @@ for _m in ("GetRole", "ListRoles", "GetBinding", "ListBindings", "ListAllBinding
 RULES[f"/{_I}SeekCursor"] = Rule("Consume", T_TOPIC, change=True)  # as SetCursor
 RULES[f"/{_IA}ResetCursor"] = Rule("ManageTopic", T_TOPIC, change=True)
 RULES[f"/{_IA}PeekMessages"] = Rule("ManageTopic", T_TOPIC)
+# -- unclean recovery (issue 39) --
+RULES[f"/{_IA}RecoverTopic"] = Rule("ManageTopic", T_TOPIC, change=True)
+RULES[f"/{_IA}DescribeLocalCopy"] = Rule("ManageTopic", T_TOPIC)

@@ -18,6 +18,7 @@ from ister.security.rbac import Binding, Role
 from ister.security.rbac_store import RbacStore
 from ister.server.cursor_admin import CursorAdmin
 from ister.server.errors import unary
+from ister.server.recovery_api import RecoveryService
 from ister.server.stats_api import StatsService
 from ister.wire.admin_convert import replication_from_wire
 from ister.wire.gen import DanubeAdmin_pb2 as pb
@@ -147,6 +148,20 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
         self.ops = ops
         self.cursors = CursorAdmin(ops) if ops is not None else None
         self.stats = StatsService(ops) if ops is not None else None
+        self.recovery = RecoveryService(ops) if ops is not None else None
+
+    # -- unclean recovery (issue 39) ----------------------------------------------------------------------
+    @unary
+    async def RecoverTopic(self, request: ipb.RecoverTopicRequest, context: Ctx) -> ipb.RecoverTopicResponse:
+        if self.recovery is None:
+            raise FailedPrecondition("this server does not administer topics")
+        return await self.recovery.recover(request, context)
+
+    @unary
+    async def DescribeLocalCopy(self, request: ipb.LocalCopyRequest, context: Ctx) -> ipb.LocalCopyResponse:
+        if self.recovery is None:
+            raise FailedPrecondition("this server does not administer topics")
+        return await self.recovery.local_copy(request)
 
     # -- cursors and peeking (issue 37) -------------------------------------------------------------------
     @unary

@@ -86,6 +86,13 @@ class PeerAdmin:
         )
         return answer
 
+    async def local_copy(
+        self, broker: int, addr: str, topic: str, metadata: Sequence[tuple[str, str]]
+    ) -> pb.LocalCopyResponse:
+        request = pb.LocalCopyRequest(topic=topic)
+        answer: pb.LocalCopyResponse = await self._call(broker, addr, "DescribeLocalCopy", request, metadata)
+        return answer
+
     async def _call(
         self, broker: int, addr: str, method: str, request: Any, metadata: Sequence[tuple[str, str]]
     ) -> Any:

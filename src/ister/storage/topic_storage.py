@@ -35,6 +35,7 @@ from ister.storage.objects.catalog import first_descriptor
 from ister.storage.time_lookup import offset_for_time
 from ister.storage.wal import Wal, WalConfig, WalReader, WriterPool, hold_root
 from ister.storage.wal.cache import CacheBudget
+from ister.storage.wal.checkpoint import record_gap
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,16 @@ class TopicStorage:
             lock_root=self.wal_root,
             cache_budget=self.cache_budget,
         )
+
+    async def skip_to(self, name: TopicName, wal: Wal, end: int) -> Wal:
+        """Close `wal` and reopen it continuing at `end`, its records kept and the offsets in between
+        recorded as lost (`record_gap`); `wal` itself when it already reaches `end`."""
+        if wal.next_offset >= end:
+            return wal
+        start = wal.next_offset
+        await wal.close()
+        await asyncio.to_thread(record_gap, self.wal_dir(name), start, end)
+        return await self.open_wal(name, start_offset=end)
 
     def read_epoch(self, name: TopicName) -> int | None:
         """The ownership epoch this broker's local WAL of a topic was loaded under (None: no usable WAL)."""

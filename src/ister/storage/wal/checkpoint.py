@@ -310,3 +310,19 @@ __all__ = [
     "write_checkpoint",
     "write_checkpoints",
 ]
+
+
+def record_gap(directory: Path, start: int, end: int) -> None:
+    """Record offsets `start`..`end - 1` as lost in a closed WAL's checkpoint and move its mark to `end`,
+    so that the next open continues at `end` and keeps the older segments (readers skip the gap, or read
+    it from the durable tier where that holds it). For an unclean recovery: those offsets may have been
+    handed out by a dead leader and must never be handed out again. Nothing to do when `start >= end`."""
+    if start >= end:
+        return
+    old = read_checkpoint(directory)
+    lost = list(old.lost) if old is not None else []
+    start = max(start, lost[-1][1] if lost else 0)
+    mark = max(end, old.next_offset if old is not None else 0)
+    if start < end:
+        lost.append((start, end))
+    write_checkpoint(directory, Checkpoint(mark, tuple(lost)))

@@ -32,6 +32,52 @@ KEY_SHARED: SubscriptionType
 LATEST: InitialPosition
 EARLIEST: InitialPosition
 
+class RecoverTopicRequest(_message.Message):
+    __slots__ = ("topic", "accept_data_loss")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_DATA_LOSS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    accept_data_loss: bool
+    def __init__(self, topic: _Optional[str] = ..., accept_data_loss: _Optional[bool] = ...) -> None: ...
+
+class RecoverTopicResponse(_message.Message):
+    __slots__ = ("topic", "leader", "epoch", "kept_end", "resume_at", "acked_end", "survivors")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    KEPT_END_FIELD_NUMBER: _ClassVar[int]
+    RESUME_AT_FIELD_NUMBER: _ClassVar[int]
+    ACKED_END_FIELD_NUMBER: _ClassVar[int]
+    SURVIVORS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    leader: int
+    epoch: int
+    kept_end: int
+    resume_at: int
+    acked_end: int
+    survivors: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., leader: _Optional[int] = ..., epoch: _Optional[int] = ..., kept_end: _Optional[int] = ..., resume_at: _Optional[int] = ..., acked_end: _Optional[int] = ..., survivors: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class LocalCopyRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class LocalCopyResponse(_message.Message):
+    __slots__ = ("present", "start", "end", "last_epoch", "committed_heard")
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    LAST_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_HEARD_FIELD_NUMBER: _ClassVar[int]
+    present: bool
+    start: int
+    end: int
+    last_epoch: int
+    committed_heard: int
+    def __init__(self, present: _Optional[bool] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., last_epoch: _Optional[int] = ..., committed_heard: _Optional[int] = ...) -> None: ...
+
 class ReplicaUp(_message.Message):
     __slots__ = ("open", "acked")
     OPEN_FIELD_NUMBER: _ClassVar[int]
@@ -71,7 +117,7 @@ class ReplicaFetchRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., follower: _Optional[int] = ..., epoch: _Optional[int] = ..., log_start: _Optional[int] = ..., log_end: _Optional[int] = ..., history: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ..., frames_ok: _Optional[bool] = ...) -> None: ...
 
 class ReplicaFetchResponse(_message.Message):
-    __slots__ = ("epoch", "truncate_to", "reset_to", "first_offset", "records", "epochs", "committed", "frames", "frame_count", "frames_crc")
+    __slots__ = ("epoch", "truncate_to", "reset_to", "first_offset", "records", "epochs", "committed", "frames", "frame_count", "frames_crc", "skip_to")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_TO_FIELD_NUMBER: _ClassVar[int]
     RESET_TO_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +128,7 @@ class ReplicaFetchResponse(_message.Message):
     FRAMES_FIELD_NUMBER: _ClassVar[int]
     FRAME_COUNT_FIELD_NUMBER: _ClassVar[int]
     FRAMES_CRC_FIELD_NUMBER: _ClassVar[int]
+    SKIP_TO_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     truncate_to: int
     reset_to: int
@@ -92,7 +139,8 @@ class ReplicaFetchResponse(_message.Message):
     frames: bytes
     frame_count: int
     frames_crc: int
-    def __init__(self, epoch: _Optional[int] = ..., truncate_to: _Optional[int] = ..., reset_to: _Optional[int] = ..., first_offset: _Optional[int] = ..., records: _Optional[_Iterable[bytes]] = ..., epochs: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., committed: _Optional[int] = ..., frames: _Optional[bytes] = ..., frame_count: _Optional[int] = ..., frames_crc: _Optional[int] = ...) -> None: ...
+    skip_to: int
+    def __init__(self, epoch: _Optional[int] = ..., truncate_to: _Optional[int] = ..., reset_to: _Optional[int] = ..., first_offset: _Optional[int] = ..., records: _Optional[_Iterable[bytes]] = ..., epochs: _Optional[_Iterable[_Union[EpochStart, _Mapping]]] = ..., committed: _Optional[int] = ..., frames: _Optional[bytes] = ..., frame_count: _Optional[int] = ..., frames_crc: _Optional[int] = ..., skip_to: _Optional[int] = ...) -> None: ...
 
 class ListPartitionAssignmentsRequest(_message.Message):
     __slots__ = ("topic",)

@@ -499,6 +499,16 @@ class IsterAdminStub:
                 request_serializer=ister__v1__pb2.ListSubscriptionStatsRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.ListSubscriptionStatsResponse.FromString,
                 _registered_method=True)
+        self.RecoverTopic = channel.unary_unary(
+                '/ister.v1.IsterAdmin/RecoverTopic',
+                request_serializer=ister__v1__pb2.RecoverTopicRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.RecoverTopicResponse.FromString,
+                _registered_method=True)
+        self.DescribeLocalCopy = channel.unary_unary(
+                '/ister.v1.IsterAdmin/DescribeLocalCopy',
+                request_serializer=ister__v1__pb2.LocalCopyRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.LocalCopyResponse.FromString,
+                _registered_method=True)
 
 
 class IsterAdminServicer:
@@ -619,6 +629,25 @@ class IsterAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecoverTopic(self, request, context):
+        """-- unclean recovery (issue 39, docs/replication.md) --
+        A replicated topic none of whose in-sync replicas' brokers is registered restarts on the longest
+        surviving copy (any live replica, ranked by its last epoch and end) and the durable tier, with new
+        offsets from the end of what its last owner reserved (never an offset handed out before). Refused
+        unless `accept_data_loss`; FAILED_PRECONDITION while an in-sync replica lives, or standalone; NOT_FOUND
+        for a topic that is not replicated. Answers once the new leader serves it, with what was lost.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeLocalCopy(self, request, context):
+        """This broker's local copy of a replicated topic (asked by RecoverTopic of each live replica).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -686,6 +715,16 @@ def add_IsterAdminServicer_to_server(servicer, server):
                     servicer.ListSubscriptionStats,
                     request_deserializer=ister__v1__pb2.ListSubscriptionStatsRequest.FromString,
                     response_serializer=ister__v1__pb2.ListSubscriptionStatsResponse.SerializeToString,
+            ),
+            'RecoverTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecoverTopic,
+                    request_deserializer=ister__v1__pb2.RecoverTopicRequest.FromString,
+                    response_serializer=ister__v1__pb2.RecoverTopicResponse.SerializeToString,
+            ),
+            'DescribeLocalCopy': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeLocalCopy,
+                    request_deserializer=ister__v1__pb2.LocalCopyRequest.FromString,
+                    response_serializer=ister__v1__pb2.LocalCopyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1040,6 +1079,60 @@ class IsterAdmin:
             '/ister.v1.IsterAdmin/ListSubscriptionStats',
             ister__v1__pb2.ListSubscriptionStatsRequest.SerializeToString,
             ister__v1__pb2.ListSubscriptionStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecoverTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/RecoverTopic',
+            ister__v1__pb2.RecoverTopicRequest.SerializeToString,
+            ister__v1__pb2.RecoverTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeLocalCopy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/DescribeLocalCopy',
+            ister__v1__pb2.LocalCopyRequest.SerializeToString,
+            ister__v1__pb2.LocalCopyResponse.FromString,
             options,
             channel_credentials,
             insecure,
