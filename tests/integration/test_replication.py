@@ -558,6 +558,97 @@ async def test_a_topic_whose_in_sync_replicas_are_all_gone_is_said_and_comes_bac
         await four.stop()
 
 
+async def test_an_unclean_recovery_restarts_on_the_surviving_copy_and_says_what_is_gone(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    """Issue 39: a follower frozen out of the in-sync set, then both in-sync replicas killed for good. The
+    topic has no live in-sync replica; `topics recover` refuses without --accept-data-loss (saying what it
+    would do), then restarts the topic on the frozen follower's copy: every acknowledged offset it does
+    not hold lies in the range it reports as gone, and new offsets never reuse one handed out before."""
+    env = {**RF_ENV, "ISTER_CLUSTER__REPLICA_REPLACE_AFTER_SECONDS": "2"}
+    four = Cluster(tmp_path, etcd_server.endpoint, 4, 2, env=env)
+    try:
+        await four.start(3)
+        topic = "/default/replicated_unclean"
+        acked = await publish(four.brokers[0].url, topic, "a", 300)
+        record = await four.until(lambda: replica_record(four, topic), "a replica record")
+        await four.start_more()
+        spare = four.brokers[3]
+        frozen_id = next(b for b in record.replicas if b != record.leader)
+        frozen = four.process_of(frozen_id)
+        assert frozen.proc is not None
+        frozen.proc.send_signal(signal.SIGSTOP)
+        try:
+
+            async def frozen_out() -> bool:
+                rec = await replica_record(four, topic)
+                return rec is not None and frozen_id not in rec.isr
+
+            await four.until(frozen_out, "the frozen follower leaves the in-sync set", 30)
+            acked.update(await publish(four.process_of(record.leader).url, topic, "b", 300))
+            for b in record.replicas:
+                if b != frozen_id:
+                    four.process_of(b).kill9()
+        finally:
+            frozen.proc.send_signal(signal.SIGCONT)
+
+        def recover(*extra: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*ISTER, "admin", "topics", "recover", topic, "--admin-addr", spare.admin_addr, *extra],
+                capture_output=True,
+                text=True,
+                timeout=90,
+            )
+
+        def stranded() -> bool:
+            out = subprocess.run(
+                [
+                    *ISTER,
+                    "admin",
+                    "topics",
+                    "describe",
+                    topic,
+                    "-o",
+                    "json",
+                    "--admin-addr",
+                    spare.admin_addr,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            return (
+                out.returncode == 0
+                and json.loads(out.stdout)["replication_state"] == "no live in-sync replica"
+            )
+
+        await four.until(stranded, "the topic is without a live in-sync replica", 30)
+        refused = recover()
+        assert refused.returncode != 0 and "accept-data-loss" in refused.stderr, refused.stderr
+        assert f"restart it on broker {frozen_id}" in refused.stderr
+        assert (await replica_record(four, topic)) is not None
+        done = recover("--accept-data-loss", "-o", "json")
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["leader"] == str(frozen_id)
+        kept, resume = report["kept_end"], report["resume_at"]
+        assert kept <= resume and resume >= max(acked) + 1  # nothing handed out before is reused
+        # The replacement (2 s) adds the spare as a follower; with it the topic takes writes again.
+        more = await publish(frozen.url, topic, "c", 100)
+        assert min(more) >= resume
+        got = await read_all(frozen.url, topic, max(more) + 1)
+        missing = sorted(o for o in acked if got.get(o) != acked[o])
+        assert all(kept <= o < resume for o in missing), f"lost outside the reported range: {missing[:5]}"
+        assert all(o < kept for o in acked if o not in missing)
+        assert {o: got.get(o) for o in more} == more
+        print(
+            f"recovered on broker {frozen_id}: kept below {kept}, {len(missing)} acknowledged gone, "
+            f"new from {resume}"
+        )
+    finally:
+        await four.stop()
+
+
 async def test_drain_moves_leaderships_and_replicas_away(tmp_path: Path, etcd_server: EtcdServer) -> None:
     four = Cluster(tmp_path, etcd_server.endpoint, 4, 2, env=RF_ENV)
     try:
