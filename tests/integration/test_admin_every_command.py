@@ -93,6 +93,7 @@ def cases(broker_id: str, other_id: str, schema_file: Path) -> list[Case]:
         Case(("subscriptions", "list", "--namespace", ns), True),
         Case(("topics", "peek", t), True),
         Case(("topics", "reset-cursor", t, "-s", sub, "--to", "earliest")),
+        Case(("topics", "recover", t)),  # refused: standalone, or a healthy (here single-copy) topic
         Case(("topics", "unload", t)),
         Case(("topics", "unsubscribe", t, "-s", sub)),
         Case(("schemas", "register", subject, *schema)),
@@ -204,7 +205,7 @@ async def test_every_admin_command_on_a_standalone_broker(standalone: BrokerProc
     refused = await run_every_command(standalone.admin_addr, "0", "0", tmp_path)
     print("\n".join(refused))
     # Cluster-only commands say why in their one line.
-    for command in ("brokers balance", "brokers load", "brokers drain", "brokers activate"):
+    for command in ("brokers balance", "brokers load", "brokers drain", "brokers activate", "topics recover"):
         line = next(r for r in refused if r.startswith(command))
         assert "standalone" in line and "FAILED_PRECONDITION" in line, line
 
@@ -218,3 +219,5 @@ async def test_every_admin_command_on_a_cluster(three: Cluster, tmp_path: Path) 
     # What works only in a cluster works there.
     for command in ("brokers balance", "brokers load", "brokers drain", "brokers activate"):
         assert not any(r.startswith(command) for r in refused), refused
+    line = next(r for r in refused if r.startswith("topics recover"))
+    assert "NOT_FOUND" in line and "not replicated" in line, line
