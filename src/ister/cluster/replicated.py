@@ -230,6 +230,7 @@ class ReplicatedTopics:
             live=lambda: self.manager.live,
             absences=self.manager.absences,
             note_absent=self.manager.note_absent,
+            on_step_down=lambda: self._hand_back(name, "its disk failed"),
         )
         guard.bind(wal)
         guard.replication = leader
@@ -246,6 +247,16 @@ class ReplicatedTopics:
         )
         return wal, guard
 
+    async def _hand_back(self, name: TopicName, reason: str) -> None:
+        """Delete this broker's assignment of `name` and mark it for a failover (to an in-sync replica)."""
+        me = self.broker_id
+        marker = keys.unassigned(name)
+        await self.store.txn(
+            [Compare(marker, None)],
+            [Delete(keys.broker_topic(me, name)), Put(marker, {"reason": "failover", "from_broker": me})],
+        )
+        log.warning("%s: handed back for a failover (%s)", name, reason)
+
     async def _give_back(self, name: TopicName, record: ReplicaRecord, replica_kv: KeyValue | None) -> None:
         """This broker cannot lead the topic: leave its in-sync set and hand the assignment back for a
         failover to an in-sync replica."""
@@ -255,12 +266,7 @@ class ReplicatedTopics:
             await self.store.txn(
                 [Compare(replica_kv.key, replica_kv.version)], [Put(replica_kv.key, left.to_json())]
             )
-        marker = keys.unassigned(name)
-        await self.store.txn(
-            [Compare(marker, None)],
-            [Delete(keys.broker_topic(me, name)), Put(marker, {"reason": "failover", "from_broker": me})],
-        )
-        log.warning("%s: no in-sync copy here; handed back for a failover to %s", name, record.isr)
+        await self._hand_back(name, f"no in-sync copy here; for a failover to {record.isr}")
 
 
 def _sealed_next(sealed: SealedState | None, owner: OwnerRecord) -> int | None:

@@ -17,9 +17,11 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import msgspec
 from crc32c import crc32c
 
 from ister.core.replication import (
+    NO_LEADER,
     EpochHistory,
     FollowerProgress,
     LeaderState,
@@ -80,6 +82,7 @@ class ReplicaLeader:
         absences: Callable[[], dict[int, float]] | None = None,
         note_absent: Callable[[dict[int, float]], Awaitable[None]] | None = None,
         wall: Callable[[], float] = time.time,
+        on_step_down: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.name = name
         self.wal = wal
@@ -103,6 +106,7 @@ class ReplicaLeader:
         self._note_absent = note_absent
         self._wall = wall
         self._absent_since: dict[int, float] = {}
+        self._on_step_down = on_step_down  # hands the topic back for a failover (its disk failed here)
         self._peers_checked = float("-inf")
         # Followers' streams (ended when this leader closes) and what each has sent: frames below all
         # of them are dropped.
@@ -385,7 +389,11 @@ class ReplicaLeader:
     async def _isr_loop(self) -> None:
         while True:
             try:
-                await self._check_isr()
+                if self.wal.failed is not None and self.fenced is None:
+                    if await self._step_down(f"its WAL failed here ({self.wal.failed})"):
+                        return
+                else:
+                    await self._check_isr()
             except MetadataError as exc:
                 log.warning("%s: updating the in-sync set failed (%s); retrying", self.name, exc)
             await asyncio.sleep(ISR_CHECK_SECONDS)
@@ -416,10 +424,15 @@ class ReplicaLeader:
             self._fail_waiters(Unavailable(f"{self.name}: in-sync replica(s) {stalled} stopped following"))
         self.stalled = stalled
         # Rejoin only while it follows: a dead member still "holds everything" when nothing was appended.
+        # Never one that lags now: a slow member gates the commit, so it always "holds everything
+        # committed" and would rejoin in the pass that dropped it (a follower whose fsyncs take seconds
+        # stalled every producer; found by tests/integration/test_gray_failures.py).
         isr += [
             r
             for r in self.state.rejoining(isr, record.replicas)
-            if now - self.last_fetch.get(r, float("-inf")) <= self.max_lag_s and (not live or r in live)
+            if r not in lagging
+            and now - self.last_fetch.get(r, float("-inf")) <= self.max_lag_s
+            and (not live or r in live)
         ]
         if sorted(isr) != record.isr:
             await self._write_record(record.with_isr(isr))
@@ -449,6 +462,29 @@ class ReplicaLeader:
             return None
         choose = self._choose
         return replacement_step(record, leaving, lambda: choose(set(record.replicas)))
+
+    async def _step_down(self, reason: str) -> bool:
+        """This broker's disk failed: leave the in-sync set with no leader at the next epoch (followers stop
+        taking records from here), then hand the topic back so the cluster gives it to an in-sync replica.
+        Not when no other in-sync replica exists (the topic would have none): it stays, refusing writes."""
+        record = self.record
+        others = [b for b in record.isr if b != self.broker_id]
+        if not others:
+            log.error(
+                "%s: %s, and no other replica is in sync: it stays here, refusing writes", self.name, reason
+            )
+            return False
+        new = msgspec.structs.replace(record, isr=sorted(others), leader=NO_LEADER, epoch=record.epoch + 1)
+        key = keys.replicas(self.name)
+        if not await self.store.txn([Compare(key, self.version)], [Put(key, new.to_json())]):
+            self.fence("the replica record changed (another leader or epoch)")
+            return True
+        log.error("%s: %s: stepping down for a failover to %s", self.name, reason, sorted(others))
+        self.record = new
+        self.fence(f"stepped down: {reason}")
+        if self._on_step_down is not None:
+            await self._on_step_down()
+        return True
 
     def _matched(self, member: int) -> int:
         p = self.state.followers.get(member)
