@@ -479,8 +479,11 @@ def failover_figures(
     for topic, times in chaos.ack_times.items():
         marks = [*times, end] if times else [0.0, end]
         best = max(itertools.pairwise(marks), key=lambda p: p[1] - p[0], default=(0.0, 0.0))
-        before = [f for f in chaos.faults if f.started <= best[1]]
-        culprit = before[-1] if before else None
+        # The fault that began the stretch: the first one started in it (or just before its last
+        # acknowledgement), else the last one before it (a topic still stalled by an earlier fault).
+        inside = [f for f in chaos.faults if best[0] - 1.0 <= f.started <= best[1]]
+        before = [f for f in chaos.faults if f.started <= best[0]]
+        culprit = inside[0] if inside else before[-1] if before else None
         longest[topic] = {
             "seconds": best[1] - best[0],
             "from": best[0],
