@@ -7,7 +7,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install etcd java promtool run test lint typecheck unit integration sim bench proto clean
+.PHONY: install etcd java promtool run test lint typecheck unit integration sim bench chaos proto clean
 
 $(UV):
 	$(PY) -m venv $(TOOLS)
@@ -61,6 +61,12 @@ test: lint typecheck etcd java promtool
 
 bench: install
 	$(BIN)/ister bench
+
+# A seeded chaos run on a real 3-broker cluster, its history checked (bench/chaos.py; docs/benchmarks.md).
+MINUTES ?= 5
+SEED ?= 1
+chaos: install etcd
+	$(BIN)/python bench/chaos.py --minutes $(MINUTES) --seed $(SEED) --out chaos-$(SEED).json
 
 proto: install
 	$(BIN)/python scripts/gen_proto.py

@@ -183,3 +183,25 @@ async def test_a_publish_the_disk_does_not_make_durable_in_time_fails_and_the_to
         disk_back.set()
         await service.close()
         await store.close()
+
+
+async def test_a_cursor_past_what_a_new_leader_shows_yet_is_kept(broker: BrokerService) -> None:
+    """A replicated topic's new leader shows nothing (visible cap) until its epoch's start commits, but
+    holds every record a consumer acknowledged: a subscription opened meanwhile resumes at its cursor, not
+    at the visible end (a chaos run saw cursors go back to 0 and everything delivered again)."""
+    pid = await broker.create_producer("/default/t4", "p", reliable=True, access_mode=0)
+    session = await broker.producer(pid, "/default/t4")
+    for i in range(5):
+        await broker.send(session, _msg(b"%d" % i))
+    await broker.store.put(keys.subscription_cursor("/default/t4", "s"), 3)  # consumed 0..3
+    wal = broker.topics["/default/t4"].wal
+    assert wal is not None
+    wal.cap_visible(0)  # as a new leader before its epoch's start commits
+    try:
+        await broker.subscribe("/default/t4", "s", "c", SubType.EXCLUSIVE, [])
+    finally:
+        wal.cap_visible(None)
+    record = await broker.store.get(keys.subscription("/default/t4", "s"))
+    assert record is not None and record.value["start_offset"] == 4
+    cursor = await broker.store.get(keys.subscription_cursor("/default/t4", "s"))
+    assert cursor is not None and cursor.value == 3

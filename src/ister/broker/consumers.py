@@ -173,12 +173,13 @@ class Consumers:
             start = max(await self.storage.earliest(topic.name, wal), topic.start_offset)
         else:
             start = wal.committed_offset  # a new subscription starts at the latest offset (as Danube)
-        if start > wal.committed_offset:
-            # The WAL holds less than the cursor says (its files were lost): resume at its head.
-            log.warning(
-                "%s/%s: cursor start %d is past the WAL head %d", t, name, start, wal.committed_offset
-            )
-            start = wal.committed_offset
+        if start > wal.durable_offset:
+            # The WAL holds less than the cursor says (its files were lost): resume at its head. Measured
+            # against what this broker holds, not what it shows: a replicated topic's new leader shows
+            # nothing until its epoch's start commits, yet holds everything a consumer acknowledged (a
+            # chaos run found cursors reset to 0 that way: every message delivered again).
+            log.warning("%s/%s: cursor start %d is past the WAL head %d", t, name, start, wal.durable_offset)
+            start = wal.durable_offset
         if self.storage.objects is None:
             start = max(start, wal.first_offset)  # older records exist nowhere else
         if start < topic.start_offset:
