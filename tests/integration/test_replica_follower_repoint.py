@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -17,6 +18,7 @@ from ister.benchmark.broker import free_port
 from ister.replication import follower as follower_module
 from ister.replication.follower import LeaderTarget
 from ister.server.replica_api import add_replica_service
+from ister.storage.wal import Wal
 from ister.wire.gen import ister_v1_pb2 as pb
 from tests.integration.test_replica_stream_faults import RECORD, publish, replica_pair
 from tests.support import until
@@ -112,3 +114,44 @@ async def test_a_leader_that_never_answers_its_stream_is_left_for_the_next(
         )
         follower._target = lambda: real
         assert await publish(pair.leader, pair.leader_wal, [b"after"]) == 0
+
+
+@pytest.mark.timeout(60)
+async def test_stopping_a_follower_whose_append_hangs_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A load of the topic here stops its follower first; an append that never finishes (a disk that
+    hangs) must not hold that stop, and the topic, forever (a chaos run saw a topic unserved for minutes)."""
+    monkeypatch.setattr(follower_module, "STOP_SECONDS", 0.5)
+    async with replica_pair(tmp_path, tmp_path / "follower") as (pair, _):
+        follower = pair.follower
+        await until(lambda: follower.wal is not None, "the follower opened its copy")
+        await publish(pair.leader, pair.leader_wal, [b"before"])
+        wal = follower.wal
+        assert wal is not None
+        hung = asyncio.Event()
+
+        real_frames, real_append = Wal.append_frames, Wal.append
+
+        async def frames(self: Wal, *args: Any, **kwargs: Any) -> int:
+            if self is not wal:
+                return await real_frames(self, *args, **kwargs)
+            hung.set()
+            await asyncio.Event().wait()
+            return 0
+
+        async def append(self: Wal, *args: Any, **kwargs: Any) -> int:
+            if self is not wal:
+                return await real_append(self, *args, **kwargs)
+            hung.set()
+            await asyncio.Event().wait()
+            return 0
+
+        monkeypatch.setattr(Wal, "append_frames", frames)
+        monkeypatch.setattr(Wal, "append", append)
+        pair.leader.check_writable()
+        await pair.leader_wal.append([b"stuck"])
+        pair.leader.appended()
+        await asyncio.wait_for(hung.wait(), 10)
+        await asyncio.wait_for(follower.stop(), 10)  # before: waited for the append forever
+        assert any("still pending" in r.getMessage() for r in caplog.records), caplog.text

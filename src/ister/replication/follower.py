@@ -53,6 +53,10 @@ WARN_EVERY_SECONDS = 30.0
 # window is full; this long in silence means a peer that accepts and never answers (a frozen process,
 # a half-open connection): the stream is dropped and opened again.
 SILENT_STREAM_SECONDS = 10.0
+# Stopping waits this long for the loop and its pending appends, then goes on (closing the WAL fails what
+# is left): a load of the topic here waits for the stop, and one that hung kept a topic unserved for
+# minutes in a chaos run.
+STOP_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +115,19 @@ class ReplicaFollower:
 
     async def stop(self) -> None:
         """Stop fetching and close the WAL (a promotion reopens it as the owner)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        task = self._task
+        if task is not None:
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=STOP_SECONDS)
+            if not done:
+                log.error(
+                    "%s: following did not stop within %.0f s (%r); its copy is closed anyway",
+                    self.name,
+                    STOP_SECONDS,
+                    task,
+                )
+            elif not task.cancelled() and task.exception() is not None:
+                log.warning("%s: following had ended with %r", self.name, task.exception())
             self._task = None
         if self.wal is not None:
             await self.wal.close()
@@ -469,10 +482,18 @@ class _Acks:
                 told = end
 
     async def close(self) -> None:
+        """Stop the writer and wait for the pending appends, at most `STOP_SECONDS`: an append that never
+        finishes must not hold the stream (and a load of the topic here) forever."""
         if self._writer is not None:
             self._writer.cancel()
-            with contextlib.suppress(BaseException):
-                await self._writer
-        for task in self._appends:
-            with contextlib.suppress(BaseException):
-                await task
+        pending = [t for t in (self._writer, *self._appends) if t is not None]
+        if not pending:
+            return
+        done, late = await asyncio.wait(pending, timeout=STOP_SECONDS)
+        for task in done:
+            if not task.cancelled():
+                task.exception()  # retrieved: a failed append was already seen by `check` or is moot now
+        if late:
+            log.warning(
+                "%d append(s) of a follower stream still pending after %.0f s", len(late), STOP_SECONDS
+            )
