@@ -24,6 +24,7 @@ RULE_TESTS = DEPLOY / "alerts_test.yml"
 EXPECTED = {
     "IsterBrokerDown",
     "IsterTopicsUnderMinIsr",
+    "IsterTopicsWithoutLiveInSyncReplica",
     "IsterTopicsUnderReplicated",
     "IsterSubscriptionLagGrowing",
     "IsterExportBacklogOld",
