@@ -36,13 +36,16 @@ class Absences:
     def read(self) -> dict[int, float]:
         return dict(self.kept)
 
-    async def note(self, seen: dict[int, float]) -> None:
+    async def note(self, seen: dict[int, float], restamp: bool) -> None:
         self.calls += 1
         if self.failures:
             self.failures -= 1
             raise MetadataError("etcd unreachable")
         for broker, since in seen.items():
-            self.kept.setdefault(broker, since)
+            if restamp:
+                self.kept[broker] = since
+            else:
+                self.kept.setdefault(broker, since)
 
 
 async def leader_with(tmp_path: Path, absences: Absences, wall: list[float]) -> tuple[ReplicaLeader, Wal]:
@@ -111,3 +114,19 @@ def test_a_clock_goes_when_its_broker_is_back_or_no_replica_names_it() -> None:
     # 2 is back; 5 is still gone and still a replica somewhere; 7 was replaced everywhere.
     assert clocks_to_forget(absent, live={1, 2, 3}, named={1, 2, 3, 5}) == [2, 7]
     assert clocks_to_forget({}, live={1}, named={1}) == []
+
+
+async def test_a_clock_set_back_restarts_the_wait_instead_of_stretching_it(tmp_path: Path) -> None:
+    wall = [1_000.0]
+    # Broker 2's absence was stamped by a clock an hour ahead of this one (or this one was set back).
+    absences = Absences({2: wall[0] + 3_600})
+    leader, wal = await leader_with(tmp_path, absences, wall)
+    try:
+        checks = absences.checks
+        await until(lambda: absences.checks >= checks + 2, "two checks")
+        assert leader.record.replicas == [1, 2, 3]
+        wall[0] += REPLACE_AFTER  # one wait from now, not an hour and a wait
+        await until(lambda: 4 in leader.record.replicas, "replaced a wait after the jump")
+    finally:
+        await leader.close("test over")
+        await wal.close()

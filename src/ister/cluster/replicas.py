@@ -291,11 +291,15 @@ class ReplicaManager:
                 out[broker[0]] = float(since)
         return out
 
-    async def note_absent(self, seen: dict[int, float]) -> None:
-        """Start the clock of brokers first seen gone (a clock another leader started is kept)."""
+    async def note_absent(self, seen: dict[int, float], restamp: bool) -> None:
+        """Start the clock of brokers first seen gone (a clock another leader started is kept), or, with
+        `restamp`, start it again now (it was stamped by a clock ahead of this one)."""
         for broker, since in seen.items():
             key = keys.absent_broker(broker)
-            if await self.store.txn([Compare(key, None)], [Put(key, {"since": since})]):
+            if restamp:
+                await self.store.put(key, {"since": since})
+                log.warning("broker %d's absence was stamped in the future: its wait starts again", broker)
+            elif await self.store.txn([Compare(key, None)], [Put(key, {"since": since})]):
                 log.info("broker %d is gone: its replicas are replaced if it stays away", broker)
 
     async def _forget_absences(self, named: set[int]) -> None:

@@ -80,7 +80,7 @@ class ReplicaLeader:
         live: Callable[[], set[int]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         absences: Callable[[], dict[int, float]] | None = None,
-        note_absent: Callable[[dict[int, float]], Awaitable[None]] | None = None,
+        note_absent: Callable[[dict[int, float], bool], Awaitable[None]] | None = None,
         wall: Callable[[], float] = time.time,
         on_step_down: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
@@ -450,14 +450,20 @@ class ReplicaLeader:
         live, active = self._peers()
         record = self.record
         kept = self._absences() if self._absences is not None else self._absent_since
-        absent = dict(kept)
-        leaving = leaving_replicas(
-            record, self.broker_id, live, active, absent, self._wall(), self.replace_after_s
-        )
+        wall = self._wall()
+        # A clock set back (here or where the absence was first seen) restarts the wait instead of
+        # stretching it by the jump; one set forward replaces early, which is safe (the new follower
+        # joins before the old one leaves).
+        ahead = {r: wall for r, since in kept.items() if since > wall}
+        absent = {**kept, **ahead}
+        leaving = leaving_replicas(record, self.broker_id, live, active, absent, wall, self.replace_after_s)
         if self._absences is None:
             self._absent_since = absent
-        elif self._note_absent is not None and (seen := {r: t for r, t in absent.items() if r not in kept}):
-            await self._note_absent(seen)
+        elif self._note_absent is not None:
+            if ahead:
+                await self._note_absent(ahead, True)  # stamped again, now
+            if seen := {r: t for r, t in absent.items() if r not in kept}:
+                await self._note_absent(seen, False)
         if not leaving and len(record.replicas) >= record.target:
             return None
         choose = self._choose
