@@ -205,3 +205,21 @@ async def test_a_cursor_past_what_a_new_leader_shows_yet_is_kept(broker: BrokerS
     assert record is not None and record.value["start_offset"] == 4
     cursor = await broker.store.get(keys.subscription_cursor("/default/t4", "s"))
     assert cursor is not None and cursor.value == 3
+
+
+async def test_a_new_latest_subscription_on_a_new_leader_starts_at_what_it_holds(
+    broker: BrokerService,
+) -> None:
+    pid = await broker.create_producer("/default/t5", "p", reliable=True, access_mode=0)
+    session = await broker.producer(pid, "/default/t5")
+    for i in range(5):
+        await broker.send(session, _msg(b"%d" % i))
+    wal = broker.topics["/default/t5"].wal
+    assert wal is not None
+    wal.cap_visible(0)  # as a new leader before its epoch's start commits
+    try:
+        await broker.subscribe("/default/t5", "latest", "c", SubType.EXCLUSIVE, [])
+    finally:
+        wal.cap_visible(None)
+    record = await broker.store.get(keys.subscription("/default/t5", "latest"))
+    assert record is not None and record.value["start_offset"] == 5  # not 0: the history is not new

@@ -172,7 +172,10 @@ class Consumers:
         elif earliest:  # a new subscription at the earliest record retention keeps: nothing is lost
             start = max(await self.storage.earliest(topic.name, wal), topic.start_offset)
         else:
-            start = wal.committed_offset  # a new subscription starts at the latest offset (as Danube)
+            # A new subscription starts at the latest offset (as Danube): what this broker holds, not what it
+            # shows yet (a replicated topic's new leader shows nothing until its epoch's start commits;
+            # from there a "latest" subscription would get the whole topic).
+            start = wal.durable_offset
         if start > wal.durable_offset:
             # The WAL holds less than the cursor says (its files were lost): resume at its head. Measured
             # against what this broker holds, not what it shows: a replicated topic's new leader shows
