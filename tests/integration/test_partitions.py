@@ -283,3 +283,29 @@ async def test_tcp_resets_on_the_replication_path(cluster: Cluster) -> None:
     t.heal_at = time.monotonic()
     assert_stopped(t)
     await heal_and_check(t, "TCP resets leader <-> followers")
+
+
+async def test_leader_alone_with_the_clients(cluster: Cluster) -> None:
+    """g. The leader is cut from both followers and from etcd; only clients reach it (the classic minority
+    partition with clients on both sides). Kafka: its session expires, the controller elects an in-sync
+    follower; the old leader cannot commit with acks=all, so a producer there gets errors until its
+    metadata names the new leader. Ister: the old leader commits nothing (no follower), its lease runs
+    out, the majority side's new leader serves the producer (which knows every broker) within the
+    failover bound while the fault holds; after the heal the old leader's uncommitted suffix is cut."""
+    t = await start(cluster, "/default/part_leader_alone")
+    leader = t.host(t.before.leader)
+    t.network.isolate_from_etcd(leader)
+    for f in t.before.replicas:
+        if f != t.before.leader:
+            t.network.cut(leader, t.host(f))
+
+    async def replaced() -> ReplicaRecord | None:
+        rec = await replica_record(cluster, t.topic)
+        moved = rec is not None and rec.leader != t.before.leader and rec.epoch > t.before.epoch
+        return rec if moved else None
+
+    await cluster.until(replaced, "an in-sync follower leads", FAILOVER_BOUND)
+    served = await t.acks_grow(200, "the new leader acknowledges", FAILOVER_BOUND)
+    print(f"\nnew leader acknowledging {served - t.fault_at:.2f} s after the fault")
+    await hold(2.0)  # the old leader keeps running alone a little longer with traffic on the new one
+    await heal_and_check(t, "leader alone with the clients")
