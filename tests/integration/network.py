@@ -125,10 +125,8 @@ class Network:
         for host in self.hosts:
             if any(line.split()[0] == host.netns for line in namespaces.splitlines() if line.strip()):
                 run("ip", "netns", "delete", host.netns)  # takes the namespace's end of the veth with it
-            if _link_exists(host.veth):
-                run("ip", "link", "delete", host.veth)
-        if _link_exists(self.bridge):
-            run("ip", "link", "delete", self.bridge)
+            _delete_link(host.veth)  # usually gone with the namespace, a moment later
+        _delete_link(self.bridge)
 
     def __enter__(self) -> Network:
         return self.create()
@@ -200,3 +198,15 @@ class Network:
 
 def _link_exists(name: str) -> bool:
     return subprocess.run(["ip", "link", "show", name], capture_output=True).returncode == 0
+
+
+def _delete_link(name: str) -> None:
+    """Delete a link if it exists; one the kernel removes meanwhile (a veth whose peer's namespace was
+    just deleted) is fine, one that stays is an error."""
+    if not _link_exists(name):
+        return
+    try:
+        run("ip", "link", "delete", name)
+    except NetworkError:
+        if _link_exists(name):
+            raise
