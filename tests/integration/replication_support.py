@@ -45,15 +45,17 @@ async def produce(
     stop: asyncio.Event,
     acked_at: list[float] | None = None,
     client: Client | None = None,
+    prefix: str = "r",
 ) -> None:
     """Publish batches of 50 until `stop`; `acked` gets offset -> payload of every acknowledged record
     (an offset acknowledged with two payloads fails it), `acked_at` the time (monotonic) of each
-    acknowledged batch. `client`: a client of the caller's (its settings) instead of one on `urls`."""
+    acknowledged batch. `client`: a client of the caller's (its settings) instead of one on `urls`; `prefix`
+    starts every payload (producers sharing `acked` use different ones)."""
     async with client if client is not None else Client(urls) as ister:
         pub = await ister.producer(topic)
         n = 0
         while not stop.is_set():
-            payloads = [f"r{n + i}".encode() for i in range(50)]
+            payloads = [f"{prefix}{n + i}".encode() for i in range(50)]
             n += 50
             try:
                 offsets = await pub.send_batch(payloads)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from ister.client import Client
 from ister.core.replication import ReplicaRecord
 from tests.etcd_server import EtcdServer, etcd_binary
 from tests.integration.cluster import LEASE_TTL, Cluster
@@ -80,7 +81,7 @@ class Traffic:
     acked: dict[int, bytes] = field(default_factory=dict)
     acked_at: list[float] = field(default_factory=list)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)  # the producers, stopped by `stop`
     started: ReplicaRecord | None = None  # the replica record when the fault began
     fault_at: float = 0.0
     heal_at: float = 0.0
@@ -130,7 +131,7 @@ async def all_in_sync(cluster: Cluster, topic: str) -> ReplicaRecord | None:
 async def start(cluster: Cluster, topic: str) -> Traffic:
     """Traffic flowing on `topic` with all three copies in sync; the fault's clock starts now."""
     t = Traffic(cluster, topic)
-    t.task = asyncio.create_task(produce(t.urls, topic, t.acked, t.stop, t.acked_at))
+    t.tasks.append(asyncio.create_task(produce(t.urls, topic, t.acked, t.stop, t.acked_at)))
     await t.acks_grow(500, "traffic flows", 30)
     t.started = await cluster.until(lambda: all_in_sync(cluster, topic), "all three copies in sync", 30)
     t.fault_at = time.monotonic()
@@ -147,8 +148,8 @@ async def heal_and_check(t: Traffic, shape: str) -> None:
         await t.cluster.until(lambda: all_in_sync(t.cluster, t.topic), "all copies in sync again", 60)
     finally:
         t.stop.set()
-        assert t.task is not None
-        await t.task  # re-raises an offset acknowledged with two payloads
+        for task in t.tasks:
+            await task  # re-raises an offset acknowledged with two payloads
     got = await read_all(t.urls, t.topic, max(t.acked) + 1)
     lost = [o for o in t.acked if got.get(o) != t.acked[o]]
     assert not lost, f"{len(lost)} acknowledged offsets lost or changed, first {sorted(lost)[:5]}"
@@ -206,6 +207,14 @@ async def test_leader_cut_from_etcd(cluster: Cluster) -> None:
     last renewal), the cluster leader gives the topic to an in-sync follower at the next epoch, which serves
     within the failover bound while the fault holds; the old leader rejoins as a follower after the heal."""
     t = await start(cluster, "/default/part_leader_etcd")
+    # A second producer knows only the old leader: what it gets acknowledged after the old leader's lease
+    # ran out would come from a broker that may no longer append (its records share the history check).
+    old = cluster.process_of(t.before.leader)
+    probe_at: list[float] = []
+    probe = produce([old.url], t.topic, t.acked, t.stop, probe_at, Client(old.url, retry_timeout=1.0), "p")
+    t.tasks.append(asyncio.create_task(probe))
+    await cluster.until(lambda: probe_at, "the probe's first acknowledgement", 30)
+    t.fault_at = time.monotonic()
     t.network.isolate_from_etcd(t.host(t.before.leader))
 
     async def replaced() -> ReplicaRecord | None:
@@ -220,7 +229,12 @@ async def test_leader_cut_from_etcd(cluster: Cluster) -> None:
     print(f"\nnew leader acknowledging {served - t.fault_at:.2f} s after the fault")
     assert served - t.fault_at < FAILOVER_BOUND
     await hold(2.0)  # the old leader keeps running cut off a little longer with traffic on the new one
+    t.heal_at = time.monotonic()
+    late = [x - t.fault_at for x in probe_at if t.fault_at + LEASE_TTL < x < t.heal_at]
+    assert not late, f"the old leader acknowledged {len(late)} batches past its lease, first {late[0]:.2f} s"
     await heal_and_check(t, "leader cut from etcd")
+    last = max((x - t.fault_at for x in probe_at if x < t.heal_at), default=float("nan"))
+    print(f"the old leader's last acknowledgement: {last:.2f} s after the fault")
 
 
 async def test_follower_cut_from_etcd(cluster: Cluster) -> None:
@@ -293,6 +307,14 @@ async def test_leader_alone_with_the_clients(cluster: Cluster) -> None:
     out, the majority side's new leader serves the producer (which knows every broker) within the
     failover bound while the fault holds; after the heal the old leader's uncommitted suffix is cut."""
     t = await start(cluster, "/default/part_leader_alone")
+    # A producer that knows every broker but asks the old leader first (its first seed): the old leader
+    # must not keep it to itself once it can no longer know who leads.
+    old = cluster.process_of(t.before.leader)
+    seeds = [old.url, *(u for u in t.urls if u != old.url)]
+    probe_at: list[float] = []
+    t.tasks.append(asyncio.create_task(produce(seeds, t.topic, t.acked, t.stop, probe_at, prefix="p")))
+    await cluster.until(lambda: probe_at, "the probe's first acknowledgement", 30)
+    t.fault_at = time.monotonic()
     leader = t.host(t.before.leader)
     t.network.isolate_from_etcd(leader)
     for f in t.before.replicas:
@@ -307,5 +329,10 @@ async def test_leader_alone_with_the_clients(cluster: Cluster) -> None:
     await cluster.until(replaced, "an in-sync follower leads", FAILOVER_BOUND)
     served = await t.acks_grow(200, "the new leader acknowledges", FAILOVER_BOUND)
     print(f"\nnew leader acknowledging {served - t.fault_at:.2f} s after the fault")
+    probed = len(probe_at)
+    await cluster.until(
+        lambda: len(probe_at) > probed + 4, "the old leader's first-seed producer served", FAILOVER_BOUND
+    )
+    print(f"the producer seeded with the old leader served again {time.monotonic() - t.fault_at:.2f} s")
     await hold(2.0)  # the old leader keeps running alone a little longer with traffic on the new one
     await heal_and_check(t, "leader alone with the clients")
