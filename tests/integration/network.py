@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -97,6 +98,7 @@ class Network:
 
     # -- lifetime ---------------------------------------------------------------------------------------
     def create(self) -> Network:
+        sweep_stale()
         self._remove()  # a stale one from an earlier process with the same pid
         self._created = True
         run("ip", "link", "add", self.bridge, "type", "bridge")
@@ -194,6 +196,27 @@ class Network:
 
     def rules(self, host: Host) -> str:
         return self.ns(host, "iptables", "-w", "-S")
+
+
+_NAME = re.compile(r"^is(\d+)x\d+[nbv]\d*$")  # a Network's namespace, bridge or veth (Network.__init__)
+
+
+def sweep_stale() -> None:
+    """Delete the namespaces, bridges and veths left by test processes that were killed before their teardown
+    (their pid is gone). Only names of this module's pattern; a live process's are never touched."""
+
+    def dead(name: str) -> bool:
+        m = _NAME.match(name)
+        return m is not None and not os.path.exists(f"/proc/{m.group(1)}")
+
+    for line in run("ip", "netns", "list").splitlines():
+        name = line.split()[0] if line.strip() else ""
+        if dead(name):
+            run("ip", "netns", "delete", name)
+    for line in run("ip", "-o", "link", "show").splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        if dead(name):
+            _delete_link(name)  # a veth takes its peer with it
 
 
 def _link_exists(name: str) -> bool:
