@@ -7,7 +7,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install etcd java promtool run test lint typecheck unit integration sim bench chaos proto clean
+.PHONY: install etcd iptables java promtool run test lint typecheck unit integration sim bench chaos proto clean
 
 $(UV):
 	$(PY) -m venv $(TOOLS)
@@ -24,6 +24,15 @@ etcd:
 	@command -v etcd >/dev/null 2>&1 || { \
 		if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		$$SUDO apt-get update && $$SUDO apt-get install -y etcd-server; \
+	}
+
+# The network partition tests (tests/integration/test_partitions.py) put brokers in network namespaces and
+# cut their paths with iptables (Debian package iptables; `ip` is iproute2's).
+iptables:
+	@{ command -v iptables || test -x /usr/sbin/iptables; } >/dev/null 2>&1 && \
+	{ command -v ip || test -x /usr/sbin/ip || test -x /sbin/ip; } >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update && $$SUDO apt-get install -y iptables iproute2; \
 	}
 
 # The Spark connector's tests run a real local Spark, which needs a Java runtime (17 here).
@@ -56,7 +65,7 @@ unit: install etcd promtool
 integration: install
 	$(BIN)/pytest -q tests/integration
 
-test: lint typecheck etcd java promtool
+test: lint typecheck etcd iptables java promtool
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 bench: install

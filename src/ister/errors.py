@@ -44,6 +44,12 @@ class Fenced(Unavailable):
     """This broker lost (or never had) ownership of the topic, or its lease may be gone: redo the lookup."""
 
 
+class AskAnother(Unavailable):
+    """This broker cannot tell who serves a topic now (it cannot renew its lease, so its view of the
+    cluster may be stale): ask another broker. The status carries `ister-ask-another: true`, and the Ister
+    client's next lookup goes to its next seed instead of this one."""
+
+
 class ResourceExhausted(IsterError):
     """Back-pressure: a bounded queue, window or policy limit is full."""
 

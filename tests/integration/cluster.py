@@ -17,6 +17,7 @@ from ister.metadata import keys
 from ister.metadata.etcd import EtcdStore, EtcdTls
 from ister.metadata.store import Compare, Delete, Put
 from tests.integration.harness import BrokerProcess
+from tests.integration.network import Host, Network
 from tests.support import until
 
 WAIT = 20.0  # generous upper bound for cluster reactions (lease TTL is 2 s in these tests)
@@ -38,6 +39,7 @@ class Cluster:
         *extra: str,
         env: dict[str, str] | None = None,
         etcd_tls: EtcdTls | None = None,
+        network: Network | None = None,
     ) -> None:
         self.etcd_tls = etcd_tls  # how the test itself reaches etcd (the brokers get theirs in `extra`)
         self.namespace = "/c" + uuid.uuid4().hex[:12]
@@ -60,11 +62,29 @@ class Cluster:
                 "itest",
                 *extra,
                 env=env,
+                **self._placement(network, i),
             )
             for i in range(size)
         ]
+        self.network = network
+        if network is not None:
+            for host, b in zip(network.hosts, self.brokers, strict=True):
+                network.serves(host, b.port)
         self.store: EtcdStore | None = None
         self.started = 0
+
+    @staticmethod
+    def _placement(network: Network | None, i: int) -> dict[str, Any]:
+        """Broker `i` in the network's namespace `i`, on its address (none given: loopback, as always)."""
+        if network is None:
+            return {}
+        host = network.hosts[i]
+        return {"host": host.ip, "prefix": network.prefix_command(host)}
+
+    def host_of(self, broker_id: int) -> Host:
+        """The namespace of a broker of a cluster started on a `Network`."""
+        assert self.network is not None
+        return self.network.hosts[self.brokers.index(self.process_of(broker_id))]
 
     async def start(self, count: int | None = None) -> None:
         """Start the first `count` brokers (all by default); `start_more` starts the others later."""

@@ -30,8 +30,19 @@ _ADMIN_OF_CLIENT: weakref.WeakKeyDictionary[danube.DanubeClient, str] = weakref.
 class BrokerProcess:
     """One broker subprocess with its own data dir and ports; restartable on the same data dir."""
 
-    def __init__(self, data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        host: str = "127.0.0.1",
+        prefix: list[str] | None = None,
+    ) -> None:
         self.data_dir = data_dir
+        # Ports are picked free on loopback; in a namespace of its own (`prefix`: network.py here) the
+        # broker listens on that namespace's address `host`, where nothing else listens.
+        self.host = host
+        self.prefix = prefix or []
         self.port = free_port()
         self.prom_port = free_port()
         self.admin_port = free_port()
@@ -42,31 +53,32 @@ class BrokerProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def admin_addr(self) -> str:
-        return f"127.0.0.1:{self.admin_port}"
+        return f"{self.host}:{self.admin_port}"
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.prom_port}/metrics"
+        return f"http://{self.host}:{self.prom_port}/metrics"
 
     def start(self, timeout: float = 30.0) -> None:
         env = {**os.environ, **self.env}
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it for its lifetime
         self.proc = subprocess.Popen(
             [
+                *self.prefix,  # `ip netns exec NS` execs the broker: the pid stays the broker's
                 *ISTER,
                 "broker",
                 "--data-dir",
                 str(self.data_dir),
                 "--broker-addr",
-                f"127.0.0.1:{self.port}",
+                f"{self.host}:{self.port}",
                 "--admin-addr",
-                f"127.0.0.1:{self.admin_port}",
+                f"{self.host}:{self.admin_port}",
                 "--prom-exporter",
-                f"127.0.0.1:{self.prom_port}",
+                f"{self.host}:{self.prom_port}",
                 *self.extra,
             ],
             stdout=log,
@@ -78,7 +90,7 @@ class BrokerProcess:
         try:
             deadline = time.monotonic() + timeout
             for port in (self.port, self.admin_port, self.prom_port):
-                wait_port(port, self.proc, max(0.1, deadline - time.monotonic()), "broker")
+                wait_port(port, self.proc, max(0.1, deadline - time.monotonic()), "broker", self.host)
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}:\n{self.log()}") from None
         _ADMIN_OF_URL.pop(self.url, None)  # a port reused from a broker stopped earlier

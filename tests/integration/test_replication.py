@@ -29,21 +29,22 @@ from ister.core.record import decode_message
 from ister.core.replication import ReplicaRecord
 from ister.ids import TopicName
 from ister.metadata import keys
-from ister.storage.wal import Wal
 from ister.wire.gen import ister_v1_pb2 as ister_pb
 from ister.wire.gen import ister_v1_pb2_grpc as ister_pb_grpc
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import Cluster
+from tests.integration.replication_support import (
+    RF_ENV,
+    produce,
+    read_all,
+    replica_record,
+    wal_contents,
+)
 from tests.integration.security_support import make_pki, secret_file, token
 
 pytestmark = pytest.mark.timeout(300)
 
 ISTER = [sys.executable, "-m", "ister.cli"]
-RF_ENV = {
-    "ISTER_CLUSTER__REPLICATION_FACTOR": "3",
-    "ISTER_CLUSTER__MIN_INSYNC_REPLICAS": "2",
-    "ISTER_CLUSTER__REPLICA_MAX_LAG_SECONDS": "2",
-}
 
 
 @pytest.fixture
@@ -59,21 +60,6 @@ async def cluster(tmp_path: Path, etcd_server: EtcdServer) -> AsyncIterator[Clus
 def scrape(url: str) -> str:
     with urllib.request.urlopen(url, timeout=5) as r:
         return str(r.read().decode())
-
-
-async def replica_record(cluster: Cluster, topic: str) -> ReplicaRecord | None:
-    assert cluster.store is not None
-    kv = await cluster.store.get(keys.replicas(topic))
-    return ReplicaRecord.parse(kv.value) if kv is not None else None
-
-
-async def read_all(url: str, topic: str, end: int) -> dict[int, bytes]:
-    out: dict[int, bytes] = {}
-    async with Client(url) as ister:
-        async for batch in ister.read(topic, 0, end):
-            for offset, record in batch:
-                out[offset] = decode_message(record).payload
-    return out
 
 
 async def publish(url: str, topic: str, prefix: str, count: int) -> dict[int, bytes]:
@@ -185,22 +171,6 @@ async def test_publishes_fail_fast_below_min_insync(cluster: Cluster) -> None:
         assert time.monotonic() - started < 10  # fails fast, not at the 30 s publish timeout
     got = await read_all(leader_url, topic, 1_000)
     assert got == acked  # nothing of the refused publish is visible
-
-
-async def produce(urls: list[str], topic: str, acked: dict[int, bytes], stop: asyncio.Event) -> None:
-    """Publish batches of 50 until `stop`; `acked` gets offset -> payload of every acknowledged record."""
-    async with Client(urls) as ister:
-        pub = await ister.producer(topic)
-        n = 0
-        while not stop.is_set():
-            payloads = [f"r{n + i}".encode() for i in range(50)]
-            n += 50
-            try:
-                offsets = await pub.send_batch(payloads)
-            except errors.IsterError:
-                continue  # not acknowledged: may or may not be stored, never counted
-            for offset, payload in zip(offsets, payloads, strict=True):
-                assert acked.setdefault(offset, payload) == payload, f"offset {offset} acknowledged twice"
 
 
 ROUNDS = int(os.environ.get("ISTER_REPLICATION_ROUNDS", "6"))
@@ -329,21 +299,6 @@ async def test_a_leader_paused_past_its_lease_acknowledges_nothing_after_its_epo
     got = await read_all(urls[0], topic, max(acked) + 1)
     changed = [o for o in acked if got.get(o) != acked[o]]
     assert not changed, f"acknowledged offsets lost or bound to another payload: {sorted(changed)[:5]}"
-
-
-async def wal_contents(data_dir: Path, topic: str) -> dict[int, bytes]:
-    """offset -> payload of every record in a stopped broker's copy of the topic."""
-    name = TopicName.parse(topic)
-    wal = await Wal.open(data_dir / "wal" / name.namespace / name.topic)
-    try:
-        out: dict[int, bytes] = {}
-        reader = wal.reader(wal.first_offset)
-        while reader.next_offset < wal.committed_offset:
-            for offset, record in await reader.read(10_000):
-                out[offset] = decode_message(bytes(record)).payload
-        return out
-    finally:
-        await wal.close()
 
 
 async def test_an_old_leaders_uncommitted_suffix_is_cut_when_it_returns(cluster: Cluster) -> None:

@@ -214,3 +214,38 @@ async def test_seed_urls_skip_a_dead_broker() -> None:
         await other.close()
     finally:
         await server.stop()
+
+
+def test_ask_another_trailer_gives_ask_another() -> None:
+    trailers = (("ister-ask-another", "true"),)
+    err = from_status(grpc.StatusCode.UNAVAILABLE, "broker 7 cannot renew its lease", trailers)
+    assert isinstance(err, errors.AskAnother) and err.retriable
+    plain = from_status(grpc.StatusCode.UNAVAILABLE, "topic moving", ())
+    assert type(plain) is errors.Unavailable
+
+
+async def test_a_seed_that_cannot_know_the_owner_sends_the_lookup_to_the_next_seed() -> None:
+    """A broker cut off from the metadata store answers lookups with AskAnother (its view may be stale):
+    the client's retry asks its next seed, where a plain UNAVAILABLE (a topic moving) keeps the seed."""
+    from ister.client import Client
+    from ister.server.errors import unary
+    from tests.unit.test_client_support import FakeIster, FakeServer
+
+    class Stale(FakeIster):
+        @unary
+        async def Lookup(self, request: object, context: object) -> object:
+            raise errors.AskAnother("broker 1 cannot renew its lease; ask another broker")
+
+    stale, good = FakeServer(Stale()), FakeServer()
+    await stale.start()
+    await good.start()
+    try:
+        good.servicer.records["/default/t"] = []
+        async with Client([stale.url, good.url], connect_timeout=2.0) as client:
+            assert client.url == stale.url
+            found = await client.lookup_with_retry("/default/t")
+            assert found is not None and found.partitions == ["/default/t"]
+            assert client.url == good.url
+    finally:
+        await stale.stop()
+        await good.stop()

@@ -57,22 +57,24 @@ def free_port() -> int:
     raise RuntimeError(f"no free loopback port in {ports.start}-{ports.stop - 1}")
 
 
-def port_open(port: int) -> bool:
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((host, port)) == 0
 
 
-def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float, what: str) -> None:
-    """Wait until `port` accepts connections; RuntimeError if `proc` exits or the time runs out."""
+def wait_port(
+    port: int, proc: subprocess.Popen[bytes], timeout: float, what: str, host: str = "127.0.0.1"
+) -> None:
+    """Wait until `host:port` accepts connections; RuntimeError if `proc` exits or the time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with status {proc.returncode}")
-        if port_open(port):
+        if port_open(port, host):
             return
         time.sleep(0.05)
-    raise RuntimeError(f"{what} did not open port {port} within {timeout:.0f} s")
+    raise RuntimeError(f"{what} did not open port {host}:{port} within {timeout:.0f} s")
 
 
 def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:

@@ -43,7 +43,13 @@ class EtcdServerTls:
 class EtcdServer(ServerProcess):
     """`start()` launches etcd and waits until it serves requests; `restart()` keeps ports and data."""
 
-    def __init__(self, data_dir: Path, name: str = "ister-test", tls: EtcdServerTls | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        name: str = "ister-test",
+        tls: EtcdServerTls | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
         binary = etcd_binary()
         if binary is None:
             raise RuntimeError("etcd is not installed (apt-get install etcd-server)")
@@ -51,6 +57,7 @@ class EtcdServer(ServerProcess):
         self.dir = Path(data_dir)
         self.name = name
         self.tls = tls
+        self.host = host  # where its client and peer ports listen (partition tests: a bridge's address)
         self.client_port = 0
         self.peer_port = 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -58,7 +65,7 @@ class EtcdServer(ServerProcess):
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
 
     @property
     def url(self) -> str:
@@ -91,7 +98,7 @@ class EtcdServer(ServerProcess):
     def _launch(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         client = self.url
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        peer = f"http://{self.host}:{self.peer_port}"
         args = [
             self.binary,
             "--name",

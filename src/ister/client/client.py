@@ -280,7 +280,8 @@ class Client:
                 err = errors.Unavailable(f"no answer from {seed} within {self._seed_timeout:g} s")
             elif type(err) is errors.Unavailable and seed not in str(err):
                 err = errors.Unavailable(f"lookup on {seed}: {err}")
-            if err.retriable and seed == self.url and (silent or not self._answers(seed)):
+            stale = isinstance(err, errors.AskAnother)  # the seed cannot know who serves the topic now
+            if err.retriable and seed == self.url and (silent or stale or not self._answers(seed)):
                 self._next_seed()  # the retry asks the next seed
             raise err from None
         return TopicLookup(list(resp.partitions), resp.broker_url)

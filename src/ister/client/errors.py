@@ -71,6 +71,8 @@ def from_status(code: grpc.StatusCode, details: str | None, trailers: Any = None
     if code is grpc.StatusCode.INTERNAL and details == MASKED_STATUS_DETAILS:
         return ConnectionLost(f"the stream ended with a status grpcio did not report ({details})")
     cls = _CLASSES.get(code, errors.IsterError)
+    if code is grpc.StatusCode.UNAVAILABLE and _trailer(trailers, "ister-ask-another") == "true":
+        cls = errors.AskAnother
     message = details or code.name
     if code is grpc.StatusCode.UNIMPLEMENTED:
         message = f"the broker does not implement the Ister batch API (ister.v1): {message}"
@@ -80,10 +82,14 @@ def from_status(code: grpc.StatusCode, details: str | None, trailers: Any = None
 
 
 def _says_not_retriable(trailers: Any) -> bool:
+    return _trailer(trailers, "ister-retriable") == "false"
+
+
+def _trailer(trailers: Any, key: str) -> str | None:
     try:
-        return any(k == "ister-retriable" and v == "false" for k, v in trailers or ())
+        return next((v for k, v in trailers or () if k == key), None)
     except (TypeError, ValueError):
-        return False
+        return None
 
 
 def to_ister_error(exc: BaseException) -> errors.IsterError:

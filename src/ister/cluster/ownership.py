@@ -36,7 +36,7 @@ from ister.core.cluster.ownership import OwnerRecord, plan_load
 from ister.core.cluster.planner import ACTIVE, DRAINED, DRAINING
 from ister.core.replication import CopyEnd, Recovery, Survey
 from ister.core.replication_policy import ReplicationSetting, resolve
-from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from ister.errors import AskAnother, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from ister.ids import TopicName, shown
 from ister.metadata import keys
 from ister.metadata.records import BrokerRegistration, NamespacePolicy, SealedState, TopicReplication
@@ -141,6 +141,11 @@ class ClusterOwnership:
         if owner is None:
             raise Unavailable(f"topic {name} is waiting for an owner; retry the lookup")
         if owner == self.node.broker_id:
+            if not self.node.clock.valid():
+                # Cut off from the metadata store, this broker may have been replaced as the owner without
+                # knowing: answering "here" kept a client that asked it first on a broker that refuses every
+                # publish until the heal. Another broker knows (or, in an etcd-wide outage, still names it).
+                raise AskAnother(f"broker {self.node.broker_id} cannot renew its lease; ask another broker")
             return None
         url = self.node.url_of(owner)
         if url is None:

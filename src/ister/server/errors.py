@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from ister.errors import InvalidArgument, IsterError
+from ister.errors import AskAnother, InvalidArgument, IsterError
 from ister.limits import MAX_STATUS_MESSAGE_BYTES
 from ister.server.handlers import Undecodable
 from ister.wire.status import status_for
@@ -35,6 +35,8 @@ def status_message(text: str) -> str:
 # Sent with a status whose code is normally retried (RESOURCE_EXHAUSTED, UNAVAILABLE) when this error
 # is not: the Ister client then reports it at once (other clients see only the code).
 NOT_RETRIABLE = (("ister-retriable", "false"),)
+# Sent with AskAnother's UNAVAILABLE: this broker's view may be stale, the Ister client asks another seed.
+ASK_ANOTHER = (("ister-ask-another", "true"),)
 
 
 async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
@@ -42,6 +44,8 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
         code = status_for(exc)
         if not exc.retriable and code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE):
             await context.abort(code, status_message(str(exc)), trailing_metadata=NOT_RETRIABLE)
+        if isinstance(exc, AskAnother):
+            await context.abort(code, status_message(str(exc)), trailing_metadata=ASK_ANOTHER)
         await context.abort(code, status_message(str(exc)))
     log.exception("internal error in RPC", exc_info=exc)
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
