@@ -74,7 +74,7 @@ bench: install
 # A seeded chaos run on a real 3-broker cluster, its history checked (bench/chaos.py; docs/benchmarks.md).
 MINUTES ?= 5
 SEED ?= 1
-chaos: install etcd
+chaos: install etcd iptables
 	$(BIN)/python bench/chaos.py --minutes $(MINUTES) --seed $(SEED) --out chaos-$(SEED).json
 
 proto: install

@@ -53,6 +53,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 from tests.etcd_server import EtcdServer  # noqa: E402
 from tests.integration.cluster import Cluster  # noqa: E402
 from tests.integration.harness import BrokerProcess  # noqa: E402
+from tests.integration.network import Network, unavailable  # noqa: E402
 from tests.support import until  # noqa: E402
 
 from ister import errors  # noqa: E402
@@ -103,6 +104,7 @@ class Settings:
     rate: float = 100.0  # messages per second per topic
     faults: tuple[str, ...] = ()  # empty: every registered kind
     gap: tuple[float, float] = (2.0, 8.0)  # seconds between faults
+    network: bool = True  # brokers in network namespaces, so partitions can be made (where the machine can)
 
 
 @dataclass
@@ -186,7 +188,11 @@ class Chaos:
         self.settings = settings
         self.root = root
         self.t0 = time.monotonic()
-        self.etcd = EtcdServer(root / "etcd")
+        self.network: Network | None = None
+        if settings.network and unavailable() is None:
+            self.network = Network(settings.brokers)
+        host = self.network.root_ip if self.network is not None else "127.0.0.1"
+        self.etcd = EtcdServer(root / "etcd", host=host)
         self.cluster: Cluster | None = None
         self.topics = [f"/default/chaos_{i}" for i in range(settings.topics)]
         self.history = History()
@@ -302,6 +308,64 @@ async def unload(chaos: Chaos, rng: random.Random, rec: FaultRecord) -> None:
         rec.note = f"not unloaded: {type(exc).__name__} {exc}"  # unassigned or mid-move right now
 
 
+PARTITIONS = (
+    "leader_followers",
+    "leader_etcd",
+    "follower_etcd",
+    "one_way_out",
+    "one_way_in",
+    "clients",
+    "reset",
+)
+
+
+@fault("partition")
+async def partition(chaos: Chaos, rng: random.Random, rec: FaultRecord) -> None:
+    """A network partition around one topic's leader (tests/integration/network.py; the shapes of
+    tests/integration/test_partitions.py), held 3-12 s, then healed."""
+    topic, shape, hold = rng.choice(chaos.topics), rng.choice(PARTITIONS), rng.uniform(3.0, 12.0)
+    net, cluster = chaos.network, chaos.cluster
+    record = chaos.records.get(topic)
+    rec.target = f"{shape} around the leader of {topic}"
+    if net is None or cluster is None:
+        rec.note = "not made: no network namespaces here"
+        return
+    if record is None or record.leader < 0:
+        rec.note = "not made: the topic has no leader right now"
+        return
+    try:
+        leader = cluster.host_of(record.leader)
+        follower = cluster.host_of(next(b for b in record.replicas if b != record.leader))
+        index = cluster.brokers.index(cluster.process_of(record.leader))
+    except (LookupError, StopIteration):
+        rec.note = "not made: a replica's broker is gone"
+        return
+    rec.target += f" (broker[{index}] id {record.leader})"
+    rec.topics = chaos.led_by(index)
+
+    def cut_followers() -> None:
+        for b in record.replicas:
+            if b != record.leader:
+                net.cut(leader, cluster.host_of(b))
+
+    cuts: dict[str, Callable[[], None]] = {
+        "leader_followers": cut_followers,
+        "leader_etcd": lambda: net.isolate_from_etcd(leader),
+        "follower_etcd": lambda: net.isolate_from_etcd(follower),
+        "one_way_out": lambda: net.cut_one_way(leader, follower),
+        "one_way_in": lambda: net.cut_one_way(follower, leader),
+        "clients": lambda: net.isolate_from_clients(leader),
+        "reset": lambda: net.reset(leader, follower),
+    }
+    try:
+        await asyncio.to_thread(cuts[shape])
+        await asyncio.sleep(hold)  # the partition's seeded length
+    except LookupError:
+        rec.note = "partly made: a replica's broker went away"
+    finally:
+        await asyncio.to_thread(net.heal)
+
+
 # -- traffic -------------------------------------------------------------------------------------------------
 async def produce(chaos: Chaos, topic: str, index: int, ready: asyncio.Event) -> None:
     rng = random.Random(chaos.settings.seed * 1000 + index)
@@ -414,6 +478,8 @@ async def heal(chaos: Chaos) -> None:
         if proc is not None:
             proc.send_signal(signal.SIGCONT)
         chaos.paused.discard(index)
+    if chaos.network is not None:
+        await asyncio.to_thread(chaos.network.heal)
     if not chaos.etcd.running:
         await asyncio.to_thread(chaos.etcd.start)
     for index in range(chaos.settings.brokers):
@@ -495,8 +561,16 @@ def failover_figures(
 async def run(settings: Settings, root: Path) -> Report:
     """The whole run; `root` keeps the brokers' data and logs (`b<i>-broker.log`) and etcd's."""
     chaos = Chaos(settings, root)
+    if chaos.network is not None:
+        await asyncio.to_thread(chaos.network.create)
     await asyncio.to_thread(chaos.etcd.start)
-    chaos.cluster = Cluster(root, chaos.etcd.endpoint, settings.brokers, LEASE_TTL, env=ENV)
+    if chaos.network is not None:
+        chaos.network.etcd_port = chaos.etcd.client_port
+    else:
+        print(f"no partitions in this run: {unavailable() or 'loopback asked for'}", flush=True)
+    chaos.cluster = Cluster(
+        root, chaos.etcd.endpoint, settings.brokers, LEASE_TTL, env=ENV, network=chaos.network
+    )
     tasks: list[asyncio.Task[None]] = []
     producers: list[asyncio.Task[None]] = []
     try:
@@ -567,6 +641,8 @@ async def run(settings: Settings, root: Path) -> Report:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(chaos.cluster.stop(), 30)
         chaos.etcd.stop()
+        if chaos.network is not None:
+            chaos.network.close()
 
 
 def main() -> int:
@@ -579,12 +655,17 @@ def main() -> int:
     ap.add_argument("--faults", default="", help=f"comma-separated, of {', '.join(FAULTS)} (default: all)")
     ap.add_argument("--out", type=Path, help="write the report as JSON here")
     ap.add_argument("--dir", type=Path, help="keep the cluster's data and logs here (default: a temp dir)")
+    ap.add_argument(
+        "--loopback", action="store_true", help="brokers on loopback, no partitions (no root or iptables)"
+    )
     args = ap.parse_args()
     faults = tuple(f for f in args.faults.split(",") if f)
     unknown = [f for f in faults if f not in FAULTS]
     if unknown:
         ap.error(f"unknown fault kinds {unknown}; known: {', '.join(FAULTS)}")
-    settings = Settings(args.minutes, args.seed, args.brokers, args.topics, args.rate, faults)
+    settings = Settings(
+        args.minutes, args.seed, args.brokers, args.topics, args.rate, faults, network=not args.loopback
+    )
     root = args.dir or Path(tempfile.mkdtemp(prefix=f"ister-chaos-{args.seed}-"))
     root.mkdir(parents=True, exist_ok=True)
     print(f"chaos run: seed {args.seed}, {args.minutes} min, data and logs in {root}", flush=True)

@@ -19,7 +19,7 @@ from ister.core.replication import ReplicaRecord
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import Cluster
 from tests.integration.diskfault import DiskFault, build_library
-from tests.integration.test_replication import RF_ENV, produce, read_all, replica_record
+from tests.integration.replication_support import RF_ENV, produce, read_all, replica_record
 
 pytestmark = pytest.mark.timeout(240)
 
