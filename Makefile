@@ -54,6 +54,7 @@ run: install
 
 lint: install
 	$(BIN)/ruff check src tests bench
+	$(BIN)/lint-imports
 	$(BIN)/ruff format --check src tests bench
 
 typecheck: install
