@@ -212,6 +212,9 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
         await self.validator.check(session.topic, checked)
         session.sent(len(raws), nbytes)
         done = asyncio.ensure_future(topic.publish_batch(raws, messages, nbytes))
+        # Looked at even when the stream ends before its answer is sent (an earlier batch failed, the
+        # client went away): otherwise asyncio logs "Task exception was never retrieved" for it.
+        done.add_done_callback(_seen)
         return batch.sequence, len(raws), done
 
     # -- consume ---------------------------------------------------------------------------------------------
@@ -421,3 +424,8 @@ def pack_frames(records: list[tuple[int, bytes]]) -> bytes:
 
 def add_ister_service(server: Any, broker: BrokerService, api_keys: ApiKeyStore | None = None) -> None:
     add_service(server, IsterServicer(broker, api_keys), pb, "Ister")
+
+
+def _seen(future: asyncio.Future[int]) -> None:
+    if not future.cancelled():
+        future.exception()
