@@ -131,6 +131,9 @@ class Report:
     failovers_never: int
     recorded: dict[str, int]  # events of each kind in the history
     logs: list[str]
+    # the same figures per fault kind (a partition by its shape): a death against a cut that by design
+    # fails nothing over
+    failover_by_kind: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -155,6 +158,11 @@ class Report:
             "failover (fault -> next acknowledgement on a topic it hit): "
             + ", ".join(f"{k} {v:.2f} s" if v is not None else f"{k} -" for k, v in fo.items())
             + f"; never acknowledged again before the heal: {self.failovers_never}",
+            *(
+                f"  {kind} ({int(figures.get('n') or 0)} topic hits): "
+                + ", ".join(f"{k} {v:.2f} s" for k, v in figures.items() if k != "n" and v is not None)
+                for kind, figures in sorted(self.failover_by_kind.items())
+            ),
             "longest stretch without an acknowledgement:",
         ]
         for topic, s in self.longest_unwritable.items():
@@ -524,22 +532,30 @@ async def read_back(chaos: Chaos, topic: str) -> None:
     chaos.history.start_offsets[topic] = start
 
 
+def percentiles(waits: list[float]) -> dict[str, float | None]:
+    waits = sorted(waits)
+
+    def pct(q: float) -> float | None:
+        return waits[min(len(waits) - 1, int(q * len(waits)))] if waits else None
+
+    return {"p50": pct(0.5), "p99": pct(0.99), "max": waits[-1] if waits else None, "n": float(len(waits))}
+
+
 def failover_figures(
     chaos: Chaos, end: float
-) -> tuple[dict[str, float | None], int, dict[str, dict[str, Any]]]:
+) -> tuple[dict[str, float | None], int, dict[str, dict[str, Any]], dict[str, dict[str, float | None]]]:
     waits: list[float] = []
+    by_kind: dict[str, list[float]] = {}
     never = 0
     for f in chaos.faults:
+        kind = f"{f.kind} {f.target.split()[0]}" if f.kind == "partition" else f.kind
         for topic in f.topics:
             after = [t for t in chaos.ack_times[topic] if t > f.started]
             if after:
                 waits.append(after[0] - f.started)
+                by_kind.setdefault(kind, []).append(after[0] - f.started)
             else:
                 never += 1
-    waits.sort()
-
-    def pct(q: float) -> float | None:
-        return waits[min(len(waits) - 1, int(q * len(waits)))] if waits else None
 
     longest: dict[str, dict[str, Any]] = {}
     for topic, times in chaos.ack_times.items():
@@ -555,7 +571,9 @@ def failover_figures(
             "from": best[0],
             "fault": f"{culprit.kind} {culprit.target} at t={culprit.started:.1f} s" if culprit else None,
         }
-    return {"p50": pct(0.5), "p99": pct(0.99), "max": waits[-1] if waits else None}, never, longest
+    overall = percentiles(waits)
+    overall.pop("n")
+    return overall, never, longest, {kind: percentiles(w) for kind, w in by_kind.items()}
 
 
 async def run(settings: Settings, root: Path) -> Report:
@@ -610,7 +628,7 @@ async def run(settings: Settings, root: Path) -> Report:
         await asyncio.gather(*tasks, return_exceptions=True)
         for topic in chaos.topics:
             await read_back(chaos, topic)
-        failovers, never, longest = failover_figures(chaos, end)
+        failovers, never, longest, by_kind = failover_figures(chaos, end)
         return Report(
             seed=settings.seed,
             minutes=settings.minutes,
@@ -622,6 +640,7 @@ async def run(settings: Settings, root: Path) -> Report:
             longest_unwritable=longest,
             failover_seconds=failovers,
             failovers_never=never,
+            failover_by_kind=by_kind,
             recorded={
                 "publish attempts": len(chaos.history.publishes),
                 "deliveries": len(chaos.history.deliveries),
