@@ -16,6 +16,7 @@ from ister.broker.sessions import ConsumerSession, ConsumerStream
 from ister.broker.subscription import Subscription
 from ister.broker.topic import RELIABLE, Topic
 from ister.broker.topics import TopicRegistry
+from ister.clock import REAL_CLOCK, Clock
 from ister.config import BrokerConfig
 from ister.core.dispatch import DeadLetter, FailurePolicy, SubType
 from ister.core.dispatch.selector import MAX_KEY_FILTERS
@@ -54,8 +55,10 @@ class Consumers:
         storage: TopicStorage,
         topics: TopicRegistry,
         broker_url: str,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self.config = config
+        self.clock = clock
         self.store = store
         self.storage = storage
         self.topics = topics
@@ -228,6 +231,7 @@ class Consumers:
             policy=policy,
             write_cursor=write_cursor,
             publish_dead_letter=publish_dead_letter,
+            clock=self.clock,
         )
         sub.start()
         part = topic.name.partition

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
@@ -19,6 +18,8 @@ from ister.broker import metrics
 from ister.broker.held import HeldRecords
 from ister.broker.sessions import ConsumerSession, Record
 from ister.broker.subscription import Subscription
+from ister.clock import REAL_CLOCK, Clock, Timer
+from ister.core.backoff import Backoff, Retries
 from ister.core.dispatch import DeadLetter, FailurePolicy, Group, ReliableSubscriptionState, SubType
 from ister.core.dispatch.types import SubscriptionStats
 from ister.core.frameblock import FrameBlock
@@ -41,8 +42,7 @@ WARN_INTERVAL_SECONDS = 10.0
 REFILL_ROUNDS = 8  # read-and-dispatch passes per step before yielding to the loop
 
 
-def now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
+DLQ_BACKOFF = Backoff(first=DLQ_BACKOFF_MIN_SECONDS, cap=DLQ_BACKOFF_MAX_SECONDS)
 
 
 def _dead_letter_message(record: Record) -> StoredMessage:
@@ -70,8 +70,10 @@ class ReliableSubscription(Subscription):
         reader: TieredReader | WalReader,
         report_gap: Callable[[int, int], None] | None = None,
         retention_start: Callable[[], int] | None = None,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         super().__init__(topic, name, sub_type)
+        self._clock = clock
         self._wal = wal
         # A TieredReader (objects -> WAL -> live) when the topic has a durable tier, else the WAL's own.
         self._reader = reader
@@ -92,19 +94,20 @@ class ReliableSubscription(Subscription):
         self._notified = False
         # The heartbeat / next-redelivery timer: armed once and kept while it fires soon enough, instead
         # of a timeout armed and cancelled at every turn (a Danube consumer's acks turn the loop per message).
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
+        self._timer_at = 0.0  # when the armed timer fires (clock.monotonic())
         self._timer_fired = False
         self._closed = False
         self._persisted_cursor: int | None = None
         self._acks_since_flush = 0
-        self._last_flush = time.monotonic()
+        self._last_flush = clock.monotonic()
         self._task: asyncio.Task[None] | None = None
         # Held by each dispatch step, and by a cursor reset while it swaps the state and the reader.
         self._step_lock = asyncio.Lock()
         self._epoch = 0  # a new random value at each cursor reset (ConsumeOpened.cursor_epoch)
         self._dlq_retry_at = 0.0
-        self._dlq_backoff = DLQ_BACKOFF_MIN_SECONDS
-        self._warned_at = 0.0
+        self._dlq_retries = Retries(DLQ_BACKOFF)
+        self._warned_at = float("-inf")  # the first warning is logged whatever the clock reads
         self._suppressed = 0
         labels = (topic, name)
         self._m_lag = metrics.subscription_lag.labels(*labels)
@@ -115,6 +118,9 @@ class ReliableSubscription(Subscription):
         self._m_bytes = metrics.bytes_out.labels(*labels)
         self._m_nacks = metrics.nacks.labels(*labels)
         self._m_dlq = metrics.dlq_total.labels(*labels)
+
+    def _now_ms(self) -> int:
+        return int(self._clock.monotonic() * 1000)
 
     @property
     def reliable(self) -> bool:
@@ -186,15 +192,15 @@ class ReliableSubscription(Subscription):
         pass
 
     def _on_remove(self, session: ConsumerSession) -> None:
-        self._released_by(session.name, self._state.remove(session.id, now_ms()))
+        self._released_by(session.name, self._state.remove(session.id, self._now_ms()))
         self._poke()
 
     def _on_attach(self, session: ConsumerSession) -> None:
-        self._state.attach(session.id, session.key_filters, now_ms())
+        self._state.attach(session.id, session.key_filters, self._now_ms())
         self._poke()
 
     def _on_detach(self, session: ConsumerSession) -> None:
-        self._released_by(session.name, self._state.detach(session.id, now_ms()))
+        self._released_by(session.name, self._state.detach(session.id, self._now_ms()))
         self._poke()
 
     def _released_by(self, name: str, n: int) -> None:
@@ -233,12 +239,12 @@ class ReliableSubscription(Subscription):
         return self.released.pop(name, 0)
 
     def requeue(self, consumer_id: int) -> int:
-        n = self._state.requeue(consumer_id, now_ms())
+        n = self._state.requeue(consumer_id, self._now_ms())
         self._poke()
         return n
 
     async def ack(self, offset: int) -> bool:
-        now = now_ms()
+        now = self._now_ms()
         sent = self._state.delivered_at(offset)
         known = self._state.on_ack(offset, now)
         if not known:
@@ -252,7 +258,7 @@ class ReliableSubscription(Subscription):
         return True
 
     async def ack_range(self, first: int, last: int, consumer_id: int) -> int:
-        now = now_ms()
+        now = self._now_ms()
         sent = self._state.delivered_at(last)  # the newest of the range: its delivery to this ack
         acked = self._state.ack_range(first, last, now)
         if acked:
@@ -263,7 +269,7 @@ class ReliableSubscription(Subscription):
         return acked
 
     async def ack_upto(self, offset: int, consumer_id: int) -> int:
-        now = now_ms()
+        now = self._now_ms()
         sent = self._state.delivered_at(offset)
         acked = self._state.ack_upto(offset, consumer_id, now)
         if acked:
@@ -276,14 +282,14 @@ class ReliableSubscription(Subscription):
     async def nack_range(
         self, first: int, last: int, consumer_id: int, delay_ms: int | None, reason: str | None
     ) -> int:
-        n = self._state.nack_range(first, last, now_ms(), delay_ms, reason)
+        n = self._state.nack_range(first, last, self._now_ms(), delay_ms, reason)
         if n:
             self._m_nacks.inc(n)
             self._poke()
         return n
 
     async def poison(self, offset: int, reason: str) -> bool:
-        handled = self._state.on_poison(offset, now_ms(), reason)
+        handled = self._state.on_poison(offset, self._now_ms(), reason)
         if handled:
             self._poke()
         return handled
@@ -297,7 +303,7 @@ class ReliableSubscription(Subscription):
         self._poke()
 
     async def nack(self, offset: int, delay_ms: int | None, reason: str | None) -> bool:
-        known = self._state.on_nack(offset, now_ms(), delay_ms, reason)
+        known = self._state.on_nack(offset, self._now_ms(), delay_ms, reason)
         if known:
             self._m_nacks.inc()
             self._poke()
@@ -307,7 +313,6 @@ class ReliableSubscription(Subscription):
 
     # -- the loop -------------------------------------------------------------------------------------------
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         try:
             while not self._closed:
                 try:
@@ -317,7 +322,7 @@ class ReliableSubscription(Subscription):
                     raise
                 except Exception as exc:
                     self._warn("dispatch step failed, retrying on the next heartbeat: %r", exc)
-                self._arm_timer(loop, self._sleep_for())
+                self._arm_timer(self._sleep_for())
                 await self._wake.wait()
                 if self._notified:
                     self._m_notifier.inc()
@@ -331,16 +336,17 @@ class ReliableSubscription(Subscription):
                 self._timer.cancel()
                 self._timer = None
 
-    def _arm_timer(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+    def _arm_timer(self, timeout: float) -> None:
         """Have the loop woken within `timeout` seconds: keep the armed timer if it fires by then (an early
         turn does no harm), else arm one."""
-        at = loop.time() + timeout
+        at = self._clock.monotonic() + timeout
         timer = self._timer
         if timer is not None:
-            if timer.when() <= at:
+            if self._timer_at <= at:
                 return
             timer.cancel()
-        self._timer = loop.call_at(at, self._timer_due)
+        self._timer_at = at
+        self._timer = self._clock.call_later(timeout, self._timer_due)
 
     def _timer_due(self) -> None:
         self._timer = None
@@ -351,11 +357,11 @@ class ReliableSubscription(Subscription):
         timeout = HEARTBEAT_SECONDS
         wakeup = self._state.next_wakeup()
         if wakeup is not None:
-            timeout = min(timeout, max(0.0, (wakeup - now_ms()) / 1000))
+            timeout = min(timeout, max(0.0, (wakeup - self._now_ms()) / 1000))
         return timeout
 
     async def _step(self) -> None:
-        now = now_ms()
+        now = self._now_ms()
         state = self._state
         state.tick(now)
         for _ in range(REFILL_ROUNDS):
@@ -471,7 +477,7 @@ class ReliableSubscription(Subscription):
             chunks = self._held.chunks(offsets, redelivery) if stream is not None else None
             if session is None or stream is None or chunks is None:
                 # The consumer vanished between poll and send: hand the messages back for redelivery.
-                self._state.detach(cid, now_ms())
+                self._state.detach(cid, self._now_ms())
                 continue
             for chunk in chunks:
                 if not stream.offer_chunk(chunk):
@@ -494,13 +500,13 @@ class ReliableSubscription(Subscription):
             self.messages_out += sent
             self.bytes_out += nbytes
             if oldest is not None:
-                metrics.dispatch_delay.observe(time.time() - oldest / 1000)
+                metrics.dispatch_delay.observe(self._clock.time() - oldest / 1000)
         if redelivered:
             self._m_redelivered.inc(redelivered)
 
     def _warn(self, msg: str, *args: object) -> None:
         """Warnings a client can trigger at will are logged at most once per interval per subscription."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if now - self._warned_at < WARN_INTERVAL_SECONDS:
             self._suppressed += 1
             return
@@ -511,7 +517,7 @@ class ReliableSubscription(Subscription):
         log.warning("%s/%s: " + msg, self.topic, self.name, *args)
 
     async def _dead_letters(self) -> None:
-        if time.monotonic() < self._dlq_retry_at:
+        if self._clock.monotonic() < self._dlq_retry_at:
             return  # the last dead-letter publish failed: back off instead of retrying every heartbeat
         for dead in self._state.take_dead_letters():
             record = self._held.get(dead.offset)
@@ -521,17 +527,14 @@ class ReliableSubscription(Subscription):
             try:
                 await self._publish_dead_letter(_dead_letter_message(record), dead)
             except Exception as exc:
+                wait = self._dlq_retries.next()
                 self._warn(
-                    "dead-letter publish of offset %d failed (retry in %.1f s): %s",
-                    dead.offset,
-                    self._dlq_backoff,
-                    exc,
+                    "dead-letter publish of offset %d failed (retry in %.1f s): %s", dead.offset, wait, exc
                 )
                 self._state.dead_letter_failed(dead.offset)
-                self._dlq_retry_at = time.monotonic() + self._dlq_backoff
-                self._dlq_backoff = min(self._dlq_backoff * 2, DLQ_BACKOFF_MAX_SECONDS)
+                self._dlq_retry_at = self._clock.monotonic() + wait
                 continue
-            self._dlq_backoff = DLQ_BACKOFF_MIN_SECONDS
+            self._dlq_retries.reset()
             self._state.resolve_dead_letter(dead.offset)
             self._held.records.pop(dead.offset, None)
             self._m_dlq.inc()
@@ -548,14 +551,14 @@ class ReliableSubscription(Subscription):
         due = (
             force
             or self._acks_since_flush >= CURSOR_FLUSH_ACKS
-            or time.monotonic() - self._last_flush >= CURSOR_FLUSH_SECONDS
+            or self._clock.monotonic() - self._last_flush >= CURSOR_FLUSH_SECONDS
         )
         if not due:
             return
         await self._write_cursor(cursor)
         self._persisted_cursor = cursor
         self._acks_since_flush = 0
-        self._last_flush = time.monotonic()
+        self._last_flush = self._clock.monotonic()
 
     def lag(self) -> int:
         """Messages published but not yet acknowledged on this subscription (its backlog)."""

@@ -28,6 +28,7 @@ from ister.broker.standalone import StandaloneOwnership
 from ister.broker.stats_rates import RateKeeper
 from ister.broker.topic import Topic
 from ister.broker.topics import TopicRegistry
+from ister.clock import REAL_CLOCK, Clock
 from ister.config import BrokerConfig
 from ister.core.dispatch import SubType
 from ister.core.record import StoredMessage
@@ -58,8 +59,10 @@ class BrokerService:
         data_dir: Path,
         ownership: Ownership | None = None,
         storage: TopicStorage | None = None,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self.config = config
+        self.clock = clock
         self.store = store
         self.data_dir = data_dir
         self.broker_url = config.broker_url
@@ -79,7 +82,7 @@ class BrokerService:
             register_producer=self._register_producer,
         )
         self.producer_sessions = Producers(store, self.registry, self.ownership)
-        self.consumer_refs = Consumers(config, store, self.storage, self.registry, self.broker_url)
+        self.consumer_refs = Consumers(config, store, self.storage, self.registry, self.broker_url, clock)
         self.reads = OffsetReads(self.registry, self.storage)
         self.retention_view = RetentionView(store)
         self.retention = RetentionKeeper(
