@@ -114,6 +114,7 @@ class VirtualClock:
             await asyncio.sleep(0)
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
         def wake() -> None:
             if not future.done():
                 future.set_result(None)
