@@ -22,6 +22,7 @@ import pytest
 
 from ister.benchmark.broker import free_port, port_open, stop_process, wait_port
 from ister.benchmark.servers import ServerProcess
+from ister.clock import VirtualClock
 from ister.core.frames import scan_frames
 
 __all__ = [
@@ -109,3 +110,16 @@ def small_tmpfs(tmp_path: Path, size: str) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+async def advance_until(
+    clock: VirtualClock, check: Callable[[], Any], what: str | Callable[[], str], step: float, limit: float
+) -> Any:
+    """`until` in virtual time: advance `clock` by `step` (running what falls due) until `check` returns
+    something truthy, and return that; fail naming `what` once `limit` virtual seconds have passed."""
+    start = clock.monotonic()
+    while not (value := check()):
+        if clock.monotonic() - start >= limit:
+            raise AssertionError(f"not within {limit} virtual seconds: {_describe(what)}")
+        await clock.advance(step)
+    return value

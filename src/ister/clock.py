@@ -88,10 +88,15 @@ class _VirtualTimer:
 
 
 class VirtualClock:
-    """A clock for tests that moves only by `advance` (wall time = `wall_start` + monotonic time)."""
+    """A clock for tests that moves only by `advance`. Wall time starts at `wall_start` and moves with
+    monotonic time, or only by `step_wall` when `wall_moves` is False (a test of wall-clock rules)."""
 
-    def __init__(self, start: float = 0.0, wall_start: float = 1_700_000_000.0) -> None:
+    def __init__(
+        self, start: float = 0.0, wall_start: float = 1_700_000_000.0, *, wall_moves: bool = True
+    ) -> None:
         self._now = start
+        self._start = start
+        self._wall_moves = wall_moves
         self._wall_offset = wall_start - start
         self._timers: list[_VirtualTimer] = []
         self._seq = itertools.count()
@@ -100,7 +105,7 @@ class VirtualClock:
         return self._now
 
     def time(self) -> float:
-        return self._now + self._wall_offset
+        return (self._now if self._wall_moves else self._start) + self._wall_offset
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
         if delay <= 0:  # due now: the loop's next turn, as on the real clock
@@ -141,6 +146,10 @@ class VirtualClock:
             finally:
                 if timer is not None:
                     timer.cancel()
+
+    def step_wall(self, seconds: float) -> None:
+        """The wall clock is set forward (or back, when negative) by `seconds`; monotonic time stays."""
+        self._wall_offset += seconds
 
     def pending(self) -> int:
         """Timers and sleeps waiting for virtual time to reach them."""

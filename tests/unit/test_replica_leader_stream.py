@@ -11,16 +11,17 @@ from pathlib import Path
 import pytest
 from crc32c import crc32c
 
+from ister.clock import REAL_CLOCK, Clock, VirtualClock
 from ister.core.frames import scan_frames
 from ister.core.replication import EpochHistory, ReplicaRecord
 from ister.errors import Unavailable
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
-from ister.replication.leader import ReplicaLeader
+from ister.replication.leader import ISR_CHECK_SECONDS, ReplicaLeader
 from ister.storage.wal import Wal, WalConfig
 from ister.wire.gen import ister_v1_pb2 as pb
-from tests.support import until
+from tests.support import advance_until
 
 NAME = TopicName.parse("/default/replicated")
 RECORD = ReplicaRecord(replicas=[1, 2], isr=[1, 2], leader=1, epoch=3, min_insync=2)
@@ -47,13 +48,15 @@ def fetch_request(frames_ok: bool) -> pb.ReplicaFetchRequest:
     return req
 
 
-async def leader_on(wal: Wal, store: EmbeddedStore, max_lag_s: float = 10.0) -> ReplicaLeader:
+async def leader_on(
+    wal: Wal, store: EmbeddedStore, max_lag_s: float = 10.0, clock: Clock = REAL_CLOCK
+) -> ReplicaLeader:
     await store.put(keys.replicas(NAME), RECORD.to_json())
     kv = await store.get(keys.replicas(NAME))
     assert kv is not None
     history = EpochHistory()
     history.begin(RECORD.epoch, wal.next_offset)
-    leader = ReplicaLeader(NAME, wal, history, RECORD, kv.version, store, 1, max_lag_s)
+    leader = ReplicaLeader(NAME, wal, history, RECORD, kv.version, store, 1, max_lag_s, clock=clock)
     leader.start()
     return leader
 
@@ -150,7 +153,8 @@ async def test_a_move_waits_for_an_in_sync_follower_that_stalled(tmp_path: Path)
     move holds the topic for the load manager's back-off), and completes once it acknowledges."""
     wal = await Wal.open(tmp_path, WalConfig())
     store = EmbeddedStore.in_memory()
-    leader = await leader_on(wal, store, max_lag_s=0.3)
+    clock = VirtualClock()
+    leader = await leader_on(wal, store, max_lag_s=0.3, clock=clock)
     acks = Acks()
     req = fetch_request(frames_ok=True)
     stream = leader.replicate(req, acks)
@@ -158,14 +162,16 @@ async def test_a_move_waits_for_an_in_sync_follower_that_stalled(tmp_path: Path)
     try:
         await wal.append([b"a", b"b"])
         leader.appended()
-        await until(lambda: leader.stalled, "the follower stalled")
+        await advance_until(clock, lambda: leader.stalled, "the follower stalled", ISR_CHECK_SECONDS, 5)
         with pytest.raises(Unavailable, match="stopped following"):
             leader.check_writable()
         move = asyncio.ensure_future(leader.hand_over(10))
-        await asyncio.sleep(0.6)  # two in-sync checks: before the change the move had failed by now
+        for _ in range(2):  # two in-sync checks: before the change the move had failed by now
+            await clock.advance(ISR_CHECK_SECONDS)
         assert not move.done()
         await acks.queue.put(2)
-        await asyncio.wait_for(move, 5)
+        await advance_until(clock, move.done, "the move", ISR_CHECK_SECONDS, 5)
+        await move
         assert leader.committed == 2
     finally:
         await acks.queue.put(None)

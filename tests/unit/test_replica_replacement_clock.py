@@ -4,16 +4,18 @@ leader; a failure to record it is retried and replaces nothing early."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+from ister.clock import VirtualClock
 from ister.core.replication import EpochHistory, ReplicaRecord, clocks_to_forget
 from ister.errors import MetadataError
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
-from ister.replication.leader import ReplicaLeader
+from ister.replication.leader import ISR_CHECK_SECONDS, PEERS_CHECK_SECONDS, ReplicaLeader
 from ister.storage.wal import Wal, WalConfig
-from tests.support import until
+from tests.support import advance_until
 
 NAME = TopicName.parse("/default/replaced")
 RECORD = ReplicaRecord(replicas=[1, 2, 3], isr=[1, 2, 3], leader=1, epoch=2, min_insync=2)
@@ -48,7 +50,17 @@ class Absences:
                 self.kept.setdefault(broker, since)
 
 
-async def leader_with(tmp_path: Path, absences: Absences, wall: list[float]) -> tuple[ReplicaLeader, Wal]:
+def wall_clock() -> VirtualClock:
+    """Virtual time whose wall clock reads 1,000 s and moves only when the test sets it."""
+    return VirtualClock(wall_start=1_000.0, wall_moves=False)
+
+
+async def ticks(clock: VirtualClock, check: Callable[[], object], what: str) -> None:
+    """The leader's in-sync checks run (virtual time advancing) until `check` holds."""
+    await advance_until(clock, check, what, ISR_CHECK_SECONDS, 60 * PEERS_CHECK_SECONDS)
+
+
+async def leader_with(tmp_path: Path, absences: Absences, clock: VirtualClock) -> tuple[ReplicaLeader, Wal]:
     store = EmbeddedStore.in_memory()
     await store.put(keys.replicas(NAME), RECORD.to_json())
     kv = await store.get(keys.replicas(NAME))
@@ -71,39 +83,39 @@ async def leader_with(tmp_path: Path, absences: Absences, wall: list[float]) -> 
         live=lambda: {1, 3, 4},
         absences=absences.read,
         note_absent=absences.note,
-        wall=lambda: wall[0],
+        clock=clock,
     )
     leader.start()
     return leader, wal
 
 
 async def test_a_clock_started_under_an_earlier_leader_is_kept(tmp_path: Path) -> None:
-    wall = [1_000.0]
+    clock = wall_clock()
     # An earlier leader saw broker 2 gone 60 s ago: this one replaces it at once, not 50 s from now.
-    absences = Absences({2: wall[0] - 60})
-    leader, wal = await leader_with(tmp_path, absences, wall)
+    absences = Absences({2: clock.time() - 60})
+    leader, wal = await leader_with(tmp_path, absences, clock)
     try:
-        await until(lambda: 4 in leader.record.replicas, "the new follower added")
-        assert absences.kept == {2: wall[0] - 60}  # the earlier clock, not restarted
+        await ticks(clock, lambda: 4 in leader.record.replicas, "the new follower added")
+        assert absences.kept == {2: clock.time() - 60}  # the earlier clock, not restarted
     finally:
         await leader.close("test over")
         await wal.close()
 
 
 async def test_a_new_absence_waits_the_whole_time_and_a_failed_record_is_retried(tmp_path: Path) -> None:
-    wall = [1_000.0]
+    clock = wall_clock()
     absences = Absences({}, failures=2)
-    leader, wal = await leader_with(tmp_path, absences, wall)
+    leader, wal = await leader_with(tmp_path, absences, clock)
     try:
-        await until(lambda: absences.kept == {2: 1_000.0}, "the absence recorded after two failures")
+        await ticks(clock, lambda: absences.kept == {2: 1_000.0}, "the absence recorded after two failures")
         assert absences.calls == 3
         assert 2 not in leader.record.isr  # it left the in-sync set at once (its broker is not live)
-        wall[0] += REPLACE_AFTER - 1
+        clock.step_wall(REPLACE_AFTER - 1)
         checks = absences.checks
-        await until(lambda: absences.checks >= checks + 2, "two more checks")
+        await ticks(clock, lambda: absences.checks >= checks + 2, "two more checks")
         assert leader.record.replicas == [1, 2, 3]  # not yet: 49 s
-        wall[0] += 1
-        await until(lambda: 4 in leader.record.replicas, "replaced once the wait is over")
+        clock.step_wall(1)
+        await ticks(clock, lambda: 4 in leader.record.replicas, "replaced once the wait is over")
     finally:
         await leader.close("test over")
         await wal.close()
@@ -117,16 +129,16 @@ def test_a_clock_goes_when_its_broker_is_back_or_no_replica_names_it() -> None:
 
 
 async def test_a_clock_set_back_restarts_the_wait_instead_of_stretching_it(tmp_path: Path) -> None:
-    wall = [1_000.0]
+    clock = wall_clock()
     # Broker 2's absence was stamped by a clock an hour ahead of this one (or this one was set back).
-    absences = Absences({2: wall[0] + 3_600})
-    leader, wal = await leader_with(tmp_path, absences, wall)
+    absences = Absences({2: clock.time() + 3_600})
+    leader, wal = await leader_with(tmp_path, absences, clock)
     try:
         checks = absences.checks
-        await until(lambda: absences.checks >= checks + 2, "two checks")
+        await ticks(clock, lambda: absences.checks >= checks + 2, "two checks")
         assert leader.record.replicas == [1, 2, 3]
-        wall[0] += REPLACE_AFTER  # one wait from now, not an hour and a wait
-        await until(lambda: 4 in leader.record.replicas, "replaced a wait after the jump")
+        clock.step_wall(REPLACE_AFTER)  # one wait from now, not an hour and a wait
+        await ticks(clock, lambda: 4 in leader.record.replicas, "replaced a wait after the jump")
     finally:
         await leader.close("test over")
         await wal.close()

@@ -14,12 +14,12 @@ import contextlib
 import heapq
 import itertools
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import msgspec
 from crc32c import crc32c
 
+from ister.clock import REAL_CLOCK, Clock
 from ister.core.replication import (
     NO_LEADER,
     EpochHistory,
@@ -78,10 +78,9 @@ class ReplicaLeader:
         choose: Callable[[set[int]], list[int]] | None = None,
         replace_after_s: float = 120.0,
         live: Callable[[], set[int]] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = REAL_CLOCK,
         absences: Callable[[], dict[int, float]] | None = None,
         note_absent: Callable[[dict[int, float], bool], Awaitable[None]] | None = None,
-        wall: Callable[[], float] = time.time,
         on_step_down: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.name = name
@@ -104,7 +103,6 @@ class ReplicaLeader:
         # in memory never lasted the whole wait. Without them, this leader's own memory.
         self._absences = absences
         self._note_absent = note_absent
-        self._wall = wall
         self._absent_since: dict[int, float] = {}
         self._on_step_down = on_step_down  # hands the topic back for a failover (its disk failed here)
         self._peers_checked = float("-inf")
@@ -113,14 +111,14 @@ class ReplicaLeader:
         self._sent: dict[WalReader, int] = {}
         followers = [r for r in record.replicas if r != broker_id]
         self.state = LeaderState.take_over(
-            record.epoch, wal.durable_offset, known_committed, clock(), followers
+            record.epoch, wal.durable_offset, known_committed, clock.monotonic(), followers
         )
         self.fenced: str | None = None
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # heap of (end, seq, future)
         self._seq = itertools.count()
         self._isr_task: asyncio.Task[None] | None = None
         self._isr_changed = asyncio.Event()
-        self.last_fetch: dict[int, float] = dict.fromkeys(followers, clock())
+        self.last_fetch: dict[int, float] = dict.fromkeys(followers, clock.monotonic())
         # In-sync members that stopped following but cannot leave (the set would fall below the
         # minimum): nothing commits while there are any, so publishes are refused at once.
         self.stalled: list[int] = []
@@ -197,7 +195,7 @@ class ReplicaLeader:
         await self.wal.flush()
         loop = asyncio.get_running_loop()
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(within):
+            async with self._clock.timeout(within):
                 while self.fenced is None:
                     self._advance()
                     if self.state.committed >= end:
@@ -209,7 +207,7 @@ class ReplicaLeader:
                     except Unavailable:
                         # Waiters are failed when a member stalls or the set shrinks: look again at the
                         # next in-sync check rather than at once.
-                        await asyncio.sleep(ISR_CHECK_SECONDS)
+                        await self._clock.sleep(ISR_CHECK_SECONDS)
         raise Unavailable(
             f"cannot move {self.name}: its in-sync replicas {self.record.isr} do not hold offsets up to "
             f"{end - 1} yet ({self.state.committed} committed); it stays on this broker"
@@ -235,7 +233,7 @@ class ReplicaLeader:
         record = self.record
         if len(record.isr) < record.min_insync or self.fenced is not None:
             return
-        self.state.appended(self.wal.durable_offset, self._clock())
+        self.state.appended(self.wal.durable_offset, self._clock.monotonic())
         before = self.state.committed
         self.state.advance(record.isr, self.broker_id, self.wal.durable_offset)
         if self.state.committed != before:
@@ -313,7 +311,7 @@ class ReplicaLeader:
                 if room <= 0:
                     moved.clear()
                     with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(IDLE_SECONDS):
+                        async with self._clock.timeout(IDLE_SECONDS):
                             await moved.wait()
                     continue
                 wanted = min(room, FETCH_MAX_RECORDS)
@@ -377,7 +375,7 @@ class ReplicaLeader:
         return resp, end
 
     def _progress(self, follower: int, end: int, *, reset: bool = False) -> None:
-        now = self._clock()
+        now = self._clock.monotonic()
         self.last_fetch[follower] = now
         if reset:
             p = self.state.followers.setdefault(follower, FollowerProgress(caught_up_at=now))
@@ -396,11 +394,11 @@ class ReplicaLeader:
                     await self._check_isr()
             except MetadataError as exc:
                 log.warning("%s: updating the in-sync set failed (%s); retrying", self.name, exc)
-            await asyncio.sleep(ISR_CHECK_SECONDS)
+            await self._clock.sleep(ISR_CHECK_SECONDS)
 
     async def _check_isr(self) -> None:
         record = self.record
-        now = self._clock()
+        now = self._clock.monotonic()
         self.state.appended(self.wal.durable_offset, now)
         isr = list(record.isr)
         lagging = set(self.state.lagging(isr, self.broker_id, now, self.max_lag_s))
@@ -450,7 +448,7 @@ class ReplicaLeader:
         live, active = self._peers()
         record = self.record
         kept = self._absences() if self._absences is not None else self._absent_since
-        wall = self._wall()
+        wall = self._clock.time()
         # A clock set back (here or where the absence was first seen) restarts the wait instead of
         # stretching it by the jump; one set forward replaces early, which is safe (the new follower
         # joins before the old one leaves).
@@ -510,7 +508,7 @@ class ReplicaLeader:
                     new.isr,
                     new.epoch,
                 )
-                now = self._clock()
+                now = self._clock.monotonic()
                 for r in new.replicas:
                     if r != self.broker_id and r not in self.state.followers:
                         self.state.followers[r] = FollowerProgress(caught_up_at=now)
