@@ -20,6 +20,8 @@ def test_factor_and_a_cap_equal_to_first() -> None:
     assert [Backoff(1.0, 100.0, factor=3.0).delay(n) for n in (1, 2, 3, 4, 5, 6)] == [1, 3, 9, 27, 81, 100]
     assert Backoff(2.0, 2.0).delay(50) == 2.0
     assert Backoff(2.0, 8.0, factor=1.0).delay(50) == 2.0
+    assert Backoff(2.0, 1.0).delay(1) == Backoff(2.0, 1.0).delay(9) == 1.0  # a cap below first caps all
+    assert Backoff(0.0, 5.0).delay(30) == 0.0  # no wait at all
 
 
 def test_jitter_scales_within_its_fraction() -> None:
@@ -49,7 +51,7 @@ def test_a_series_counts_failures_and_starts_over_after_a_success() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"first": 0.0, "cap": 1.0}, {"first": 2.0, "cap": 1.0}, {"first": 1.0, "cap": 2.0, "factor": 0.5},
+    [{"first": -1.0, "cap": 1.0}, {"first": 2.0, "cap": -1.0}, {"first": 1.0, "cap": 2.0, "factor": 0.5},
      {"first": 1.0, "cap": 2.0, "jitter": 1.5}],
 )  # fmt: skip
 def test_nonsense_is_refused(kwargs: dict[str, float]) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ister.broker.topic import Topic
 from ister.broker.topic_meter import TopicMeter
+from ister.core.backoff import Backoff
 from ister.storage.objects import LocalRetention
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,9 @@ class ExportScheduler:
     def __init__(self, retention: LocalRetention, interval: float, segment_max_age: float) -> None:
         self.retention = retention
         self.interval = interval
+        # A topic's n-th failed pass in a row waits interval * 2**n (at most 64 intervals, 60 s), jittered.
+        cap = min(MAX_BACKOFF_SECONDS, interval * 2**6)
+        self.backoff = Backoff(first=min(interval * 2, cap), cap=cap, jitter=0.25)
         self.segment_max_age = segment_max_age
         self._topics: dict[Topic, _State] = {}
         self._task: asyncio.Task[None] | None = None
@@ -134,8 +138,7 @@ class ExportScheduler:
             raise
         except Exception as exc:
             state.failures += 1
-            delay = min(MAX_BACKOFF_SECONDS, self.interval * 2 ** min(state.failures, 6))
-            delay *= random.uniform(0.75, 1.0)
+            delay = self.backoff.delay(state.failures, random.random())
             state.not_before = asyncio.get_running_loop().time() + delay
             state.pending = True
             log.warning("%s: export failed (%s); retry in %.1f s", topic.name, exc, delay)

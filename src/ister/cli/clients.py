@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ister.cli.main import app
 from ister.cli.security_opts import TlsCaOpt, TokenOpt, use
 from ister.client import Client, Consumer, Message
+from ister.core.backoff import Backoff, Retries
 from ister.errors import InvalidArgument, IsterError, NotFound
 
 SUB_TYPES = {
@@ -30,6 +31,7 @@ SUB_TYPES = {
 PROGRESS_FROM = 1_000  # show a progress bar for runs at least this long (and never with --json)
 WAIT_FOR_TOPIC_FIRST_POLL = 0.2  # `ister consume` on a topic not created yet: look again after this, ...
 WAIT_FOR_TOPIC_MAX_POLL = 2.0  # ... doubling up to this
+WAIT_FOR_TOPIC_POLLS = Backoff(first=WAIT_FOR_TOPIC_FIRST_POLL, cap=WAIT_FOR_TOPIC_MAX_POLL)
 
 
 def parse_attributes(raw: str | None) -> dict[str, str]:
@@ -347,7 +349,7 @@ async def _subscribe(
 ) -> Consumer:
     """Subscribe, waiting (with a message on stderr) while the topic does not exist, up to `wait_seconds`."""
     deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
-    delay = WAIT_FOR_TOPIC_FIRST_POLL
+    polls = Retries(WAIT_FOR_TOPIC_POLLS)
     waiting = False
     while True:
         try:
@@ -372,8 +374,8 @@ async def _subscribe(
                 err=True,
             )
             waiting = True
+        delay = polls.next()
         await asyncio.sleep(delay if left is None else min(delay, left))
-        delay = min(delay * 2, WAIT_FOR_TOPIC_MAX_POLL)
     if waiting:
         typer.echo(f"topic {topic} exists now: consuming", err=True)
     return consumer

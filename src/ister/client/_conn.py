@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from ister.core.backoff import Backoff
 from ister.limits import GRPC_MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
@@ -114,8 +115,7 @@ class RetryPolicy:
     timeout: float = 30.0
 
     def delay(self, attempt: int) -> float:
-        d: float = min(self.max, self.base * (2.0 ** max(0, attempt - 1)))
-        return d * (0.5 + random.random() / 2)
+        return Backoff(first=self.base, cap=self.max, jitter=0.5).delay(attempt, random.random())
 
 
 class RetryBudget:

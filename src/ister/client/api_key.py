@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from ister.client.errors import to_ister_error
+from ister.core.backoff import Backoff, Retries
 from ister.errors import IsterError
 from ister.wire.gen import ister_v1_pb2 as pb
 
@@ -27,6 +28,7 @@ REFRESH_FRACTION = 0.75  # of a token's lifetime, when the next exchange starts
 MIN_REFRESH_SECONDS = 0.5
 EXCHANGE_TIMEOUT_SECONDS = 10.0
 RETRY_SECONDS = (0.2, 2.0)  # first and longest wait between failed refreshes
+RETRY_BACKOFF = Backoff(first=RETRY_SECONDS[0], cap=RETRY_SECONDS[1])
 
 
 class ApiKeySession:
@@ -77,7 +79,7 @@ class ApiKeySession:
     async def _refresh(self, stub_of: Any) -> None:
         while True:
             await asyncio.sleep(self.refresh_in())  # a deadline, not a condition: the token's age
-            wait = RETRY_SECONDS[0]
+            retries = Retries(RETRY_BACKOFF)
             while True:
                 try:
                     await self.exchange(stub_of())
@@ -90,8 +92,7 @@ class ApiKeySession:
                         left,
                         type(exc).__name__,
                     )
-                    await asyncio.sleep(wait)
-                    wait = min(RETRY_SECONDS[1], wait * 2)
+                    await asyncio.sleep(retries.next())
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True, slots=True)
 class Backoff:
     """Failure n (1-based) waits min(cap, first * factor ** (n - 1)), times (1 - jitter + jitter * draw)
-    for a draw in [0, 1): a jitter of 0.25 waits between 75 % and 100 % of that."""
+    for a draw in [0, 1): a jitter of 0.25 waits between 75 % and 100 % of that. A cap below `first` caps
+    every wait; a `first` of 0 never waits."""
 
     first: float
     cap: float
@@ -22,15 +23,18 @@ class Backoff:
     jitter: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (self.first > 0 and self.cap >= self.first and self.factor >= 1 and 0 <= self.jitter <= 1):
-            raise ValueError(f"a backoff needs 0 < first <= cap, factor >= 1, 0 <= jitter <= 1: {self}")
+        if not (self.first >= 0 and self.cap >= 0 and self.factor >= 1 and 0 <= self.jitter <= 1):
+            raise ValueError(f"a backoff needs first, cap >= 0, factor >= 1, 0 <= jitter <= 1: {self}")
 
     def ceiling(self, failures: int) -> float:
         """The wait after `failures` failures in a row before jitter (fewer than one counts as one)."""
+        first, cap, factor = self.first, self.cap, self.factor
+        if first == 0 or cap <= first or factor == 1:
+            return min(first, cap)
         exponent = max(0, failures - 1)
-        if self.factor == 1 or exponent >= math.log(self.cap / self.first, self.factor):
-            return self.cap if self.factor > 1 else self.first
-        return min(self.cap, self.first * self.factor**exponent)
+        if exponent >= math.log(cap / first, factor):  # the cap, also where the power would overflow
+            return cap
+        return min(cap, first * factor**exponent)
 
     def delay(self, failures: int, draw: float = 1.0) -> float:
         """The wait after `failures` failures in a row, `draw` in [0, 1] choosing within the jitter."""

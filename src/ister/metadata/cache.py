@@ -15,6 +15,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 
+from ister.core.backoff import Backoff, Retries
 from ister.errors import InvalidArgument, MetadataError, Timeout, WatchLagged
 from ister.limits import METADATA_TIMEOUT_SECONDS
 from ister.metadata.store import DEFAULT_WATCH_QUEUE, KeyValue, MetadataStore, WatchEvent, check_key
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 RETRY_MIN_SECONDS = 0.1
 RETRY_MAX_SECONDS = 5.0
+RETRY_BACKOFF = Backoff(first=RETRY_MIN_SECONDS, cap=RETRY_MAX_SECONDS)
 
 
 class ChangeFeed:
@@ -135,7 +137,7 @@ class LocalCache:
     # --- following --------------------------------------------------------------------------------
 
     async def _follow(self, prefix: str) -> None:
-        delay = RETRY_MIN_SECONDS
+        retries = Retries(RETRY_BACKOFF)
         while True:
             watch = None
             try:
@@ -144,16 +146,16 @@ class LocalCache:
                     snapshot = await self._store.list(prefix)
                 self._replace(prefix, snapshot)
                 self._ready[prefix].set()
-                delay = RETRY_MIN_SECONDS
+                retries.reset()
                 async for event in watch:
                     self._apply(event)
                 return  # the store closed the watch: it is shutting down
             except WatchLagged:
                 log.warning("metadata cache watch on %r lagged; re-listing", prefix)
             except (MetadataError, TimeoutError) as exc:
+                delay = retries.next()
                 log.warning("metadata cache on %r failed (%s); retrying in %.1f s", prefix, exc, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_SECONDS)
             finally:
                 if watch is not None:
                     watch.close()

@@ -28,6 +28,7 @@ import grpc
 from crc32c import crc32c
 
 from ister.client._conn import NO_CREDENTIALS, Credentials, open_channel
+from ister.core.backoff import Backoff, Retries
 from ister.core.frames import HEADER, HEADER_SIZE
 from ister.core.replication import EpochHistory
 from ister.errors import StorageExhausted
@@ -48,6 +49,7 @@ ACK_IDLE_SECONDS = 1.0
 FETCH_MAX_BYTES = 4 * 1024 * 1024
 RETRY_SECONDS = 0.2
 MAX_RETRY_SECONDS = 2.0
+RETRY_BACKOFF = Backoff(first=RETRY_SECONDS, cap=MAX_RETRY_SECONDS)
 WARN_EVERY_SECONDS = 30.0
 # A leader's stream says something at least every second (records or a heartbeat) unless this copy's
 # window is full; this long in silence means a peer that accepts and never answers (a frozen process,
@@ -171,7 +173,7 @@ class ReplicaFollower:
         return wal
 
     async def _run(self) -> None:
-        delay = RETRY_SECONDS
+        retries = Retries(RETRY_BACKOFF)
         while True:
             try:
                 if self.storage.space.refusal is not None:
@@ -181,7 +183,7 @@ class ReplicaFollower:
                 if self.wal is None:
                     self.wal = await self._open()
                 if await self._fetch_once():
-                    delay = RETRY_SECONDS
+                    retries.reset()
                     continue
             except asyncio.CancelledError:
                 task = asyncio.current_task()
@@ -203,9 +205,8 @@ class ReplicaFollower:
                     self.wal = None
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
+                async with asyncio.timeout(retries.next()):
                     await self._changed.wait()
-            delay = min(delay * 2, MAX_RETRY_SECONDS)
 
     async def _wait_for_room(self) -> None:
         """Stop copying until the data disk has its headroom free again (the broker logs the episode

@@ -12,8 +12,11 @@ from typing import Any, Literal
 
 import msgspec
 
+from ister.core.backoff import Backoff
+
 BASE_BACKOFF_SECONDS = 60.0
 MAX_BACKOFF_SECONDS = 3600.0
+MOVE_BACKOFF = Backoff(first=BASE_BACKOFF_SECONDS, cap=MAX_BACKOFF_SECONDS)
 MAX_CAUSE_CHARS = 400
 
 Code = Literal["unavailable", "failed_precondition"]
@@ -49,8 +52,7 @@ def next_failure(
 
 
 def backoff_seconds(failures: int) -> float:
-    exponent = max(0, min(failures, 32) - 1)
-    return min(MAX_BACKOFF_SECONDS, BASE_BACKOFF_SECONDS * float(2**exponent))
+    return MOVE_BACKOFF.delay(failures)
 
 
 def backing_off(note: MoveFailure, now: float) -> bool:

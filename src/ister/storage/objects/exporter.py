@@ -25,6 +25,7 @@ from pathlib import Path
 
 from prometheus_client import Counter
 
+from ister.core.backoff import Backoff
 from ister.core.frames import INDEX_EVERY_BYTES, INDEX_EVERY_FRAMES, scan_frames
 from ister.core.stream_offsets import TopicPartition
 from ister.errors import CorruptionError, FailedPrecondition, IsterError
@@ -253,6 +254,7 @@ class SegmentExporter:
         exponential backoff (with jitter); the loop never ends on an error."""
         if interval <= 0 or initial_backoff <= 0 or max_backoff < initial_backoff:
             raise ValueError("interval and backoffs must be positive, max_backoff >= initial_backoff")
+        backoff = Backoff(first=initial_backoff, cap=max_backoff, jitter=0.25)
         if self._wakeup is None:
             self._wakeup = asyncio.Event()
         wakeup = self._wakeup
@@ -261,8 +263,7 @@ class SegmentExporter:
                 await self.export_closed()
                 delay = interval
             except Exception as exc:  # never let the loop die: log, back off, retry
-                delay = min(max_backoff, initial_backoff * 2 ** min(self.failures - 1, 30))
-                delay *= random.uniform(0.75, 1.0)
+                delay = backoff.delay(self.failures, random.random())
                 retriable = isinstance(exc, IsterError) and exc.retriable
                 log.log(
                     logging.WARNING if retriable else logging.ERROR,
