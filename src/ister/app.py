@@ -29,6 +29,7 @@ from ister.server.admin_api import start_admin_server
 from ister.server.grpc_server import start_client_server, start_prometheus
 from ister.server.security import Security, start_security
 from ister.storage.topic_storage import TopicStorage
+from ister.tasks import TaskSupervisor
 
 log = logging.getLogger("ister")
 
@@ -62,9 +63,10 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
     security: Security | None = None
     prom = None
     heap = HeapKeeper(lambda: (broker.long_lived_growth, broker.topics_unloaded))
-    heap_task = loop.create_task(heap.run(), name="heap-keeper")
+    runtime = TaskSupervisor("broker runtime")  # the process's own loops: heap keeper, stall watch, health
+    runtime.spawn(heap.run(), "heap-keeper")
     stall_watch = StallWatch()
-    watch_task = loop.create_task(stall_watch.run(), name="stall-watch")
+    runtime.spawn(stall_watch.run(), "stall-watch")
     probes: list[tuple[str, ReadyProbe]] = [("metadata", metadata_probe(store, keys.LEADER))]
     if isinstance(ownership, ClusterOwnership):
         from ister.cluster.health import cluster_checks
@@ -72,7 +74,6 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
         node = ownership.node
         probes.append(("cluster", lambda: cluster_checks(node)))
     health = Health(lambda: stall_watch.last_beat, probes)
-    health_task: asyncio.Task[None] | None = None
     try:
         await broker.start()
         security = await start_security(config, broker, peer)
@@ -104,7 +105,7 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
         await ownership.start()
         await health.check_once()  # the first answer of /readyz is a real one
         health.started = True
-        health_task = loop.create_task(health.run(), name="health")
+        runtime.spawn(health.run(), "health")
         if config.prom_exporter:
             prom = start_prometheus(
                 config.prom_exporter,
@@ -129,10 +130,7 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
         log.info("shutting down")
     finally:
         health.stopping = True  # /readyz says so while the metrics port is still open
-        if health_task is not None:
-            health_task.cancel()
-        heap_task.cancel()
-        watch_task.cancel()
+        await runtime.close()
         broker.end_streams()
         if admin is not None:
             await admin.stop(grace=0.5)

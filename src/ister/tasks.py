@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
@@ -47,11 +47,16 @@ class TaskSupervisor:
         else:
             log.error("%s: task %s failed", self.owner, task.get_name(), exc_info=exc)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def running(self) -> list[asyncio.Task[Any]]:
-        return list(self._tasks)
+    def __iter__(self) -> Iterator[asyncio.Task[Any]]:
+        """The tasks running now (a copy: safe to cancel them while iterating)."""
+        return iter(list(self._tasks))
 
     async def close(self, grace: float | None = None) -> None:
         """Cancel every task still running and wait for them (at most `grace` seconds); none starts after."""

@@ -28,6 +28,7 @@ from ister.errors import MetadataError, WatchLagged
 from ister.ids import PARTITION_MARKER
 from ister.metadata import keys
 from ister.metadata.store import MetadataStore, list_all
+from ister.tasks import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -57,31 +58,23 @@ class SharedGroups:
         self._stored: dict[str, Any] = {}  # key -> value as last written under `_stored_lease`
         self._stored_lease: int | None = None
         self._wake = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskSupervisor("partition groups")  # its loops and the partition counts being read
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._tasks = [
-            loop.create_task(self._watch(), name="partition-groups-watch"),
-            loop.create_task(self._write(), name="partition-groups-write"),
-        ]
+        self._tasks.spawn(self._watch(), "partition-groups-watch")
+        self._tasks.spawn(self._write(), "partition-groups-write")
 
     async def close(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-        self._tasks = []
+        await self._tasks.close()
 
     # -- what the partition groups read ---------------------------------------------------------------------
     def partitions(self, base: str) -> int | None:
         """The partitioned topic's partition count (read once from the namespace's topic list), None until
         known."""
         n = self.partition_counts.get(base)
-        if n is None and base not in self._counting:
+        if n is None and base not in self._counting and not self._tasks.closed:
             self._counting.add(base)
-            asyncio.get_running_loop().create_task(self._count(base), name=f"partition-count:{base}")
+            self._tasks.spawn(self._count(base), f"partition-count:{base}")
         return n
 
     async def _count(self, base: str) -> None:

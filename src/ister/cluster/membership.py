@@ -11,11 +11,11 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from ister.clock import REAL_CLOCK, Clock
 from ister.config import BrokerConfig, http_url
 from ister.core.cluster.planner import ACTIVE, BROKER_MODES
 from ister.errors import ConfigError, MetadataError
@@ -49,11 +49,12 @@ def load_broker_id(data_dir: Path) -> int:
 class LeaseClock:
     """Until when this broker may act as an owner (monotonic seconds)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = REAL_CLOCK) -> None:
         self.valid_until = 0.0
+        self.time = clock
 
     def valid(self) -> bool:
-        return time.monotonic() < self.valid_until
+        return self.time.monotonic() < self.valid_until
 
     def renewed(self, sent_at: float, ttl: float) -> None:
         self.valid_until = max(self.valid_until, sent_at + ttl - FENCE_MARGIN_SECONDS)
@@ -71,12 +72,14 @@ class Membership:
         store: MetadataStore,
         broker_id: int,
         on_lease_lost: Callable[[], Awaitable[None]],
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self.config = config
         self.store = store
         self.broker_id = broker_id
         self.ttl = config.cluster.lease_ttl_seconds
-        self.clock = LeaseClock()
+        self.time = clock  # what the keep-alive waits on and the lease is timed by
+        self.clock = LeaseClock(clock)
         self.lease_id: int | None = None
         self._on_lease_lost = on_lease_lost
         self._task: asyncio.Task[None] | None = None
@@ -100,7 +103,7 @@ class Membership:
 
     async def register(self) -> None:
         """A fresh lease, the registration under it, and the broker state (kept across restarts)."""
-        sent = time.monotonic()
+        sent = self.time.monotonic()
         lease = await self.store.grant_lease(self.ttl)
         await self.store.put(keys.broker_register(self.broker_id), self.registration(), lease=lease)
         await self.store.delete(keys.absent_broker(self.broker_id))  # back: its replicas' clock stops
@@ -119,13 +122,13 @@ class Membership:
     async def _keep_alive_loop(self) -> None:
         interval = self.ttl / 5
         while True:
-            await asyncio.sleep(interval)
-            sent = time.monotonic()
+            await self.time.sleep(interval)
+            sent = self.time.monotonic()
             try:
                 if self.lease_id is None:
                     await self.register()
                     continue
-                async with asyncio.timeout(interval * 2):
+                async with self.time.timeout(interval * 2):
                     await self.store.keep_alive(self.lease_id)
                 self.clock.renewed(sent, self.ttl)
             except LeaseNotFound:
@@ -136,7 +139,7 @@ class Membership:
                 self.lease_id = None
                 await self._on_lease_lost()
             except (MetadataError, TimeoutError) as exc:
-                left = self.clock.valid_until - time.monotonic()
+                left = self.clock.valid_until - self.time.monotonic()
                 log.warning("lease keep-alive failed (%s); owner rights for %.1f s more", exc, max(left, 0.0))
 
     async def close(self) -> None:

@@ -42,6 +42,7 @@ from ister.metadata.cache import LocalCache
 from ister.metadata.records import BrokerRegistration
 from ister.metadata.store import MAX_TXN_OPS, Compare, Delete, KeyValue, MetadataStore, Op, Put
 from ister.slow_steps import warn_if_slow
+from ister.tasks import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class ClusterNode:
         self.guards: dict[str, OwnershipGuard] = {}
         self.assignments_made = 0
         self._host: TopicHost | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskSupervisor("cluster node")  # its loops and the topic loads in progress
         self._loading: dict[str, asyncio.Task[None]] = {}
         self._load_slots = asyncio.Semaphore(LOAD_CONCURRENCY)
         self._leader_since: float | None = None
@@ -107,20 +108,12 @@ class ClusterNode:
         await self.store.put(keys.cluster_name(self.config.cluster_name), None)
         await self.membership.register()
         self.membership.start()
-        loop = asyncio.get_running_loop()
-        self._tasks = [
-            loop.create_task(self._run("leader", self._lead_once), name="cluster leader"),
-            loop.create_task(self._run("watcher", self._watch_once), name="cluster watcher"),
-            loop.create_task(self._report_loop(), name="cluster load reports"),
-        ]
+        self._tasks.spawn(self._run("leader", self._lead_once), "cluster leader")
+        self._tasks.spawn(self._run("watcher", self._watch_once), "cluster watcher")
+        self._tasks.spawn(self._report_loop(), "cluster load reports")
 
     async def close(self) -> None:
-        for task in [*self._tasks, *self._loading.values()]:
-            task.cancel()
-        for task in [*self._tasks, *self._loading.values()]:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
+        await self._tasks.close()
         await self.membership.close()
         await self.cache.close()
 
@@ -351,7 +344,7 @@ class ClusterNode:
         mine = self._mine
         for topic in sorted(mine if sweep else added & mine):
             if topic not in self._loading and not host.is_loaded(topic):
-                self._loading[topic] = asyncio.get_running_loop().create_task(self._load(topic))
+                self._loading[topic] = self._tasks.spawn(self._load(topic), f"load {topic}")
 
     def _assignment_changes(self) -> tuple[bool, set[str], set[str]]:
         """Apply the changes of this broker's assignment keys to `_mine`: (whether the feed was reset,

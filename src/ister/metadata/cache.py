@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import builtins
-import contextlib
 import logging
 from collections.abc import Callable, Iterable
 
@@ -19,6 +18,7 @@ from ister.core.backoff import Backoff, Retries
 from ister.errors import InvalidArgument, MetadataError, Timeout, WatchLagged
 from ister.limits import METADATA_TIMEOUT_SECONDS
 from ister.metadata.store import DEFAULT_WATCH_QUEUE, KeyValue, MetadataStore, WatchEvent, check_key
+from ister.tasks import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -59,19 +59,18 @@ class LocalCache:
         self._keys: list[str] = []  # sorted
         self._ready = {p: asyncio.Event() for p in self._prefixes}
         self._changed = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: TaskSupervisor | None = None  # one task per prefix, while started
         self._feeds: list[ChangeFeed] = []
 
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def start(self, wait_seconds: float = METADATA_TIMEOUT_SECONDS) -> None:
         """Start following every prefix; return once each has been listed once."""
-        if self._tasks:
+        if self._tasks is not None:
             return
-        self._tasks = [
-            asyncio.get_running_loop().create_task(self._follow(p), name=f"metadata-cache {p}")
-            for p in self._prefixes
-        ]
+        self._tasks = TaskSupervisor("metadata cache")
+        for p in self._prefixes:
+            self._tasks.spawn(self._follow(p), f"metadata-cache {p}")
         try:
             async with asyncio.timeout(wait_seconds):
                 for event in self._ready.values():
@@ -85,12 +84,9 @@ class LocalCache:
         return all(event.is_set() for event in self._ready.values())
 
     async def close(self) -> None:
-        tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        tasks, self._tasks = self._tasks, None
+        if tasks is not None:
+            await tasks.close()
 
     # --- reads ------------------------------------------------------------------------------------
 
