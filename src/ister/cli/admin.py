@@ -21,7 +21,7 @@ import typer
 
 from ister.cli.main import app
 from ister.cli.security_opts import ApiKeyOpt, TlsCaOpt, TokenOpt, api_key, current, use
-from ister.client._conn import TOKEN_ENV, Credentials
+from ister.client.transport import TOKEN_ENV, Credentials
 from ister.config import split_host_port
 from ister.errors import ConfigError
 from ister.wire.gen import DanubeAdmin_pb2 as pb

@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from ister.client._conn import TLS_CA_ENV, TOKEN_ENV, Credentials
 from ister.client.api_key import API_KEY_ENV
+from ister.client.transport import TLS_CA_ENV, TOKEN_ENV, Credentials
 
 TokenOpt = Annotated[
     str | None,

@@ -20,15 +20,7 @@ from typing import Any, TypeVar
 import grpc
 
 from ister import errors
-from ister.client._conn import (
-    TLS_CA_ENV,
-    TOKEN_ENV,
-    Credentials,
-    RetryBudget,
-    RetryPolicy,
-    normalize_url,
-    open_channel,
-)
+from ister.client._conn import RetryBudget, RetryPolicy, normalize_url
 from ister.client.api_key import API_KEY_ENV, ApiKeySession
 from ister.client.consumer import Consumer, SubType
 from ister.client.cursors import TIME_LOOKUP_SUBSCRIPTION, CursorPosition, SeekPosition, seek_request
@@ -39,6 +31,7 @@ from ister.client.producer import Producer
 from ister.client.publisher import PartitionPublisher
 from ister.client.schemas import SchemaRegistry
 from ister.client.subscriber import Subscriber
+from ister.client.transport import TLS_CA_ENV, TOKEN_ENV, Credentials, open_channel
 from ister.ids import PARTITION_MARKER, TopicName, validate_client_name
 from ister.limits import MAX_READ_OFFSET, MAX_READ_RECORDS, MAX_WINDOW, MiB
 from ister.wire.gen import ister_v1_pb2 as pb

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING
 import msgspec
 from crc32c import crc32c
 
-from ister.client.records import array_header
 from ister.core.frames import HEADER, HEADER_SIZE, MAX_FRAME_PAYLOAD
-from ister.core.record import StoredMessage
+from ister.core.record import StoredMessage, array_header
 from ister.errors import CorruptionError
 
 if TYPE_CHECKING:

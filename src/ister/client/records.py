@@ -17,6 +17,8 @@ from typing import Any
 
 import msgspec
 
+from ister.core.record import array_header
+
 _encode = msgspec.msgpack.Encoder().encode
 
 Payload = bytes | bytearray | memoryview
@@ -42,14 +44,6 @@ class _Prefixes(dict[int, bytes]):
 _PREFIX = _Prefixes()
 RECORD_OVERHEAD = 54  # msgpack bytes of one record besides payload, producer name, attributes and key
 # (schema id and version included: up to 9 + 5 bytes)
-
-
-def array_header(n: int) -> bytes:
-    if n < 16:
-        return (0x90 | n).to_bytes(1, "big")
-    if n < 0x10000:
-        return b"\xdc" + n.to_bytes(2, "big")
-    return b"\xdd" + n.to_bytes(4, "big")
 
 
 def encode_records(

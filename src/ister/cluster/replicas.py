@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ister.client._conn import NO_CREDENTIALS, Credentials
+from ister.client.transport import NO_CREDENTIALS, Credentials
 from ister.core.cluster.load import rank_replica_candidates, spread_over_zones
 from ister.core.replication import NO_LEADER, CopyEnd, ReplicaRecord, clocks_to_forget
 from ister.errors import MetadataError
@@ -33,6 +33,7 @@ from ister.replication.follower import ChannelPool, LeaderTarget, ReplicaFollowe
 from ister.replication.leader import ReplicaLeader
 from ister.security.peer import PEER_METADATA, PeerSecret, new_secret, peer_token
 from ister.storage.topic_storage import TopicStorage
+from ister.tasks import TaskSupervisor
 
 if TYPE_CHECKING:
     from ister.cluster.node import ClusterNode
@@ -63,8 +64,7 @@ class ReplicaManager:
         self.channels = ChannelPool(credentials, self._peer_metadata)
         self.live: set[int] = set()  # registered brokers as of the last sync (leaders read it often)
         self._scanned = False
-        self._task: asyncio.Task[None] | None = None
-        self._trimmer: asyncio.Task[None] | None = None
+        self._tasks = TaskSupervisor("replica followers")
         self._committed_hint: dict[str, int] = {}
         self._stranded: set[str] = set()  # topics without a live in-sync replica, as last said
 
@@ -102,9 +102,8 @@ class ReplicaManager:
                 )
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._task = loop.create_task(self._watch(), name="replica followers")
-        self._trimmer = loop.create_task(self._trim_loop(), name="replica retention")
+        self._tasks.spawn(self._watch(), "replica followers")
+        self._tasks.spawn(self._trim_loop(), "replica retention")
 
     async def _trim_loop(self) -> None:
         """Followers' copies keep what the leader's would: segments the durable tier holds are deleted."""
@@ -117,11 +116,7 @@ class ReplicaManager:
                     log.warning("%s: trimming this broker's copy failed (%s); retried", topic, exc)
 
     async def close(self) -> None:
-        for task in (self._task, self._trimmer):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await self._tasks.close()
         for follower in list(self.followers.values()):
             await follower.stop()
         self.followers.clear()

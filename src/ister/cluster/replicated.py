@@ -19,7 +19,7 @@ import logging
 
 import msgspec
 
-from ister.client._conn import NO_CREDENTIALS, Credentials
+from ister.client.transport import NO_CREDENTIALS, Credentials
 from ister.cluster.guard import OwnershipGuard
 from ister.cluster.node import ClusterNode
 from ister.cluster.replicas import ReplicaManager

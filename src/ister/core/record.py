@@ -197,3 +197,13 @@ def repair_for_wire(message: StoredMessage) -> StoredMessage:
         schema_id=sid if ok_sid else None,
         schema_version=sv if ok_sv else None,
     )
+
+
+def array_header(n: int) -> bytes:
+    """The msgpack header of an array of `n` elements: records joined behind it decode as one list (a
+    batch's records, a run read back for export)."""
+    if n < 16:
+        return (0x90 | n).to_bytes(1, "big")
+    if n < 0x10000:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")

@@ -24,10 +24,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
 from crc32c import crc32c
 
-from ister.client._conn import NO_CREDENTIALS, Credentials, open_channel
+from ister.client.transport import END_OF_STREAM, NO_CREDENTIALS, AioRpcError, Credentials, open_channel
 from ister.core.backoff import Backoff, Retries
 from ister.core.frames import HEADER, HEADER_SIZE
 from ister.core.replication import EpochHistory
@@ -191,7 +190,7 @@ class ReplicaFollower:
                     raise
                 # Raised by a gRPC call cancelled under us, not by `stop`: retried like any failure.
                 log.warning("%s: following the leader was cancelled from below; retrying", self.name)
-            except grpc.aio.AioRpcError as exc:
+            except AioRpcError as exc:
                 self._fetch_failed(exc)
             except StorageExhausted as exc:  # the disk filled between two checks: wait as for headroom
                 self.paused_for_space = True
@@ -218,7 +217,7 @@ class ReplicaFollower:
             async with asyncio.timeout(MAX_RETRY_SECONDS):
                 await self.storage.space.room.wait()
 
-    def _fetch_failed(self, exc: grpc.aio.AioRpcError) -> None:
+    def _fetch_failed(self, exc: AioRpcError) -> None:
         """Logged as a warning at most every `WARN_EVERY_SECONDS` (a leader that moved or died answers like
         this for a moment; one that cannot be reached at all, e.g. a TLS peer CA missing, must be seen)."""
         now = time.monotonic()
@@ -282,7 +281,7 @@ class ReplicaFollower:
             while True:
                 async with asyncio.timeout(SILENT_STREAM_SECONDS):
                     resp = await call.read()
-                if resp is grpc.aio.EOF:
+                if resp is END_OF_STREAM:
                     return True
                 ended = await self._handle(resp, target, stream)
                 if ended is not None:

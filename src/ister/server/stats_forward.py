@@ -7,16 +7,16 @@ for the same principal. One channel per admin address, kept for the process (a c
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 import grpc
 
-from ister.client._conn import NO_CREDENTIALS, Credentials, open_channel
+from ister.client.transport import NO_CREDENTIALS, Credentials, open_channel
 from ister.config import BrokerConfig
 from ister.errors import IsterError, NotFound, Unavailable
+from ister.tasks import TaskSupervisor
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
 
@@ -56,16 +56,15 @@ class PeerAdmin:
         self.credentials = credentials
         self.timeout = timeout
         self._stubs: dict[str, tuple[Any, Any]] = {}
-        self._closing: set[asyncio.Future[Any]] = set()
+        self._closing = TaskSupervisor("peer admin channels")  # channels evicted, closing
 
     def _stub(self, addr: str) -> Any:
         found = self._stubs.get(addr)
         if found is None:
             if len(self._stubs) >= MAX_CHANNELS:
-                old, _ = self._stubs.pop(next(iter(self._stubs)))
-                closing = asyncio.ensure_future(old.close())
-                self._closing.add(closing)
-                closing.add_done_callback(self._closing.discard)
+                evicted = next(iter(self._stubs))
+                old, _ = self._stubs.pop(evicted)
+                self._closing.spawn(old.close(), f"close channel {evicted}")
             channel = open_channel(addr, self.credentials)
             found = self._stubs[addr] = (channel, pb_grpc.IsterAdminStub(channel))
         return found[1]

@@ -6,11 +6,9 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
-import grpc
-
-from ister.client._conn import Credentials, split_url
 from ister.client.blocking import BlockingClient
 from ister.client.client import TopicOffsets
+from ister.client.transport import Credentials, RpcError, open_blocking_channel, split_url
 from ister.core.stream_offsets import TopicPartition
 from ister.errors import FailedPrecondition, NotFound, Unavailable
 from ister.spark.options import ADMIN_URL, SourceOptions
@@ -25,14 +23,10 @@ ADMIN_TIMEOUT_SECONDS = 30.0
 
 def _pattern_topics(opts: SourceOptions) -> list[str]:
     assert opts.pattern is not None and opts.admin_url is not None
-    target, https = split_url(opts.admin_url)
+    target, _ = split_url(opts.admin_url)
     creds = Credentials(token=opts.auth.token, tls_ca=opts.auth.tls_ca)
     try:
-        with (
-            grpc.secure_channel(target, creds.channel_credentials())
-            if https or creds.tls
-            else grpc.insecure_channel(target)
-        ) as channel:
+        with open_blocking_channel(opts.admin_url, creds) as channel:
             namespaces = admin_grpc.BrokerAdminStub(channel).ListNamespaces(
                 admin_pb.Empty(), timeout=ADMIN_TIMEOUT_SECONDS
             )
@@ -44,7 +38,7 @@ def _pattern_topics(opts: SourceOptions) -> list[str]:
                 )
                 names = ("/" + t.lstrip("/") for t in listed.topics)  # the admin API answers `ns/topic`
                 found.extend(t for t in names if opts.pattern.fullmatch(t))
-    except grpc.RpcError as exc:  # a status, not the channel's debug dump
+    except RpcError as exc:  # a status, not the channel's debug dump
         code = exc.code()
         status = getattr(code, "name", str(code))
         raise Unavailable(f"{ADMIN_URL} {target}: cannot list topics ({status}: {exc.details()})") from None

@@ -20,9 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ister.client.records import array_header
 from ister.core.frames import split_dense
-from ister.core.record import NO_ATTRIBUTES, LeanMessage
+from ister.core.record import NO_ATTRIBUTES, LeanMessage, array_header
 from ister.errors import CorruptionError, InvalidArgument
 
 from .segment import object_name, parse_parquet_name
