@@ -12,28 +12,29 @@ import asyncio
 import contextlib
 import io
 import logging
-import time
 from collections.abc import Iterator
+
+from ister.clock import REAL_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
 STACK_FRAMES = 12
 
 
-def _report(what: str, task: asyncio.Task[object] | None, started: float) -> None:
+def _report(what: str, task: asyncio.Task[object] | None, started: float, clock: Clock) -> None:
     where = ""
     if task is not None and not task.done():
         out = io.StringIO()
         task.print_stack(limit=STACK_FRAMES, file=out)
         where = "\n" + out.getvalue().rstrip()
-    log.warning("%s has been running for %.1f s%s", what, time.monotonic() - started, where)
+    log.warning("%s has been running for %.1f s%s", what, clock.monotonic() - started, where)
 
 
 @contextlib.contextmanager
-def warn_if_slow(what: str, after_s: float) -> Iterator[None]:
+def warn_if_slow(what: str, after_s: float, clock: Clock = REAL_CLOCK) -> Iterator[None]:
     """Log a WARNING (with the current task's stack) if the body is still running after `after_s`."""
-    loop = asyncio.get_running_loop()
-    handle = loop.call_later(after_s, _report, what, asyncio.current_task(), time.monotonic())
+    task, started = asyncio.current_task(), clock.monotonic()
+    handle = clock.call_later(after_s, lambda: _report(what, task, started, clock))
     try:
         yield
     finally:

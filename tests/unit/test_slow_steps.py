@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from ister.clock import VirtualClock
 from ister.slow_steps import warn_if_slow
 
 
@@ -16,17 +17,15 @@ async def waits_on(event: asyncio.Event) -> None:
 
 async def test_a_step_past_its_time_is_reported_with_where_it_waits(caplog: pytest.LogCaptureFixture) -> None:
     event = asyncio.Event()
+    clock = VirtualClock()
     with caplog.at_level(logging.WARNING, logger="ister.slow_steps"):
 
         async def step() -> None:
-            with warn_if_slow("loading assigned topic /default/t", 0.05):
+            with warn_if_slow("loading assigned topic /default/t", 0.05, clock):
                 await waits_on(event)
 
         task = asyncio.create_task(step())
-        for _ in range(200):
-            if caplog.records:
-                break
-            await asyncio.sleep(0.01)
+        await clock.advance(0.05)  # its time is up while it waits
         event.set()
         await task
     (record,) = caplog.records
@@ -36,8 +35,9 @@ async def test_a_step_past_its_time_is_reported_with_where_it_waits(caplog: pyte
 
 
 async def test_a_quick_step_is_not_reported(caplog: pytest.LogCaptureFixture) -> None:
+    clock = VirtualClock()
     with caplog.at_level(logging.WARNING, logger="ister.slow_steps"):
-        with warn_if_slow("a quick step", 0.05):
+        with warn_if_slow("a quick step", 0.05, clock):
             await asyncio.sleep(0)
-        await asyncio.sleep(0.15)  # past the deadline: the cancelled timer stays silent
+        await clock.advance(0.15)  # past the deadline: the cancelled timer stays silent
     assert caplog.records == []
