@@ -44,6 +44,7 @@ from ister.metadata.store import Compare, MetadataStore, Put
 from ister.replication import metrics
 from ister.storage.wal import Wal, WalReader
 from ister.storage.wal.frametail import FrameRun
+from ister.tasks import TaskSupervisor
 from ister.wire.gen import ister_v1_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ class ReplicaLeader:
         self.fenced: str | None = None
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # heap of (end, seq, future)
         self._seq = itertools.count()
-        self._isr_task: asyncio.Task[None] | None = None
+        self._tasks = TaskSupervisor(f"replica leader {name.full}")  # the in-sync checks
         self._isr_changed = asyncio.Event()
         self.last_fetch: dict[int, float] = dict.fromkeys(followers, clock.monotonic())
         # In-sync members that stopped following but cannot leave (the set would fall below the
@@ -134,9 +135,7 @@ class ReplicaLeader:
 
     def start(self) -> None:
         self._advance()
-        self._isr_task = asyncio.get_running_loop().create_task(
-            self._isr_loop(), name=f"isr {self.name.full}"
-        )
+        self._tasks.spawn(self._isr_loop(), f"isr {self.name.full}")
 
     async def close(self, reason: str) -> None:
         if self.fenced is None:
@@ -147,11 +146,7 @@ class ReplicaLeader:
         for reader in list(self._sent):
             reader.close()  # ends the followers' streams now
         self.wal.keep_frames(0)
-        if self._isr_task is not None:
-            self._isr_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._isr_task
-            self._isr_task = None
+        await self._tasks.close()
         self.forget_metrics()
         if self._on_closed is not None:
             self._on_closed()
