@@ -20,7 +20,6 @@ from typing import Any
 
 import msgspec
 
-from ister.broker.ownership import BrokerInfo
 from ister.broker.retention_admin import RetentionAdmin
 from ister.broker.service import BrokerService
 from ister.broker.topic import NON_RELIABLE, RELIABLE
@@ -47,6 +46,7 @@ from ister.metadata.records import (
     TopicReplication,
 )
 from ister.metadata.store import Compare, KeyValue, Put, list_all
+from ister.ports.placement_admin import BrokerInfo
 from ister.storage.objects import list_segments, topic_object_prefix
 
 log = logging.getLogger(__name__)
@@ -104,14 +104,15 @@ class AdminOps:
     def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
         self.store = broker.store
-        self.ownership = broker.ownership
+        self.placement = broker.placement
+        self.placement_admin = broker.placement_admin
         self._lock = asyncio.Lock()  # admin creations and deletions, one at a time
         self.retention = RetentionAdmin(self.store, self._resolve)
 
     # -- helpers ------------------------------------------------------------------------------------------
     @property
     def broker_id(self) -> int:
-        return self.ownership.broker_id
+        return self.placement.broker_id
 
     async def _list_all(self, prefix: str) -> list[KeyValue]:
         return await list_all(self.store, prefix)
@@ -182,7 +183,7 @@ class AdminOps:
 
     async def _topic_infos(self, names: Iterable[str]) -> list[TopicInfo]:
         topics = [TopicName.parse(n) for n in sorted(set(names))]
-        owners = await self.ownership.owners(topics)
+        owners = await self.placement_admin.owners(topics)
         deliveries = await self._deliveries(topics)
         return [
             TopicInfo(t.full, owners.get(t.full), delivery)
@@ -218,7 +219,7 @@ class AdminOps:
 
     async def list_broker_topics(self, broker_id: str | int) -> list[TopicInfo]:
         bid = parse_broker_id(broker_id) if isinstance(broker_id, str) else broker_id
-        infos = await self._topic_infos(await self.ownership.broker_topics(bid))
+        infos = await self._topic_infos(await self.placement_admin.broker_topics(bid))
         return [TopicInfo(i.name, bid, i.delivery) for i in infos]
 
     async def create_topic(
@@ -263,7 +264,7 @@ class AdminOps:
                 if await self._exists(t):
                     raise AlreadyExists(f"topic {t} already exists")
             # When they load here at once, over the topic limit they are refused before anything is written.
-            self.ownership.check_room_for_new(len(targets), f"create {len(targets)} topic(s) {name}")
+            self.placement.check_room_for_new(len(targets), f"create {len(targets)} topic(s) {name}")
             created: list[str] = []
             for t in targets:
                 ok = await self.store.txn(
@@ -271,7 +272,7 @@ class AdminOps:
                     [
                         Put(keys.topic_root(t), 0),
                         Put(keys.topic_delivery(t), delivery),
-                        # before the topic is visible: its first load reads it (cluster/ownership.py)
+                        # before the topic is visible: its first load reads it (cluster/placement.py)
                         *([Put(keys.topic_replication(t), stored.to_json())] if stored is not None else []),
                         Put(keys.namespace_topic(t), None),
                     ],
@@ -279,9 +280,9 @@ class AdminOps:
                 if not ok:  # created by a producer meanwhile
                     raise AlreadyExists(f"topic {t} already exists")
                 created.append(t.full)
-                await self.ownership.topics_created([t])
+                await self.placement.topics_created([t])
                 log.info("admin: created topic %s (%s)", t, delivery)
-        if self.ownership.loads_new_topics_here:
+        if self.placement.loads_new_topics_here:
             for t in targets:
                 await self.broker.get_topic(t)
         if schema_subject:
@@ -307,7 +308,7 @@ class AdminOps:
     async def _delete_one(self, name: TopicName) -> None:
         # Gone for lookups and new producers first, then away from its owner, then every trace of it.
         await self.store.delete(keys.namespace_topic(name))
-        await self.ownership.topic_deleted(name)
+        await self.placement.topic_deleted(name)
         # A load that began before the delete (a producer, a CreateTopic) finishes first: then it is
         # unloaded here, and its WAL is never removed from under it.
         async with self.broker.topic_lock(name.full):
@@ -381,17 +382,17 @@ class AdminOps:
                 state = replication_state(record, set(live))
             return TopicDescription(
                 name.full,
-                await self.ownership.owner(name),
+                await self.placement_admin.owner(name),
                 await self._delivery_of(name),
                 subscriptions,
                 schema_subject=subject,
                 replication=record,
-                replica_lag=self.ownership.replica_lag(name.full),
+                replica_lag=self.placement_admin.replica_lag(name.full),
                 attached=self._attached(name.full),
                 replication_state=state,
             )
         deliveries = set(await self._deliveries(targets))
-        owners = {await self.ownership.owner(t) for t in targets}
+        owners = {await self.placement_admin.owner(t) for t in targets}
         return TopicDescription(
             name.full,
             owners.pop() if len(owners) == 1 else None,
@@ -427,7 +428,7 @@ class AdminOps:
         name = await self._require_topic(raw)
         await self._require_subscription(name, sub)
         if name.full not in self.broker.topics:
-            owner = await self.ownership.owner(name)
+            owner = await self.placement_admin.owner(name)
             if owner is not None and owner != self.broker_id:
                 where = await self._admin_addr_of(owner)
                 raise FailedPrecondition(
@@ -606,13 +607,13 @@ class AdminOps:
 
     # -- brokers ------------------------------------------------------------------------------------------
     async def _admin_addr_of(self, broker_id: int) -> str:
-        return await self.ownership.admin_addr_of(broker_id)
+        return await self.placement_admin.admin_addr_of(broker_id)
 
     async def leader(self) -> int | None:
-        return await self.ownership.leader()
+        return await self.placement_admin.leader()
 
     async def list_brokers(self) -> list[BrokerInfo]:
-        return await self.ownership.brokers()
+        return await self.placement_admin.brokers()
 
 
 def _check_dispatch_settings(

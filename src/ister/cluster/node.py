@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ister.broker.ownership import TopicHost
 from ister.cluster import metrics as cluster_metrics
 from ister.cluster.balancer import Balancer
 from ister.cluster.guard import OwnershipGuard
@@ -41,6 +40,7 @@ from ister.metadata import keys
 from ister.metadata.cache import LocalCache
 from ister.metadata.records import BrokerRegistration
 from ister.metadata.store import MAX_TXN_OPS, Compare, Delete, KeyValue, MetadataStore, Op, Put
+from ister.ports.host import TopicHost
 from ister.slow_steps import warn_if_slow
 
 log = logging.getLogger(__name__)
