@@ -14,6 +14,7 @@ from ister.metadata.store import MetadataStore, list_all
 from ister.ports.health import ReadyProbe
 from ister.ports.host import TopicHost
 from ister.ports.placement_admin import LEADER_ROLE, BrokerInfo, ClusterBalance, DrainPlan, RebalanceResult
+from ister.storage.topic_log import LogStart, open_topic_log
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
 
@@ -106,7 +107,7 @@ class StandalonePlacement:
         """The local WAL, continued; after a seal (admin unload) it starts no lower than the sealed end."""
         kv = await self.store.get(keys.storage_state(name.full))
         sealed = SealedState.parse(kv.value) if kv is not None else None
-        wal = await storage.open_wal(name, start_offset=(sealed.next_offset or 0) if sealed else 0)
+        wal = (await open_topic_log(storage, name, LogStart.standalone(sealed))).wal
         if kv is not None:
             await self.store.compare_and_delete(kv.key, expected_version=kv.version)
         return wal, LocalClaim(name.full, self.store)

@@ -25,6 +25,7 @@ from ister.metadata import keys
 from ister.metadata.records import NamespacePolicy, SealedState, TopicReplication
 from ister.metadata.store import MetadataStore, list_all
 from ister.ports.host import TopicHost
+from ister.storage.topic_log import LogStart, open_topic_log
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
 
@@ -182,39 +183,22 @@ class ClusterPlacement:
         sealed_kv = await self.store.get(keys.storage_state(name.full))
         sealed = SealedState.parse(sealed_kv.value) if sealed_kv is not None else None
         record, versions = await node.read_owner(name.full, fresh=True)  # decides where offsets start
-        local_epoch = storage.read_epoch(name)
-        wal = await storage.open_wal(name) if local_epoch is not None else None
-        # Only a seal by the last loader vouches for where offsets stopped.
-        sealed_next = (
-            sealed.next_offset if sealed is not None and sealed.epoch == record.loaded_epoch else None
-        )
-        plan = plan_load(
-            record,
-            local_epoch,
-            wal.next_offset if wal is not None else None,
-            sealed_next,
-            self.config.cluster.offset_reservation,
-        )
+        start = LogStart.cluster(record, sealed, self.config.cluster.offset_reservation)
+        opened = await open_topic_log(storage, name, start)
+        if opened.archived:
+            self._wakeup.set()  # export what only the superseded WAL holds, then delete it
+        wal, local_epoch = opened.wal, opened.local_epoch
+        plan = opened.plan
+        assert plan is not None
         epoch_written = False
         try:
-            if wal is not None and not plan.keep_local:
-                await wal.close()
-                wal = None
-            if wal is None:
-                if await storage.archive_superseded(name, local_epoch):
-                    self._wakeup.set()  # export what only that WAL holds, then delete it
-                wal = await storage.open_wal(name, start_offset=plan.start_offset)
-            elif plan.start_offset > wal.next_offset:
-                await wal.close()
-                wal = await storage.open_wal(name, start_offset=plan.start_offset)
             # Written before the claim: a crash in between leaves a WAL that is treated as stale (safe: it is
             # then exported as superseded).
             storage.write_epoch(name, record.epoch)
             epoch_written = True
             guard = await node.commit_claim(name.full, versions, plan.record)
         except BaseException:
-            if wal is not None:
-                await wal.close()
+            await wal.close()
             if epoch_written and plan.keep_local and local_epoch is not None:
                 # The claim did not land: this WAL is still the one `loaded_epoch` names. Without this it
                 # would look superseded at the next load although it holds the newest records.
