@@ -35,6 +35,7 @@ from ister.core.schema import JsonRules
 from ister.errors import NotFound
 from ister.ids import TopicName, validate_segment
 from ister.metadata import keys
+from ister.metadata import topic_catalog as catalog
 from ister.metadata.store import MetadataStore
 from ister.ports.placement import Placement
 from ister.ports.placement_admin import PlacementAdmin
@@ -149,8 +150,7 @@ class BrokerService:
         }
         for ns in self.config.bootstrap_namespaces:
             validate_segment(ns, "namespace")
-            if await self.store.get(keys.namespace_policy(ns)) is None:
-                await self.store.put(keys.namespace_policy(ns), policy)
+            await catalog.create_namespace(self.store, ns, policy)  # unless it exists
         self._reaper = asyncio.create_task(self._reap_loop(), name="consumer-reaper")
         await self.schemas.start()
         await self.retention_view.start()

@@ -23,8 +23,9 @@ from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Resource
 from ister.ids import PARTITION_MARKER, TopicName, shown
 from ister.limits import MAX_NAME_LEN
 from ister.metadata import keys
+from ister.metadata import topic_catalog as catalog
 from ister.metadata.records import NamespacePolicy, ProducerRecord, parse_start
-from ister.metadata.store import Compare, MetadataStore, Put
+from ister.metadata.store import MetadataStore
 from ister.ports.placement import Placement
 from ister.storage.topic_storage import SEAL_EXPORT_SECONDS, TopicStorage
 
@@ -123,15 +124,8 @@ class TopicRegistry:
             await self._check_partition_names(name)
             self._creating.add(name.full)
         try:
-            # One transaction (one metadata commit); if the admin API created it meanwhile, that one stands.
-            await self.store.txn(
-                [Compare(keys.namespace_topic(name.full), None)],
-                [
-                    Put(keys.topic_root(name.full), 0),
-                    Put(keys.topic_delivery(name.full), delivery),
-                    Put(keys.namespace_topic(name.full), None),
-                ],
-            )
+            # If the admin API created it meanwhile, that one stands.
+            await catalog.create_topic(self.store, name, delivery)
         finally:
             self._creating.discard(name.full)
         await self.placement.topics_created([name])
