@@ -3,9 +3,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests.etcd_server import EtcdServer, etcd_binary
 from tests.seaweed_server import SeaweedServer, weed_binary
+
+# Property tests check results, not speed: Hypothesis's default 200 ms deadline per example fails them on a
+# loaded 2-core machine (seen under xdist beside broker processes), so the gate runs without it.
+settings.register_profile("gate", deadline=None)
+settings.load_profile("gate")
 
 
 @pytest.fixture(scope="session")

@@ -6,32 +6,63 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import uvloop
 
 from ister.broker.health import Health, ReadyProbe, json_body, metadata_probe
 from ister.broker.heap import HeapKeeper
-from ister.broker.ownership import Ownership
 from ister.broker.partition_share import SharedGroups
 from ister.broker.service import BrokerService
 from ister.broker.stall_watch import StallWatch
-from ister.broker.standalone import StandaloneOwnership
-from ister.cluster.node import ClusterNode
-from ister.cluster.ownership import ClusterOwnership
+from ister.broker.standalone import StandaloneMode
+from ister.cluster.mode import ClusterMode
 from ister.config import BrokerConfig
 from ister.limits import SHUTDOWN_GRACE_SECONDS
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
 from ister.metadata.store import MetadataStore
+from ister.ports.placement import Placement
+from ister.ports.placement_admin import PlacementAdmin
 from ister.security.peer import PeerSecret
 from ister.server.admin_api import start_admin_server
 from ister.server.grpc_server import start_client_server, start_prometheus
+from ister.server.replica_api import LeaderLookup
 from ister.server.security import Security, start_security
 from ister.storage.topic_storage import TopicStorage
 from ister.tasks import TaskSupervisor
 
 log = logging.getLogger("ister")
+
+
+class Mode(Protocol):
+    """One mode's parts (broker/standalone.py, cluster/mode.py), plugged into the broker and the servers."""
+
+    @property
+    def placement(self) -> Placement: ...
+
+    @property
+    def placement_admin(self) -> PlacementAdmin: ...
+
+    @property
+    def replica_leaders(self) -> LeaderLookup | None:
+        """The replicated topics led here, whose followers' streams the client port serves."""
+
+    @property
+    def partition_lease(self) -> Callable[[], int | None] | None:
+        """The lease partition groups shared across brokers are written under (None: kept here)."""
+
+    def readiness_probes(self) -> list[tuple[str, ReadyProbe]]: ...
+
+
+def build_mode(
+    config: BrokerConfig, store: MetadataStore, storage: TopicStorage, data_dir: Path, peer: PeerSecret
+) -> Mode:
+    if config.mode == "cluster":
+        return ClusterMode(config, store, storage, data_dir, peer)
+    return StandaloneMode(config, store)
 
 
 async def open_store(config: BrokerConfig, data_dir: Path) -> MetadataStore:
@@ -47,13 +78,10 @@ async def open_store(config: BrokerConfig, data_dir: Path) -> MetadataStore:
 async def serve(config: BrokerConfig, data_dir: Path) -> None:
     store = await open_store(config, data_dir)
     storage = TopicStorage(config, store, data_dir)
-    ownership: Ownership
     peer = PeerSecret()  # cluster mode: how brokers prove themselves to each other (replication)
-    if config.mode == "cluster":
-        ownership = ClusterOwnership(ClusterNode(config, store, data_dir), config, store, storage, peer)
-    else:
-        ownership = StandaloneOwnership(config, store)
-    broker = BrokerService(config, store, data_dir, ownership, storage)
+    mode = build_mode(config, store, storage, data_dir, peer)
+    placement = mode.placement
+    broker = BrokerService(config, store, data_dir, placement, storage, mode.placement_admin)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -67,12 +95,10 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
     runtime.spawn(heap.run(), "heap-keeper")
     stall_watch = StallWatch()
     runtime.spawn(stall_watch.run(), "stall-watch")
-    probes: list[tuple[str, ReadyProbe]] = [("metadata", metadata_probe(store, keys.LEADER))]
-    if isinstance(ownership, ClusterOwnership):
-        from ister.cluster.health import cluster_checks
-
-        node = ownership.node
-        probes.append(("cluster", lambda: cluster_checks(node)))
+    probes: list[tuple[str, ReadyProbe]] = [
+        ("metadata", metadata_probe(store, keys.LEADER)),
+        *mode.readiness_probes(),
+    ]
     health = Health(lambda: stall_watch.last_beat, probes)
     try:
         await broker.start()
@@ -84,9 +110,7 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
             tls=tls.for_port("client"),
             interceptors=security.interceptors,
             api_keys=security.api_keys,
-            replica_leaders=(
-                ownership.replicated.manager.leaders.get if isinstance(ownership, ClusterOwnership) else None
-            ),
+            replica_leaders=mode.replica_leaders,
         )
         admin = await start_admin_server(
             broker,
@@ -96,13 +120,11 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
             interceptors=security.interceptors,
             api_keys=security.api_keys,
         )
-        if isinstance(ownership, ClusterOwnership):  # one partition group per subscription, across brokers
-            node = ownership.node
-            broker.consumer_refs.partition_groups.share(
-                SharedGroups(store, node.broker_id, lambda: node.membership.lease_id)
-            )
+        lease = mode.partition_lease
+        if lease is not None:  # one partition group per subscription, across brokers
+            broker.consumer_refs.partition_groups.share(SharedGroups(store, placement.broker_id, lease))
         # After the server is up: the cluster's watcher may load topics and redirect clients here at once.
-        await ownership.start()
+        await placement.start()
         await health.check_once()  # the first answer of /readyz is a real one
         health.started = True
         runtime.spawn(health.run(), "health")
@@ -124,7 +146,7 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
             config.broker_url,
             data_dir,
             config.wal.fsync,
-            ownership.broker_id,
+            placement.broker_id,
         )
         await stop.wait()
         log.info("shutting down")
@@ -144,7 +166,7 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
             log.error("shutdown did not finish within %.0f s", SHUTDOWN_GRACE_SECONDS)
         # Leaves the cluster (revokes the lease) last: cursors were flushed while still the owner.
         try:
-            await asyncio.wait_for(ownership.close(), SHUTDOWN_GRACE_SECONDS)
+            await asyncio.wait_for(placement.close(), SHUTDOWN_GRACE_SECONDS)
         except TimeoutError:
             log.error("leaving the cluster did not finish within %.0f s", SHUTDOWN_GRACE_SECONDS)
         await store.close()

@@ -430,7 +430,7 @@ class Sim:
         return state, assignment_keys, markers
 
     def plan(self, b: Broker, leader: Entry) -> None:
-        """`ClusterNode._assign`: the writes, each guarded by what the plan was based on."""
+        """`Assigner.assign` (cluster/assigner.py): the writes, each guarded by what the plan was based on."""
         view = b.view
         state, assignment_keys, markers = self.snapshot(view)
         guard: Compare = (LEADER, leader.version)
@@ -1007,7 +1007,7 @@ def test_a_claim_landing_after_failover_does_not_serve_the_topic(as_coded: froze
         pytest.param(frozenset(), id="failover-compares-registration"),
         as_coded_param(
             "orphan_compare",
-            "ClusterNode._assign's failover write compares the leader key and the assignment only: planned "
+            "Assigner.assign's failover write compares the leader key and the assignment only: planned "
             "while the owner was unregistered, it can land after the owner registered again and reloaded "
             "the topic, which it then serves (sound clock) while the topic is given to another broker",
         ),

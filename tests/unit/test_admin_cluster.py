@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from ister.broker.admin_ops import AdminOps
-from ister.broker.ownership import FOLLOWER_ROLE, LEADER_ROLE
 from ister.broker.service import BrokerService
+from ister.cluster.mode import ClusterMode
 from ister.cluster.node import ClusterNode
-from ister.cluster.ownership import ClusterOwnership
 from ister.config import load_config
 from ister.core.cluster.assignment import Marker
 from ister.core.dispatch import SubType
@@ -22,6 +21,7 @@ from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
 from ister.metadata.store import Compare, Delete, Put
+from ister.ports.placement_admin import FOLLOWER_ROLE, LEADER_ROLE
 from ister.storage.topic_storage import TopicStorage
 from tests.support import until
 
@@ -54,12 +54,12 @@ async def start_member(
         environ={},
     )
     await asyncio.to_thread(data.mkdir)
-    cluster = ClusterNode(config, store, data)
     storage = TopicStorage(config, store, data)
-    broker = BrokerService(config, store, data, ClusterOwnership(cluster, config, store, storage), storage)
+    mode = ClusterMode(config, store, storage, data)
+    broker = BrokerService(config, store, data, mode.placement, storage, mode.placement_admin)
     await broker.start()
-    await broker.ownership.start()
-    return broker, cluster
+    await broker.placement.start()
+    return broker, mode.node
 
 
 @pytest.fixture
@@ -81,13 +81,13 @@ async def nodes(tmp_path: Path) -> AsyncIterator[list[Node]]:
 
 
 async def close_cluster(cluster: ClusterNode, broker: BrokerService | None = None) -> None:
-    """`ClusterNode.close()` (through the broker's ownership, when given), re-cancelling its loops until they
+    """`ClusterNode.close()` (through the broker's placement, when given), re-cancelling its loops until they
     end.
 
     On Python 3.11 `asyncio.wait_for` returns normally, swallowing the cancellation, when the awaited event
     was set just before the cancel arrives; `ClusterNode._run` then loops on and `close()` waits for ever.
     """
-    closing = asyncio.ensure_future(broker.ownership.close() if broker is not None else cluster.close())
+    closing = asyncio.ensure_future(broker.placement.close() if broker is not None else cluster.close())
     while not closing.done():
         for task in cluster._tasks:
             task.cancel()

@@ -484,7 +484,7 @@ async def test_drain_and_rebalance_need_cluster_mode(admin: Admin) -> None:
         assert "cluster mode" in (info.value.details() or "")
     # Ister's broker load view (IsterAdmin.ListBrokerLoads) reads the same cluster-only reports.
     with pytest.raises(FailedPrecondition, match="cluster mode"):
-        await admin.ops.ownership.load_reports()
+        await admin.ops.placement_admin.load_reports()
 
 
 async def test_start_admin_server_and_bind_errors(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 from ister.broker.admin_ops import AdminOps
 from ister.broker.service import BrokerService
 from ister.cluster.node import ClusterNode
-from ister.cluster.ownership import ClusterOwnership
+from ister.cluster.placement import ClusterPlacement
 from ister.core.replication_policy import Replication, ReplicationSetting, check_setting, resolve
 from ister.errors import InvalidArgument, NotFound
 from ister.ids import TopicName
@@ -102,9 +102,9 @@ class Member:
         self.store = broker.store
 
     async def replication_of(self, topic: str) -> tuple[int, int, int]:
-        ownership = self.broker.ownership
-        assert isinstance(ownership, ClusterOwnership)
-        return await ownership._replication_of(TopicName.parse(topic))
+        placement = self.broker.placement
+        assert isinstance(placement, ClusterPlacement)
+        return await placement._replication_of(TopicName.parse(topic))
 
     async def stored(self, topic: str) -> TopicReplication | None:
         kv = await self.store.get(keys.topic_replication(topic))

@@ -11,16 +11,22 @@ Standalone, this broker is the only one: its id is 0 and it serves every topic (
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from ister.broker.ownership import BrokerInfo
+from ister.broker.admin_values import (
+    SubscriptionPolicy,
+    TopicDescription,
+    TopicInfo,
+    check_dispatch_settings,
+    creation_targets,
+    parse_broker_id,
+    policies_json,
+    replication_record,
+)
 from ister.broker.retention_admin import RetentionAdmin
 from ister.broker.service import BrokerService
 from ister.broker.topic import NON_RELIABLE, RELIABLE
@@ -34,66 +40,34 @@ from ister.errors import (
     InvalidArgument,
     IsterError,
     NotFound,
-    Unavailable,
 )
 from ister.ids import PARTITION_MARKER, TopicName, shown, validate_client_name, validate_segment
-from ister.limits import MAX_NAME_LEN, MAX_WINDOW, MIN_WINDOW
 from ister.metadata import keys
+from ister.metadata import topic_catalog as catalog
 from ister.metadata.records import (
-    ConsumerIndexRecord,
     DispatchConfigRecord,
     NamespacePolicy,
     SubscriptionRecord,
-    TopicReplication,
 )
-from ister.metadata.store import Compare, KeyValue, Put, list_all
+from ister.metadata.store import KeyValue, list_all
+from ister.ports.placement_admin import BrokerInfo
 from ister.storage.objects import list_segments, topic_object_prefix
+
+__all__ = [
+    "NO_LEADER",
+    "AdminOps",
+    "SubscriptionPolicy",
+    "TopicDescription",
+    "TopicInfo",
+    "parse_broker_id",
+    "policies_json",
+]
 
 log = logging.getLogger(__name__)
 
-MAX_PARTITIONS = 1_000
 READ_CONCURRENCY = 32
 NO_LEADER = "not_found"
-DLQ_SUFFIX_LEN = len("-DLQ")
-POLICY_CAS_ATTEMPTS = 10  # a namespace policy changed by another broker meanwhile: read it again
 STANDALONE_ONE_COPY = "a standalone broker keeps one copy of each topic"
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    name: str
-    broker_id: int | None  # None: waiting for an owner (cluster mode)
-    delivery: str
-
-
-@dataclass(frozen=True, slots=True)
-class TopicDescription:
-    name: str
-    broker_id: int | None
-    delivery: str
-    subscriptions: list[str]
-    partitions: list[str] = field(default_factory=list)  # a partitioned topic's `-part-N` topics
-    schema_subject: str | None = None
-    replication: ReplicaRecord | None = None  # a replicated topic's replica record
-    replica_lag: dict[int, int] | None = None  # follower -> records it lacks (asked broker leads it)
-    attached: list[tuple[str, str]] = field(default_factory=list)  # (subscription, consumer) streaming here
-    replication_state: str | None = None  # core.replication.replication_state, for a replicated topic
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionPolicy:
-    failure_policy: FailurePolicy | None
-    subscription_type: int
-
-
-def parse_broker_id(raw: str) -> int:
-    text = raw.strip()
-    if not text.isascii() or not text.isdigit() or (len(text) > 1 and text[0] == "0"):
-        raise InvalidArgument(f"invalid broker id {shown(raw)}: expected a decimal unsigned 64-bit integer")
-    value = int(text)
-    if value > keys.U64_MAX:
-        raise InvalidArgument(f"invalid broker id {shown(raw)}: larger than an unsigned 64-bit integer")
-    return value
 
 
 def _delivery(value: Any) -> str:
@@ -104,14 +78,15 @@ class AdminOps:
     def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
         self.store = broker.store
-        self.ownership = broker.ownership
+        self.placement = broker.placement
+        self.placement_admin = broker.placement_admin
         self._lock = asyncio.Lock()  # admin creations and deletions, one at a time
         self.retention = RetentionAdmin(self.store, self._resolve)
 
     # -- helpers ------------------------------------------------------------------------------------------
     @property
     def broker_id(self) -> int:
-        return self.ownership.broker_id
+        return self.placement.broker_id
 
     async def _list_all(self, prefix: str) -> list[KeyValue]:
         return await list_all(self.store, prefix)
@@ -182,7 +157,7 @@ class AdminOps:
 
     async def _topic_infos(self, names: Iterable[str]) -> list[TopicInfo]:
         topics = [TopicName.parse(n) for n in sorted(set(names))]
-        owners = await self.ownership.owners(topics)
+        owners = await self.placement_admin.owners(topics)
         deliveries = await self._deliveries(topics)
         return [
             TopicInfo(t.full, owners.get(t.full), delivery)
@@ -218,7 +193,7 @@ class AdminOps:
 
     async def list_broker_topics(self, broker_id: str | int) -> list[TopicInfo]:
         bid = parse_broker_id(broker_id) if isinstance(broker_id, str) else broker_id
-        infos = await self._topic_infos(await self.ownership.broker_topics(bid))
+        infos = await self._topic_infos(await self.placement_admin.broker_topics(bid))
         return [TopicInfo(i.name, bid, i.delivery) for i in infos]
 
     async def create_topic(
@@ -248,9 +223,9 @@ class AdminOps:
             self._refuse_copies_standalone(replication)
         if schema_subject:
             await self.broker.schemas.require_subject(schema_subject)
-        targets = _creation_targets(name, partitions)
+        targets = creation_targets(name, partitions)
         delivery = RELIABLE if reliable else NON_RELIABLE
-        stored = _replication_record(replication)
+        stored = replication_record(replication)
         async with self._lock:
             ns_policy = await self._require_namespace(name.namespace)
             if replication is not None:
@@ -263,25 +238,15 @@ class AdminOps:
                 if await self._exists(t):
                     raise AlreadyExists(f"topic {t} already exists")
             # When they load here at once, over the topic limit they are refused before anything is written.
-            self.ownership.check_room_for_new(len(targets), f"create {len(targets)} topic(s) {name}")
+            self.placement.check_room_for_new(len(targets), f"create {len(targets)} topic(s) {name}")
             created: list[str] = []
             for t in targets:
-                ok = await self.store.txn(
-                    [Compare(keys.namespace_topic(t), None)],
-                    [
-                        Put(keys.topic_root(t), 0),
-                        Put(keys.topic_delivery(t), delivery),
-                        # before the topic is visible: its first load reads it (cluster/ownership.py)
-                        *([Put(keys.topic_replication(t), stored.to_json())] if stored is not None else []),
-                        Put(keys.namespace_topic(t), None),
-                    ],
-                )
-                if not ok:  # created by a producer meanwhile
+                if not await catalog.create_topic(self.store, t, delivery, stored):  # a producer's meanwhile
                     raise AlreadyExists(f"topic {t} already exists")
                 created.append(t.full)
-                await self.ownership.topics_created([t])
+                await self.placement.topics_created([t])
                 log.info("admin: created topic %s (%s)", t, delivery)
-        if self.ownership.loads_new_topics_here:
+        if self.placement.loads_new_topics_here:
             for t in targets:
                 await self.broker.get_topic(t)
         if schema_subject:
@@ -307,7 +272,7 @@ class AdminOps:
     async def _delete_one(self, name: TopicName) -> None:
         # Gone for lookups and new producers first, then away from its owner, then every trace of it.
         await self.store.delete(keys.namespace_topic(name))
-        await self.ownership.topic_deleted(name)
+        await self.placement.topic_deleted(name)
         # A load that began before the delete (a producer, a CreateTopic) finishes first: then it is
         # unloaded here, and its WAL is never removed from under it.
         async with self.broker.topic_lock(name.full):
@@ -315,17 +280,7 @@ class AdminOps:
                 await self.broker.unload(name.full, "deleted")
             # A topic of the same name created later must not find this one's messages.
             await self.broker.storage.remove_local(name)
-        await self.store.delete_prefix(keys.topic_prefix(name))
-        await self.store.delete(keys.topic_root(name))
-        await self.store.delete(keys.owner(name))
-        await self.store.delete_prefix(keys.storage_topic_prefix(name))
-        # A topic created again under this name starts at offset 0 with the namespace's retention.
-        await self.store.delete(keys.start_offset(name))
-        await self.store.delete(keys.topic_retention(name))
-        for kv in await self._list_all(keys.CONSUMER_INDEX_PREFIX):
-            index = ConsumerIndexRecord.parse(kv.value)
-            if index is not None and index.topic == name.full:
-                await self.store.delete(kv.key)
+        await catalog.erase_topic(self.store, name)
         await self._delete_objects(name)
         log.info("admin: deleted topic %s", name)
 
@@ -381,17 +336,17 @@ class AdminOps:
                 state = replication_state(record, set(live))
             return TopicDescription(
                 name.full,
-                await self.ownership.owner(name),
+                await self.placement_admin.owner(name),
                 await self._delivery_of(name),
                 subscriptions,
                 schema_subject=subject,
                 replication=record,
-                replica_lag=self.ownership.replica_lag(name.full),
+                replica_lag=self.placement_admin.replica_lag(name.full),
                 attached=self._attached(name.full),
                 replication_state=state,
             )
         deliveries = set(await self._deliveries(targets))
-        owners = {await self.ownership.owner(t) for t in targets}
+        owners = {await self.placement_admin.owner(t) for t in targets}
         return TopicDescription(
             name.full,
             owners.pop() if len(owners) == 1 else None,
@@ -427,7 +382,7 @@ class AdminOps:
         name = await self._require_topic(raw)
         await self._require_subscription(name, sub)
         if name.full not in self.broker.topics:
-            owner = await self.ownership.owner(name)
+            owner = await self.placement_admin.owner(name)
             if owner is not None and owner != self.broker_id:
                 where = await self._admin_addr_of(owner)
                 raise FailedPrecondition(
@@ -438,18 +393,10 @@ class AdminOps:
             async with loaded.lock:
                 await self.broker.close_idle_subscription(loaded, sub)
                 loaded.untrack_cursor(sub)
-                await self._delete_subscription_keys(name, sub)
+                await catalog.erase_subscription(self.store, name, sub)
         else:
-            await self._delete_subscription_keys(name, sub)
+            await catalog.erase_subscription(self.store, name, sub)
         log.info("admin: removed subscription %s of %s", sub, name)
-
-    async def _delete_subscription_keys(self, name: TopicName, sub: str) -> None:
-        await self.store.delete_prefix(keys.subscription_prefix(name, sub))
-        await self.store.delete(keys.subscription(name, sub))
-        for kv in await self._list_all(keys.CONSUMER_INDEX_PREFIX):
-            index = ConsumerIndexRecord.parse(kv.value)
-            if index is not None and index.topic == name.full and index.subscription == sub:
-                await self.store.delete(kv.key)
 
     async def _require_reliable(self, name: TopicName, what: str) -> None:
         if await self._delivery_of(name) != RELIABLE:
@@ -494,7 +441,7 @@ class AdminOps:
     ) -> None:
         """Store a subscription's dispatch settings (a partitioned base name: on each partition); None keeps
         a setting as it is. Applied at once to the subscription when it is open here."""
-        _check_dispatch_settings(max_unacked, rebalance_delay, max_handoff)
+        check_dispatch_settings(max_unacked, rebalance_delay, max_handoff)
         _, targets = await self._resolve(raw)
         validate_client_name(sub, "subscription name")
         for name in targets:
@@ -544,7 +491,7 @@ class AdminOps:
         validate_segment(ns, "namespace")
         policies = self.broker.config.policies
         policy = {name: getattr(policies, name) for name in policies.__struct_fields__}
-        if not await self.store.compare_and_set(keys.namespace_policy(ns), policy, expected_version=None):
+        if not await catalog.create_namespace(self.store, ns, policy):
             raise AlreadyExists(f"namespace {shown(ns)} already exists")
         log.info("admin: created namespace %s", ns)
 
@@ -557,40 +504,37 @@ class AdminOps:
         check_setting(ReplicationSetting(factor), 1)  # the factor's range, before anything is read
         self._refuse_copies_standalone(setting)
         validate_segment(ns, "namespace")
-        key = keys.namespace_policy(ns)
-        async with self._lock:  # against a concurrent delete here; other brokers: the compare-and-set
-            for _ in range(POLICY_CAS_ATTEMPTS):
-                kv = await self.store.get(key)
-                if kv is None:
-                    raise NotFound(f"namespace {shown(ns)} does not exist")
-                value = dict(kv.value) if isinstance(kv.value, dict) else {}
-                old = NamespacePolicy.lenient(value)
-                check_setting(setting, self._inherited_factor(old))
-                new = msgspec.structs.replace(
-                    old,
-                    replication_factor=factor if factor is not None else old.replication_factor,
-                    min_insync_replicas=min_insync if min_insync is not None else old.min_insync_replicas,
+
+        def change(value: dict[str, Any]) -> dict[str, Any]:
+            old = NamespacePolicy.lenient(value)
+            check_setting(setting, self._inherited_factor(old))
+            new = msgspec.structs.replace(
+                old,
+                replication_factor=factor if factor is not None else old.replication_factor,
+                min_insync_replicas=min_insync if min_insync is not None else old.min_insync_replicas,
+            )
+            new_factor = self._inherited_factor(new)
+            if min_insync is None and (new.min_insync_replicas or 0) > new_factor:
+                raise InvalidArgument(
+                    f"namespace {shown(ns)} has min_insync_replicas {new.min_insync_replicas}, more than "
+                    f"replication_factor {new_factor}; give min_insync_replicas too"
                 )
-                new_factor = self._inherited_factor(new)
-                if min_insync is None and (new.min_insync_replicas or 0) > new_factor:
-                    raise InvalidArgument(
-                        f"namespace {shown(ns)} has min_insync_replicas {new.min_insync_replicas}, more than "
-                        f"replication_factor {new_factor}; give min_insync_replicas too"
-                    )
-                # Only the fields given: the other one stays as stored (absent stays absent, not null).
-                if factor is not None:
-                    value["replication_factor"] = factor
-                if min_insync is not None:
-                    value["min_insync_replicas"] = min_insync
-                if await self.store.compare_and_set(key, value, expected_version=kv.version):
-                    log.info(
-                        "admin: namespace %s replication factor %s, min in-sync %s",
-                        ns,
-                        new.replication_factor,
-                        new.min_insync_replicas,
-                    )
-                    return new
-        raise Unavailable(f"the policy of namespace {shown(ns)} kept changing; retry")
+            # Only the fields given: the other one stays as stored (absent stays absent, not null).
+            if factor is not None:
+                value["replication_factor"] = factor
+            if min_insync is not None:
+                value["min_insync_replicas"] = min_insync
+            return value
+
+        async with self._lock:  # against a concurrent delete here; other brokers: the compare-and-set
+            new = NamespacePolicy.lenient(await catalog.update_namespace_policy(self.store, ns, change))
+        log.info(
+            "admin: namespace %s replication factor %s, min in-sync %s",
+            ns,
+            new.replication_factor,
+            new.min_insync_replicas,
+        )
+        return new
 
     async def delete_namespace(self, ns: str) -> None:
         async with self._lock:
@@ -601,62 +545,15 @@ class AdminOps:
                 raise FailedPrecondition(
                     f"namespace {shown(ns)} still has {len(topics)} topic(s) ({listed}); delete them first"
                 )
-            await self.store.delete_prefix(keys.namespace_prefix(ns))
+            await catalog.delete_namespace(self.store, ns)
         log.info("admin: deleted namespace %s", ns)
 
     # -- brokers ------------------------------------------------------------------------------------------
     async def _admin_addr_of(self, broker_id: int) -> str:
-        return await self.ownership.admin_addr_of(broker_id)
+        return await self.placement_admin.admin_addr_of(broker_id)
 
     async def leader(self) -> int | None:
-        return await self.ownership.leader()
+        return await self.placement_admin.leader()
 
     async def list_brokers(self) -> list[BrokerInfo]:
-        return await self.ownership.brokers()
-
-
-def _check_dispatch_settings(
-    max_unacked: int | None, rebalance_delay: float | None, max_handoff: float | None
-) -> None:
-    if max_unacked is None and rebalance_delay is None and max_handoff is None:
-        raise InvalidArgument(
-            "nothing to set: give max_unacked_messages, rebalance_delay_seconds or max_handoff_seconds"
-        )
-    if max_unacked is not None and not MIN_WINDOW <= max_unacked <= MAX_WINDOW:
-        raise InvalidArgument(
-            f"max_unacked_messages must be in {MIN_WINDOW}..{MAX_WINDOW}, got {max_unacked}"
-        )
-    for what, value in (("rebalance_delay_seconds", rebalance_delay), ("max_handoff_seconds", max_handoff)):
-        if value is not None and not (math.isfinite(value) and 0 <= value <= 3_600):
-            raise InvalidArgument(f"{what} must be in 0..3600, got {value}")
-
-
-def _creation_targets(name: TopicName, partitions: int | None) -> list[TopicName]:
-    """The topics an admin creation of `name` makes (its partitions, if any), checked as names."""
-    if name.partition is not None:
-        raise InvalidArgument(
-            f"{name} is a partition name; create the partitioned topic {name.namespace}/"
-            f"{name.partition[0]} with partitions instead"
-        )
-    if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
-        raise InvalidArgument(f"partitions must be in 1..{MAX_PARTITIONS}, got {partitions}")
-    targets = [name] if partitions is None else [name.partition_topic(i) for i in range(partitions)]
-    for t in targets:
-        if len(t.topic) + DLQ_SUFFIX_LEN > MAX_NAME_LEN:
-            # Leave room for the dead-letter topic `<topic>-DLQ`, as the broker's own creation does.
-            raise InvalidArgument(
-                f"topic name {t.topic!r} is too long: at most {MAX_NAME_LEN - DLQ_SUFFIX_LEN} characters"
-            )
-    return targets
-
-
-def _replication_record(setting: ReplicationSetting | None) -> TopicReplication | None:
-    if setting is None or (setting.replication_factor is None and setting.min_insync_replicas is None):
-        return None
-    return TopicReplication(
-        replication_factor=setting.replication_factor, min_insync_replicas=setting.min_insync_replicas
-    )
-
-
-def policies_json(policies: dict[str, Any]) -> str:
-    return json.dumps(policies, sort_keys=True)
+        return await self.placement_admin.brokers()

@@ -21,8 +21,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ister.limits import (
@@ -32,22 +31,13 @@ from ister.limits import (
     READY_STALE_SECONDS,
 )
 from ister.metadata.store import MetadataStore
+from ister.ports.health import Check, ReadyProbe
+
+__all__ = ["Check", "Health", "ReadyProbe", "json_body", "metadata_probe"]
 
 log = logging.getLogger(__name__)
 
 MAX_DETAIL_CHARS = 300  # a failing probe's message, as shown in the body
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """One readiness condition: its name, whether it holds, and what a person needs to know."""
-
-    name: str
-    ok: bool
-    detail: str = ""
-
-
-ReadyProbe = Callable[[], Awaitable[Check | Sequence[Check]]]
 
 
 class Health:

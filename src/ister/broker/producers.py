@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 
-from ister.broker.ownership import Ownership
 from ister.broker.sessions import ProducerSession
 from ister.broker.topic import NON_RELIABLE, RELIABLE, Topic
 from ister.broker.topics import TopicRegistry
@@ -15,6 +14,7 @@ from ister.ids import TopicName, new_id, shown, validate_client_name
 from ister.metadata import keys
 from ister.metadata.records import ProducerRecord
 from ister.metadata.store import MetadataStore
+from ister.ports.placement import Placement
 
 log = logging.getLogger(__name__)
 
@@ -22,10 +22,10 @@ FORGOTTEN_REMEMBERED = 65_536  # ids of forgotten producers, answered UNAVAILABL
 
 
 class Producers:
-    def __init__(self, store: MetadataStore, topics: TopicRegistry, ownership: Ownership) -> None:
+    def __init__(self, store: MetadataStore, topics: TopicRegistry, placement: Placement) -> None:
         self.store = store
         self.topics = topics
-        self.ownership = ownership
+        self.placement = placement
         self.sessions: dict[int, ProducerSession] = {}
         self._forgotten: OrderedDict[int, None] = OrderedDict()  # ids `reap` forgot, oldest first
 
@@ -79,7 +79,7 @@ class Producers:
                 # Its client went quiet and came back: UNAVAILABLE makes the official client create it again.
                 raise Unavailable(f"producer {producer_id} was idle and has been closed; create it again")
             if topic_name:
-                raise self.ownership.not_served_error(f"producer {producer_id}")
+                raise self.placement.not_served_error(f"producer {producer_id}")
             raise NotFound(f"producer {producer_id} does not exist on this broker")
         if topic_name and topic_name != session.topic:
             raise InvalidArgument(

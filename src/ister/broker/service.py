@@ -1,7 +1,8 @@
 """The broker facade the gRPC servicers call: topics, producers, consumers, offset reads, lookup, health.
 
 It wires the broker's parts (docs/architecture.md): `TopicStorage` (WALs, epoch files, the durable tier),
-the broker's `Ownership` (standalone, or the cluster's, given by app.py), `TopicRegistry` (creating, loading,
+the broker's `Placement` and the admin API's `PlacementAdmin` (ister.ports: standalone's, or the cluster's,
+given by app.py), `TopicRegistry` (creating, loading,
 sealing and forgetting topics), `Producers`, `Consumers`, `OffsetReads` and the schema registry with its
 payload validator, and delegates to them.
 """
@@ -18,13 +19,12 @@ from pathlib import Path
 from ister.broker.consumers import CONSUMER_IDLE_SECONDS, ConsumerRef, Consumers
 from ister.broker.cursors import CursorMove, Cursors, Position
 from ister.broker.exports import ExportScheduler
-from ister.broker.ownership import Ownership
 from ister.broker.peek import Peeked, Peeker
 from ister.broker.producers import Producers
 from ister.broker.reads import OffsetReads
 from ister.broker.retention import RetentionKeeper, RetentionView
 from ister.broker.sessions import ConsumerStream, ProducerSession
-from ister.broker.standalone import StandaloneOwnership
+from ister.broker.standalone import StandaloneAdmin, StandalonePlacement
 from ister.broker.stats_rates import RateKeeper
 from ister.broker.topic import Topic
 from ister.broker.topics import TopicRegistry
@@ -36,7 +36,10 @@ from ister.core.schema import JsonRules
 from ister.errors import NotFound
 from ister.ids import TopicName, validate_segment
 from ister.metadata import keys
+from ister.metadata import topic_catalog as catalog
 from ister.metadata.store import MetadataStore
+from ister.ports.placement import Placement
+from ister.ports.placement_admin import PlacementAdmin
 from ister.schema.registry import SchemaRegistry
 from ister.schema.validation import PayloadValidator
 from ister.storage.objects import ObjectStore
@@ -57,8 +60,9 @@ class BrokerService:
         config: BrokerConfig,
         store: MetadataStore,
         data_dir: Path,
-        ownership: Ownership | None = None,
+        placement: Placement | None = None,
         storage: TopicStorage | None = None,
+        placement_admin: PlacementAdmin | None = None,
         clock: Clock = REAL_CLOCK,
     ) -> None:
         self.config = config
@@ -67,7 +71,11 @@ class BrokerService:
         self.data_dir = data_dir
         self.broker_url = config.broker_url
         self.storage = storage if storage is not None else TopicStorage(config, store, data_dir)
-        self.ownership: Ownership = ownership if ownership is not None else StandaloneOwnership(config, store)
+        # Standalone unless a mode's parts are given (app.py; tests of cluster mode).
+        self.placement: Placement = placement if placement is not None else StandalonePlacement(config, store)
+        self.placement_admin: PlacementAdmin = (
+            placement_admin if placement_admin is not None else StandaloneAdmin(config, store)
+        )
         durable = config.storage.durable
         self.exports = ExportScheduler(
             self.storage.retention, durable.export_interval_seconds, durable.segment_max_age_seconds
@@ -76,12 +84,12 @@ class BrokerService:
             config,
             store,
             self.storage,
-            self.ownership,
+            self.placement,
             self.exports,
             forget_clients=self._forget_clients,
             register_producer=self._register_producer,
         )
-        self.producer_sessions = Producers(store, self.registry, self.ownership)
+        self.producer_sessions = Producers(store, self.registry, self.placement)
         self.consumer_refs = Consumers(config, store, self.storage, self.registry, self.broker_url, clock)
         self.reads = OffsetReads(self.registry, self.storage)
         self.retention_view = RetentionView(store)
@@ -103,7 +111,7 @@ class BrokerService:
         self.peeker = Peeker(self.reads, self.cursors, self.schemas)
         self.rates = RateKeeper(lambda: self.registry.topics.values())  # the admin API's stats
         self._reaper: asyncio.Task[None] | None = None
-        self.ownership.bind(self)
+        self.placement.bind(self)
 
     # -- views tests, the admin API and the heap keeper read ---------------------------------------------
     @property
@@ -145,8 +153,7 @@ class BrokerService:
         }
         for ns in self.config.bootstrap_namespaces:
             validate_segment(ns, "namespace")
-            if await self.store.get(keys.namespace_policy(ns)) is None:
-                await self.store.put(keys.namespace_policy(ns), policy)
+            await catalog.create_namespace(self.store, ns, policy)  # unless it exists
         self._reaper = asyncio.create_task(self._reap_loop(), name="consumer-reaper")
         await self.schemas.start()
         await self.retention_view.start()
@@ -166,7 +173,7 @@ class BrokerService:
         await self.exports.close()
         await self.storage.close()
 
-    # -- topics (the ownership's TopicHost too) ------------------------------------------------------------
+    # -- topics (the placement's TopicHost too) ------------------------------------------------------------
     async def topic_exists(self, name: TopicName) -> bool:
         return await self.registry.exists(name)
 
@@ -182,7 +189,7 @@ class BrokerService:
         return self.registry.lock(name)
 
     async def load_assigned(self, topic: str) -> None:
-        """The ownership saw an assignment to this broker: load the topic now."""
+        """The placement saw an assignment to this broker: load the topic now."""
         await self.registry.get(TopicName.parse(topic))
 
     def loaded_topics(self) -> list[str]:
@@ -206,7 +213,7 @@ class BrokerService:
         cluster mode hands it to another broker and waits for the owner's answer."""
         if not await self.topic_exists(name):
             raise NotFound(f"topic {name} does not exist")
-        await self.ownership.request_unload(name)
+        await self.placement.request_unload(name)
 
     async def partitions(self, name: TopicName) -> list[str]:
         return await self.registry.partitions(name)

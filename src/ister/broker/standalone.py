@@ -1,16 +1,8 @@
-"""Ownership of a standalone broker: it is the only broker, so it serves every topic, claims never
-conflict, and a move is a seal followed by a reload here on next use."""
+"""Placement of a standalone broker: it is the only broker, so it serves every topic, claims never
+conflict, and a move is a seal followed by a reload here on next use. Its admin view answers for itself."""
 
 from __future__ import annotations
 
-from ister.broker.ownership import (
-    LEADER_ROLE,
-    BrokerInfo,
-    ClusterBalance,
-    DrainPlan,
-    RebalanceResult,
-    TopicHost,
-)
 from ister.config import BrokerConfig, http_url
 from ister.core.cluster.load import LoadReport
 from ister.core.replication import CopyEnd, Recovery, Survey
@@ -19,6 +11,10 @@ from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.records import SealedState
 from ister.metadata.store import MetadataStore, list_all
+from ister.ports.health import ReadyProbe
+from ister.ports.host import TopicHost
+from ister.ports.placement_admin import LEADER_ROLE, BrokerInfo, ClusterBalance, DrainPlan, RebalanceResult
+from ister.storage.topic_log import LogStart, open_topic_log
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
 
@@ -59,7 +55,7 @@ class LocalClaim:
         await self.store.put(key, value)
 
 
-class StandaloneOwnership:
+class StandalonePlacement:
     def __init__(self, config: BrokerConfig, store: MetadataStore) -> None:
         self.config = config
         self.store = store
@@ -111,7 +107,7 @@ class StandaloneOwnership:
         """The local WAL, continued; after a seal (admin unload) it starts no lower than the sealed end."""
         kv = await self.store.get(keys.storage_state(name.full))
         sealed = SealedState.parse(kv.value) if kv is not None else None
-        wal = await storage.open_wal(name, start_offset=(sealed.next_offset or 0) if sealed else 0)
+        wal = (await open_topic_log(storage, name, LogStart.standalone(sealed))).wal
         if kv is not None:
             await self.store.compare_and_delete(kv.key, expected_version=kv.version)
         return wal, LocalClaim(name.full, self.store)
@@ -126,7 +122,15 @@ class StandaloneOwnership:
     async def topic_deleted(self, name: TopicName) -> None:
         return None
 
-    # -- the admin API's view ---------------------------------------------------------------------------
+
+class StandaloneAdmin:
+    """The admin API's view of a standalone broker: broker 0 owns everything; cluster operations are
+    refused with a reason."""
+
+    def __init__(self, config: BrokerConfig, store: MetadataStore) -> None:
+        self.config = config
+        self.store = store
+
     async def owners(self, names: list[TopicName]) -> dict[str, int | None]:
         return {n.full: STANDALONE_BROKER_ID for n in names}
 
@@ -194,3 +198,16 @@ class StandaloneOwnership:
         raise FailedPrecondition(
             f"{_STANDALONE}: load reports exist in cluster mode only (its rates are in its metrics)"
         )
+
+
+class StandaloneMode:
+    """What app.py plugs into the broker in standalone mode."""
+
+    def __init__(self, config: BrokerConfig, store: MetadataStore) -> None:
+        self.placement = StandalonePlacement(config, store)
+        self.placement_admin = StandaloneAdmin(config, store)
+        self.replica_leaders = None  # one copy of every topic: no replication stream to serve
+        self.partition_lease = None  # partition groups stay on this broker
+
+    def readiness_probes(self) -> list[tuple[str, ReadyProbe]]:
+        return []

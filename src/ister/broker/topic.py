@@ -25,7 +25,7 @@ from ister.limits import PUBLISH_TIMEOUT_SECONDS
 from ister.storage.wal import Wal
 
 if TYPE_CHECKING:
-    from ister.broker.ownership import TopicClaim
+    from ister.ports.claim import TopicClaim
     from ister.storage.diskspace import DiskSpace
     from ister.storage.objects import SegmentExporter
 

@@ -163,7 +163,7 @@ class StatsCollector:
     # -- one topic ----------------------------------------------------------------------------------------
     async def topic(self, topic: Topic) -> TopicStatsView:
         name = topic.name
-        owner = await self.broker.ownership.owner(name)
+        owner = await self.broker.placement_admin.owner(name)
         rates = self.broker.rates.rates(topic)
         end = topic.wal.committed_offset if topic.wal is not None else topic.volatile_next
         start = min(topic.start_offset, end) if topic.wal is not None else end
@@ -237,7 +237,7 @@ class StatsCollector:
         record = ReplicaRecord.parse(kv.value) if kv is not None else None
         if record is None:
             return None
-        lag = self.broker.ownership.replica_lag(name.full) or {}
+        lag = self.broker.placement_admin.replica_lag(name.full) or {}
         return ReplicationView(list(record.replicas), list(record.isr), record.min_insync, record.epoch, lag)
 
     # -- subscriptions ------------------------------------------------------------------------------------
@@ -384,11 +384,11 @@ class StatsCollector:
                     except Exception as exc:
                         log.warning("stats: could not load %s: %s", full, exc)
         out: list[SubscriptionView] = []
-        me = self.broker.ownership.broker_id
+        me = self.broker.placement.broker_id
         for full, topic in list(self.broker.topics.items()):
             if namespace and topic.name.namespace != namespace:
                 continue
-            if topic.closing or not self.broker.ownership.serves(full):
+            if topic.closing or not self.broker.placement.serves(full):
                 continue
             sub_prefix = keys.subscriptions_prefix(topic.name)
             stored = stored_subscriptions(by_topic.get(full, []), sub_prefix)

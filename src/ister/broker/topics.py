@@ -1,5 +1,5 @@
 """The topics this broker serves: creating them, loading them (storage opened and claimed through the
-broker's `Ownership`), the per-topic limit, sealing them for a move and forgetting them.
+broker's `Placement`), the per-topic limit, sealing them for a move and forgetting them.
 
 Topics are loaded lazily from the metadata store on first use, so a restarted broker serves every topic it
 had, with its WAL recovered and its subscriptions resuming from their persisted cursors.
@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 from ister.broker import metrics
 from ister.broker.exports import ExportScheduler
-from ister.broker.ownership import Ownership
 from ister.broker.sessions import ProducerSession
 from ister.broker.topic import NON_RELIABLE, RELIABLE, Topic
 from ister.config import BrokerConfig
@@ -24,8 +23,10 @@ from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Resource
 from ister.ids import PARTITION_MARKER, TopicName, shown
 from ister.limits import MAX_NAME_LEN
 from ister.metadata import keys
+from ister.metadata import topic_catalog as catalog
 from ister.metadata.records import NamespacePolicy, ProducerRecord, parse_start
-from ister.metadata.store import Compare, MetadataStore, Put
+from ister.metadata.store import MetadataStore
+from ister.ports.placement import Placement
 from ister.storage.topic_storage import SEAL_EXPORT_SECONDS, TopicStorage
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class TopicRegistry:
         config: BrokerConfig,
         store: MetadataStore,
         storage: TopicStorage,
-        ownership: Ownership,
+        placement: Placement,
         exports: ExportScheduler,
         forget_clients: Callable[[Topic], None],
         register_producer: Callable[[ProducerSession], None],
@@ -47,12 +48,12 @@ class TopicRegistry:
         self.config = config
         self.store = store
         self.storage = storage
-        self.ownership = ownership
+        self.placement = placement
         self.exports = exports
         self._forget_clients = forget_clients
         self._register_producer = register_producer
         self.topics: dict[str, Topic] = {}
-        self._m_topics = metrics.topics_loaded.labels(str(ownership.broker_id))
+        self._m_topics = metrics.topics_loaded.labels(str(placement.broker_id))
         # A lock per topic being loaded (entries live only while someone holds or waits for them, so the
         # map does not grow with every name anyone asks about), and one for creations, which are rare and
         # check names across topics (a partition against its base name).
@@ -99,7 +100,7 @@ class TopicRegistry:
         """(URL of the broker serving the topic, whether that is this broker at `here`)."""
         if not await self.exists(name):
             raise NotFound(f"topic {name} does not exist")
-        url = await self.ownership.locate(name)
+        url = await self.placement.locate(name)
         return (here, True) if url is None else (url, False)
 
     # -- creation -----------------------------------------------------------------------------------------
@@ -123,18 +124,11 @@ class TopicRegistry:
             await self._check_partition_names(name)
             self._creating.add(name.full)
         try:
-            # One transaction (one metadata commit); if the admin API created it meanwhile, that one stands.
-            await self.store.txn(
-                [Compare(keys.namespace_topic(name.full), None)],
-                [
-                    Put(keys.topic_root(name.full), 0),
-                    Put(keys.topic_delivery(name.full), delivery),
-                    Put(keys.namespace_topic(name.full), None),
-                ],
-            )
+            # If the admin API created it meanwhile, that one stands.
+            await catalog.create_topic(self.store, name, delivery)
         finally:
             self._creating.discard(name.full)
-        await self.ownership.topics_created([name])
+        await self.placement.topics_created([name])
         log.info("created topic %s (%s)", name, delivery)
 
     async def _check_partition_names(self, name: TopicName) -> None:
@@ -167,7 +161,7 @@ class TopicRegistry:
             missing = await self.store.get(keys.namespace_topic(name.full)) is None
             if missing and create_as is None:
                 raise NotFound(f"topic {name} does not exist")
-            if self.ownership.serves(name.full):
+            if self.placement.serves(name.full):
                 # It loads here: over the limit it is refused before anything is written.
                 with self._slot(name):
                     if missing:
@@ -178,7 +172,7 @@ class TopicRegistry:
                 assert create_as is not None
                 await self._create(name, create_as, internal=internal)
         # Not (yet) served here: wait for an owner outside the lock, then try again.
-        await self.ownership.ensure_served_here(name)
+        await self.placement.ensure_served_here(name)
         async with self.lock(name.full):
             topic = self.topics.get(name.full)
             if topic is not None:
@@ -231,7 +225,7 @@ class TopicRegistry:
         configured = policy.max_message_size
         max_size = configured if configured is not None else self.config.policies.max_message_size
         if delivery == RELIABLE:
-            wal, claim = await self.ownership.open_reliable(name, self.storage)
+            wal, claim = await self.placement.open_reliable(name, self.storage)
             topic = Topic(
                 name,
                 delivery=delivery,
@@ -244,7 +238,7 @@ class TopicRegistry:
             if topic.exporter is not None:
                 self.exports.add(topic)
         else:
-            claim = await self.ownership.claim_volatile(name)
+            claim = await self.placement.claim_volatile(name)
             topic = Topic(name, delivery=delivery, max_message_size=max_size, wal=None, claim=claim)
         try:
             if topic.wal is not None:
@@ -310,7 +304,7 @@ class TopicRegistry:
         lifecycle.handle(Event.SEAL, reason)  # producers get UNAVAILABLE from here on and look it up again
         wal = loaded.wal
         gate = loaded.claim.replication
-        if wal is not None and (gate is not None or self.ownership.moves_need_export):
+        if wal is not None and (gate is not None or self.placement.moves_need_export):
             try:
                 if gate is not None:
                     # Replicated: a leadership transfer. The next owner is an in-sync replica; it needs
@@ -332,7 +326,7 @@ class TopicRegistry:
                 state = {
                     "sealed": True,
                     "last_committed_offset": wal.committed_offset - 1,
-                    "broker_id": self.ownership.broker_id,
+                    "broker_id": self.placement.broker_id,
                     "timestamp": int(time.time()),
                     "epoch": claim.epoch,
                 }
@@ -352,7 +346,7 @@ class TopicRegistry:
             async with asyncio.timeout(SEAL_EXPORT_SECONDS):
                 await loaded.exporter.export_tail()
         except Exception as exc:
-            if self.ownership.moves_need_export and loaded.claim.replication is None:
+            if self.placement.moves_need_export and loaded.claim.replication is None:
                 # Everything was exported just before; the topic reloads here from its WAL.
                 raise Unavailable(
                     f"cannot move {loaded.name}: exporting its last records failed ({exc}); "
@@ -366,7 +360,7 @@ class TopicRegistry:
         new offsets meanwhile), or raise (and keep serving) when that is impossible."""
         wal = loaded.wal
         assert wal is not None
-        broker = self.ownership.broker_id
+        broker = self.placement.broker_id
         exporter = loaded.exporter
         if exporter is None:
             if wal.committed_offset > wal.first_offset:

@@ -13,7 +13,7 @@ from ister.metadata import keys
 from ister.metadata.store import Compare, MetadataStore, Put
 
 if TYPE_CHECKING:
-    from ister.broker.ownership import ReplicationGate
+    from ister.ports.claim import ReplicationGate
     from ister.storage.wal import Wal
 
 log = logging.getLogger(__name__)

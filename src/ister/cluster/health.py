@@ -1,10 +1,10 @@
-"""Readiness of a cluster broker (broker/health.py): its lease, its state and the topics assigned to it."""
+"""Readiness of a cluster broker (broker/health.py serves it): its lease, its state, its topics."""
 
 from __future__ import annotations
 
-from ister.broker.health import Check
 from ister.cluster.node import ClusterNode
 from ister.core.cluster.planner import ACTIVE
+from ister.ports.health import Check
 
 SHOWN_TOPICS = 5  # topics named in a "not loaded" detail
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import psutil
 
-from ister.broker.ownership import TopicStats
 from ister.core.cluster.load import RateTracker
+from ister.ports.host import TopicStats
 
 
 @dataclass

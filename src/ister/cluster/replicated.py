@@ -24,7 +24,7 @@ from ister.cluster.guard import OwnershipGuard
 from ister.cluster.node import ClusterNode
 from ister.cluster.replicas import ReplicaManager
 from ister.config import BrokerConfig
-from ister.core.cluster.ownership import OwnerRecord, plan_load
+from ister.core.cluster.ownership import OwnerRecord, vouched_seal
 from ister.core.replication import MAX_REPLICATION_FACTOR, EpochHistory, ReplicaRecord
 from ister.errors import Unavailable
 from ister.ids import TopicName
@@ -33,6 +33,7 @@ from ister.metadata.records import SealedState
 from ister.metadata.store import Compare, Delete, KeyValue, MetadataStore, Put
 from ister.replication.leader import ReplicaLeader
 from ister.security.peer import PeerSecret
+from ister.storage.topic_log import LogStart, open_topic_log
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
 from ister.storage.wal.epochs import load_epochs, save_epochs
@@ -79,7 +80,7 @@ class ReplicatedTopics:
         sealed_kv = await self.store.get(keys.storage_state(name.full))
         sealed = SealedState.parse(sealed_kv.value) if sealed_kv is not None else None
         owner, versions = await self.node.read_owner(name.full, fresh=True)
-        sealed_next = _sealed_next(sealed, owner)
+        sealed_next = vouched_seal(owner, sealed.epoch, sealed.next_offset) if sealed is not None else None
         record = ReplicaRecord.parse(replica_kv.value) if replica_kv is not None else None
         wal_dir = storage.wal_dir(name)
         has_copy = wal_dir.exists()
@@ -140,28 +141,10 @@ class ReplicatedTopics:
         """The topic's first replicated load: where offsets continue follows the single-copy rules (the
         last loader's WAL, else after the seal or the reservation); then its followers are chosen."""
         me = self.broker_id
-        storage = self.storage
-        local_epoch = storage.read_epoch(name)
-        wal = await storage.open_wal(name) if local_epoch is not None else None
         sealed = SealedState.parse(sealed_kv.value) if sealed_kv is not None else None
-        sealed_next = _sealed_next(sealed, owner)
-        plan = plan_load(
-            owner,
-            local_epoch,
-            wal.next_offset if wal is not None else None,
-            sealed_next,
-            self.config.cluster.offset_reservation,
-        )
+        start = LogStart.cluster(owner, sealed, self.config.cluster.offset_reservation)
+        wal = (await open_topic_log(self.storage, name, start)).wal
         try:
-            if wal is not None and not plan.keep_local:
-                await wal.close()
-                wal = None
-            if wal is None:
-                await storage.archive_superseded(name, local_epoch)
-                wal = await storage.open_wal(name, start_offset=plan.start_offset)
-            elif plan.start_offset > wal.next_offset:
-                await wal.close()
-                wal = await storage.open_wal(name, start_offset=plan.start_offset)
             followers = self.manager.choose_followers(factor - 1, [])
             replicas = [me, *followers]
             new = ReplicaRecord(
@@ -175,8 +158,7 @@ class ReplicatedTopics:
             # Everything below the WAL's start is in the durable tier or was never written: committed.
             return await self._serve(name, wal, owner, versions, new, None, wal.next_offset, sealed_kv)
         except BaseException:
-            if wal is not None:
-                await wal.close()
+            await wal.close()
             raise
 
     async def _serve(
@@ -267,11 +249,6 @@ class ReplicatedTopics:
                 [Compare(replica_kv.key, replica_kv.version)], [Put(replica_kv.key, left.to_json())]
             )
         await self._hand_back(name, f"no in-sync copy here; for a failover to {record.isr}")
-
-
-def _sealed_next(sealed: SealedState | None, owner: OwnerRecord) -> int | None:
-    """Where the last loader's seal says offsets continue (only its seal vouches for that)."""
-    return sealed.next_offset if sealed is not None and sealed.epoch == owner.loaded_epoch else None
 
 
 def peer_credentials(config: BrokerConfig) -> Credentials:

@@ -292,21 +292,21 @@ class BrokerAdminServicer(pb_grpc.BrokerAdminServicer):  # type: ignore[misc]
     @unary
     async def UnloadBroker(self, request: pb.UnloadBrokerRequest, context: Ctx) -> pb.UnloadBrokerResponse:
         """Drain: the broker gets no new topics and the leader moves its topics away one at a time."""
-        plan = await self.ops.ownership.drain(request.broker_id, request.dry_run)
+        plan = await self.ops.placement_admin.drain(request.broker_id, request.dry_run)
         return pb.UnloadBrokerResponse(started=plan.started, total=plan.total, pending=plan.pending)
 
     @unary
     async def ActivateBroker(
         self, request: pb.ActivateBrokerRequest, context: Ctx
     ) -> pb.ActivateBrokerResponse:
-        await self.ops.ownership.activate(request.broker_id, request.reason)
+        await self.ops.placement_admin.activate(request.broker_id, request.reason)
         return pb.ActivateBrokerResponse(success=True)
 
     @unary
     async def GetClusterBalance(
         self, request: pb.ClusterBalanceRequest, context: Ctx
     ) -> pb.ClusterBalanceResponse:
-        b = await self.ops.ownership.balance()
+        b = await self.ops.placement_admin.balance()
         return pb.ClusterBalanceResponse(
             coefficient_of_variation=b.coefficient_of_variation,
             mean_load=b.mean_load,
@@ -331,7 +331,7 @@ class BrokerAdminServicer(pb_grpc.BrokerAdminServicer):  # type: ignore[misc]
     async def TriggerRebalance(self, request: pb.RebalanceRequest, context: Ctx) -> pb.RebalanceResponse:
         """Dry run: the moves rebalancing would make. Otherwise start one move now (pacing applies)."""
         max_moves = request.max_moves if request.HasField("max_moves") else None
-        result = await self.ops.ownership.rebalance(request.dry_run, max_moves)
+        result = await self.ops.placement_admin.rebalance(request.dry_run, max_moves)
         return pb.RebalanceResponse(
             success=True,
             moves_executed=result.executed,

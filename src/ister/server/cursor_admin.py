@@ -99,7 +99,7 @@ class CursorAdmin:
         """True when this broker serves `name` (or may load it: standalone, or owner of it)."""
         if name.full in self.broker.topics:
             return True
-        owner = await self.ops.ownership.owner(name)
+        owner = await self.ops.placement_admin.owner(name)
         if owner is None:
             raise Unavailable(f"no broker serves {name} right now (it is being assigned); retry")
         if owner == self.ops.broker_id:
@@ -109,10 +109,10 @@ class CursorAdmin:
         return False
 
     async def _forward(self, name: TopicName, context: Any, call: Any) -> Any:
-        owner = await self.ops.ownership.owner(name)
+        owner = await self.ops.placement_admin.owner(name)
         if owner is None:
             raise Unavailable(f"no broker serves {name} right now (it is being assigned); retry")
-        where = await self.ops.ownership.admin_addr_of(owner)
+        where = await self.ops.placement_admin.admin_addr_of(owner)
         target = _plain_target(where)
         if target is None:
             raise FailedPrecondition(

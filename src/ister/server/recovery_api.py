@@ -26,7 +26,7 @@ class RecoveryService:
 
     async def local_copy(self, request: pb.LocalCopyRequest) -> pb.LocalCopyResponse:
         name = await self.ops.require_topic(request.topic)
-        copy = self.ops.ownership.local_copy(name.full)
+        copy = self.ops.placement_admin.local_copy(name.full)
         if copy is None:
             return pb.LocalCopyResponse(present=False)
         return pb.LocalCopyResponse(
@@ -34,30 +34,30 @@ class RecoveryService:
         )
 
     async def recover(self, request: pb.RecoverTopicRequest, context: Any) -> pb.RecoverTopicResponse:
-        ownership = self.ops.ownership
+        admin = self.ops.placement_admin
         name = await self.ops.require_topic(request.topic)
-        found = await ownership.recovery_survey(name)
+        found = await admin.recovery_survey(name)
         metadata = forwarded_metadata(context)
         copies: dict[int, CopyEnd] = {}
         for broker in found.survivors:  # a survivor that does not answer may hold the longest copy: stop
             if broker == self.ops.broker_id:
-                copy = ownership.local_copy(name.full)
+                copy = admin.local_copy(name.full)
             else:
-                addr = await ownership.admin_addr_of(broker)
+                addr = await admin.admin_addr_of(broker)
                 answer = await self.peers.local_copy(broker, addr, name.full, metadata)
                 copy = (
                     CopyEnd(answer.last_epoch, answer.end, answer.committed_heard) if answer.present else None
                 )
             if copy is not None:
                 copies[broker] = copy
-        plan = await ownership.recovery_plan(name, found, copies)
+        plan = await admin.recovery_plan(name, found, copies)
         if not request.accept_data_loss:
             raise FailedPrecondition(
                 f"topic {name} has no live in-sync replica (in sync: {found.record.isr}). A recovery would "
                 f"restart it on broker {plan.leader} keeping offsets below {plan.kept_end}; {_gone(plan)}. "
                 "Pass accept_data_loss (ister admin topics recover TOPIC --accept-data-loss) to do it"
             )
-        await ownership.write_recovery(name, found, plan)
+        await admin.write_recovery(name, found, plan)
         record = await self._led(name.full, plan)
         return pb.RecoverTopicResponse(
             topic=name.full,

@@ -257,7 +257,7 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
                     follower_message_rate=r.follower_message_rate,
                     follower_throughput_mbps=r.follower_throughput_mbps,
                 )
-                for r in await self.ops.ownership.load_reports()
+                for r in await self.ops.placement_admin.load_reports()
             ]
         )
 

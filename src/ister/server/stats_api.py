@@ -213,7 +213,7 @@ class StatsService:
         topic = self.broker.topics.get(name.full)
         if topic is None and not self._cluster:
             topic = await self.broker.get_topic(name)  # standalone serves every topic: load it
-        if topic is None or topic.closing or not self.broker.ownership.serves(name.full):
+        if topic is None or topic.closing or not self.broker.placement.serves(name.full):
             raise Unavailable(
                 f"{name} is not served by broker {self.ops.broker_id} now (loading or moving); retry"
             )
@@ -222,12 +222,12 @@ class StatsService:
     async def _one(self, name: TopicName, local: bool, metadata: Sequence[tuple[str, str]]) -> pb.TopicStats:
         if local or not self._cluster:
             return await self._local_topic(name)
-        owner = await self.ops.ownership.owner(name)
+        owner = await self.ops.placement_admin.owner(name)
         if owner is None:
             raise Unavailable(f"{name} is waiting for an owner; retry")
         if owner == self.ops.broker_id:
             return await self._local_topic(name)
-        addr = await self.ops.ownership.admin_addr_of(owner)
+        addr = await self.ops.placement_admin.admin_addr_of(owner)
         answer = await self.peers.topic_stats(owner, addr, name.full, metadata)
         return answer.total
 

@@ -86,6 +86,12 @@ def plan_load(
     )
 
 
+def vouched_seal(record: OwnerRecord, sealed_epoch: int | None, sealed_next: int | None) -> int | None:
+    """Where a sealed state says offsets continue, when the last loader wrote it: only that owner's seal
+    vouches for where offsets stopped (an older one predates appends made since)."""
+    return sealed_next if sealed_next is not None and sealed_epoch == record.loaded_epoch else None
+
+
 def needs_extension(record: OwnerRecord, next_offset: int, reservation: int = DEFAULT_RESERVATION) -> bool:
     return record.reserved_until - next_offset < reservation // 2
 

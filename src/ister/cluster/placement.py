@@ -1,10 +1,10 @@
-"""`ClusterOwnership`: the broker's `Ownership` in cluster mode, over the `ClusterNode`.
+"""`ClusterPlacement`: the broker's `Placement` (ister.ports) in cluster mode, over the `ClusterNode`.
 
 Serving: a topic is served by the broker its assignment key names; others send clients there. Claiming a
 reliable topic decides where its offsets continue (`core.cluster.ownership.plan_load`): the local WAL when it
 was the last one loaded, else after the sealed state or the last reservation; a local WAL another owner went
 on without is archived as superseded and given back to the durable tier by a periodic sweep. Moves go
-through the unload marker, and the admin API's cluster views (owners, brokers, drain, balance) live here.
+through the unload marker. The admin API's cluster views are cluster/placement_admin.py.
 """
 
 from __future__ import annotations
@@ -12,36 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 
-from ister.broker.ownership import (
-    FOLLOWER_ROLE,
-    LEADER_ROLE,
-    NO_ROLE,
-    BrokerInfo,
-    BrokerLoad,
-    ClusterBalance,
-    DrainPlan,
-    RebalanceResult,
-    TopicHost,
-)
-from ister.cluster import recovery
-from ister.cluster.balancer import set_broker_mode
 from ister.cluster.guard import OwnershipGuard
 from ister.cluster.node import ClusterNode
 from ister.cluster.replicated import ReplicatedTopics
 from ister.config import BrokerConfig
-from ister.core.cluster.load import LoadReport, imbalance, rank
 from ister.core.cluster.ownership import OwnerRecord, plan_load
-from ister.core.cluster.planner import ACTIVE, DRAINED, DRAINING
-from ister.core.replication import CopyEnd, Recovery, Survey
 from ister.core.replication_policy import ReplicationSetting, resolve
-from ister.errors import AskAnother, FailedPrecondition, InvalidArgument, NotFound, Unavailable
-from ister.ids import TopicName, shown
+from ister.errors import AskAnother, Unavailable
+from ister.ids import TopicName
 from ister.metadata import keys
-from ister.metadata.records import BrokerRegistration, NamespacePolicy, SealedState, TopicReplication
+from ister.metadata.records import NamespacePolicy, SealedState, TopicReplication
 from ister.metadata.store import MetadataStore, list_all
-from ister.security.peer import PeerSecret
+from ister.ports.host import TopicHost
+from ister.storage.topic_log import LogStart, open_topic_log
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
 
@@ -54,24 +38,23 @@ SUPERSEDED_SWEEP_SECONDS = 10.0  # a topic this broker lost (paused, fenced) is 
 SUPERSEDED_RETRY_SECONDS = 10.0  # while an archive could not be exported yet
 
 
-class ClusterOwnership:
+class ClusterPlacement:
     def __init__(
         self,
         node: ClusterNode,
         config: BrokerConfig,
         store: MetadataStore,
         storage: TopicStorage,
-        peer: PeerSecret | None = None,
+        replicated: ReplicatedTopics,
     ) -> None:
         self.node = node
         self.config = config
         self.store = store
         self.storage = storage
+        self.replicated = replicated
         self._host: TopicHost | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
-        self.replicated = ReplicatedTopics(node, config, store, storage, peer)
-        node.followed = self.replicated.manager.followed
 
     @property
     def broker_id(self) -> int:
@@ -200,39 +183,22 @@ class ClusterOwnership:
         sealed_kv = await self.store.get(keys.storage_state(name.full))
         sealed = SealedState.parse(sealed_kv.value) if sealed_kv is not None else None
         record, versions = await node.read_owner(name.full, fresh=True)  # decides where offsets start
-        local_epoch = storage.read_epoch(name)
-        wal = await storage.open_wal(name) if local_epoch is not None else None
-        # Only a seal by the last loader vouches for where offsets stopped.
-        sealed_next = (
-            sealed.next_offset if sealed is not None and sealed.epoch == record.loaded_epoch else None
-        )
-        plan = plan_load(
-            record,
-            local_epoch,
-            wal.next_offset if wal is not None else None,
-            sealed_next,
-            self.config.cluster.offset_reservation,
-        )
+        start = LogStart.cluster(record, sealed, self.config.cluster.offset_reservation)
+        opened = await open_topic_log(storage, name, start)
+        if opened.archived:
+            self._wakeup.set()  # export what only the superseded WAL holds, then delete it
+        wal, local_epoch = opened.wal, opened.local_epoch
+        plan = opened.plan
+        assert plan is not None
         epoch_written = False
         try:
-            if wal is not None and not plan.keep_local:
-                await wal.close()
-                wal = None
-            if wal is None:
-                if await storage.archive_superseded(name, local_epoch):
-                    self._wakeup.set()  # export what only that WAL holds, then delete it
-                wal = await storage.open_wal(name, start_offset=plan.start_offset)
-            elif plan.start_offset > wal.next_offset:
-                await wal.close()
-                wal = await storage.open_wal(name, start_offset=plan.start_offset)
             # Written before the claim: a crash in between leaves a WAL that is treated as stale (safe: it is
             # then exported as superseded).
             storage.write_epoch(name, record.epoch)
             epoch_written = True
             guard = await node.commit_claim(name.full, versions, plan.record)
         except BaseException:
-            if wal is not None:
-                await wal.close()
+            await wal.close()
             if epoch_written and plan.keep_local and local_epoch is not None:
                 # The claim did not land: this WAL is still the one `loaded_epoch` names. Without this it
                 # would look superseded at the next load although it holds the newest records.
@@ -321,147 +287,3 @@ class ClusterOwnership:
             if not await storage.give_back(item, exists):
                 remaining += 1
         return remaining
-
-    # -- the admin API's view ---------------------------------------------------------------------------
-    async def _assignments(self) -> dict[str, int]:
-        """topic -> owner broker, from the assignment keys (exact names; state keys skipped)."""
-        return keys.assignments(kv.key for kv in await list_all(self.store, keys.BROKERS_PREFIX))
-
-    async def owners(self, names: list[TopicName]) -> dict[str, int | None]:
-        assigned = await self._assignments()
-        return {n.full: assigned.get(n.full) for n in names}
-
-    def replica_lag(self, topic: str) -> dict[int, int] | None:
-        leader = self.replicated.manager.leaders.get(topic)
-        return leader.lag() if leader is not None else None
-
-    def local_copy(self, topic: str) -> CopyEnd | None:
-        return self.replicated.manager.local_copy(topic)
-
-    async def recovery_survey(self, name: TopicName) -> Survey:
-        return await recovery.survey(self.store, name)
-
-    async def recovery_plan(self, name: TopicName, found: Survey, copies: dict[int, CopyEnd]) -> Recovery:
-        return await recovery.plan(self.store, name, found, copies)
-
-    async def write_recovery(self, name: TopicName, found: Survey, plan: Recovery) -> None:
-        await recovery.write(self.store, name, found, plan)
-
-    async def owner(self, name: TopicName) -> int | None:
-        kv = await self.store.get(keys.owner(name))
-        record = OwnerRecord.parse(kv.value) if kv is not None else None
-        if (
-            record is not None
-            and record.broker_id <= keys.U64_MAX
-            and await self.store.get(keys.broker_topic(record.broker_id, name)) is not None
-        ):
-            return record.broker_id
-        # No (matching) owner record: fall back to the assignment keys themselves.
-        return (await self._assignments()).get(name.full)
-
-    async def broker_topics(self, broker_id: int) -> list[str]:
-        listing = await list_all(self.store, keys.broker_topics_prefix(broker_id))
-        topics = keys.broker_topics((kv.key for kv in listing), broker_id)
-        if not topics and await self.store.get(keys.broker_register(broker_id)) is None:
-            raise NotFound(f"broker {broker_id} is not registered and owns no topics")
-        return topics
-
-    async def leader(self) -> int | None:
-        kv = await self.store.get(keys.LEADER)
-        value = kv.value if kv is not None else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-    async def brokers(self) -> list[BrokerInfo]:
-        leader = await self.leader()
-        out: list[BrokerInfo] = []
-        for kv in await list_all(self.store, keys.REGISTER_PREFIX):
-            ids = keys.broker_ids([kv.key])
-            if not ids:
-                continue
-            bid = ids[0]
-            reg = BrokerRegistration.parse(kv.value) or BrokerRegistration()
-            state = await self.store.get(keys.broker_state(bid))
-            mode = state.value.get("mode") if state is not None and isinstance(state.value, dict) else None
-            role = NO_ROLE if leader is None else LEADER_ROLE if bid == leader else FOLLOWER_ROLE
-            out.append(
-                BrokerInfo(
-                    bid,
-                    reg.broker_url or reg.broker_addr,
-                    reg.admin_addr,
-                    reg.prom_exporter,
-                    role,
-                    mode if isinstance(mode, str) else "active",
-                )
-            )
-        return sorted(out, key=lambda b: b.broker_id)
-
-    async def admin_addr_of(self, broker_id: int) -> str:
-        kv = await self.store.get(keys.broker_register(broker_id))
-        reg = BrokerRegistration.parse(kv.value) if kv is not None else None
-        return reg.admin_addr if reg is not None and reg.admin_addr else "unknown admin address"
-
-    def _registered(self, text: str) -> int:
-        if not text.isdigit():
-            raise InvalidArgument(f"broker id must be a decimal number, got {shown(text)}")
-        broker = int(text)
-        if self.node.cache.get(keys.broker_register(broker)) is None:
-            raise NotFound(f"broker {broker} is not registered")
-        return broker
-
-    async def drain(self, broker: str, dry_run: bool) -> DrainPlan:
-        """The broker gets no new topics and the leader moves its topics away one at a time."""
-        bid = self._registered(broker)
-        state, _, _ = self.node.snapshot()
-        owned = [t for t, b in state.assignments.items() if b == bid]
-        if dry_run:
-            return DrainPlan(started=False, total=len(owned), pending=len(owned))
-        if not state.active() - {bid}:
-            raise FailedPrecondition(f"cannot drain broker {bid}: no other active broker")
-        await set_broker_mode(self.node, bid, DRAINING if owned else DRAINED, "admin_unload")
-        return DrainPlan(started=True, total=len(owned), pending=len(owned))
-
-    async def activate(self, broker: str, reason: str) -> None:
-        await set_broker_mode(self.node, self._registered(broker), ACTIVE, reason or "admin_activate")
-
-    async def balance(self) -> ClusterBalance:
-        balancer = self.node.balancer
-        state, _, _ = self.node.snapshot()
-        rankings = rank(balancer.strategy, balancer.reports())
-        imb = imbalance(rankings, state.active())
-        return ClusterBalance(
-            coefficient_of_variation=imb.cv,
-            mean_load=imb.mean,
-            max_load=imb.max_load,
-            min_load=imb.min_load,
-            std_deviation=imb.std_dev,
-            broker_count=imb.broker_count,
-            brokers=[
-                BrokerLoad(
-                    broker_id=b,
-                    load=score,
-                    topic_count=sum(1 for owner in state.assignments.values() if owner == b),
-                    overloaded=b in imb.overloaded,
-                    underloaded=b in imb.underloaded,
-                )
-                for b, score in rankings
-            ],
-            strategy=balancer.strategy,
-        )
-
-    async def load_reports(self) -> list[LoadReport]:
-        reports = self.node.balancer.reports()
-        return [reports[b] for b in sorted(reports)]
-
-    async def rebalance(self, dry_run: bool, max_moves: int | None) -> RebalanceResult:
-        """Dry run: the moves rebalancing would make. Otherwise start one move now (pacing applies)."""
-        now = time.time()
-        balancer = self.node.balancer
-        if dry_run:
-            plan = balancer.dry_run(now, max_moves)
-            return RebalanceResult(executed=0, moves=list(plan.moves), detail=plan.detail)
-        leader = self.node.cache.get(keys.LEADER)
-        if leader is None:
-            raise Unavailable("no cluster leader right now; retry")
-        decision = await balancer.check(leader, now, manual=True)
-        moves = [decision.move] if decision.move is not None else []
-        return RebalanceResult(executed=len(moves), moves=moves, detail=decision.detail)
