@@ -31,25 +31,13 @@ from ister.limits import (
     GiB,
     MiB,
 )
+from ister.storage.wal.config import WalSettings
 
 MAX_POLICY_MESSAGE_SIZE = GRPC_MAX_MESSAGE_BYTES - MiB  # room for the envelope around the payload
 
 ENV_PREFIX = "ISTER_"
 
 log = logging.getLogger(__name__)
-
-
-class WalSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    fsync: Literal["always", "interval"] = "always"
-    fsync_interval_ms: int = 50
-    segment_max_bytes: int = 64 * MiB
-    cache_max_bytes: int = 32 * MiB  # per reliable topic
-    cache_total_bytes: int = 256 * MiB  # all reliable topics' caches together; 0 = no shared cap
-    writer_threads: int = 0  # threads writing and syncing every WAL of the broker; 0 = automatic (2 or 8)
-    idle_close_seconds: float = 30.0  # a WAL's segment file is closed when not written for this long
-    max_open_segments: int = 0  # segment files open for writing at most; 0 = RLIMIT_NOFILE / 4, <= 8192
-    preallocate_bytes: int = 1 * MiB  # the active segment file is allocated up to this far ahead; 0 = off
-    group_linger_us: int = 400  # fsync always: a busy WAL's writer waits this long to group appends; 0 = off
 
 
 class LimitsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -330,7 +318,7 @@ def _check(cfg: BrokerConfig) -> BrokerConfig:
     the error)."""
     _check_addresses(cfg)
     _check_dispatch_lower_bounds(cfg.dispatch)
-    _check_wal(cfg.wal)
+    cfg.wal.check()
     if cfg.limits.max_topics_per_broker < 0:
         raise ConfigError("limits.max_topics_per_broker must be >= 0 (0 = unlimited)")
     d = cfg.dispatch
@@ -427,23 +415,6 @@ def _check_dispatch_upper_bounds(d: DispatchSettings) -> None:
     for name in ("rebalance_delay_seconds", "max_handoff_seconds"):
         if getattr(d, name) > 3_600:
             raise ConfigError(f"dispatch.{name} must be <= 3600")
-
-
-def _check_wal(w: WalSettings) -> None:
-    cache_ok = w.cache_max_bytes >= 0 and w.cache_total_bytes >= 0
-    if not cache_ok or w.segment_max_bytes < 1024 or w.fsync_interval_ms < 1:
-        raise ConfigError(
-            "wal: segment_max_bytes >= 1024, cache_max_bytes >= 0, cache_total_bytes >= 0, "
-            "fsync_interval_ms >= 1"
-        )
-    if not 0 <= w.writer_threads <= 64:
-        raise ConfigError("wal.writer_threads must be in 0..64 (0 = automatic)")
-    if w.preallocate_bytes < 0:
-        raise ConfigError("wal.preallocate_bytes must be >= 0 (0 = off)")
-    if not 0 <= w.group_linger_us <= 100_000:
-        raise ConfigError("wal.group_linger_us must be in 0..100000 (0 = off)")
-    if w.idle_close_seconds <= 0 or w.max_open_segments < 0:
-        raise ConfigError("wal: idle_close_seconds > 0, max_open_segments >= 0 (0 = automatic)")
 
 
 def _check_policies(policies: Policies) -> None:
