@@ -118,7 +118,7 @@ class WriterPool:
         self._seq = 0
         self._open: OrderedDict[WalWriter, float] = OrderedDict()  # fd open -> last written (monotonic)
         self._waiting = 0  # threads waiting on the lock's condition
-        self.lingers = 0  # turns a thread waited for more appends before taking (writer.py, "Group linger")
+        self.lingers = 0  # turns a thread waited for more appends before taking (linger.py)
         self._writers = 0
         self._closed = False
         self._checkpoint_next = 0.0  # the next free slot of the checkpoint budget (monotonic)
@@ -238,7 +238,7 @@ class WriterPool:
             self._due(now)
             if len(ready) == 1 and not ready[0].lingered_this_turn and ready[0].lingers():
                 # This writer is the only work and its appends come close together: wait a moment so that
-                # one flush serves more of them (writer.py, "Group linger"). The lock is released meanwhile;
+                # one flush serves more of them (linger.py). The lock is released meanwhile;
                 # appends to a writer already in the ready queue wake nobody.
                 writer = ready[0]
                 writer.lingered_this_turn = True

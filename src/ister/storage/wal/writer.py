@@ -12,32 +12,17 @@ group and everything queued behind it are refused with `DiskFull` / `StorageExha
 handed back, none was acknowledged), and the next append tries again. At most once a second (and on stop)
 a turn also records the committed offset in the high-water checkpoint (`checkpoint.py`).
 
-Preallocation: groups are written at explicit positions (pwrite, not O_APPEND), and once the active segment
-holds data its file is allocated ahead of it (posix_fallocate, up to `preallocate_bytes` past the data, at
-most doubling it), so most fdatasyncs flush data into blocks the file already has instead of also
-journalling a new file size: about 30 % less time per fdatasync on ext4 here (docs/benchmarks.md). The
-zeros past the data are cut off when the segment is sealed, its file is closed as idle, or the WAL closes;
-after a crash, recovery cuts them like a torn tail (segment.py). Never before the segment's first frame is
-on disk, so zeros never sit where offset 0 is expected (a zero header reads as an empty frame at offset 0).
-
-Group linger (fsync always): a group is flushed as soon as a pool thread takes it, so when appends come
-one at a time (a Danube client sends one message per call) the first after an idle moment is flushed
-alone and the rest queue behind that flush; the requests then move in convoys and both cores sit idle
-while each flush runs (docs/benchmarks.md, session 17). When the writer's appends have lately come less
-than `group_linger_us` apart (a moving average of the gaps, kept by `submit`) and its groups lately held
-more than one append now and then (several appends in flight, not one producer waiting for each
-acknowledgement), a pool thread whose only work is this writer waits that long before taking its group
-(`lingers`, `pool._take_batch`). Appends that come further apart (1,000 a second and fewer at the default
-400 µs) or one at a time are flushed at once as before; and when waiting has lately not brought more
-appends (a producer that sends a few at once and waits for them), the writer stops waiting, trying once
-every LINGER_RETRY_AFTER turns whether it pays again.
+The parts, each with one owner: this module's `WalWriter` runs the group commit (queue, turns, refusal
+and failure) and owns the active segment's file (rotation, cut); `linger.py` decides when a busy writer
+waits to group more appends, `prealloc.py` keeps the active file allocated ahead of its data, and
+`highwater.py` times the high-water checkpoint. Cutting the log is planned and carried out by
+`truncate.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 import threading
@@ -50,21 +35,16 @@ from ister.errors import CorruptionError, DiskFull, StorageError, StorageExhaust
 
 from .checkpoint import Checkpoint, CheckpointFile
 from .config import WalConfig
-from .durable import fsync_dir
+from .durable import DISK_FULL_ERRNOS, EXHAUSTED_ERRNOS, NO_FD_ERRNOS, fsync_dir
+from .highwater import CheckpointSchedule
+from .linger import GroupLinger
 from .names import segment_name
 from .pool import Call, WriterPool, wal_fsync
+from .prealloc import Preallocation
 from .segment import Segment
 from .truncate import CutPlan, carry_out, clip_ranges, frame_position
 
 log = logging.getLogger(__name__)
-
-DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-NO_FD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
-EXHAUSTED_ERRNOS = DISK_FULL_ERRNOS | NO_FD_ERRNOS
-# The high-water checkpoint lags the committed offset by about this at most, or longer while the pool's
-# checkpoint budget (pool.CHECKPOINTS_PER_SECOND) is spent by many WALs written at once.
-CHECKPOINT_INTERVAL_S = 1.0
-PAGE_BYTES = 4096  # preallocation rounds up to whole pages
 
 
 class _NoSpace(Exception):
@@ -74,12 +54,6 @@ class _NoSpace(Exception):
     def __init__(self, cause: OSError) -> None:
         super().__init__(str(cause))
         self.cause = cause
-
-
-LINGER_MAX = 64  # appends queued: no reason to wait for more
-LINGER_SHARING = 0.2  # groups lately holding more than one append, at least this share of them
-LINGER_GAIN = 0.3  # waits lately followed by more appends, at least this share of them
-LINGER_RETRY_AFTER = 16  # turns skipped for lack of gain before one wait to measure it again
 
 
 class Entry:
@@ -119,10 +93,7 @@ class WalWriter:
     __slots__ = (
         "_active",
         "_active_since",
-        "_allocated",
         "_always",
-        "_checkpoint_error",
-        "_checkpoint_slot",
         "_close_now",
         "_config",
         "_cut_now",
@@ -134,29 +105,23 @@ class WalWriter:
         "_full_refused",
         "_full_since",
         "_full_what",
-        "_gap",
         "_group",
         "_interval",
-        "_last_checkpoint",
-        "_last_submit",
         "_last_sync",
-        "_linger_gain",
-        "_linger_skipped",
         "_lock",
         "_lost_ranges",
-        "_mark",
         "_nbytes",
         "_on_commit",
         "_on_cut",
         "_on_failure",
         "_on_refused",
         "_on_stopped",
+        "_prealloc",
         "_presynced",
         "_queue",
         "_refusing",
         "_segments",
         "_segments_lock",
-        "_sharing",
         "_stopped",
         "_stopping",
         "_sync_requested",
@@ -165,10 +130,10 @@ class WalWriter:
         "_written_end",
         "_wrote",
         "busy",
-        "checkpoint_file",
+        "checkpoints",
         "close_requested",
         "device",
-        "linger_s",
+        "linger",
         "lingered_this_turn",
         "loop",
         "pool",
@@ -214,15 +179,8 @@ class WalWriter:
         self.busy = False  # in the pool's ready queue or in a batch
         self.timer_at: float | None = None  # the deadline armed in the pool's timer heap
         self.lingered_this_turn = False  # a pool thread has waited for more appends before this turn
-        self.linger_s = config.group_linger_us / 1e6
-        self._last_submit = 0.0
-        self._gap = 1.0  # moving average of the time between appends, seconds (starts as "slow")
-        self._sharing = 0.0  # moving average of "the group had more than one append" (0..1)
-        self._linger_gain = 1.0  # moving average of "more appends came while a thread waited" (0..1)
-        self._linger_skipped = 0  # turns not lingered for lack of gain since the last linger
-        # Bytes of the active segment's file allocated (preallocation; 0: not known to exceed the data,
-        # -1: preallocation does not work here)
-        self._allocated = 0 if config.preallocate_bytes else -1
+        self.linger = GroupLinger(config.group_linger_us)
+        self._prealloc = Preallocation(directory, config.preallocate_bytes)
         self.close_requested = False  # the pool wants the segment file closed (idle, or too many open)
         self._stopping = False
         self._stopped = False
@@ -237,11 +195,7 @@ class WalWriter:
         self._written_end = self._active.end_offset
         self._synced_end = self._written_end
         self._last_sync = time.monotonic()
-        self._mark = mark  # the committed offset the checkpoint file holds
-        self._last_checkpoint = 0.0
-        self._checkpoint_slot: float | None = None  # when the pool's budget lets the next one be written
-        self._checkpoint_error: str | None = None
-        self.checkpoint_file = CheckpointFile(directory)  # written by the pool's threads only
+        self.checkpoints = CheckpointSchedule(directory, mark)
         self._full_since: float | None = None  # monotonic start of the current refusal episode
         self._full_refused = 0
         self._full_what = "disk space"
@@ -273,31 +227,30 @@ class WalWriter:
             if self._refusing is not None:
                 raise type(self._refusing)(str(self._refusing))
             self._queue.append(entry)
-            now = time.monotonic()
-            self._gap += (now - self._last_submit - self._gap) * 0.25
-            self._last_submit = now
+            self.linger.submitted(time.monotonic())
             self.pool.wake(self)
 
     def lingers(self) -> bool:
         """Whether a pool thread should wait `linger_s` before taking this writer's group (pool lock held):
-        fsync always, nothing queued that must not wait, appends lately closer together than that and
-        sharing groups (so several are in flight at once: one producer waiting for each acknowledgement
-        before its next append would only be slowed down), and waiting lately brought more of them."""
+        fsync always, nothing queued that must not wait (a flush marker, a cut, a stop, an idle close),
+        and the traffic says waiting pays (linger.py)."""
         queue = self._queue
-        if not self.linger_s or not self._always or len(queue) >= LINGER_MAX or self._stopping:
+        if not self._always or self._stopping or self.close_requested:
             return False
-        if self.close_requested or self._failed is not None or self._cut_request is not None:
+        if self._failed is not None or self._cut_request is not None:
             return False
         if not all(entry.count for entry in queue):  # a flush marker (count 0) is waited on by flush()
             return False
-        if self._gap >= self.linger_s or self._sharing < LINGER_SHARING:
-            return False
-        if self._linger_gain < LINGER_GAIN:
-            # Waiting did not bring more appends lately (a producer that sends a few at once and waits for
-            # them): skip it, but try again now and then in case the traffic changed.
-            self._linger_skipped += 1
-            return self._linger_skipped >= LINGER_RETRY_AFTER
-        return True
+        return self.linger.pays(len(queue))
+
+    @property
+    def linger_s(self) -> float:
+        """How long a pool thread waits when `lingers()` says so."""
+        return self.linger.linger_s
+
+    @property
+    def checkpoint_file(self) -> CheckpointFile:
+        return self.checkpoints.file
 
     def queued(self) -> int:
         """Entries waiting for a turn (pool lock held)."""
@@ -305,8 +258,7 @@ class WalWriter:
 
     def lingered(self, gained: bool) -> None:
         """A pool thread waited for this writer (pool lock held); `gained`: appends came meanwhile."""
-        self._linger_gain += (gained - self._linger_gain) * 0.25
-        self._linger_skipped = 0
+        self.linger.lingered(gained)
 
     def submit_cut(self, end: int, reset: bool, entry: Entry) -> None:
         """Queue a cut of the log to `end` (see truncate.py) and a marker that completes after it. The loop
@@ -373,7 +325,7 @@ class WalWriter:
             del queue[:taken]
         self._group = group
         if taken:
-            self._sharing += (min(taken, 2) - 1 - self._sharing) * 0.25
+            self.linger.took(taken)
         self._nbytes = nbytes
         self._cut_now, self._cut_request = self._cut_request, None
         self._sync_requested = sync_requested
@@ -429,7 +381,7 @@ class WalWriter:
                         if exc.errno not in DISK_FULL_ERRNOS:
                             raise
                         assert self._fd is not None
-                        self._cut_to(self._fd, seg.size)  # nothing of the group stays behind
+                        self._prealloc.cut_to(self._fd, seg.size)  # nothing of the group stays behind
                         raise _NoSpace(exc) from exc
                 self._written = None
                 self._account(seg, self._group)
@@ -496,13 +448,14 @@ class WalWriter:
         deadline = None
         if not self._always and self._synced_end < self._written_end:
             deadline = self._last_sync + self._interval
-        committed = self._synced_end if self._always else self._written_end
-        if committed > self._mark:
-            at = self._last_checkpoint + CHECKPOINT_INTERVAL_S
-            if self._checkpoint_slot is not None:
-                at = max(at, self._checkpoint_slot)
+        at = self.checkpoints.deadline(self._committed())
+        if at is not None:
             deadline = at if deadline is None else min(deadline, at)
         return deadline
+
+    def _committed(self) -> int:
+        """The offset below which everything is acknowledged (durable with fsync=always)."""
+        return self._synced_end if self._always else self._written_end
 
     # ---- writing ---------------------------------------------------------------------------------
 
@@ -525,14 +478,14 @@ class WalWriter:
             seg = self._rotate(first.first_offset, keep_open=True)
         buf = group[0].data if len(group) == 1 else b"".join([e.data for e in group if e.count])
         fd = self._open_active()
-        if seg.size:  # see "Preallocation" above
-            self._preallocate(fd, seg.size + len(buf))
+        if seg.size:  # never before the segment's first frame (prealloc.py)
+            self._prealloc.reserve(fd, seg.size + len(buf))
         try:
             self._write_all(buf)
         except OSError as exc:
             if exc.errno not in DISK_FULL_ERRNOS:
                 raise
-            self._cut_to(fd, seg.size)  # no torn frame (nor reserve) stays behind
+            self._prealloc.cut_to(fd, seg.size)  # no torn frame (nor reserve) stays behind
             raise _NoSpace(exc) from exc
         self._written = seg
         self._wrote = True
@@ -596,48 +549,9 @@ class WalWriter:
                 raise OSError(f"write to {self._active.path} made no progress")
             n += written
 
-    def _preallocate(self, fd: int, end: int) -> None:
-        """Have the active segment's file allocated past `end` (bytes of data once the group is written)."""
-        allocated = self._allocated
-        if end <= allocated or allocated < 0:
-            return
-        ahead = min(self._config.preallocate_bytes, end)
-        target = -(-(end + ahead) // PAGE_BYTES) * PAGE_BYTES
-        try:
-            os.posix_fallocate(fd, 0, target)
-        except OSError as exc:
-            if exc.errno not in EXHAUSTED_ERRNOS:  # not supported here: write without a reserve
-                log.warning(
-                    "WAL %s: cannot preallocate segment files (%s); writing without", self._directory, exc
-                )
-                self._allocated = -1
-            return  # no room for a reserve: the write may still fit
-        self._allocated = target
-
-    def _cut_to(self, fd: int, size: int) -> None:
-        os.ftruncate(fd, size)
-        self._file_is_exact()
-
-    def _file_is_exact(self) -> None:
-        """The active segment's file ends at its data (cut, truncated or new): no reserve is known."""
-        if self._allocated > 0:
-            self._allocated = 0
-
     def _trim(self) -> None:
-        """Cut the zeros past the active segment's data (it is sealed, or the WAL closes); a failure leaves
-        them for recovery to cut."""
-        seg = self._active
-        allocated = self._allocated
-        self._file_is_exact()  # also when the reserve was already used up: the next segment starts afresh
-        if allocated <= seg.size:
-            return
-        try:
-            if self._fd is not None:
-                os.ftruncate(self._fd, seg.size)
-            else:
-                os.truncate(seg.path, seg.size)
-        except OSError as exc:
-            log.warning("WAL %s: cannot cut the preallocated tail of %s: %s", self._directory, seg.path, exc)
+        """Cut the zeros past the active segment's data (it is sealed, or the WAL closes)."""
+        self._prealloc.trim(self._fd, self._active.path, self._active.size)
 
     def _fdatasync(self) -> None:
         fd = self._open_active()
@@ -712,7 +626,7 @@ class WalWriter:
             lost = () if reset else clip_ranges(self._lost_ranges(), end)
             drop = [s.path for s in segments[len(keep) :]]
             plan = CutPlan(end, reset, drop, None if holder is None else holder.path, position, lost)
-            self.checkpoint_file.replaced()  # the cut replaces the file
+            self.checkpoints.file.replaced()  # the cut replaces the file
             path = carry_out(self._directory, plan)
             index = SparseIndex(self._config.index_every_frames, self._config.index_every_bytes)
             if holder is not None:
@@ -727,9 +641,8 @@ class WalWriter:
             self._active = keep[-1]
             self._active_since = time.monotonic()
             self._written_end = self._synced_end = end
-            self._file_is_exact()
-            self._mark = end
-            self._checkpoint_slot = None
+            self._prealloc.exact()
+            self.checkpoints.cut(end)
         finally:
             self.posts.append((self._on_cut, (end, reset)))
 
@@ -789,25 +702,14 @@ class WalWriter:
             return None
 
     def _checkpoint_due(self, final: bool) -> Checkpoint | None:
-        committed = self._synced_end if self._always else self._written_end
-        if committed <= self._mark:
-            return None
-        now = time.monotonic()
-        if not final:
-            if now - self._last_checkpoint < CHECKPOINT_INTERVAL_S:
-                return None
-            if self._checkpoint_slot is None:
-                self._checkpoint_slot = self.pool.reserve_checkpoint(now)
-            if self._checkpoint_slot > now:
-                return None  # the pool's budget is spent for now: the timer brings this writer back then
-        self._checkpoint_slot = None
-        self._last_checkpoint = now  # a failed write is retried an interval later
-        return Checkpoint(committed, self._lost_ranges())
+        return self.checkpoints.due(
+            self._committed(), final, time.monotonic(), self.pool.reserve_checkpoint, self._lost_ranges
+        )
 
     def record_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Write `checkpoint` on its own (into the file's free slot and fdatasync, or a new file)."""
         try:
-            self.checkpoint_file.write(checkpoint)
+            self.checkpoints.file.write(checkpoint)
         except OSError as exc:
             self.checkpoint_failed(exc)
         except BaseException as exc:
@@ -816,15 +718,10 @@ class WalWriter:
             self.checkpoint_recorded(checkpoint)
 
     def checkpoint_failed(self, exc: OSError) -> None:
-        if self._checkpoint_error is None:
-            log.error("WAL %s: cannot write the high-water checkpoint: %s", self._directory, exc)
-        self._checkpoint_error = str(exc)
+        self.checkpoints.failed(exc)
 
     def checkpoint_recorded(self, checkpoint: Checkpoint) -> None:
-        if self._checkpoint_error is not None:
-            log.warning("WAL %s: high-water checkpoint written again", self._directory)
-            self._checkpoint_error = None
-        self._mark = checkpoint.next_offset
+        self.checkpoints.recorded(checkpoint)
 
     def _fail(self, exc: BaseException) -> None:
         err = StorageError(f"WAL writer failed in {self._directory}: {exc!r}")
