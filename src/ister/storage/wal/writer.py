@@ -22,38 +22,24 @@ waits to group more appends, `prealloc.py` keeps the active file allocated ahead
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ister.core.frames import SparseIndex
-from ister.errors import CorruptionError, DiskFull, StorageError, StorageExhausted
+from ister.errors import DiskFull, StorageError, StorageExhausted
 
 from .checkpoint import Checkpoint, CheckpointFile
 from .config import WalConfig
-from .durable import DISK_FULL_ERRNOS, EXHAUSTED_ERRNOS, NO_FD_ERRNOS, fsync_dir
+from .durable import DISK_FULL_ERRNOS, NO_FD_ERRNOS
 from .highwater import CheckpointSchedule
 from .linger import GroupLinger
-from .names import segment_name
-from .pool import Call, WriterPool, wal_fsync
-from .prealloc import Preallocation
+from .pool import Call, WriterPool
+from .segfiles import NoSpace, SegmentFiles
 from .segment import Segment
-from .truncate import CutPlan, carry_out, clip_ranges, frame_position
 
 log = logging.getLogger(__name__)
-
-
-class _NoSpace(Exception):
-    """Internal: a group could not be written for lack of space (or of a file descriptor); nothing of it
-    is left in the file."""
-
-    def __init__(self, cause: OSError) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
 
 
 class Entry:
@@ -91,8 +77,6 @@ CutCallback = Callable[[int, bool], None]
 class WalWriter:
     # slots: a broker holds one per reliable topic (100,000 of them), a __dict__ each would cost ~1.5 KB
     __slots__ = (
-        "_active",
-        "_active_since",
         "_always",
         "_close_now",
         "_config",
@@ -100,7 +84,7 @@ class WalWriter:
         "_cut_request",
         "_directory",
         "_failed",
-        "_fd",
+        "_files",
         "_final",
         "_full_refused",
         "_full_since",
@@ -116,12 +100,9 @@ class WalWriter:
         "_on_failure",
         "_on_refused",
         "_on_stopped",
-        "_prealloc",
         "_presynced",
         "_queue",
         "_refusing",
-        "_segments",
-        "_segments_lock",
         "_stopped",
         "_stopping",
         "_sync_requested",
@@ -132,7 +113,6 @@ class WalWriter:
         "busy",
         "checkpoints",
         "close_requested",
-        "device",
         "linger",
         "lingered_this_turn",
         "loop",
@@ -165,8 +145,6 @@ class WalWriter:
         self._always = config.fsync == "always"
         self._interval = config.fsync_interval_ms / 1000.0
         self._directory = directory
-        self._segments = segments  # shared list; appended to under segments_lock
-        self._segments_lock = segments_lock
         self._on_commit = on_commit
         self._on_failure = on_failure
         self._on_refused = on_refused
@@ -180,19 +158,16 @@ class WalWriter:
         self.timer_at: float | None = None  # the deadline armed in the pool's timer heap
         self.lingered_this_turn = False  # a pool thread has waited for more appends before this turn
         self.linger = GroupLinger(config.group_linger_us)
-        self._prealloc = Preallocation(directory, config.preallocate_bytes)
         self.close_requested = False  # the pool wants the segment file closed (idle, or too many open)
         self._stopping = False
         self._stopped = False
         self._failed: StorageError | None = None
         self._refusing: StorageExhausted | None = None  # set while the loop has not taken offsets back
-        self._active = segments[-1]
-        self._active_since = time.monotonic()
+        self._files = SegmentFiles(directory, config, segments, segments_lock)
         self.rotate_requested = False  # set by the loop (Wal.rotate), honoured before the next group
         self._cut_request: tuple[int, bool] | None = None  # (end, reset) from Wal.truncate / Wal.reset
         self._cut_now: tuple[int, bool] | None = None  # the cut this turn makes
-        self._fd: int | None = None  # the active segment, open only while it is being written
-        self._written_end = self._active.end_offset
+        self._written_end = self._files.active.end_offset
         self._synced_end = self._written_end
         self._last_sync = time.monotonic()
         self.checkpoints = CheckpointSchedule(directory, mark)
@@ -209,7 +184,6 @@ class WalWriter:
         self._written: Segment | None = None  # the group is in this segment's file, not yet accounted for
         self._wrote = False
         self._presynced = False  # the pool made this turn's group durable (one syncfs for its batch)
-        self.device: int | None = None  # st_dev of the segment files, known once one was opened
         self.posts: list[Call] = []  # completions for the loop, handed over by the pool after each step
 
     # ---- loop side -------------------------------------------------------------------------------
@@ -252,6 +226,11 @@ class WalWriter:
     def checkpoint_file(self) -> CheckpointFile:
         return self.checkpoints.file
 
+    @property
+    def device(self) -> int | None:
+        """st_dev of the segment files, known once one was opened."""
+        return self._files.device
+
     def queued(self) -> int:
         """Entries waiting for a turn (pool lock held)."""
         return len(self._queue)
@@ -289,7 +268,7 @@ class WalWriter:
     def _stop_without_pool(self) -> None:
         """The pool is gone (closed before this WAL): finish here, on the caller's thread."""
         try:
-            if self._failed is None and self._fd is not None and self._synced_end < self._written_end:
+            if self._failed is None and self._files.fd is not None and self._synced_end < self._written_end:
                 self._sync()
             self._checkpoint(final=True)
             if self._failed is None:
@@ -341,7 +320,7 @@ class WalWriter:
             if cut is not None:
                 self._cut(*cut)
             self._write_group(self._group, self._nbytes, self._sync_requested)
-        except _NoSpace as exc:
+        except NoSpace as exc:
             self._refuse(exc.cause)
         except BaseException as exc:  # OSError mostly; anything else must not leave appends hanging
             self._fail(exc)
@@ -350,7 +329,7 @@ class WalWriter:
         """The device of the file this turn wrote a group to that must be made durable before it is
         acknowledged (fsync=always), or None. The pool may make it durable for several writers at once
         (`presynced`); turn_sync fdatasyncs it otherwise."""
-        if not self._always or self._written is None or self._fd is None:
+        if not self._always or self._written is None or self._files.fd is None:
             return None
         if self._stopped or self._failed is not None:
             return None
@@ -362,8 +341,9 @@ class WalWriter:
 
     def sync_fd(self) -> int:
         """The open segment file (only while owes_sync() says so)."""
-        assert self._fd is not None
-        return self._fd
+        fd = self._files.fd
+        assert fd is not None
+        return fd
 
     def turn_sync(self) -> None:
         """Make the written group durable (fsync=always) and report it; fdatasync what interval mode owes."""
@@ -380,9 +360,10 @@ class WalWriter:
                     except OSError as exc:
                         if exc.errno not in DISK_FULL_ERRNOS:
                             raise
-                        assert self._fd is not None
-                        self._prealloc.cut_to(self._fd, seg.size)  # nothing of the group stays behind
-                        raise _NoSpace(exc) from exc
+                        fd = self._files.fd
+                        assert fd is not None
+                        self._files.prealloc.cut_to(fd, seg.size)  # nothing of the group stays behind
+                        raise NoSpace(exc) from exc
                 self._written = None
                 self._account(seg, self._group)
             now = time.monotonic()
@@ -396,7 +377,7 @@ class WalWriter:
             if self._group or self._synced_end != synced_before:
                 committed = self._synced_end if self._always else self._written_end
                 self.posts.append((self._on_commit, (self._group, committed, self._synced_end, self._nbytes)))
-        except _NoSpace as exc:
+        except NoSpace as exc:
             self._refuse(exc.cause)
         except BaseException as exc:
             self._fail(exc)
@@ -424,7 +405,7 @@ class WalWriter:
         if self._stopped:
             pool.finished(self, stopped=True)
             return
-        if self._fd is None:
+        if self._files.fd is None:
             pool.note_closed(self)
         elif self._wrote:
             pool.note_open(self, now)
@@ -461,32 +442,29 @@ class WalWriter:
 
     def _write_group(self, group: list[Entry], nbytes: int, sync_requested: bool) -> None:
         """Write the group's frames (one write); turn_sync makes them durable and accounts for them."""
+        files = self._files
         if self.rotate_requested:
             self.rotate_requested = False
-            if self._active.size > 0:
+            if files.active.size > 0:
                 # close the active segment so it can be exported
                 self._rotate(self._written_end, keep_open=nbytes > 0)
         if not nbytes:
             return
         first = next(e for e in group if e.count)
-        seg = self._active
-        max_age = self._config.segment_max_age_s
-        if seg.size > 0 and (
-            seg.size >= self._config.segment_max_bytes
-            or (max_age and time.monotonic() - self._active_since >= max_age)
-        ):
+        seg = files.active
+        if files.due_to_rotate():
             seg = self._rotate(first.first_offset, keep_open=True)
         buf = group[0].data if len(group) == 1 else b"".join([e.data for e in group if e.count])
-        fd = self._open_active()
+        fd = files.open()
         if seg.size:  # never before the segment's first frame (prealloc.py)
-            self._prealloc.reserve(fd, seg.size + len(buf))
+            files.prealloc.reserve(fd, seg.size + len(buf))
         try:
             self._write_all(buf)
         except OSError as exc:
             if exc.errno not in DISK_FULL_ERRNOS:
                 raise
-            self._prealloc.cut_to(fd, seg.size)  # no torn frame (nor reserve) stays behind
-            raise _NoSpace(exc) from exc
+            files.prealloc.cut_to(fd, seg.size)  # no torn frame (nor reserve) stays behind
+            raise NoSpace(exc) from exc
         self._written = seg
         self._wrote = True
 
@@ -517,47 +495,18 @@ class WalWriter:
             self._synced_end = end
             self._last_sync = time.monotonic()
 
-    def _open_active(self) -> int:
-        if self._fd is None:
-            try:
-                self._fd = os.open(self._active.path, os.O_WRONLY | os.O_CLOEXEC)
-            except OSError as exc:
-                if exc.errno in EXHAUSTED_ERRNOS:
-                    raise _NoSpace(exc) from exc
-                raise
-            if self.device is None:
-                self.device = os.fstat(self._fd).st_dev
-        return self._fd
-
     def _close_fd(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._files.close()
 
     def _write_all(self, buf: bytes) -> None:
         """Write `buf` after the active segment's data."""
-        fd = self._open_active()
-        at = self._active.size
-        n = os.pwrite(fd, buf, at)
-        if n == len(buf):
-            return
-        view = memoryview(buf)
-        while n < len(buf):
-            written = os.pwrite(fd, view[n:], at + n)
-            if written <= 0:
-                raise OSError(f"write to {self._active.path} made no progress")
-            n += written
+        self._files.write_all(buf)
 
     def _trim(self) -> None:
-        """Cut the zeros past the active segment's data (it is sealed, or the WAL closes)."""
-        self._prealloc.trim(self._fd, self._active.path, self._active.size)
+        self._files.trim()
 
     def _fdatasync(self) -> None:
-        fd = self._open_active()
-        started = time.monotonic()
-        os.fdatasync(fd)
-        wal_fsync.observe(time.monotonic() - started)
+        self._files.fdatasync()
 
     def _sync(self) -> None:
         self._fdatasync()
@@ -567,81 +516,14 @@ class WalWriter:
     def _rotate(self, first_offset: int, *, keep_open: bool) -> Segment:
         if self._synced_end < self._written_end:
             self._sync()
-        path = self._directory / segment_name(first_offset)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            if exc.errno in EXHAUSTED_ERRNOS:
-                raise _NoSpace(exc) from exc
-            raise
-        try:
-            fsync_dir(self._directory)
-        except BaseException as exc:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(path)  # a retry creates it again
-            if isinstance(exc, OSError) and exc.errno in EXHAUSTED_ERRNOS:
-                raise _NoSpace(exc) from exc
-            raise
-        self._trim()  # the sealed segment's file ends at its last frame (exports and scans read it)
-        self._close_fd()
-        if keep_open:
-            self._fd = fd
-            if self.device is None:
-                self.device = os.fstat(fd).st_dev
-        else:
-            os.close(fd)  # nothing to write yet: the file is opened again by the next write
-        old = self._active
-        index = SparseIndex(old.index.every_frames, old.index.every_bytes)
-        seg = Segment(first_offset, path, size=0, end_offset=first_offset, index=index)
-        with self._segments_lock:
-            self._segments.append(seg)
-        self._active = seg
-        self._active_since = time.monotonic()
-        return seg
+        return self._files.rotate(first_offset, keep_open=keep_open)
 
     def _cut(self, end: int, reset: bool) -> None:
-        """Cut the log to `end` (everything with `reset`) on disk and here (truncate.py). The loop refuses
-        appends meanwhile and flushed before asking, so everything below the old end is durable. Any error
-        fails the WAL (the caller of turn_write): memory no longer says what the disk holds, the next open
-        does (the old log, or the cut one when the intent got to disk)."""
+        """Cut the log to `end` (everything with `reset`; segfiles.py). The loop refuses appends meanwhile
+        and flushed before asking. Any error fails the WAL (the caller of turn_write)."""
         try:
-            self._close_fd()
-            with self._segments_lock:
-                segments = list(self._segments)
-            keep: list[Segment] = []
-            holder: Segment | None = None
-            position = 0
-            if not reset:
-                i = max(i for i, s in enumerate(segments) if s.first_offset <= end)
-                keep = segments[: i + 1]
-                seg = segments[i]
-                if end <= seg.end_offset:  # else `end` lies past its readable frames: a new segment
-                    holder = seg
-                    found = seg.index.floor(end) or (seg.first_offset, 0)
-                    at = seg.size if end == seg.end_offset else frame_position(seg.path, *found, end)
-                    if at is None:
-                        raise CorruptionError(f"{seg.path}: no frame boundary for offset {end}")
-                    position = at
-            lost = () if reset else clip_ranges(self._lost_ranges(), end)
-            drop = [s.path for s in segments[len(keep) :]]
-            plan = CutPlan(end, reset, drop, None if holder is None else holder.path, position, lost)
-            self.checkpoints.file.replaced()  # the cut replaces the file
-            path = carry_out(self._directory, plan)
-            index = SparseIndex(self._config.index_every_frames, self._config.index_every_bytes)
-            if holder is not None:
-                for offset, pos in holder.index.entries:  # a new index: readers may hold the old one
-                    if offset < end:
-                        index.add(offset, pos)
-                holder.index, holder.size, holder.end_offset = index, position, end
-            else:
-                keep.append(Segment(end, path, size=0, end_offset=end, index=index))
-            with self._segments_lock:
-                self._segments[:] = keep  # the list is shared with the Wal
-            self._active = keep[-1]
-            self._active_since = time.monotonic()
+            self._files.cut(end, reset, self._lost_ranges, self.checkpoints.file)
             self._written_end = self._synced_end = end
-            self._prealloc.exact()
             self.checkpoints.cut(end)
         finally:
             self.posts.append((self._on_cut, (end, reset)))
