@@ -16,12 +16,13 @@ from ister.errors import Fenced, IsterError, OffsetOutOfRange, StorageError, Sto
 from .cache import CacheBudget, RecordCache
 from .config import WalConfig
 from .durable import fsync_dir
+from .entry import Entry
 from .frametail import FrameRun, FrameTail
 from .holes import Hole, Holes
 from .pool import WriterPool, default_pool
 from .reader import WalReader, verify_segment
 from .segment import Recovered, Segment, recover
-from .writer import Entry, WalWriter
+from .writer import WalWriter
 
 log = logging.getLogger(__name__)
 

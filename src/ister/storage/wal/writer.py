@@ -12,11 +12,12 @@ group and everything queued behind it are refused with `DiskFull` / `StorageExha
 handed back, none was acknowledged), and the next append tries again. At most once a second (and on stop)
 a turn also records the committed offset in the high-water checkpoint (`checkpoint.py`).
 
-The parts, each with one owner: this module's `WalWriter` runs the group commit (queue, turns, refusal
-and failure) and owns the active segment's file (rotation, cut); `linger.py` decides when a busy writer
-waits to group more appends, `prealloc.py` keeps the active file allocated ahead of its data, and
-`highwater.py` times the high-water checkpoint. Cutting the log is planned and carried out by
-`truncate.py`.
+The parts, each with one owner: `WalWriter` (here) runs the group commit: the queue, the turns, the
+offsets written and synced, refusals and failures. It asks `segfiles.py` (the active segment, its
+descriptor, rotation, the cut; `truncate.py` carries a cut out on disk), `linger.py` (whether a busy
+writer waits to group more appends), `prealloc.py` (the active file allocated ahead of its data, through
+segfiles), `highwater.py` (when the high-water checkpoint is recorded) and `shortage.py` (episodes of a
+full disk or no free descriptor, and their errors).
 """
 
 from __future__ import annotations
@@ -28,50 +29,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ister.errors import DiskFull, StorageError, StorageExhausted
+from ister.errors import StorageError, StorageExhausted
 
 from .checkpoint import Checkpoint, CheckpointFile
 from .config import WalConfig
-from .durable import DISK_FULL_ERRNOS, NO_FD_ERRNOS
+from .durable import DISK_FULL_ERRNOS
+from .entry import CommitCallback, CutCallback, Entry, FailureCallback, RefusedCallback
 from .highwater import CheckpointSchedule
 from .linger import GroupLinger
 from .pool import Call, WriterPool
 from .segfiles import NoSpace, SegmentFiles
 from .segment import Segment
+from .shortage import Shortage
 
 log = logging.getLogger(__name__)
-
-
-class Entry:
-    """One append call (count > 0) or a flush marker (count == 0, forces an fdatasync)."""
-
-    __slots__ = ("count", "data", "first_offset", "future", "payload_bytes", "payloads")
-
-    def __init__(
-        self,
-        first_offset: int,
-        count: int,
-        data: bytes,
-        payloads: list[bytes] | None,  # None: frames appended as they came (not cached)
-        payload_bytes: int,
-        future: asyncio.Future[int] | None,
-    ) -> None:
-        self.first_offset = first_offset
-        self.count = count
-        self.data = data
-        self.payloads = payloads
-        self.payload_bytes = payload_bytes
-        self.future = future
-
-
-# (group, committed_end, synced_end, group_bytes) -> None, run on the loop thread
-CommitCallback = Callable[[list[Entry], int, int, int], None]
-# (entries that will never be written, error) -> None, run on the loop thread
-FailureCallback = Callable[[list[Entry], StorageError], None]
-# (entries refused for lack of space or descriptors, error, offset the next append must get) -> None
-RefusedCallback = Callable[[list[Entry], StorageExhausted, int], None]
-# (end, reset) -> None: a cut was made, or was attempted and failed (on_failure follows then)
-CutCallback = Callable[[int, bool], None]
 
 
 class WalWriter:
@@ -86,9 +57,6 @@ class WalWriter:
         "_failed",
         "_files",
         "_final",
-        "_full_refused",
-        "_full_since",
-        "_full_what",
         "_group",
         "_interval",
         "_last_sync",
@@ -103,6 +71,7 @@ class WalWriter:
         "_presynced",
         "_queue",
         "_refusing",
+        "_shortage",
         "_stopped",
         "_stopping",
         "_sync_requested",
@@ -171,9 +140,7 @@ class WalWriter:
         self._synced_end = self._written_end
         self._last_sync = time.monotonic()
         self.checkpoints = CheckpointSchedule(directory, mark)
-        self._full_since: float | None = None  # monotonic start of the current refusal episode
-        self._full_refused = 0
-        self._full_what = "disk space"
+        self._shortage = Shortage(directory)
         self.registered = False  # counted in the pool's writers (between start() and the end of stop())
         # One turn (pool thread, while this writer is in a batch): set by take(), used by the turn_* steps.
         self._group: list[Entry] = []
@@ -470,16 +437,7 @@ class WalWriter:
 
     def _account(self, seg: Segment, group: list[Entry]) -> None:
         """The group's frames are in `seg` (and durable with fsync=always): index them, move the ends."""
-        if self._full_since is not None:
-            log.warning(
-                "WAL %s: %s is available again; writes resumed after %.1f s (%d appends refused)",
-                self._directory,
-                self._full_what,
-                time.monotonic() - self._full_since,
-                self._full_refused,
-            )
-            self._full_since = None
-            self._full_refused = 0
+        self._shortage.written()
         index = seg.index
         pos = seg.size
         end = seg.end_offset
@@ -532,35 +490,14 @@ class WalWriter:
         """Out of space (or descriptors): refuse this group and everything queued behind it until the loop
         takes their offsets back (Wal._on_refused, then accept()); the next append tries again."""
         self._written = None
-        err: StorageExhausted
-        if cause.errno in NO_FD_ERRNOS:
-            what = "a file descriptor"
-            err = StorageExhausted(
-                f"too many open files: cannot open a WAL segment in {self._directory}: "
-                f"{cause.strerror or cause}"
-            )
-        else:
-            what = "disk space"
-            err = DiskFull(
-                f"disk full: cannot write to the WAL in {self._directory}: {cause.strerror or cause}"
-            )
+        err = self._shortage.error(cause)
         with self._lock:
             self._refusing = err
             rest = list(self._queue)
             self._queue.clear()
         entries = self._group + rest
         self._group = []
-        refused = sum(1 for e in entries if e.count)
-        if self._full_since is None:
-            self._full_what = what
-            log.error(
-                "WAL %s: %s; appends are refused (retriable) until %s is available",
-                self._directory,
-                err,
-                what,
-            )
-            self._full_since = time.monotonic()
-        self._full_refused += refused
+        self._shortage.refused(err, sum(1 for e in entries if e.count))
         self._final = False  # a stop behind the refused entries gets its own turn
         self.posts.append((self._on_refused, (entries, err, self._written_end)))
 
