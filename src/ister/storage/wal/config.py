@@ -13,13 +13,14 @@ from ister.core.frames import INDEX_EVERY_BYTES, INDEX_EVERY_FRAMES
 from ister.errors import ConfigError
 from ister.limits import MiB
 
+from .pool import check_pool_settings
+
 FsyncMode = Literal["always", "interval"]
 
 # An operator's segment size has this floor (a smaller one would rotate on every few frames); the WAL
 # itself works with any size >= 1, which tests use to rotate often.
 SETTING_SEGMENT_MIN_BYTES = 1024
 MAX_GROUP_LINGER_US = 100_000
-MAX_WRITER_THREADS = 64
 
 
 class WalSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -37,16 +38,14 @@ class WalSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     group_linger_us: int = 400  # fsync always: a busy WAL's writer waits this long to group appends; 0 = off
 
     def check(self) -> None:
-        """The block's rules: those of one WAL (`WalConfig`), then the broker-wide ones."""
+        """The block's rules: those of one WAL (`WalConfig`), then the broker-wide ones (the writer pool's
+        are `pool.check_pool_settings`)."""
         self.wal_config()
         if self.segment_max_bytes < SETTING_SEGMENT_MIN_BYTES:
             raise ConfigError(f"wal.segment_max_bytes must be >= {SETTING_SEGMENT_MIN_BYTES}")
         if self.cache_total_bytes < 0:
             raise ConfigError("wal.cache_total_bytes must be >= 0 (0 = no shared cap)")
-        if not 0 <= self.writer_threads <= MAX_WRITER_THREADS:
-            raise ConfigError(f"wal.writer_threads must be in 0..{MAX_WRITER_THREADS} (0 = automatic)")
-        if self.idle_close_seconds <= 0 or self.max_open_segments < 0:
-            raise ConfigError("wal: idle_close_seconds > 0, max_open_segments >= 0 (0 = automatic)")
+        check_pool_settings(self.writer_threads, self.idle_close_seconds, self.max_open_segments)
 
     def wal_config(self, *, segment_max_age_s: float = 0.0) -> WalConfig:
         """One WAL's settings from this block (`segment_max_age_s` comes from the durable tier's)."""

@@ -88,6 +88,17 @@ def default_max_open_files() -> int:
     return max(16, min(8192, soft // 4))
 
 
+def check_pool_settings(threads: int, idle_close_s: float, max_open_files: int) -> None:
+    """The pool's settings: the `wal:` block's writer_threads, idle_close_seconds and max_open_segments
+    (checked here for the block too: one check each)."""
+    if not 0 <= threads <= MAX_THREADS:
+        raise ConfigError(f"wal.writer_threads must be in 0..{MAX_THREADS} (0 = automatic)")
+    if idle_close_s <= 0:
+        raise ConfigError("wal.idle_close_seconds must be > 0")
+    if max_open_files < 0:
+        raise ConfigError("wal.max_open_segments must be >= 0 (0 = automatic)")
+
+
 class WriterPool:
     def __init__(
         self,
@@ -101,12 +112,7 @@ class WriterPool:
         """`threads` 0: default_threads(shared_sync); `max_open_files` 0: default_max_open_files();
         `shared_sync`: one syncfs for a batch's files where the platform has a usable one (else always an
         fdatasync each)."""
-        if not 0 <= threads <= MAX_THREADS:
-            raise ConfigError(f"wal.writer_threads must be in 0..{MAX_THREADS} (0 = automatic)")
-        if idle_close_s <= 0:
-            raise ConfigError("wal.idle_close_seconds must be > 0")
-        if max_open_files < 0:
-            raise ConfigError("wal.max_open_segments must be >= 0 (0 = automatic)")
+        check_pool_settings(threads, idle_close_s, max_open_files)
         self.shared_sync = shared_sync and durable.syncfs is not None
         self.threads = threads or default_threads(self.shared_sync)
         self.idle_close_s = idle_close_s
