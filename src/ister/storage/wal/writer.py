@@ -140,7 +140,7 @@ class WalWriter:
         self._synced_end = self._written_end
         self._last_sync = time.monotonic()
         self.checkpoints = CheckpointSchedule(directory, mark)
-        self._shortage = Shortage(directory)
+        self._shortage: Shortage | None = None  # made when a refusal episode starts (most WALs never see one)
         self.registered = False  # counted in the pool's writers (between start() and the end of stop())
         # One turn (pool thread, while this writer is in a batch): set by take(), used by the turn_* steps.
         self._group: list[Entry] = []
@@ -437,7 +437,9 @@ class WalWriter:
 
     def _account(self, seg: Segment, group: list[Entry]) -> None:
         """The group's frames are in `seg` (and durable with fsync=always): index them, move the ends."""
-        self._shortage.written()
+        if self._shortage is not None:
+            self._shortage.written()
+            self._shortage = None
         index = seg.index
         pos = seg.size
         end = seg.end_offset
@@ -490,14 +492,17 @@ class WalWriter:
         """Out of space (or descriptors): refuse this group and everything queued behind it until the loop
         takes their offsets back (Wal._on_refused, then accept()); the next append tries again."""
         self._written = None
-        err = self._shortage.error(cause)
+        shortage = self._shortage
+        if shortage is None:
+            shortage = self._shortage = Shortage(self._directory)
+        err = shortage.error(cause)
         with self._lock:
             self._refusing = err
             rest = list(self._queue)
             self._queue.clear()
         entries = self._group + rest
         self._group = []
-        self._shortage.refused(err, sum(1 for e in entries if e.count))
+        shortage.refused(err, sum(1 for e in entries if e.count))
         self._final = False  # a stop behind the refused entries gets its own turn
         self.posts.append((self._on_refused, (entries, err, self._written_end)))
 
