@@ -26,7 +26,8 @@ from aetcd import rpc
 from ister.errors import InvalidArgument, MetadataError, WatchLagged
 from ister.metadata import store as store_module
 from ister.metadata.cache import LocalCache
-from ister.metadata.embedded import DB_FILE, EmbeddedStore, _Sqlite
+from ister.metadata.embedded import EmbeddedStore
+from ister.metadata.embedded_files import DB_FILE, SqliteCopy
 from ister.metadata.etcd import EtcdStore
 from ister.metadata.store import (
     MAX_TXN_OPS,
@@ -724,14 +725,14 @@ async def test_embedded_commits_run_off_the_loop_and_share_transactions(
     store = await EmbeddedStore.open(tmp_path)
     gate = threading.Event()
     groups: list[int] = []
-    real = _Sqlite.commit
+    real = SqliteCopy.commit
 
-    def slow_commit(self: _Sqlite, group: list[Any]) -> None:
+    def slow_commit(self: SqliteCopy, group: list[Any]) -> None:
         groups.append(len(group))
         assert gate.wait(10)
         real(self, group)
 
-    monkeypatch.setattr(_Sqlite, "commit", slow_commit)
+    monkeypatch.setattr(SqliteCopy, "commit", slow_commit)
     gate.set()
     try:
         await store.put("/a", 0)

@@ -236,7 +236,7 @@ def test_a_failed_flush_of_a_slot_keeps_the_other_and_is_retried_there(
 async def test_a_wal_whose_checkpoint_cannot_be_written_keeps_taking_appends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr("ister.storage.wal.writer.CHECKPOINT_INTERVAL_S", 0.0)
+    monkeypatch.setattr("ister.storage.wal.highwater.CHECKPOINT_INTERVAL_S", 0.0)
     caplog.set_level(logging.WARNING, logger="ister.storage.wal")  # whatever other tests left behind
     wal = await Wal.open(tmp_path, WalConfig())
     try:

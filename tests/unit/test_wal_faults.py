@@ -279,7 +279,7 @@ async def test_disk_full_by_injection_cuts_the_partial_write_and_hands_offsets_b
             if not full:
                 return real(self, buf)
             # a torn frame on disk, as a short write leaves it
-            os.pwrite(self._fd, buf[: len(buf) // 2], self._active.size)
+            os.pwrite(self._files.open(), buf[: len(buf) // 2], self._files.active.size)
             raise OSError(errno.EDQUOT, "Disk quota exceeded")
 
         monkeypatch.setattr(WalWriter, "_write_all", half_then_full)

@@ -12,6 +12,7 @@ import pytest
 
 from ister.errors import StorageError
 from ister.storage.wal import Wal, WalConfig, WriterPool
+from ister.storage.wal.linger import GroupLinger
 from ister.storage.wal.writer import Entry, WalWriter
 from tests.unit.test_wal_pool import file_records
 
@@ -97,22 +98,24 @@ async def test_what_keeps_a_writer_from_waiting(tmp_path: Path, pool: WriterPool
         with pool.lock:
 
             def lingers_with(**state: object) -> bool:
-                saved = {name: getattr(writer, name) for name in state}
+                # the traffic's averages are the writer's GroupLinger's (linger.py), the rest the writer's
+                owner = {name: writer.linger if name in GroupLinger.__slots__ else writer for name in state}
+                saved = {name: getattr(owner[name], name) for name in state}
                 writer._queue = [_entry()]
-                writer._sharing, writer._linger_gain, writer._gap = 1.0, 1.0, LINGER_US / 2e6
+                writer.linger.sharing, writer.linger.gain, writer.linger.gap = 1.0, 1.0, LINGER_US / 2e6
                 for name, value in state.items():
-                    setattr(writer, name, value)
+                    setattr(owner[name], name, value)
                 try:
                     return writer.lingers()
                 finally:
                     for name, value in saved.items():
-                        setattr(writer, name, value)
+                        setattr(owner[name], name, value)
                     writer._queue = []
 
             assert lingers_with() is True
-            assert lingers_with(_gap=2 * LINGER_US / 1e6) is False  # appends further apart than the linger
-            assert lingers_with(_sharing=0.0) is False  # one at a time
-            assert lingers_with(_linger_gain=0.0, _linger_skipped=0) is False  # waiting brought nothing
+            assert lingers_with(gap=2 * LINGER_US / 1e6) is False  # appends further apart than the linger
+            assert lingers_with(sharing=0.0) is False  # one at a time
+            assert lingers_with(gain=0.0, skipped=0) is False  # waiting brought nothing
             assert lingers_with(_queue=[_entry(), Entry(1, 0, b"", None, 0, None)]) is False  # flush marker
             assert lingers_with(_queue=[_entry()] * 64) is False  # plenty queued already
             assert lingers_with(_stopping=True) is False

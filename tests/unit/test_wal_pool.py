@@ -390,7 +390,7 @@ async def checkpoints_recorded(wals: list[Wal], end: int) -> None:
 
     def recorded(w: Wal) -> bool:
         c = read_checkpoint(w.directory)
-        return c is not None and c.next_offset == end and w._writer._mark == end
+        return c is not None and c.next_offset == end and w._writer.checkpoints.mark == end
 
     await until(lambda: all(recorded(w) for w in wals), "every WAL's checkpoint")
 
@@ -662,7 +662,7 @@ async def test_checkpoints_due_together_are_written_with_two_syncfs(
         # writer's first checkpoint makes a new file (tmp files, syncfs, renames, syncfs)
         assert counter.syncfs_calls == 3
         # From then on each overwrites a slot of its file in place: one syncfs for all the checkpoints.
-        monkeypatch.setattr("ister.storage.wal.writer.CHECKPOINT_INTERVAL_S", 0.0)
+        monkeypatch.setattr("ister.storage.wal.highwater.CHECKPOINT_INTERVAL_S", 0.0)
         counter.syncfs_calls = 0
         appends = await queued_behind_one_turn(monkeypatch, wals)
         assert await asyncio.gather(*appends) == [1] * 12

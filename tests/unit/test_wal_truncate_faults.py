@@ -19,9 +19,9 @@ import pytest
 
 from ister.errors import LogTruncated, OffsetOutOfRange, StorageError
 from ister.storage.wal import Wal, WalConfig
+from ister.storage.wal import segfiles as segfiles_module
 from ister.storage.wal import segment as segment_module
 from ister.storage.wal import truncate as truncate_module
-from ister.storage.wal import writer as writer_module
 from ister.storage.wal.checkpoint import read_checkpoint
 from ister.storage.wal.truncate import INTENT_NAME
 
@@ -230,7 +230,7 @@ async def test_every_disk_call_of_a_cut_failing_fails_the_wal_and_reopens_old_or
         directory = tmp_path / f"run-{fail_at}"
         shutil.copytree(template, directory)
         wal = await Wal.open(directory, SEGMENTS)
-        with failing_disk(monkeypatch, (writer_module, "carry_out"), fail_at) as count:
+        with failing_disk(monkeypatch, (segfiles_module, "carry_out"), fail_at) as count:
             try:
                 await (wal.truncate(end) if kind == "truncate" else wal.reset(end))
                 assert fail_at is None

@@ -21,11 +21,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import fcntl
 import logging
 import os
 import secrets
-import sqlite3
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,6 +32,7 @@ from typing import Any
 
 from ister.errors import InvalidArgument, MetadataError
 from ister.limits import METADATA_TIMEOUT_SECONDS
+from ister.metadata.embedded_files import DB_FILE, PutOp, Row, SqliteCopy, lock_directory
 from ister.metadata.sortedkeys import SortedKeys
 from ister.metadata.store import (
     DEFAULT_WATCH_QUEUE,
@@ -53,31 +52,9 @@ from ister.metadata.txn import check_txn, check_version
 
 log = logging.getLogger(__name__)
 
-DB_FILE = "metadata.sqlite3"
-LOCK_FILE = "metadata.lock"
-SCHEMA_VERSION = 1
 LEASE_RETRY_SECONDS = 0.5
 MAX_GROUP = 1_000  # mutations per SQLite transaction
 MAX_LEASE_TTL_SECONDS = 365 * 24 * 3600.0
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS kv (
-    key TEXT PRIMARY KEY NOT NULL,
-    value BLOB NOT NULL,
-    revision INTEGER NOT NULL,
-    lease INTEGER
-);
-CREATE TABLE IF NOT EXISTS meta (
-    name TEXT PRIMARY KEY NOT NULL,
-    value INTEGER NOT NULL
-);
-"""
-
-
-class StoreLocked(MetadataError):
-    """Another process (or store) already has the metadata directory open."""
-
-    retriable = False
 
 
 @dataclass(slots=True)
@@ -95,122 +72,20 @@ class _Lease:
     keys: set[str] = field(default_factory=set)
 
 
-_Row = tuple[str, bytes, int, int | None]
-_PutOp = tuple[str, bytes, int | None]  # (key, encoded value, lease)
-
-
 @dataclass(slots=True)
 class _Pending:
     """A mutation checked and numbered, waiting for its commit."""
 
     revision: int
-    puts: list[_PutOp]
+    puts: list[PutOp]
     deletes: list[str]
     future: asyncio.Future[None]
-
-
-class _Sqlite:
-    """The durable copy: table kv(key, value, revision, lease) and meta(revision, schema)."""
-
-    def __init__(self, path: Path) -> None:
-        try:
-            # Used by one thread at a time: the opener, then the commit thread (see EmbeddedStore).
-            self._conn = sqlite3.connect(
-                str(path), timeout=METADATA_TIMEOUT_SECONDS, isolation_level=None, check_same_thread=False
-            )
-            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise MetadataError(f"{path}: sqlite refused WAL journal mode (got {mode!r})")
-            self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
-            raise MetadataError(f"cannot open metadata database {path}: {exc}") from exc
-        self._path = path
-
-    def load(self) -> tuple[int, list[_Row]]:
-        """(revision, rows), after deleting the rows of leases from a previous process."""
-        try:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                meta = dict(self._conn.execute("SELECT name, value FROM meta").fetchall())
-                schema = meta.get("schema")
-                if schema is not None and schema != SCHEMA_VERSION:
-                    raise MetadataError(f"{self._path}: unsupported metadata schema version {schema}")
-                max_row = self._conn.execute("SELECT MAX(revision) FROM kv").fetchone()[0] or 0
-                revision = max(int(meta.get("revision", 0)), int(max_row))
-                stale = self._conn.execute("DELETE FROM kv WHERE lease IS NOT NULL").rowcount
-                if stale:
-                    revision += 1
-                    log.info("deleted %d metadata keys held by leases of a previous process", stale)
-                self._conn.executemany(
-                    "INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)",
-                    [("schema", SCHEMA_VERSION), ("revision", revision)],
-                )
-                rows: list[_Row] = self._conn.execute("SELECT key, value, revision, lease FROM kv").fetchall()
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._rollback()
-                raise
-        except sqlite3.Error as exc:
-            raise MetadataError(f"cannot read metadata database {self._path}: {exc}") from exc
-        return revision, rows
-
-    def commit(self, group: list[tuple[int, list[_PutOp], list[str]]]) -> None:
-        """Commit mutations (revision, puts, deletes), in order, in one transaction (blocking)."""
-        try:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                for revision, puts, deletes in group:
-                    if puts:
-                        self._conn.executemany(
-                            "INSERT OR REPLACE INTO kv(key, value, revision, lease) VALUES (?, ?, ?, ?)",
-                            [(k, raw, revision, lease) for k, raw, lease in puts],
-                        )
-                    if deletes:
-                        self._conn.executemany("DELETE FROM kv WHERE key = ?", [(k,) for k in deletes])
-                self._conn.execute("UPDATE meta SET value = ? WHERE name = 'revision'", (group[-1][0],))
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._rollback()
-                raise
-        except sqlite3.Error as exc:
-            raise MetadataError(f"metadata write to {self._path} failed: {exc}") from exc
-
-    def _rollback(self) -> None:
-        with contextlib.suppress(sqlite3.Error):
-            self._conn.execute("ROLLBACK")
-
-    def close(self) -> None:
-        with contextlib.suppress(sqlite3.Error):
-            self._conn.close()
-
-
-def _lock_directory(directory: Path) -> int:
-    path = directory / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        try:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-        finally:
-            os.close(fd)
-        raise StoreLocked(
-            f"metadata directory {directory} is already in use (lock {path} held by pid {holder}); "
-            "another broker is running on this data directory"
-        ) from None
-    except OSError:
-        os.close(fd)
-        raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
-    return fd
 
 
 class EmbeddedStore:
     """The standalone `MetadataStore` (see the module docstring)."""
 
-    def __init__(self, db: _Sqlite | None = None, lock_fd: int | None = None) -> None:
+    def __init__(self, db: SqliteCopy | None = None, lock_fd: int | None = None) -> None:
         self._db = db
         self._lock_fd = lock_fd
         self._revision = 0
@@ -241,12 +116,12 @@ class EmbeddedStore:
         directory = Path(directory)
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            lock_fd = _lock_directory(directory)
+            lock_fd = lock_directory(directory)
         except OSError as exc:
             raise MetadataError(f"cannot open metadata directory {directory}: {exc}") from exc
-        db: _Sqlite | None = None
+        db: SqliteCopy | None = None
         try:
-            db = _Sqlite(directory / DB_FILE)
+            db = SqliteCopy(directory / DB_FILE)
             revision, rows = db.load()
             store = cls(db, lock_fd)
             store._load(revision, rows)
@@ -257,7 +132,7 @@ class EmbeddedStore:
             raise
         return store
 
-    def _load(self, revision: int, rows: Iterable[_Row]) -> None:
+    def _load(self, revision: int, rows: Iterable[Row]) -> None:
         for key, raw, rev, _lease in rows:
             raw = bytes(raw)
             decode_value(raw, key)  # refuse to start on a corrupt value rather than fail later
@@ -401,14 +276,14 @@ class EmbeddedStore:
         entry = self._entries.get(key)
         return None if entry is None else entry.lease
 
-    async def _mutate(self, puts: builtins.list[_PutOp], deletes: builtins.list[str]) -> int:
+    async def _mutate(self, puts: builtins.list[PutOp], deletes: builtins.list[str]) -> int:
         revision, future = self._plan(puts, deletes)
         if future is not None:
             await asyncio.shield(future)  # a cancelled caller's mutation is committed all the same
         return revision
 
     def _plan(
-        self, puts: builtins.list[_PutOp], deletes: builtins.list[str]
+        self, puts: builtins.list[PutOp], deletes: builtins.list[str]
     ) -> tuple[int, asyncio.Future[None] | None]:
         """Number a checked mutation and move lease bookkeeping to its outcome; apply it now (in-memory
         store) or queue it for the committer (returns its future)."""
@@ -489,7 +364,7 @@ class EmbeddedStore:
             if not pending.future.done():
                 pending.future.set_exception(MetadataError(str(err)))
 
-    def _apply(self, revision: int, puts: builtins.list[_PutOp], deletes: builtins.list[str]) -> None:
+    def _apply(self, revision: int, puts: builtins.list[PutOp], deletes: builtins.list[str]) -> None:
         """A committed mutation: into the mirror, then to the watchers."""
         self._revision = revision
         for key, raw, lease in puts:

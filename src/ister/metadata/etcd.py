@@ -30,9 +30,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import aetcd
 import grpc
@@ -41,6 +39,14 @@ from aetcd import rpc
 
 from ister.errors import InvalidArgument, MetadataError, WatchLagged
 from ister.limits import METADATA_TIMEOUT_SECONDS
+from ister.metadata.etcd_channel import (
+    Connection,
+    Endpoint,
+    connection_hint,
+    describe_error,
+)
+from ister.metadata.etcd_channel import EtcdTls as EtcdTls  # re-exported: callers name it from here
+from ister.metadata.etcd_channel import parse_endpoint as parse_endpoint
 from ister.metadata.store import (
     DEFAULT_WATCH_QUEUE,
     Compare,
@@ -59,55 +65,11 @@ from ister.metadata.txn import check_txn, check_version
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 2379
 MAX_LEASE_TTL_SECONDS = 365 * 24 * 3600.0
 MAX_LEASE_ID = 2**63 - 1  # etcd lease ids are positive int64
-RECONNECT_BACKOFF_MIN_MS = 100
-RECONNECT_BACKOFF_MAX_MS = 1000
-KEEPALIVE_TIME_MS = 10_000  # etcd refuses pings more often than every 5 s (--grpc-keepalive-min-time)
 
 # gRPC codes that mean "this endpoint is not answering": worth probing the other endpoints.
 _CONNECTION_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-
-
-@dataclass(frozen=True, slots=True)
-class _Endpoint:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-def parse_endpoint(endpoint: str, tls: bool = False) -> _Endpoint:
-    """'host:port', 'http://host:port', 'https://host:port' or '[v6]:port' (port 2379 when missing).
-
-    A bare 'host:port' is TLS when `tls` is set; `https://` needs `tls` and `http://` refuses it."""
-    if not isinstance(endpoint, str) or not endpoint.strip():
-        raise InvalidArgument(f"invalid etcd endpoint {endpoint!r}: expected 'host:port'")
-    text = endpoint.strip()
-    if "://" not in text:
-        text = ("https://" if tls else "http://") + text
-    try:
-        parts = urlsplit(text)
-        port = parts.port
-    except ValueError as exc:
-        raise InvalidArgument(f"invalid etcd endpoint {endpoint!r}: {exc}") from exc
-    if parts.scheme not in ("http", "https"):
-        raise InvalidArgument(f"invalid etcd endpoint {endpoint!r}: expected http:// or https://")
-    if parts.scheme == "https" and not tls:
-        raise InvalidArgument(
-            f"etcd endpoint {endpoint!r} is https:// but no TLS settings were given "
-            "(cluster.etcd_tls.ca_file: the CA of etcd's server certificate)"
-        )
-    if parts.scheme == "http" and tls:
-        raise InvalidArgument(
-            f"etcd endpoint {endpoint!r} is plaintext http:// but TLS to etcd is configured"
-        )
-    if not parts.hostname or parts.path not in ("", "/") or parts.query or parts.username:
-        raise InvalidArgument(f"invalid etcd endpoint {endpoint!r}: expected 'host:port'")
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return _Endpoint(host, DEFAULT_PORT if port is None else port)
 
 
 def _range_end(prefix: bytes) -> bytes:
@@ -132,66 +94,11 @@ def _lease_exists(lease_id: int) -> bool:
     return 0 < lease_id <= MAX_LEASE_ID
 
 
-@dataclass(frozen=True, slots=True)
-class EtcdTls:
-    """TLS to etcd: the CA of etcd's server certificate, and this client's certificate chain and key (PEM)
-    for an etcd that requires client certificates (`--client-cert-auth`). Never logged."""
-
-    ca_pem: bytes
-    cert_pem: bytes | None = None
-    key_pem: bytes | None = None
-
-    def __repr__(self) -> str:
-        return f"EtcdTls(client_certificate={self.cert_pem is not None})"
-
-    def credentials(self) -> grpc.ChannelCredentials:
-        return grpc.ssl_channel_credentials(
-            root_certificates=self.ca_pem, private_key=self.key_pem, certificate_chain=self.cert_pem
-        )
-
-
-class _Connection:
-    """One gRPC channel to one endpoint (plaintext, or TLS with `tls`) and the etcd stubs on it."""
-
-    def __init__(self, endpoint: _Endpoint, timeout: float, tls: EtcdTls | None = None) -> None:
-        self.endpoint = endpoint
-        options = {
-            "grpc.initial_reconnect_backoff_ms": RECONNECT_BACKOFF_MIN_MS,
-            "grpc.min_reconnect_backoff_ms": RECONNECT_BACKOFF_MIN_MS,
-            "grpc.max_reconnect_backoff_ms": RECONNECT_BACKOFF_MAX_MS,
-            "grpc.keepalive_time_ms": KEEPALIVE_TIME_MS,
-            "grpc.keepalive_timeout_ms": max(1000, int(timeout * 1000)),
-            "grpc.max_receive_message_length": -1,  # a list is bounded by MAX_LIST_RESULTS, not bytes
-        }
-        self.target = str(endpoint)
-        self.options = list(options.items())
-        self.tls = tls
-        self.channel: Any = None
-        self.kv: Any = None
-        self.lease: Any = None
-        self.watch: Any = None
-
-    async def open(self) -> None:
-        """Create the channel and stubs; no network traffic yet (the first request connects)."""
-        if self.tls is not None:
-            self.channel = grpc.aio.secure_channel(self.target, self.tls.credentials(), options=self.options)
-        else:
-            self.channel = grpc.aio.insecure_channel(self.target, options=self.options)
-        self.kv = rpc.KVStub(self.channel)
-        self.lease = rpc.LeaseStub(self.channel)
-        self.watch = rpc.WatchStub(self.channel)
-
-    async def close(self) -> None:
-        if self.channel is not None:
-            with contextlib.suppress(Exception):
-                await self.channel.close()
-
-
 class EtcdStore:
     """The etcd `MetadataStore` (see the module docstring). Create it with `await EtcdStore.connect(...)`."""
 
     def __init__(
-        self, endpoints: builtins.list[_Endpoint], namespace: str, timeout: float, tls: EtcdTls | None = None
+        self, endpoints: builtins.list[Endpoint], namespace: str, timeout: float, tls: EtcdTls | None = None
     ) -> None:
         self._endpoints = endpoints
         self._tls = tls
@@ -199,7 +106,7 @@ class EtcdStore:
         self._namespace = namespace
         self._ns = namespace.encode("utf-8")
         self._timeout = timeout
-        self._conn: _Connection | None = None
+        self._conn: Connection | None = None
         self._seen_revision = 0  # highest header revision any response has shown this client
         self._cluster_id: int | None = None
         self._watches: dict[Watch, asyncio.Task[None]] = {}
@@ -243,7 +150,7 @@ class EtcdStore:
         if conn is None:
             where = ", ".join(f"{'https' if tls else 'http'}://{e}" for e in parsed)
             raise MetadataError(
-                f"cannot reach etcd at {where}: {store._last_error}{_hint(store._last_error, tls)}"
+                f"cannot reach etcd at {where}: {store._last_error}{connection_hint(store._last_error, tls)}"
             )
         store._conn = conn
         return store
@@ -259,10 +166,10 @@ class EtcdStore:
 
     # --- connections ------------------------------------------------------------------------------
 
-    async def _connect_first(self, candidates: builtins.list[_Endpoint]) -> _Connection | None:
+    async def _connect_first(self, candidates: builtins.list[Endpoint]) -> Connection | None:
         """A connection to the first candidate that answers a request, or None."""
         for endpoint in candidates:
-            conn = _Connection(endpoint, self._timeout, self._tls)
+            conn = Connection(endpoint, self._timeout, self._tls)
             try:
                 await conn.open()
                 # A real request: proves the endpoint answers and gives the current revision.
@@ -270,7 +177,7 @@ class EtcdStore:
                     rpc.RangeRequest(key=self._ns or b"/", count_only=True), timeout=self._timeout
                 )
             except (grpc.aio.AioRpcError, aetcd.ClientError, OSError) as exc:
-                self._last_error = _describe(exc)
+                self._last_error = describe_error(exc)
                 log.warning("etcd endpoint %s did not answer: %s", endpoint, self._last_error)
                 await conn.close()
                 continue
@@ -281,12 +188,12 @@ class EtcdStore:
             return conn
         return None
 
-    def _current(self) -> _Connection:
+    def _current(self) -> Connection:
         if self._closed or self._conn is None:
             raise MetadataError("metadata store is closed")
         return self._conn
 
-    async def _call(self, what: str, request: Callable[[_Connection], Awaitable[Any]]) -> Any:
+    async def _call(self, what: str, request: Callable[[Connection], Awaitable[Any]]) -> Any:
         """Run one request on the current connection; errors become MetadataError (or InvalidArgument)."""
         conn = self._current()
         try:
@@ -295,14 +202,14 @@ class EtcdStore:
             raise self._failure(what, conn, exc) from exc
         except (grpc.aio.UsageError, aetcd.ClientError, OSError) as exc:  # e.g. the channel was just closed
             self._maybe_failover(conn)
-            raise MetadataError(f"etcd {what} on {conn.endpoint} failed: {_describe(exc)}") from exc
+            raise MetadataError(f"etcd {what} on {conn.endpoint} failed: {describe_error(exc)}") from exc
         header = getattr(response, "header", None)
         if header is not None:
             self._observe(header)
         return response
 
     def _failure(
-        self, what: str, conn: _Connection, exc: grpc.aio.AioRpcError
+        self, what: str, conn: Connection, exc: grpc.aio.AioRpcError
     ) -> MetadataError | InvalidArgument:
         code, details = exc.code(), exc.details() or ""
         if code == grpc.StatusCode.NOT_FOUND and "lease not found" in details:
@@ -311,7 +218,7 @@ class EtcdStore:
             return InvalidArgument(f"etcd refused the {what}: {details}")
         if code in _CONNECTION_CODES:
             self._maybe_failover(conn)
-        return MetadataError(f"etcd {what} on {conn.endpoint} failed: {_describe(exc)}")
+        return MetadataError(f"etcd {what} on {conn.endpoint} failed: {describe_error(exc)}")
 
     def _observe(self, header: Any) -> None:
         cluster_id, revision = int(header.cluster_id), int(header.revision)
@@ -323,7 +230,7 @@ class EtcdStore:
         elif revision > self._seen_revision:
             self._seen_revision = revision
 
-    def _maybe_failover(self, failed: _Connection) -> None:
+    def _maybe_failover(self, failed: Connection) -> None:
         """With several endpoints, look for one that answers (in the background)."""
         if len(self._endpoints) < 2 or self._closed or failed is not self._conn:
             return
@@ -332,7 +239,7 @@ class EtcdStore:
                 self._failover(failed), name="etcd-failover"
             )
 
-    async def _failover(self, failed: _Connection) -> None:
+    async def _failover(self, failed: Connection) -> None:
         # The failed endpoint first: if it answers again (a restart), stay on it.
         order = [failed.endpoint] + [e for e in self._endpoints if e != failed.endpoint]
         conn = await self._connect_first(order)
@@ -507,7 +414,7 @@ class EtcdStore:
 
     async def _follow(self, watch: Watch, start_revision: int) -> None:
         """Feed one etcd watch stream into `watch` until either ends."""
-        conn: _Connection | None = None
+        conn: Connection | None = None
         call: Any = None
         key = self._key(watch.prefix)
         try:
@@ -538,7 +445,9 @@ class EtcdStore:
             watch.fail(exc)
         except grpc.aio.AioRpcError as exc:
             where = conn.endpoint if conn is not None else "etcd"
-            watch.fail(MetadataError(f"etcd watch on {watch.prefix!r} at {where} failed: {_describe(exc)}"))
+            watch.fail(
+                MetadataError(f"etcd watch on {watch.prefix!r} at {where} failed: {describe_error(exc)}")
+            )
             if conn is not None and exc.code() in _CONNECTION_CODES:
                 self._maybe_failover(conn)
         except TimeoutError:
@@ -546,7 +455,7 @@ class EtcdStore:
                 MetadataError(f"etcd did not confirm the watch on {watch.prefix!r} in {self._timeout} s")
             )
         except (grpc.aio.UsageError, aetcd.ClientError, OSError) as exc:
-            watch.fail(MetadataError(f"etcd watch on {watch.prefix!r} failed: {_describe(exc)}"))
+            watch.fail(MetadataError(f"etcd watch on {watch.prefix!r} failed: {describe_error(exc)}"))
         finally:
             if call is not None:
                 call.cancel()
@@ -588,7 +497,7 @@ class EtcdStore:
         if response is None or int(response.TTL) <= 0:
             raise LeaseNotFound(f"lease {lease_id} not found (expired or revoked)")
 
-    async def _keep_alive_once(self, conn: _Connection, lease_id: int) -> Any:
+    async def _keep_alive_once(self, conn: Connection, lease_id: int) -> Any:
         """One LeaseKeepAlive round trip on a short-lived stream (the response, or None)."""
         call = conn.lease.LeaseKeepAlive(
             iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=self._timeout
@@ -638,23 +547,3 @@ class EtcdStore:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._timeout):
                     await conn.close()
-
-
-def _hint(error: str, tls: EtcdTls | None) -> str:
-    """What to check when the first connection fails in a way that points at TLS settings."""
-    text = error.lower()
-    if tls is None and ("socket closed" in text or "connection reset" in text or "http2" in text):
-        return " (if etcd serves TLS: https:// endpoints and cluster.etcd_tls.ca_file)"
-    if tls is not None and any(w in text for w in ("ssl", "tls", "tsi_", "handshake", "certificate")):
-        return (
-            " (TLS to etcd failed: cluster.etcd_tls.ca_file must be the CA of etcd's server certificate, "
-            "whose names must include the endpoint's host; an etcd with --client-cert-auth needs "
-            "cluster.etcd_tls.cert_file/key_file signed by its --trusted-ca-file)"
-        )
-    return ""
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, grpc.aio.AioRpcError):
-        return f"{exc.code().name}: {exc.details()}"
-    return f"{type(exc).__name__}: {exc}"

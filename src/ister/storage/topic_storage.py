@@ -33,7 +33,7 @@ from ister.storage.objects import (
 )
 from ister.storage.objects.catalog import first_descriptor
 from ister.storage.time_lookup import offset_for_time
-from ister.storage.wal import Wal, WalConfig, WalReader, WriterPool, hold_root
+from ister.storage.wal import Wal, WalReader, WriterPool, hold_root
 from ister.storage.wal.cache import CacheBudget
 from ister.storage.wal.checkpoint import record_gap
 
@@ -62,14 +62,8 @@ class TopicStorage:
         url = config.durable_url(data_dir)
         # The durable tier: closed WAL segments go to objects; readers below the WAL read them back.
         self.objects: ObjectStore | None = open_store(url, durable.options) if url is not None else None
-        self.wal_config = WalConfig(
-            fsync=w.fsync,
-            fsync_interval_ms=w.fsync_interval_ms,
-            segment_max_bytes=w.segment_max_bytes,
-            segment_max_age_s=durable.segment_max_age_seconds if self.objects is not None else 0.0,
-            cache_max_bytes=w.cache_max_bytes,
-            preallocate_bytes=w.preallocate_bytes,
-            group_linger_us=w.group_linger_us,
+        self.wal_config = w.wal_config(
+            segment_max_age_s=durable.segment_max_age_seconds if self.objects is not None else 0.0
         )
         # One memory budget for the record caches of all this broker's WALs (per-topic caps alone would let
         # a thousand busy topics hold a thousand times cache_max_bytes).

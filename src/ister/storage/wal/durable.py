@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+# Not failures of the WAL: a group that meets them is refused (retriable) and the next append tries again.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+NO_FD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+EXHAUSTED_ERRNOS = DISK_FULL_ERRNOS | NO_FD_ERRNOS
 
 
 def fsync_dir(directory: Path) -> None:

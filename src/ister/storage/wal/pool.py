@@ -42,8 +42,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import Gauge
 
-from ister.errors import ConfigError, StorageError
+from ister.errors import StorageError
 from ister.histogram import histogram
+from ister.wal_settings import check_pool_settings
 
 from . import durable
 from .checkpoint import Checkpoint, write_checkpoints
@@ -61,7 +62,6 @@ BATCH_WRITERS_SHARED = 128  # the same where one syncfs serves the batch (a seve
 # WAL's checkpoint lags by up to (WALs written at once / this) seconds instead of one.
 CHECKPOINTS_PER_SECOND = 100
 CHECKPOINT_GROUP = 16  # with shared_sync, spaced-out checkpoint slots fall due in groups of this many
-MAX_THREADS = 64
 # Fewest writers of one batch on one filesystem for which a syncfs replaces their fdatasyncs.
 SHARED_SYNC_MIN_FILES = 2
 # syncfs errors that mean "not here" (an old kernel, a sandbox's filter), not a failed write-back.
@@ -101,12 +101,7 @@ class WriterPool:
         """`threads` 0: default_threads(shared_sync); `max_open_files` 0: default_max_open_files();
         `shared_sync`: one syncfs for a batch's files where the platform has a usable one (else always an
         fdatasync each)."""
-        if not 0 <= threads <= MAX_THREADS:
-            raise ConfigError(f"wal.writer_threads must be in 0..{MAX_THREADS} (0 = automatic)")
-        if idle_close_s <= 0:
-            raise ConfigError("wal.idle_close_seconds must be > 0")
-        if max_open_files < 0:
-            raise ConfigError("wal.max_open_segments must be >= 0 (0 = automatic)")
+        check_pool_settings(threads, idle_close_s, max_open_files)
         self.shared_sync = shared_sync and durable.syncfs is not None
         self.threads = threads or default_threads(self.shared_sync)
         self.idle_close_s = idle_close_s
@@ -118,7 +113,7 @@ class WriterPool:
         self._seq = 0
         self._open: OrderedDict[WalWriter, float] = OrderedDict()  # fd open -> last written (monotonic)
         self._waiting = 0  # threads waiting on the lock's condition
-        self.lingers = 0  # turns a thread waited for more appends before taking (writer.py, "Group linger")
+        self.lingers = 0  # turns a thread waited for more appends before taking (linger.py)
         self._writers = 0
         self._closed = False
         self._checkpoint_next = 0.0  # the next free slot of the checkpoint budget (monotonic)
@@ -238,7 +233,7 @@ class WriterPool:
             self._due(now)
             if len(ready) == 1 and not ready[0].lingered_this_turn and ready[0].lingers():
                 # This writer is the only work and its appends come close together: wait a moment so that
-                # one flush serves more of them (writer.py, "Group linger"). The lock is released meanwhile;
+                # one flush serves more of them (linger.py). The lock is released meanwhile;
                 # appends to a writer already in the ready queue wake nobody.
                 writer = ready[0]
                 writer.lingered_this_turn = True

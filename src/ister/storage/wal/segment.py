@@ -332,7 +332,7 @@ def _on_damaged_scan(
         return resume
     else:
         if _zeros_after(path, scan.valid_size):
-            # the writer's preallocated space, left by a crash (writer.py, "Preallocation"): nothing torn
+            # the writer's preallocated space, left by a crash (prealloc.py): nothing torn
             log.info("cutting the preallocated space of %s at byte %d", path, scan.valid_size)
         else:
             log.warning(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,15 +12,17 @@ from typing import Any
 from ister.core.frames import HEADER_SIZE, encode_frames
 from ister.errors import Fenced, IsterError, OffsetOutOfRange, StorageError, StorageExhausted
 
+from .backpressure import QueuedBytes
 from .cache import CacheBudget, RecordCache
 from .config import WalConfig
 from .durable import fsync_dir
+from .entry import Entry
 from .frametail import FrameRun, FrameTail
 from .holes import Hole, Holes
 from .pool import WriterPool, default_pool
 from .reader import WalReader, verify_segment
 from .segment import Recovered, Segment, recover
-from .writer import Entry, WalWriter
+from .writer import WalWriter
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +57,11 @@ class Wal:
         "_last_append",
         "_loop",
         "_next_offset",
-        "_queued_bytes",
         "_read_waiters",
         "_release",
         "_segments",
         "_segments_lock",
-        "_space_waiters",
+        "_space",
         "_stopped",
         "_synced",
         "_visible",
@@ -102,9 +102,7 @@ class Wal:
         self._last_append = loop.time()  # when records were last committed (or the WAL opened)
         self._cache.reset(recovered.next_offset)
         self._frame_tail: FrameTail | None = None  # kept only while a replicated topic's leader asks
-        self._queued_bytes = 0
-        # appends waiting for queue space, FIFO (created when first needed: most WALs never wait)
-        self._space_waiters: deque[tuple[int, asyncio.Future[None]]] | None = None
+        self._space = QueuedBytes(loop, config.max_queued_bytes)  # back-pressure on appends
         self._read_waiters: set[asyncio.Future[None]] = set()
         # Called on the loop whenever readers can see more records (a commit, or the visible cap moving up),
         # with the WAL's state already updated and before the appenders' futures resolve (the topic wakes
@@ -340,7 +338,7 @@ class Wal:
             "segment_bytes": sum(s.size for s in segments),
             "cache_bytes": self._cache.nbytes,
             "cache_first_offset": self._cache.first_offset,
-            "queued_bytes": self._queued_bytes,
+            "queued_bytes": self._space.queued,
             "holes": self.damage.ranges(),
             "failed": self._failed is not None,
             "closed": self._closing,
@@ -393,12 +391,12 @@ class Wal:
         first = self._next_offset
         data = encode_frames(first, items)  # ValueError on an oversize payload: no offset consumed
         size = len(data)
-        reserved = await self._reserve(size)
+        reserved = await self._space.reserve(size)
         if reserved:
             try:
                 self._check_writable()
             except StorageError:
-                self._release_space(size)
+                self._space.release(size)
                 raise
             if self._next_offset != first:
                 first = self._next_offset
@@ -407,7 +405,7 @@ class Wal:
                         self._check_at(at)
                     self._check_limit(first, count)
                 except (Fenced, StorageError):
-                    self._release_space(size)
+                    self._space.release(size)
                     raise
                 data = encode_frames(first, items)
         return await self._submit(first, count, data, items, reserved)
@@ -423,25 +421,15 @@ class Wal:
         self._check_limit(first, count)
         if self._failed is not None or self._closing or self._cutting:
             self._check_writable()
-        reserved = await self._reserve(len(frames))
+        reserved = await self._space.reserve(len(frames))
         if reserved:
             try:
                 self._check_writable()
                 self._check_at(first)
             except StorageError:
-                self._release_space(len(frames))
+                self._space.release(len(frames))
                 raise
         return await self._submit(first, count, frames, None, reserved)
-
-    async def _reserve(self, size: int) -> bool:
-        """Wait for queue space while the writer is more than max_queued_bytes behind; True when it did
-        (the space is then counted). Returns at once, without suspending, when there is room."""
-        if self._space_waiters or (
-            self._queued_bytes and self._queued_bytes + size > self._config.max_queued_bytes
-        ):
-            await self._wait_for_space(size)
-            return True
-        return False
 
     async def _submit(
         self, first: int, count: int, data: bytes, payloads: list[bytes] | None, reserved: bool
@@ -453,11 +441,11 @@ class Wal:
             self._writer.submit(Entry(first, count, data, payloads, size - HEADER_SIZE * count, future))
         except StorageError:
             if reserved:
-                self._release_space(size)
+                self._space.release(size)
             raise
         self._next_offset = first + count
         if not reserved:
-            self._queued_bytes += size
+            self._space.add(size)
         return await future
 
     def _check_at(self, first: int) -> None:
@@ -501,44 +489,6 @@ class Wal:
                 f"WAL {self._directory.name}: offsets up to {first + count - 1} are outside this owner's "
                 f"reservation (ends before {self.offset_limit})"
             )
-
-    async def _wait_for_space(self, size: int) -> None:
-        waiter: asyncio.Future[None] = self._loop.create_future()
-        if self._space_waiters is None:
-            self._space_waiters = deque()
-        self._space_waiters.append((size, waiter))
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                self._release_space(size)  # space was granted to us but we will not use it
-            raise
-
-    def _release_space(self, size: int) -> None:
-        self._queued_bytes -= size
-        self._grant_space()
-
-    def _grant_space(self) -> None:
-        waiters = self._space_waiters
-        if waiters is None:
-            return
-        limit = self._config.max_queued_bytes
-        while waiters:
-            size, waiter = waiters[0]
-            if waiter.done():
-                waiters.popleft()
-                continue
-            if self._queued_bytes and self._queued_bytes + size > limit:
-                return
-            waiters.popleft()
-            self._queued_bytes += size
-            waiter.set_result(None)
-
-    def _fail_space_waiters(self, err: StorageError) -> None:
-        while self._space_waiters:
-            _, waiter = self._space_waiters.popleft()
-            if not waiter.done():
-                waiter.set_exception(StorageError(str(err)))
 
     async def flush(self) -> None:
         """Wait until everything appended so far is fdatasync'd (in both fsync modes)."""
@@ -672,7 +622,7 @@ class Wal:
             self._last_append = self._loop.time()
         self._committed = committed
         self._synced = synced
-        self._queued_bytes -= nbytes
+        self._space.taken(nbytes)
         # Readers are woken before the appenders: wake-ups run in the order they are scheduled, so a live
         # consumer's delivery goes out without waiting behind the producer's acknowledgement.
         if self._read_waiters:
@@ -683,8 +633,7 @@ class Wal:
             future = entry.future
             if future is not None and not future.done():
                 future.set_result(entry.first_offset)
-        if self._space_waiters:
-            self._grant_space()
+        self._space.wake()
 
     def _on_refused(self, entries: list[Entry], err: StorageExhausted, resume: int) -> None:
         # Every entry at or after `resume` is in `entries` (the writer refuses new ones until accept()).
@@ -694,11 +643,10 @@ class Wal:
             future = entry.future
             if future is not None and not future.done():
                 future.set_exception(type(err)(str(err)))
-        self._queued_bytes -= nbytes
+        self._space.taken(nbytes)
         self._next_offset = resume
         self._writer.accept()
-        if self._space_waiters:
-            self._grant_space()
+        self._space.wake()
 
     def _on_failure(self, entries: list[Entry], err: StorageError) -> None:
         self._failed = err
@@ -706,7 +654,7 @@ class Wal:
             future = entry.future
             if future is not None and not future.done():
                 future.set_exception(StorageError(str(err)))
-        self._fail_space_waiters(err)
+        self._space.fail(err)
         self._wake_readers()
 
     def _on_writer_stopped(self) -> None:
@@ -744,7 +692,7 @@ class Wal:
         await asyncio.shield(self._close_task)
 
     async def _close(self) -> None:
-        self._fail_space_waiters(StorageError("wal closed"))
+        self._space.fail(StorageError("wal closed"))
         try:
             if self._failed is None and self._synced < self._next_offset:
                 future: asyncio.Future[int] = self._loop.create_future()

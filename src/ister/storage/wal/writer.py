@@ -12,139 +12,56 @@ group and everything queued behind it are refused with `DiskFull` / `StorageExha
 handed back, none was acknowledged), and the next append tries again. At most once a second (and on stop)
 a turn also records the committed offset in the high-water checkpoint (`checkpoint.py`).
 
-Preallocation: groups are written at explicit positions (pwrite, not O_APPEND), and once the active segment
-holds data its file is allocated ahead of it (posix_fallocate, up to `preallocate_bytes` past the data, at
-most doubling it), so most fdatasyncs flush data into blocks the file already has instead of also
-journalling a new file size: about 30 % less time per fdatasync on ext4 here (docs/benchmarks.md). The
-zeros past the data are cut off when the segment is sealed, its file is closed as idle, or the WAL closes;
-after a crash, recovery cuts them like a torn tail (segment.py). Never before the segment's first frame is
-on disk, so zeros never sit where offset 0 is expected (a zero header reads as an empty frame at offset 0).
-
-Group linger (fsync always): a group is flushed as soon as a pool thread takes it, so when appends come
-one at a time (a Danube client sends one message per call) the first after an idle moment is flushed
-alone and the rest queue behind that flush; the requests then move in convoys and both cores sit idle
-while each flush runs (docs/benchmarks.md, session 17). When the writer's appends have lately come less
-than `group_linger_us` apart (a moving average of the gaps, kept by `submit`) and its groups lately held
-more than one append now and then (several appends in flight, not one producer waiting for each
-acknowledgement), a pool thread whose only work is this writer waits that long before taking its group
-(`lingers`, `pool._take_batch`). Appends that come further apart (1,000 a second and fewer at the default
-400 µs) or one at a time are flushed at once as before; and when waiting has lately not brought more
-appends (a producer that sends a few at once and waits for them), the writer stops waiting, trying once
-every LINGER_RETRY_AFTER turns whether it pays again.
+The parts, each with one owner: `WalWriter` (here) runs the group commit: the queue, the turns, the
+offsets written and synced, refusals and failures. It asks `segfiles.py` (the active segment, its
+descriptor, rotation, the cut; `truncate.py` carries a cut out on disk), `linger.py` (whether a busy
+writer waits to group more appends), `prealloc.py` (the active file allocated ahead of its data, through
+segfiles), `highwater.py` (when the high-water checkpoint is recorded) and `shortage.py` (episodes of a
+full disk or no free descriptor, and their errors).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ister.core.frames import SparseIndex
-from ister.errors import CorruptionError, DiskFull, StorageError, StorageExhausted
+from ister.errors import StorageError, StorageExhausted
 
 from .checkpoint import Checkpoint, CheckpointFile
 from .config import WalConfig
-from .durable import fsync_dir
-from .names import segment_name
-from .pool import Call, WriterPool, wal_fsync
+from .durable import DISK_FULL_ERRNOS
+from .entry import CommitCallback, CutCallback, Entry, FailureCallback, RefusedCallback
+from .highwater import CheckpointSchedule
+from .linger import GroupLinger
+from .pool import Call, WriterPool
+from .segfiles import NoSpace, SegmentFiles
 from .segment import Segment
-from .truncate import CutPlan, carry_out, clip_ranges, frame_position
+from .shortage import Shortage
 
 log = logging.getLogger(__name__)
-
-DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-NO_FD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
-EXHAUSTED_ERRNOS = DISK_FULL_ERRNOS | NO_FD_ERRNOS
-# The high-water checkpoint lags the committed offset by about this at most, or longer while the pool's
-# checkpoint budget (pool.CHECKPOINTS_PER_SECOND) is spent by many WALs written at once.
-CHECKPOINT_INTERVAL_S = 1.0
-PAGE_BYTES = 4096  # preallocation rounds up to whole pages
-
-
-class _NoSpace(Exception):
-    """Internal: a group could not be written for lack of space (or of a file descriptor); nothing of it
-    is left in the file."""
-
-    def __init__(self, cause: OSError) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-LINGER_MAX = 64  # appends queued: no reason to wait for more
-LINGER_SHARING = 0.2  # groups lately holding more than one append, at least this share of them
-LINGER_GAIN = 0.3  # waits lately followed by more appends, at least this share of them
-LINGER_RETRY_AFTER = 16  # turns skipped for lack of gain before one wait to measure it again
-
-
-class Entry:
-    """One append call (count > 0) or a flush marker (count == 0, forces an fdatasync)."""
-
-    __slots__ = ("count", "data", "first_offset", "future", "payload_bytes", "payloads")
-
-    def __init__(
-        self,
-        first_offset: int,
-        count: int,
-        data: bytes,
-        payloads: list[bytes] | None,  # None: frames appended as they came (not cached)
-        payload_bytes: int,
-        future: asyncio.Future[int] | None,
-    ) -> None:
-        self.first_offset = first_offset
-        self.count = count
-        self.data = data
-        self.payloads = payloads
-        self.payload_bytes = payload_bytes
-        self.future = future
-
-
-# (group, committed_end, synced_end, group_bytes) -> None, run on the loop thread
-CommitCallback = Callable[[list[Entry], int, int, int], None]
-# (entries that will never be written, error) -> None, run on the loop thread
-FailureCallback = Callable[[list[Entry], StorageError], None]
-# (entries refused for lack of space or descriptors, error, offset the next append must get) -> None
-RefusedCallback = Callable[[list[Entry], StorageExhausted, int], None]
-# (end, reset) -> None: a cut was made, or was attempted and failed (on_failure follows then)
-CutCallback = Callable[[int, bool], None]
 
 
 class WalWriter:
     # slots: a broker holds one per reliable topic (100,000 of them), a __dict__ each would cost ~1.5 KB
     __slots__ = (
-        "_active",
-        "_active_since",
-        "_allocated",
         "_always",
-        "_checkpoint_error",
-        "_checkpoint_slot",
         "_close_now",
         "_config",
         "_cut_now",
         "_cut_request",
         "_directory",
         "_failed",
-        "_fd",
+        "_files",
         "_final",
-        "_full_refused",
-        "_full_since",
-        "_full_what",
-        "_gap",
         "_group",
         "_interval",
-        "_last_checkpoint",
-        "_last_submit",
         "_last_sync",
-        "_linger_gain",
-        "_linger_skipped",
         "_lock",
         "_lost_ranges",
-        "_mark",
         "_nbytes",
         "_on_commit",
         "_on_cut",
@@ -154,9 +71,7 @@ class WalWriter:
         "_presynced",
         "_queue",
         "_refusing",
-        "_segments",
-        "_segments_lock",
-        "_sharing",
+        "_shortage",
         "_stopped",
         "_stopping",
         "_sync_requested",
@@ -165,10 +80,9 @@ class WalWriter:
         "_written_end",
         "_wrote",
         "busy",
-        "checkpoint_file",
+        "checkpoints",
         "close_requested",
-        "device",
-        "linger_s",
+        "linger",
         "lingered_this_turn",
         "loop",
         "pool",
@@ -200,8 +114,6 @@ class WalWriter:
         self._always = config.fsync == "always"
         self._interval = config.fsync_interval_ms / 1000.0
         self._directory = directory
-        self._segments = segments  # shared list; appended to under segments_lock
-        self._segments_lock = segments_lock
         self._on_commit = on_commit
         self._on_failure = on_failure
         self._on_refused = on_refused
@@ -214,37 +126,21 @@ class WalWriter:
         self.busy = False  # in the pool's ready queue or in a batch
         self.timer_at: float | None = None  # the deadline armed in the pool's timer heap
         self.lingered_this_turn = False  # a pool thread has waited for more appends before this turn
-        self.linger_s = config.group_linger_us / 1e6
-        self._last_submit = 0.0
-        self._gap = 1.0  # moving average of the time between appends, seconds (starts as "slow")
-        self._sharing = 0.0  # moving average of "the group had more than one append" (0..1)
-        self._linger_gain = 1.0  # moving average of "more appends came while a thread waited" (0..1)
-        self._linger_skipped = 0  # turns not lingered for lack of gain since the last linger
-        # Bytes of the active segment's file allocated (preallocation; 0: not known to exceed the data,
-        # -1: preallocation does not work here)
-        self._allocated = 0 if config.preallocate_bytes else -1
+        self.linger = GroupLinger(config.group_linger_us)
         self.close_requested = False  # the pool wants the segment file closed (idle, or too many open)
         self._stopping = False
         self._stopped = False
         self._failed: StorageError | None = None
         self._refusing: StorageExhausted | None = None  # set while the loop has not taken offsets back
-        self._active = segments[-1]
-        self._active_since = time.monotonic()
+        self._files = SegmentFiles(directory, config, segments, segments_lock)
         self.rotate_requested = False  # set by the loop (Wal.rotate), honoured before the next group
         self._cut_request: tuple[int, bool] | None = None  # (end, reset) from Wal.truncate / Wal.reset
         self._cut_now: tuple[int, bool] | None = None  # the cut this turn makes
-        self._fd: int | None = None  # the active segment, open only while it is being written
-        self._written_end = self._active.end_offset
+        self._written_end = self._files.active.end_offset
         self._synced_end = self._written_end
         self._last_sync = time.monotonic()
-        self._mark = mark  # the committed offset the checkpoint file holds
-        self._last_checkpoint = 0.0
-        self._checkpoint_slot: float | None = None  # when the pool's budget lets the next one be written
-        self._checkpoint_error: str | None = None
-        self.checkpoint_file = CheckpointFile(directory)  # written by the pool's threads only
-        self._full_since: float | None = None  # monotonic start of the current refusal episode
-        self._full_refused = 0
-        self._full_what = "disk space"
+        self.checkpoints = CheckpointSchedule(directory, mark)
+        self._shortage: Shortage | None = None  # made when a refusal episode starts (most WALs never see one)
         self.registered = False  # counted in the pool's writers (between start() and the end of stop())
         # One turn (pool thread, while this writer is in a batch): set by take(), used by the turn_* steps.
         self._group: list[Entry] = []
@@ -255,7 +151,6 @@ class WalWriter:
         self._written: Segment | None = None  # the group is in this segment's file, not yet accounted for
         self._wrote = False
         self._presynced = False  # the pool made this turn's group durable (one syncfs for its batch)
-        self.device: int | None = None  # st_dev of the segment files, known once one was opened
         self.posts: list[Call] = []  # completions for the loop, handed over by the pool after each step
 
     # ---- loop side -------------------------------------------------------------------------------
@@ -273,31 +168,35 @@ class WalWriter:
             if self._refusing is not None:
                 raise type(self._refusing)(str(self._refusing))
             self._queue.append(entry)
-            now = time.monotonic()
-            self._gap += (now - self._last_submit - self._gap) * 0.25
-            self._last_submit = now
+            self.linger.submitted(time.monotonic())
             self.pool.wake(self)
 
     def lingers(self) -> bool:
         """Whether a pool thread should wait `linger_s` before taking this writer's group (pool lock held):
-        fsync always, nothing queued that must not wait, appends lately closer together than that and
-        sharing groups (so several are in flight at once: one producer waiting for each acknowledgement
-        before its next append would only be slowed down), and waiting lately brought more of them."""
+        fsync always, nothing queued that must not wait (a flush marker, a cut, a stop, an idle close),
+        and the traffic says waiting pays (linger.py)."""
         queue = self._queue
-        if not self.linger_s or not self._always or len(queue) >= LINGER_MAX or self._stopping:
+        if not self._always or self._stopping or self.close_requested:
             return False
-        if self.close_requested or self._failed is not None or self._cut_request is not None:
+        if self._failed is not None or self._cut_request is not None:
             return False
         if not all(entry.count for entry in queue):  # a flush marker (count 0) is waited on by flush()
             return False
-        if self._gap >= self.linger_s or self._sharing < LINGER_SHARING:
-            return False
-        if self._linger_gain < LINGER_GAIN:
-            # Waiting did not bring more appends lately (a producer that sends a few at once and waits for
-            # them): skip it, but try again now and then in case the traffic changed.
-            self._linger_skipped += 1
-            return self._linger_skipped >= LINGER_RETRY_AFTER
-        return True
+        return self.linger.pays(len(queue))
+
+    @property
+    def linger_s(self) -> float:
+        """How long a pool thread waits when `lingers()` says so."""
+        return self.linger.linger_s
+
+    @property
+    def checkpoint_file(self) -> CheckpointFile:
+        return self.checkpoints.file
+
+    @property
+    def device(self) -> int | None:
+        """st_dev of the segment files, known once one was opened."""
+        return self._files.device
 
     def queued(self) -> int:
         """Entries waiting for a turn (pool lock held)."""
@@ -305,8 +204,7 @@ class WalWriter:
 
     def lingered(self, gained: bool) -> None:
         """A pool thread waited for this writer (pool lock held); `gained`: appends came meanwhile."""
-        self._linger_gain += (gained - self._linger_gain) * 0.25
-        self._linger_skipped = 0
+        self.linger.lingered(gained)
 
     def submit_cut(self, end: int, reset: bool, entry: Entry) -> None:
         """Queue a cut of the log to `end` (see truncate.py) and a marker that completes after it. The loop
@@ -337,7 +235,7 @@ class WalWriter:
     def _stop_without_pool(self) -> None:
         """The pool is gone (closed before this WAL): finish here, on the caller's thread."""
         try:
-            if self._failed is None and self._fd is not None and self._synced_end < self._written_end:
+            if self._failed is None and self._files.fd is not None and self._synced_end < self._written_end:
                 self._sync()
             self._checkpoint(final=True)
             if self._failed is None:
@@ -373,7 +271,7 @@ class WalWriter:
             del queue[:taken]
         self._group = group
         if taken:
-            self._sharing += (min(taken, 2) - 1 - self._sharing) * 0.25
+            self.linger.took(taken)
         self._nbytes = nbytes
         self._cut_now, self._cut_request = self._cut_request, None
         self._sync_requested = sync_requested
@@ -389,7 +287,7 @@ class WalWriter:
             if cut is not None:
                 self._cut(*cut)
             self._write_group(self._group, self._nbytes, self._sync_requested)
-        except _NoSpace as exc:
+        except NoSpace as exc:
             self._refuse(exc.cause)
         except BaseException as exc:  # OSError mostly; anything else must not leave appends hanging
             self._fail(exc)
@@ -398,7 +296,7 @@ class WalWriter:
         """The device of the file this turn wrote a group to that must be made durable before it is
         acknowledged (fsync=always), or None. The pool may make it durable for several writers at once
         (`presynced`); turn_sync fdatasyncs it otherwise."""
-        if not self._always or self._written is None or self._fd is None:
+        if not self._always or self._written is None or self._files.fd is None:
             return None
         if self._stopped or self._failed is not None:
             return None
@@ -410,8 +308,9 @@ class WalWriter:
 
     def sync_fd(self) -> int:
         """The open segment file (only while owes_sync() says so)."""
-        assert self._fd is not None
-        return self._fd
+        fd = self._files.fd
+        assert fd is not None
+        return fd
 
     def turn_sync(self) -> None:
         """Make the written group durable (fsync=always) and report it; fdatasync what interval mode owes."""
@@ -428,9 +327,10 @@ class WalWriter:
                     except OSError as exc:
                         if exc.errno not in DISK_FULL_ERRNOS:
                             raise
-                        assert self._fd is not None
-                        self._cut_to(self._fd, seg.size)  # nothing of the group stays behind
-                        raise _NoSpace(exc) from exc
+                        fd = self._files.fd
+                        assert fd is not None
+                        self._files.prealloc.cut_to(fd, seg.size)  # nothing of the group stays behind
+                        raise NoSpace(exc) from exc
                 self._written = None
                 self._account(seg, self._group)
             now = time.monotonic()
@@ -444,7 +344,7 @@ class WalWriter:
             if self._group or self._synced_end != synced_before:
                 committed = self._synced_end if self._always else self._written_end
                 self.posts.append((self._on_commit, (self._group, committed, self._synced_end, self._nbytes)))
-        except _NoSpace as exc:
+        except NoSpace as exc:
             self._refuse(exc.cause)
         except BaseException as exc:
             self._fail(exc)
@@ -472,7 +372,7 @@ class WalWriter:
         if self._stopped:
             pool.finished(self, stopped=True)
             return
-        if self._fd is None:
+        if self._files.fd is None:
             pool.note_closed(self)
         elif self._wrote:
             pool.note_open(self, now)
@@ -496,59 +396,50 @@ class WalWriter:
         deadline = None
         if not self._always and self._synced_end < self._written_end:
             deadline = self._last_sync + self._interval
-        committed = self._synced_end if self._always else self._written_end
-        if committed > self._mark:
-            at = self._last_checkpoint + CHECKPOINT_INTERVAL_S
-            if self._checkpoint_slot is not None:
-                at = max(at, self._checkpoint_slot)
+        at = self.checkpoints.deadline(self._committed())
+        if at is not None:
             deadline = at if deadline is None else min(deadline, at)
         return deadline
+
+    def _committed(self) -> int:
+        """The offset below which everything is acknowledged (durable with fsync=always)."""
+        return self._synced_end if self._always else self._written_end
 
     # ---- writing ---------------------------------------------------------------------------------
 
     def _write_group(self, group: list[Entry], nbytes: int, sync_requested: bool) -> None:
         """Write the group's frames (one write); turn_sync makes them durable and accounts for them."""
+        files = self._files
         if self.rotate_requested:
             self.rotate_requested = False
-            if self._active.size > 0:
+            if files.active.size > 0:
                 # close the active segment so it can be exported
                 self._rotate(self._written_end, keep_open=nbytes > 0)
         if not nbytes:
             return
         first = next(e for e in group if e.count)
-        seg = self._active
-        max_age = self._config.segment_max_age_s
-        if seg.size > 0 and (
-            seg.size >= self._config.segment_max_bytes
-            or (max_age and time.monotonic() - self._active_since >= max_age)
-        ):
+        seg = files.active
+        if files.due_to_rotate():
             seg = self._rotate(first.first_offset, keep_open=True)
         buf = group[0].data if len(group) == 1 else b"".join([e.data for e in group if e.count])
-        fd = self._open_active()
-        if seg.size:  # see "Preallocation" above
-            self._preallocate(fd, seg.size + len(buf))
+        fd = files.open()
+        if seg.size:  # never before the segment's first frame (prealloc.py)
+            files.prealloc.reserve(fd, seg.size + len(buf))
         try:
             self._write_all(buf)
         except OSError as exc:
             if exc.errno not in DISK_FULL_ERRNOS:
                 raise
-            self._cut_to(fd, seg.size)  # no torn frame (nor reserve) stays behind
-            raise _NoSpace(exc) from exc
+            files.prealloc.cut_to(fd, seg.size)  # no torn frame (nor reserve) stays behind
+            raise NoSpace(exc) from exc
         self._written = seg
         self._wrote = True
 
     def _account(self, seg: Segment, group: list[Entry]) -> None:
         """The group's frames are in `seg` (and durable with fsync=always): index them, move the ends."""
-        if self._full_since is not None:
-            log.warning(
-                "WAL %s: %s is available again; writes resumed after %.1f s (%d appends refused)",
-                self._directory,
-                self._full_what,
-                time.monotonic() - self._full_since,
-                self._full_refused,
-            )
-            self._full_since = None
-            self._full_refused = 0
+        if self._shortage is not None:
+            self._shortage.written()
+            self._shortage = None
         index = seg.index
         pos = seg.size
         end = seg.end_offset
@@ -564,86 +455,18 @@ class WalWriter:
             self._synced_end = end
             self._last_sync = time.monotonic()
 
-    def _open_active(self) -> int:
-        if self._fd is None:
-            try:
-                self._fd = os.open(self._active.path, os.O_WRONLY | os.O_CLOEXEC)
-            except OSError as exc:
-                if exc.errno in EXHAUSTED_ERRNOS:
-                    raise _NoSpace(exc) from exc
-                raise
-            if self.device is None:
-                self.device = os.fstat(self._fd).st_dev
-        return self._fd
-
     def _close_fd(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._files.close()
 
     def _write_all(self, buf: bytes) -> None:
         """Write `buf` after the active segment's data."""
-        fd = self._open_active()
-        at = self._active.size
-        n = os.pwrite(fd, buf, at)
-        if n == len(buf):
-            return
-        view = memoryview(buf)
-        while n < len(buf):
-            written = os.pwrite(fd, view[n:], at + n)
-            if written <= 0:
-                raise OSError(f"write to {self._active.path} made no progress")
-            n += written
-
-    def _preallocate(self, fd: int, end: int) -> None:
-        """Have the active segment's file allocated past `end` (bytes of data once the group is written)."""
-        allocated = self._allocated
-        if end <= allocated or allocated < 0:
-            return
-        ahead = min(self._config.preallocate_bytes, end)
-        target = -(-(end + ahead) // PAGE_BYTES) * PAGE_BYTES
-        try:
-            os.posix_fallocate(fd, 0, target)
-        except OSError as exc:
-            if exc.errno not in EXHAUSTED_ERRNOS:  # not supported here: write without a reserve
-                log.warning(
-                    "WAL %s: cannot preallocate segment files (%s); writing without", self._directory, exc
-                )
-                self._allocated = -1
-            return  # no room for a reserve: the write may still fit
-        self._allocated = target
-
-    def _cut_to(self, fd: int, size: int) -> None:
-        os.ftruncate(fd, size)
-        self._file_is_exact()
-
-    def _file_is_exact(self) -> None:
-        """The active segment's file ends at its data (cut, truncated or new): no reserve is known."""
-        if self._allocated > 0:
-            self._allocated = 0
+        self._files.write_all(buf)
 
     def _trim(self) -> None:
-        """Cut the zeros past the active segment's data (it is sealed, or the WAL closes); a failure leaves
-        them for recovery to cut."""
-        seg = self._active
-        allocated = self._allocated
-        self._file_is_exact()  # also when the reserve was already used up: the next segment starts afresh
-        if allocated <= seg.size:
-            return
-        try:
-            if self._fd is not None:
-                os.ftruncate(self._fd, seg.size)
-            else:
-                os.truncate(seg.path, seg.size)
-        except OSError as exc:
-            log.warning("WAL %s: cannot cut the preallocated tail of %s: %s", self._directory, seg.path, exc)
+        self._files.trim()
 
     def _fdatasync(self) -> None:
-        fd = self._open_active()
-        started = time.monotonic()
-        os.fdatasync(fd)
-        wal_fsync.observe(time.monotonic() - started)
+        self._files.fdatasync()
 
     def _sync(self) -> None:
         self._fdatasync()
@@ -653,83 +476,15 @@ class WalWriter:
     def _rotate(self, first_offset: int, *, keep_open: bool) -> Segment:
         if self._synced_end < self._written_end:
             self._sync()
-        path = self._directory / segment_name(first_offset)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            if exc.errno in EXHAUSTED_ERRNOS:
-                raise _NoSpace(exc) from exc
-            raise
-        try:
-            fsync_dir(self._directory)
-        except BaseException as exc:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(path)  # a retry creates it again
-            if isinstance(exc, OSError) and exc.errno in EXHAUSTED_ERRNOS:
-                raise _NoSpace(exc) from exc
-            raise
-        self._trim()  # the sealed segment's file ends at its last frame (exports and scans read it)
-        self._close_fd()
-        if keep_open:
-            self._fd = fd
-            if self.device is None:
-                self.device = os.fstat(fd).st_dev
-        else:
-            os.close(fd)  # nothing to write yet: the file is opened again by the next write
-        old = self._active
-        index = SparseIndex(old.index.every_frames, old.index.every_bytes)
-        seg = Segment(first_offset, path, size=0, end_offset=first_offset, index=index)
-        with self._segments_lock:
-            self._segments.append(seg)
-        self._active = seg
-        self._active_since = time.monotonic()
-        return seg
+        return self._files.rotate(first_offset, keep_open=keep_open)
 
     def _cut(self, end: int, reset: bool) -> None:
-        """Cut the log to `end` (everything with `reset`) on disk and here (truncate.py). The loop refuses
-        appends meanwhile and flushed before asking, so everything below the old end is durable. Any error
-        fails the WAL (the caller of turn_write): memory no longer says what the disk holds, the next open
-        does (the old log, or the cut one when the intent got to disk)."""
+        """Cut the log to `end` (everything with `reset`; segfiles.py). The loop refuses appends meanwhile
+        and flushed before asking. Any error fails the WAL (the caller of turn_write)."""
         try:
-            self._close_fd()
-            with self._segments_lock:
-                segments = list(self._segments)
-            keep: list[Segment] = []
-            holder: Segment | None = None
-            position = 0
-            if not reset:
-                i = max(i for i, s in enumerate(segments) if s.first_offset <= end)
-                keep = segments[: i + 1]
-                seg = segments[i]
-                if end <= seg.end_offset:  # else `end` lies past its readable frames: a new segment
-                    holder = seg
-                    found = seg.index.floor(end) or (seg.first_offset, 0)
-                    at = seg.size if end == seg.end_offset else frame_position(seg.path, *found, end)
-                    if at is None:
-                        raise CorruptionError(f"{seg.path}: no frame boundary for offset {end}")
-                    position = at
-            lost = () if reset else clip_ranges(self._lost_ranges(), end)
-            drop = [s.path for s in segments[len(keep) :]]
-            plan = CutPlan(end, reset, drop, None if holder is None else holder.path, position, lost)
-            self.checkpoint_file.replaced()  # the cut replaces the file
-            path = carry_out(self._directory, plan)
-            index = SparseIndex(self._config.index_every_frames, self._config.index_every_bytes)
-            if holder is not None:
-                for offset, pos in holder.index.entries:  # a new index: readers may hold the old one
-                    if offset < end:
-                        index.add(offset, pos)
-                holder.index, holder.size, holder.end_offset = index, position, end
-            else:
-                keep.append(Segment(end, path, size=0, end_offset=end, index=index))
-            with self._segments_lock:
-                self._segments[:] = keep  # the list is shared with the Wal
-            self._active = keep[-1]
-            self._active_since = time.monotonic()
+            self._files.cut(end, reset, self._lost_ranges, self.checkpoints.file)
             self._written_end = self._synced_end = end
-            self._file_is_exact()
-            self._mark = end
-            self._checkpoint_slot = None
+            self.checkpoints.cut(end)
         finally:
             self.posts.append((self._on_cut, (end, reset)))
 
@@ -737,35 +492,17 @@ class WalWriter:
         """Out of space (or descriptors): refuse this group and everything queued behind it until the loop
         takes their offsets back (Wal._on_refused, then accept()); the next append tries again."""
         self._written = None
-        err: StorageExhausted
-        if cause.errno in NO_FD_ERRNOS:
-            what = "a file descriptor"
-            err = StorageExhausted(
-                f"too many open files: cannot open a WAL segment in {self._directory}: "
-                f"{cause.strerror or cause}"
-            )
-        else:
-            what = "disk space"
-            err = DiskFull(
-                f"disk full: cannot write to the WAL in {self._directory}: {cause.strerror or cause}"
-            )
+        shortage = self._shortage
+        if shortage is None:
+            shortage = self._shortage = Shortage(self._directory)
+        err = shortage.error(cause)
         with self._lock:
             self._refusing = err
             rest = list(self._queue)
             self._queue.clear()
         entries = self._group + rest
         self._group = []
-        refused = sum(1 for e in entries if e.count)
-        if self._full_since is None:
-            self._full_what = what
-            log.error(
-                "WAL %s: %s; appends are refused (retriable) until %s is available",
-                self._directory,
-                err,
-                what,
-            )
-            self._full_since = time.monotonic()
-        self._full_refused += refused
+        shortage.refused(err, sum(1 for e in entries if e.count))
         self._final = False  # a stop behind the refused entries gets its own turn
         self.posts.append((self._on_refused, (entries, err, self._written_end)))
 
@@ -789,25 +526,14 @@ class WalWriter:
             return None
 
     def _checkpoint_due(self, final: bool) -> Checkpoint | None:
-        committed = self._synced_end if self._always else self._written_end
-        if committed <= self._mark:
-            return None
-        now = time.monotonic()
-        if not final:
-            if now - self._last_checkpoint < CHECKPOINT_INTERVAL_S:
-                return None
-            if self._checkpoint_slot is None:
-                self._checkpoint_slot = self.pool.reserve_checkpoint(now)
-            if self._checkpoint_slot > now:
-                return None  # the pool's budget is spent for now: the timer brings this writer back then
-        self._checkpoint_slot = None
-        self._last_checkpoint = now  # a failed write is retried an interval later
-        return Checkpoint(committed, self._lost_ranges())
+        return self.checkpoints.due(
+            self._committed(), final, time.monotonic(), self.pool.reserve_checkpoint, self._lost_ranges
+        )
 
     def record_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Write `checkpoint` on its own (into the file's free slot and fdatasync, or a new file)."""
         try:
-            self.checkpoint_file.write(checkpoint)
+            self.checkpoints.file.write(checkpoint)
         except OSError as exc:
             self.checkpoint_failed(exc)
         except BaseException as exc:
@@ -816,15 +542,10 @@ class WalWriter:
             self.checkpoint_recorded(checkpoint)
 
     def checkpoint_failed(self, exc: OSError) -> None:
-        if self._checkpoint_error is None:
-            log.error("WAL %s: cannot write the high-water checkpoint: %s", self._directory, exc)
-        self._checkpoint_error = str(exc)
+        self.checkpoints.failed(exc)
 
     def checkpoint_recorded(self, checkpoint: Checkpoint) -> None:
-        if self._checkpoint_error is not None:
-            log.warning("WAL %s: high-water checkpoint written again", self._directory)
-            self._checkpoint_error = None
-        self._mark = checkpoint.next_offset
+        self.checkpoints.recorded(checkpoint)
 
     def _fail(self, exc: BaseException) -> None:
         err = StorageError(f"WAL writer failed in {self._directory}: {exc!r}")
