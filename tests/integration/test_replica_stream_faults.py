@@ -138,6 +138,10 @@ async def test_damaged_frames_in_transit_are_refused_and_fetched_again(
     caplog.set_level(logging.WARNING, logger="ister.replication.follower")
     records = [f"m{i}".encode() for i in range(50)]
     await until(lambda: pair.follower.wal is not None, "the follower opened its copy")
+    # The follower's stream must be open before the publish: only then does the leader keep appends as
+    # frames (the answer that is damaged). Published earlier, they went as records, undamaged (seen under
+    # `pytest -n 3` on a loaded machine).
+    await until(lambda: pair.leader_wal._frame_tail is not None, "the follower's stream is open")
     # Acknowledged only once the follower holds them: the damaged answer is refused, the stream reopened,
     # the records sent again.
     first = await publish(pair.leader, pair.leader_wal, records)

@@ -4,6 +4,8 @@ standalone broker whose WAL segments are small and exported within a second to i
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,24 +25,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("spark"))
 
 
+class _PopenWithoutPreexec(subprocess.Popen[bytes]):
+    """PySpark starts its JVM with `preexec_fn` (to ignore SIGINT), which makes Python fork() and run code
+    in the child. A pytest worker that already used gRPC has gRPC's threads and fork handlers: that child
+    then crashed before exec (SIGSEGV, 'Java gateway process exited') in 9 of 32 launches beside a busy
+    gRPC thread; without `preexec_fn`, 0 of 15. Without `preexec_fn` Python spawns with vfork (no fork
+    handlers, no Python in the child); SIGINT is ignored around the spawn instead, which the JVM inherits."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.pop("preexec_fn", None)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            super().__init__(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers use this venv (ister, pyarrow)
+    import pyspark.java_gateway
+
     from ister.spark.pipeline import local_session
 
     conf = {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"}
-    # The JVM is started by a fork of this process; beside another pytest worker on two busy cores it has
-    # once exited before sending its port ("Java gateway process exited"). That is the launch failing, not
-    # Spark or Ister: try again (three attempts), and fail with the last error if it keeps happening.
-    for attempt in range(3):
-        try:
-            session = local_session("local[2]", **conf)
-            break
-        except Exception as exc:  # pyspark's PySparkRuntimeError (JAVA_GATEWAY_EXITED) and its kin
-            if attempt == 2 or "gateway" not in str(exc).lower():
-                raise
-            print(f"spark: the JVM did not start ({exc}); trying again", file=sys.stderr)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pyspark.java_gateway, "Popen", _PopenWithoutPreexec)
+        session = local_session("local[2]", **conf)
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -45,7 +45,6 @@ from ister.metadata.records import NamespacePolicy, TopicRetention, parse_start
 from ister.metadata.store import MetadataStore
 from ister.storage.objects import ObjectStore, catalog
 from ister.storage.objects.catalog import ObjectDescriptor
-from ister.storage.objects.parquet import parquet_key
 from ister.storage.objects.segment import list_topic_files
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
@@ -342,6 +341,9 @@ class RetentionKeeper:
         assert self.objects is not None
         await self.store.delete(keys.storage_object(name, desc.start_offset))
         await self.objects.delete(desc.key)
+        # Imported here: the module loads pyarrow (~0.2 s of CPU), which a broker start does not need.
+        from ister.storage.objects.parquet import parquet_key
+
         await self.objects.delete(parquet_key(desc.key))
 
     async def sweep(self, topic: Topic, object_prefix: str) -> int:

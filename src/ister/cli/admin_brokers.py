@@ -13,8 +13,6 @@ import time
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ister.cli.admin import (
     DEFAULT_ADMIN_ADDR,
@@ -149,6 +147,10 @@ def _drain_state(admin_addr: str, broker_id: str) -> tuple[list[str], str]:
 def _follow_drain(admin_addr: str, broker_id: str, total: int, within: float, bar: bool) -> list[str]:
     """Poll until the broker holds no topics and is `drained`; the topics it still holds after `within`
     seconds ([] once drained). A progress bar on stderr when it is a terminal and `bar` is set."""
+    # rich is imported here, not at every `ister` start (~0.15 s of CPU).
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     console = Console(file=sys.stderr)
     progress = Progress(
         TextColumn(f"draining broker {broker_id}"),

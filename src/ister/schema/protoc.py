@@ -10,11 +10,15 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ister.core.schema import PROTO_FILE_NAME, ProtobufSchema, parse
+from ister.core.schema import PROTO_FILE_NAME, parse
 from ister.core.schema.types import SchemaType
 from ister.errors import InvalidArgument
 from ister.ids import clip
+
+if TYPE_CHECKING:
+    from ister.core.schema.protobuf import ProtobufSchema
 
 PROTOC_TIMEOUT_SECONDS = 20.0
 
@@ -64,6 +68,8 @@ async def compile_proto(text: str) -> bytes:
 
 
 def parse_proto_sync(text: str) -> ProtobufSchema:
+    from ister.core.schema.protobuf import ProtobufSchema  # protobuf's descriptors load on first use
+
     schema = parse(SchemaType.PROTOBUF, text, compile_proto_sync(text))
     assert isinstance(schema, ProtobufSchema)
     return schema

@@ -11,7 +11,6 @@ from ister.core.schema import (
     CompatibilityMode,
     JsonRules,
     ParsedSchema,
-    ProtobufSchema,
     SchemaType,
     ValidationPolicy,
     parse,
@@ -152,6 +151,10 @@ def schema_of_record(record: Any) -> ParsedSchema:
 
 
 def is_protobuf(schema: ParsedSchema) -> bool:
+    if schema.type is not SchemaType.PROTOBUF:
+        return False  # (only ProtobufSchema has that type; its module loads protobuf's descriptors)
+    from ister.core.schema.protobuf import ProtobufSchema
+
     return isinstance(schema, ProtobufSchema)
 
 

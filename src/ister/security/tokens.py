@@ -16,10 +16,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-import jwt
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.hazmat.primitives.serialization import load_pem_public_key
-
+# jwt and cryptography are imported where a token or key is handled, not here: they cost ~0.2 s of CPU at
+# every broker and CLI start, and most brokers run without authentication.
 from ister.config import JwtSettings
 from ister.errors import ConfigError, InvalidArgument, Unauthenticated
 from ister.security.files import WatchedFiles, read_file
@@ -53,6 +51,9 @@ class _Keys:
             self.secret = read_file(settings.secret_file, "JWT secret file").strip()
             if len(self.secret) < 16:
                 raise ConfigError(f"JWT secret file {settings.secret_file}: use at least 16 bytes")
+        import jwt
+        from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
         for path in settings.public_key_files:
             try:
                 key = load_pem_public_key(read_file(path, "JWT public key"))
@@ -81,6 +82,8 @@ class _Keys:
 
 
 def _algorithm(key: Any, where: str) -> str:
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
     if isinstance(key, rsa.RSAPublicKey):
         return "RS256"
     if isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name == "secp256r1":
@@ -131,6 +134,8 @@ class TokenVerifier:
     def _decode(self, token: str) -> tuple[Principal, float]:
         if len(token) > MAX_TOKEN_BYTES:
             raise Unauthenticated("invalid token: longer than 8 KiB")
+        import jwt
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError:
@@ -220,4 +225,6 @@ def mint(
     }
     if audience:
         claims["aud"] = audience
+    import jwt
+
     return jwt.encode(claims, secret, algorithm="HS256")

@@ -4,12 +4,12 @@ and compatibility rules per type and mode. Protobuf definitions arrive compiled 
 
 from __future__ import annotations
 
-from ister.core.schema.avro import AvroSchema
-from ister.core.schema.compat import can_read, check
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ister.core.schema.jsonschema import JsonSchema
 from ister.core.schema.model import MAX_SCHEMA_BYTES, ParsedSchema
 from ister.core.schema.primitive import PrimitiveSchema
-from ister.core.schema.protobuf import ProtobufSchema
 from ister.core.schema.types import (
     DEFAULT_JSON_RULES,
     DEFAULT_MODE,
@@ -24,6 +24,28 @@ from ister.core.schema.types import (
     parse_schema_type,
 )
 from ister.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from ister.core.schema.avro import AvroSchema
+    from ister.core.schema.compat import can_read, check
+    from ister.core.schema.protobuf import ProtobufSchema
+
+# avro/fastavro and protobuf's descriptor_pb2 take ~0.3 s of CPU to import, and every broker and CLI start
+# imports this package while only schema work needs them: these names load on first use (PEP 562).
+_LAZY = {
+    "AvroSchema": "ister.core.schema.avro",
+    "ProtobufSchema": "ister.core.schema.protobuf",
+    "can_read": "ister.core.schema.compat",
+    "check": "ister.core.schema.compat",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 PROTO_FILE_NAME = "schema.proto"
 
@@ -73,9 +95,13 @@ def parse(schema_type: SchemaType, text: str, compiled_proto: bytes | None = Non
     if schema_type.is_primitive:
         return PrimitiveSchema(schema_type)
     if schema_type is SchemaType.AVRO:
+        from ister.core.schema.avro import AvroSchema
+
         return AvroSchema(text)
     if schema_type is SchemaType.JSON_SCHEMA:
         return JsonSchema(text)
     if compiled_proto is None:
         raise InvalidArgument("a Protobuf schema must be compiled before it is parsed")
+    from ister.core.schema.protobuf import ProtobufSchema
+
     return ProtobufSchema(text, compiled_proto, PROTO_FILE_NAME)

@@ -11,30 +11,40 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ister.core.schema.avro import AvroSchema, avro_can_read
 from ister.core.schema.jsonschema import JsonSchema, json_can_read
 from ister.core.schema.model import MAX_ERRORS, ParsedSchema
-from ister.core.schema.protobuf import ProtobufSchema, proto_can_read, proto_evolution_errors
-from ister.core.schema.types import DEFAULT_JSON_RULES, CompatibilityMode, JsonRules
+from ister.core.schema.types import DEFAULT_JSON_RULES, CompatibilityMode, JsonRules, SchemaType
+
+# The Avro and Protobuf checkers are imported when a schema of their type is compared: their libraries
+# cost ~0.3 s at every process start (ister.core.schema's lazy names). Only their classes have those types.
 
 
 def can_read(
     reader: ParsedSchema, writer: ParsedSchema, json_rules: JsonRules = DEFAULT_JSON_RULES
 ) -> list[str]:
     """Why data written with `writer` cannot be read with `reader`; both of one type."""
-    if isinstance(reader, AvroSchema) and isinstance(writer, AvroSchema):
-        return avro_can_read(reader, writer)
+    if reader.type is SchemaType.AVRO:
+        from ister.core.schema.avro import AvroSchema, avro_can_read
+
+        if isinstance(reader, AvroSchema) and isinstance(writer, AvroSchema):
+            return avro_can_read(reader, writer)
     if isinstance(reader, JsonSchema) and isinstance(writer, JsonSchema):
         return json_can_read(reader, writer, json_rules)
-    if isinstance(reader, ProtobufSchema) and isinstance(writer, ProtobufSchema):
-        return proto_can_read(reader, writer)
+    if reader.type is SchemaType.PROTOBUF:
+        from ister.core.schema.protobuf import ProtobufSchema, proto_can_read
+
+        if isinstance(reader, ProtobufSchema) and isinstance(writer, ProtobufSchema):
+            return proto_can_read(reader, writer)
     return []  # bytes, string, number: one type reads its own data
 
 
 def evolution_errors(old: ParsedSchema, new: ParsedSchema) -> list[str]:
     """Changes refused in either direction (Protobuf numbers removed unreserved or reused)."""
-    if isinstance(old, ProtobufSchema) and isinstance(new, ProtobufSchema):
-        return proto_evolution_errors(old, new)
+    if old.type is SchemaType.PROTOBUF:
+        from ister.core.schema.protobuf import ProtobufSchema, proto_evolution_errors
+
+        if isinstance(old, ProtobufSchema) and isinstance(new, ProtobufSchema):
+            return proto_evolution_errors(old, new)
     return []
 
 
