@@ -77,7 +77,7 @@ class BrokerService:
         )
         durable = config.storage.durable
         self.exports = ExportScheduler(
-            self.storage.retention, durable.export_interval_seconds, durable.segment_max_age_seconds
+            self.storage.retention, durable.export_interval_seconds, durable.segment_max_age_seconds, clock
         )
         self.registry = TopicRegistry(
             config,
@@ -98,6 +98,7 @@ class BrokerService:
             self.storage,
             lambda: self.registry.topics.values(),
             config.storage.retention.check_interval_seconds,
+            clock=clock,
             hold_seconds=config.storage.retention.producer_hold_seconds,
             move=lambda topic, sub, offset: self.cursors.seek(
                 topic, sub, Position("offset", offset), create=False
