@@ -49,6 +49,7 @@ from ister.metadata.store import (
     encode_value,
 )
 from ister.metadata.txn import check_txn, check_version
+from ister.tasks import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ class EmbeddedStore:
         self._leases: dict[int, _Lease] = {}
         self._lease_wakeup = asyncio.Event()
         self._lease_task: asyncio.Task[None] | None = None
+        self._tasks = TaskSupervisor("embedded metadata store")  # lease expiry and the group committer
         self._closed = False
         # Group commit (persistent stores only): mutations checked and numbered, not yet committed.
         self._planned = 0  # the revision given to the latest mutation (== _revision when none is queued)
@@ -312,7 +314,7 @@ class EmbeddedStore:
         if self._committer is None:
             self._commit_wakeup = asyncio.Event()
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="metadata-commit")
-            self._committer = loop.create_task(self._commit_loop(), name="metadata-commit")
+            self._committer = self._tasks.spawn(self._commit_loop(), "metadata-commit")
         assert self._commit_wakeup is not None
         self._commit_wakeup.set()
         return revision, future
@@ -470,9 +472,7 @@ class EmbeddedStore:
 
     def _ensure_lease_task(self) -> None:
         if self._lease_task is None or self._lease_task.done():
-            self._lease_task = asyncio.get_running_loop().create_task(
-                self._lease_loop(), name="metadata-lease-expiry"
-            )
+            self._lease_task = self._tasks.spawn(self._lease_loop(), "metadata-lease-expiry")
 
     async def _lease_loop(self) -> None:
         while True:
@@ -517,6 +517,7 @@ class EmbeddedStore:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(task, METADATA_TIMEOUT_SECONDS)
+        await self._tasks.close()  # none left running; none starts from now on
         for watch in list(self._watches):
             watch.finish()
         self._watches.clear()

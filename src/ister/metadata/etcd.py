@@ -62,6 +62,7 @@ from ister.metadata.store import (
     encode_value,
 )
 from ister.metadata.txn import check_txn, check_version
+from ister.tasks import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ class EtcdStore:
         self._cluster_id: int | None = None
         self._watches: dict[Watch, asyncio.Task[None]] = {}
         self._failover_task: asyncio.Task[None] | None = None
+        self._tasks = TaskSupervisor("etcd client")  # the watch streams and the endpoint failover
         self._closed = False
 
     @classmethod
@@ -235,9 +237,7 @@ class EtcdStore:
         if len(self._endpoints) < 2 or self._closed or failed is not self._conn:
             return
         if self._failover_task is None or self._failover_task.done():
-            self._failover_task = asyncio.get_running_loop().create_task(
-                self._failover(failed), name="etcd-failover"
-            )
+            self._failover_task = self._tasks.spawn(self._failover(failed), "etcd-failover")
 
     async def _failover(self, failed: Connection) -> None:
         # The failed endpoint first: if it answers again (a restart), stay on it.
@@ -401,9 +401,7 @@ class EtcdStore:
         check_key(prefix, "prefix")
         watch = Watch(prefix, max_queue, on_close=self._watch_closed)
         start_revision = self._seen_revision + 1  # every change this client could not have seen yet
-        task = asyncio.get_running_loop().create_task(
-            self._follow(watch, start_revision), name=f"etcd-watch {prefix}"
-        )
+        task = self._tasks.spawn(self._follow(watch, start_revision), f"etcd-watch {prefix}")
         self._watches[watch] = task
         return watch
 
@@ -540,6 +538,7 @@ class EtcdStore:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self._tasks.close()  # none left running; none starts from now on
         for watch in watches:
             watch.finish()
         conn, self._conn = self._conn, None
