@@ -184,7 +184,9 @@ async def test_partitioned_reset_moves_every_partition_and_bad_input_changes_not
         await producer.close()
         heads = [(await client.offsets(f"{topic}-part-{i}")).next for i in range(3)]
         assert sum(heads) == 30 and min(heads) >= 1
-        consumer = await client.consumer(topic, "psub", initial_position="earliest")
+        # One consumer name for both readers: the second takes the Exclusive subscription over at once
+        # (another name would wait out the first's 10 s grace, however long the commands below take).
+        consumer = await client.consumer(topic, "psub", name="reader", initial_position="earliest")
         async with asyncio.timeout(15):
             for _ in range(30):
                 (await consumer.receive()).ack_nowait()
@@ -207,7 +209,7 @@ async def test_partitioned_reset_moves_every_partition_and_bad_input_changes_not
     await admin_fails(addr, "reset-cursor", topic, "-s", "psub", "--to", "soon", code=2)
     await admin_fails(addr, "reset-cursor", topic, "-s", "psub", "--time", "yesterday", code=2)
     async with Client(wal_broker.url) as client:
-        consumer = await client.consumer(topic, "psub")
+        consumer = await client.consumer(topic, "psub", name="reader")
         async with asyncio.timeout(15):
             offsets = sorted([(m.topic, m.offset) for m in [await consumer.receive() for _ in range(30)]])
         assert offsets == sorted((f"{topic}-part-{i}", o) for i in range(3) for o in range(heads[i]))

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ister.broker import topic as topic_module
-from ister.broker.service import BrokerService
+from ister.broker.service import CONSUMER_REAP_INTERVAL_SECONDS, PRODUCER_IDLE_SECONDS, BrokerService
+from ister.clock import VirtualClock
 from ister.config import load_config
 from ister.core.dispatch import SubType
 from ister.core.record import StoredMessage
@@ -18,6 +19,7 @@ from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
 from ister.storage.wal.writer import WalWriter
+from tests.support import until
 
 
 @pytest.fixture
@@ -44,6 +46,27 @@ async def test_idle_consumers_are_forgotten(broker: BrokerService) -> None:
     assert await broker.store.get(keys.consumer_index(cid)) is None
     again = await broker.subscribe("/default/t", "s", "c", SubType.SHARED, [])
     assert again != cid
+
+
+async def test_the_reaper_forgets_idle_sessions_on_the_brokers_clock(tmp_path: Path) -> None:
+    clock = VirtualClock()
+    store = EmbeddedStore.in_memory()
+    broker = BrokerService(load_config(environ={}), store, tmp_path, clock=clock)
+    await broker.start()
+    try:
+        pid = await broker.create_producer("/default/reaped", "p", reliable=True, access_mode=0)
+        cid = await broker.subscribe("/default/reaped", "s", "c", SubType.SHARED, [])
+        await clock.advance(PRODUCER_IDLE_SECONDS - CONSUMER_REAP_INTERVAL_SECONDS)  # idle, not long enough
+        assert cid in broker.consumers and pid in broker.producers
+        assert broker.consumer_alive(cid)  # a health check: idle from now on
+        await clock.advance(2 * CONSUMER_REAP_INTERVAL_SECONDS)  # the producer is past its idle time
+        await until(lambda: pid not in broker.producers, "the idle producer forgotten")
+        assert cid in broker.consumers
+        await clock.advance(PRODUCER_IDLE_SECONDS)
+        await until(lambda: cid not in broker.consumers, "the idle consumer forgotten")
+    finally:
+        await broker.close()
+        await store.close()
 
 
 async def test_attached_consumers_are_never_reaped(broker: BrokerService) -> None:

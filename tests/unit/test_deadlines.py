@@ -1,4 +1,6 @@
-"""Deadlines (broker/deadlines.py): the publish path's cheap replacement for asyncio.timeout."""
+"""Deadlines (broker/deadlines.py): the publish path's cheap replacement for asyncio.timeout.
+
+Time is virtual (`VirtualClock`) except where real event loops' timers are the point."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import asyncio
 import pytest
 
 from ister.broker.deadlines import Deadlines
+from ister.clock import VirtualClock
 
 
 async def _wait_forever(deadlines: Deadlines) -> None:
@@ -15,51 +18,55 @@ async def _wait_forever(deadlines: Deadlines) -> None:
 
 
 async def test_a_block_that_ends_in_time_is_left_alone() -> None:
-    deadlines = Deadlines(0.05)
+    clock = VirtualClock()
+    deadlines = Deadlines(0.05, clock)
     with deadlines.guard():
         await asyncio.sleep(0)
     assert len(deadlines) == 0
-    await asyncio.sleep(0.1)  # past the deadline the block had: nothing is cancelled later
+    await clock.advance(0.1)  # past the deadline the block had: nothing is cancelled later
     task = asyncio.current_task()
     assert task is not None and task.cancelling() == 0
 
 
 async def test_a_block_that_waits_too_long_gets_timeout_error_not_before_its_deadline() -> None:
-    deadlines = Deadlines(0.05)
-    loop = asyncio.get_running_loop()
-    started = loop.time()
+    clock = VirtualClock()
+    deadlines = Deadlines(0.05, clock)
+    started = clock.monotonic()
+    advancing = asyncio.create_task(clock.advance(1.0))
     with pytest.raises(TimeoutError):
         await _wait_forever(deadlines)
-    assert loop.time() - started >= 0.05
+    assert clock.monotonic() - started >= 0.05
+    await advancing
     assert len(deadlines) == 0
     task = asyncio.current_task()
     assert task is not None and task.cancelling() == 0  # its cancellation was taken back
 
 
 async def test_each_waiter_expires_at_its_own_deadline_and_early_leavers_are_not_cancelled() -> None:
-    deadlines = Deadlines(0.2)
-    loop = asyncio.get_running_loop()
+    clock = VirtualClock()
+    deadlines = Deadlines(0.2, clock)
     ended: dict[str, float] = {}
 
     async def waiter(name: str, release: asyncio.Event | None) -> str:
-        started = loop.time()
+        started = clock.monotonic()
         try:
             with deadlines.guard():
                 await (release or asyncio.Event()).wait()
             return "released"
         except TimeoutError:
-            ended[name] = loop.time() - started
+            ended[name] = clock.monotonic() - started
             return "timed out"
 
     release = asyncio.Event()
     first = asyncio.create_task(waiter("first", release))  # the oldest: the timer is armed for it
-    await asyncio.sleep(0.05)
+    await clock.advance(0.05)
     second = asyncio.create_task(waiter("second", None))
-    await asyncio.sleep(0.05)
+    await clock.advance(0.05)
     third = asyncio.create_task(waiter("third", None))
     await asyncio.sleep(0)
     release.set()  # the oldest leaves in time: the timer must move on to the next
     assert await first == "released"
+    await clock.advance(0.25)  # past the deadlines of the second and the third
     # bounded: a timer that never moves on would leave them waiting for ever
     assert await asyncio.wait_for(second, 5) == "timed out"
     assert await asyncio.wait_for(third, 5) == "timed out"
@@ -68,17 +75,22 @@ async def test_each_waiter_expires_at_its_own_deadline_and_early_leavers_are_not
 
 
 async def test_waiters_after_an_idle_spell_still_expire() -> None:
-    deadlines = Deadlines(0.05)
+    clock = VirtualClock()
+    deadlines = Deadlines(0.05, clock)
     with deadlines.guard():
         await asyncio.sleep(0)
-    await asyncio.sleep(0.1)  # the timer armed for that block fired and found nothing
+    await clock.advance(0.1)  # the timer armed for that block fired and found nothing
+    advancing = asyncio.create_task(clock.advance(1.0))
     with pytest.raises(TimeoutError):
         await _wait_forever(deadlines)
+    await advancing
     with deadlines.guard():  # and again while its timer is still armed for a block that has left
         await asyncio.sleep(0)
-    await asyncio.sleep(0.01)  # a later deadline than that block's (the loop clock counts milliseconds)
+    await clock.advance(0.01)  # a later deadline than that block's
+    advancing = asyncio.create_task(clock.advance(1.0))
     with pytest.raises(TimeoutError):
         await _wait_forever(deadlines)
+    await advancing
 
 
 async def test_a_cancellation_from_elsewhere_stays_a_cancellation() -> None:
@@ -92,7 +104,8 @@ async def test_a_cancellation_from_elsewhere_stays_a_cancellation() -> None:
 
 
 async def test_expired_and_cancelled_from_elsewhere_is_a_cancellation() -> None:
-    deadlines = Deadlines(0.05)
+    clock = VirtualClock()
+    deadlines = Deadlines(0.05, clock)
     entered = asyncio.Event()
 
     async def stubborn() -> None:
@@ -101,12 +114,12 @@ async def test_expired_and_cancelled_from_elsewhere_is_a_cancellation() -> None:
             try:
                 await asyncio.Event().wait()
             except asyncio.CancelledError:
-                await asyncio.sleep(0.05)  # still inside the block when the caller cancels it too
+                await clock.sleep(0.05)  # still inside the block when the caller cancels it too
                 raise
 
     task = asyncio.create_task(stubborn())
     await entered.wait()
-    await asyncio.sleep(0.07)  # the guard has cancelled it by now
+    await clock.advance(0.07)  # the guard has cancelled it by now
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -131,8 +144,9 @@ async def test_bad_use_is_refused() -> None:
 
 
 def test_one_deadlines_used_by_one_loop_after_another() -> None:
-    # A topic's Deadlines outlives nothing in the broker, but tests run many loops: a timer left armed in a
-    # loop that has closed must not keep the next loop's waiters from expiring.
+    # Real time: the point is real event loops' timers. A topic's Deadlines outlives nothing in the broker,
+    # but tests run many loops: a timer left armed in a loop that has closed must not keep the next loop's
+    # waiters from expiring.
     deadlines = Deadlines(0.05)
 
     async def leave_a_timer_armed() -> None:

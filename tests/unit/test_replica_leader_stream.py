@@ -18,7 +18,8 @@ from ister.errors import Unavailable
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
-from ister.replication.leader import ISR_CHECK_SECONDS, ReplicaLeader
+from ister.replication.insync import ISR_CHECK_SECONDS
+from ister.replication.leader import ReplicaLeader
 from ister.storage.wal import Wal, WalConfig
 from ister.wire.gen import ister_v1_pb2 as pb
 from tests.support import advance_until

@@ -13,7 +13,8 @@ from ister.errors import MetadataError
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
-from ister.replication.leader import ISR_CHECK_SECONDS, PEERS_CHECK_SECONDS, ReplicaLeader
+from ister.replication.insync import ISR_CHECK_SECONDS, PEERS_CHECK_SECONDS
+from ister.replication.leader import ReplicaLeader
 from ister.storage.wal import Wal, WalConfig
 from tests.support import advance_until
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ister.broker.retention import RetentionKeeper, RetentionView
+from ister.clock import VirtualClock
 from ister.errors import MetadataError
 from ister.ids import TopicName
 from ister.metadata import keys
@@ -121,5 +122,23 @@ async def test_an_object_left_by_a_failed_delete_is_swept_by_the_next_pass(tmp_p
         assert parse_start(await store.get(keys.start_offset(TOPIC))) >= start
         assert wal.committed_offset == 200  # the head: nothing past the start offset touched
     finally:
+        await view.close()
+        await wal.close()
+
+
+async def test_passes_come_every_interval_on_the_keepers_clock(tmp_path: Path) -> None:
+    store, _, wal, view, idle, topic = await setup(tmp_path)
+    clock = VirtualClock(wall_start=1_800_000_000.0)  # after the records' publish times: all expired
+    keeper = RetentionKeeper(view, idle.storage, lambda: [topic], 60.0, clock=clock)
+    keeper.start()
+    try:
+        await clock.advance(59.0)
+        assert keeper.passes == 0 and topic.start_offset == 0  # the first pass is an interval away
+        await clock.advance(1.0)
+        await until(lambda: keeper.passes == 1, "the first pass, at 60 virtual seconds")
+        assert topic.start_offset == parse_start(await store.get(keys.start_offset(TOPIC))) > 0
+        assert object_files(tmp_path) == []
+    finally:
+        await keeper.close()
         await view.close()
         await wal.close()

@@ -4,7 +4,6 @@ dead letters, named cursors, and forgetting consumers that went away."""
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +63,7 @@ class Consumers:
         self.topics = topics
         self.broker_url = broker_url
         self.refs: dict[int, ConsumerRef] = {}
-        self._started_at = time.monotonic()
+        self._started_at = clock.monotonic()
         d = config.dispatch
         self.partition_groups = PartitionGroups(d.rebalance_delay_seconds, d.max_handoff_seconds)
 
@@ -132,7 +131,9 @@ class Consumers:
             topic.untrack_cursor(subscription)  # consumed again: its own lag gauge takes over
             sub = await self._open(topic, subscription, sub_type, consumer_name, filters, earliest)
             topic.subscriptions[subscription] = sub
-        session = ConsumerSession(new_id(), consumer_name, name.full, subscription, sub_type, filters)
+        session = ConsumerSession(
+            new_id(), consumer_name, name.full, subscription, sub_type, filters, clock=self.clock
+        )
         sub.add_consumer(session)
         self.refs[session.id] = ConsumerRef(session, sub)
         index = ConsumerIndexRecord(
@@ -369,7 +370,13 @@ class Consumers:
             if sub.sub_type != sub_type or sub.find_consumer(rec.consumer_name) is not None:
                 raise NotFound(f"consumer {consumer_id} was replaced")
             session = ConsumerSession(
-                consumer_id, rec.consumer_name, name.full, rec.subscription, sub_type, filters
+                consumer_id,
+                rec.consumer_name,
+                name.full,
+                rec.subscription,
+                sub_type,
+                filters,
+                clock=self.clock,
             )
             sub.add_consumer(session)
             ref = ConsumerRef(session, sub)
@@ -411,7 +418,7 @@ class Consumers:
         ]
         for ref in stale:
             await self._drop(ref.session, ref.subscription)
-        if time.monotonic() - self._started_at > CONSUMER_IDLE_SECONDS:
+        if self.clock.monotonic() - self._started_at > CONSUMER_IDLE_SECONDS:
             # Index entries of consumers from before a restart that never came back.
             for kv in await self.store.list(keys.CONSUMER_INDEX_PREFIX, limit=10_000):
                 cid = kv.key[len(keys.CONSUMER_INDEX_PREFIX) :]

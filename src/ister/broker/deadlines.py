@@ -7,6 +7,8 @@ deadlines, so a single timer per `Deadlines`, armed for the oldest waiter only w
 the expired ones at the front. Entering and leaving a guard is a dict insert and delete. `shared` gives
 every user of one timeout the same `Deadlines` (the publishes of all a broker's topics: one timer).
 
+Time is the injected `Clock`'s (`REAL_CLOCK` by default; tests give a `VirtualClock`).
+
 An expired guard cancels its task and, as `asyncio.timeout` does, turns that cancellation into TimeoutError
 where the guarded block ends; a cancellation from elsewhere stays a cancellation.
 """
@@ -14,20 +16,27 @@ where the guarded block ends; a cancellation from elsewhere stays a cancellation
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from types import TracebackType
+
+from ister.clock import REAL_CLOCK, Clock, Timer
+
+# A timer re-armed for `deadline - now` may fire a rounding error before `deadline`: it counts as due.
+_SLACK = 1e-6
 
 
 class Deadlines:
-    """Guards that give their block `timeout` seconds (on the running loop's clock)."""
+    """Guards that give their block `timeout` seconds (on `clock`)."""
 
-    __slots__ = ("_timer", "_timer_loop", "_waiting", "timeout")
+    __slots__ = ("_clock", "_timer", "_timer_loop", "_waiting", "timeout")
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, clock: Clock = REAL_CLOCK) -> None:
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, not {timeout}")
         self.timeout = timeout
+        self._clock = clock
         self._waiting: dict[DeadlineGuard, None] = {}  # insertion order = deadline order
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._timer_loop: asyncio.AbstractEventLoop | None = None
 
     def guard(self) -> DeadlineGuard:
@@ -41,10 +50,10 @@ class Deadlines:
         return len(self._waiting)
 
     def _enter(self, guard: DeadlineGuard, loop: asyncio.AbstractEventLoop) -> None:
-        guard.deadline = loop.time() + self.timeout
+        guard.deadline = self._clock.monotonic() + self.timeout
         self._waiting[guard] = None
         if self._timer is None or self._timer_loop is not loop:  # (a closed loop's timer never fires)
-            self._timer = loop.call_at(guard.deadline, self._expire, loop)
+            self._timer = self._clock.call_later(self.timeout, partial(self._expire, loop))
             self._timer_loop = loop
 
     def _leave(self, guard: DeadlineGuard) -> None:
@@ -53,10 +62,10 @@ class Deadlines:
 
     def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
-        now = loop.time()
+        now = self._clock.monotonic()
         expired = []
         for guard in self._waiting:
-            if guard.deadline > now:
+            if guard.deadline > now + _SLACK:
                 break
             expired.append(guard)
         for guard in expired:
@@ -66,7 +75,7 @@ class Deadlines:
                 guard.task.cancel()
         if self._waiting:
             oldest = next(iter(self._waiting))
-            self._timer = loop.call_at(oldest.deadline, self._expire, loop)
+            self._timer = self._clock.call_later(oldest.deadline - now, partial(self._expire, loop))
             self._timer_loop = loop
 
 

@@ -14,7 +14,6 @@ off exponentially (up to 60 s) for that topic alone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import random
@@ -22,8 +21,10 @@ from dataclasses import dataclass
 
 from ister.broker.topic import Topic
 from ister.broker.topic_meter import TopicMeter
+from ister.clock import REAL_CLOCK, Clock
 from ister.core.backoff import Backoff
 from ister.storage.objects import LocalRetention
+from ister.tasks import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -36,32 +37,38 @@ MAX_BACKOFF_SECONDS = 60.0
 class _State:
     seen: tuple[int, int, int] = (-1, -1, -1)  # (committed offset, first offset, segments) at the last pass
     pending: bool = True  # the last pass left work that needs no new append to be done
-    not_before: float = 0.0  # loop time; a failed pass is retried no earlier than this
+    not_before: float = 0.0  # the clock's monotonic time; a failed pass is retried no earlier than this
     failures: int = 0
     running: asyncio.Task[None] | None = None
 
 
 class ExportScheduler:
-    def __init__(self, retention: LocalRetention, interval: float, segment_max_age: float) -> None:
+    def __init__(
+        self, retention: LocalRetention, interval: float, segment_max_age: float, clock: Clock = REAL_CLOCK
+    ) -> None:
         self.retention = retention
+        self._clock = clock
         self.interval = interval
         # A topic's n-th failed pass in a row waits interval * 2**n (at most 64 intervals, 60 s), jittered.
         cap = min(MAX_BACKOFF_SECONDS, interval * 2**6)
         self.backoff = Backoff(first=min(interval * 2, cap), cap=cap, jitter=0.25)
         self.segment_max_age = segment_max_age
         self._topics: dict[Topic, _State] = {}
+        self._tasks = TaskSupervisor("durable export")  # the walk and its passes
         self._task: asyncio.Task[None] | None = None
         self._slots = asyncio.Semaphore(PASS_CONCURRENCY)
         self.passes = 0  # passes run so far
         self.exported = 0  # objects (exported pieces of segments) written so far
         self.ticks = 0  # walks over the topics so far
-        self.meter = TopicMeter()  # per-topic storage and export-backlog series, refreshed by each walk
+        self.meter = TopicMeter(
+            clock.monotonic
+        )  # per-topic storage and export-backlog series, refreshed by each walk
 
     def add(self, topic: Topic) -> None:
         """Export `topic` (it has an exporter) from now on; the first pass comes at the next tick."""
         self._topics[topic] = _State()
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="durable-export")
+        if self._task is None and not self._tasks.closed:
+            self._task = self._tasks.spawn(self._run(), "durable-export")
 
     def remove(self, topic: Topic) -> None:
         """Stop exporting `topic` (a pass under way is cancelled by `Topic.close`, which awaits it)."""
@@ -69,17 +76,14 @@ class ExportScheduler:
         self.meter.forget(topic)
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self._task = None
+        await self._tasks.close()
 
     def __len__(self) -> int:
         return len(self._topics)
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+        clock = self._clock
         while True:
             # A list of the topics, not of (topic, state) pairs: 100,000 fresh tuples living through the
             # walk would be promoted and walked by the garbage collector.
@@ -92,13 +96,13 @@ class ExportScheduler:
                 self.meter.update(topic)
                 if state.running is not None:
                     continue
-                if loop.time() < state.not_before or not self._needs_pass(topic, state):
+                if clock.monotonic() < state.not_before or not self._needs_pass(topic, state):
                     continue
                 await self._slots.acquire()
                 if topic.closing or self._topics.get(topic) is not state:  # removed meanwhile
                     self._slots.release()
                     continue
-                task = loop.create_task(self._pass(topic, state), name=f"export {topic.name}")
+                task = self._tasks.spawn(self._pass(topic, state), f"export {topic.name}")
                 task.add_done_callback(functools.partial(self._pass_done, topic, state))
                 state.running = task
                 topic.tasks.append(task)  # Topic.close cancels and awaits it (and keeps it referenced)
@@ -108,7 +112,7 @@ class ExportScheduler:
                 self._slots.release()
             self.meter.walk_done()
             self.ticks += 1
-            await asyncio.sleep(self.interval)
+            await clock.sleep(self.interval)
 
     def _needs_pass(self, topic: Topic, state: _State) -> bool:
         wal = topic.wal
@@ -139,7 +143,7 @@ class ExportScheduler:
         except Exception as exc:
             state.failures += 1
             delay = self.backoff.delay(state.failures, random.random())
-            state.not_before = asyncio.get_running_loop().time() + delay
+            state.not_before = self._clock.monotonic() + delay
             state.pending = True
             log.warning("%s: export failed (%s); retry in %.1f s", topic.name, exc, delay)
 

@@ -19,7 +19,6 @@ broker follows it for the partitions it serves, with the same local handoff.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from ister.broker.partition_share import SharedGroups
 from ister.broker.reliable import ReliableSubscription
 from ister.core.dispatch.partitions import Handoff, RebalanceTimer, assign, common_members, plan_handoffs
 from ister.metadata.records import DispatchConfigRecord
+from ister.tasks import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +219,7 @@ class PartitionGroups:
         self.rebalance_delay = rebalance_delay
         self.max_handoff = max_handoff
         self.groups: dict[tuple[str, str], PartitionGroup] = {}
+        self._tasks = TaskSupervisor("partition groups")  # the task that steps them
         self._task: asyncio.Task[None] | None = None
         self.shared: SharedGroups | None = None
 
@@ -249,8 +250,8 @@ class PartitionGroups:
         sub.on_change = lambda kind: group.changed(kind, time.monotonic())
         sub.on_close = lambda: self.leave(base, partition, sub)
         group.changed("attach", time.monotonic())
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="partition-groups")
+        if self._task is None and not self._tasks.closed:
+            self._task = self._tasks.spawn(self._run(), "partition-groups")
 
     def leave(self, base: str, partition: int, sub: ReliableSubscription) -> None:
         """A partition's subscription closed (its topic moved away, or it was closed)."""
@@ -323,8 +324,5 @@ class PartitionGroups:
     async def close(self) -> None:
         if self.shared is not None:
             await self.shared.close()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._task = None
+        await self._tasks.close()

@@ -8,6 +8,7 @@ from collections import OrderedDict
 from ister.broker.sessions import ProducerSession
 from ister.broker.topic import NON_RELIABLE, RELIABLE, Topic
 from ister.broker.topics import TopicRegistry
+from ister.clock import REAL_CLOCK, Clock
 from ister.core.record import StoredMessage
 from ister.errors import FailedPrecondition, InvalidArgument, MetadataError, NotFound, Unavailable
 from ister.ids import TopicName, new_id, shown, validate_client_name
@@ -22,8 +23,11 @@ FORGOTTEN_REMEMBERED = 65_536  # ids of forgotten producers, answered UNAVAILABL
 
 
 class Producers:
-    def __init__(self, store: MetadataStore, topics: TopicRegistry, placement: Placement) -> None:
+    def __init__(
+        self, store: MetadataStore, topics: TopicRegistry, placement: Placement, clock: Clock = REAL_CLOCK
+    ) -> None:
         self.store = store
+        self.clock = clock
         self.topics = topics
         self.placement = placement
         self.sessions: dict[int, ProducerSession] = {}
@@ -54,7 +58,7 @@ class Producers:
         limit = policy.max_producers_per_topic
         if limit and len(topic.producers) >= limit:
             raise FailedPrecondition(f"topic {name} already has max_producers_per_topic={limit} producers")
-        session = ProducerSession(new_id(), producer_name, name.full, access_mode)
+        session = ProducerSession(new_id(), producer_name, name.full, access_mode, clock=self.clock)
         await self.store.put(keys.topic_producer(name.full, session.id), _record_of(session).to_json())
         topic.producers[session.id] = session
         self.sessions[session.id] = session

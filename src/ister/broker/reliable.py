@@ -1,8 +1,9 @@
 """Reliable subscription driver: one task per subscription running the core state machine.
 
-The task reads the topic's WAL into the dispatch window, sends what the state machine decides, publishes
-dead letters and persists the cursor. It wakes on the publish notifier (fast path), on acks/nacks and
-consumer changes, and on a 500 ms heartbeat that catches anything a missed wake-up would leave waiting.
+The task reads the topic's WAL into the dispatch window (`log_feed.py`), sends what the state machine
+decides, publishes dead letters (`dead_letters.py`) and persists the cursor (`cursor_flush.py`). It wakes
+on the publish notifier (fast path), on acks/nacks and consumer changes, and on a 500 ms heartbeat that
+catches anything a missed wake-up would leave waiting.
 """
 
 from __future__ import annotations
@@ -10,48 +11,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-
-import msgspec
+from collections.abc import Callable
 
 from ister.broker import metrics
+from ister.broker.cursor_flush import CursorFlush, CursorWriter
+from ister.broker.dead_letters import DeadLetterPublisher, DeadLetters
 from ister.broker.held import HeldRecords
-from ister.broker.sessions import ConsumerSession, Record
+from ister.broker.log_feed import LogFeed
+from ister.broker.sessions import ConsumerSession
 from ister.broker.subscription import Subscription
 from ister.clock import REAL_CLOCK, Clock, Timer
-from ister.core.backoff import Backoff, Retries
-from ister.core.dispatch import DeadLetter, FailurePolicy, Group, ReliableSubscriptionState, SubType
+from ister.core.dispatch import FailurePolicy, Group, ReliableSubscriptionState, SubType
 from ister.core.dispatch.types import SubscriptionStats
-from ister.core.frameblock import FrameBlock
 from ister.core.frames import HEADER_SIZE
-from ister.core.record import StoredMessage, decode_message, publish_time_of
-from ister.errors import OffsetOutOfRange
+from ister.core.record import publish_time_of
 from ister.ids import new_id
-from ister.limits import CURSOR_FLUSH_ACKS, CURSOR_FLUSH_SECONDS, HEARTBEAT_SECONDS
+from ister.limits import HEARTBEAT_SECONDS
 from ister.storage.objects.tiered import TieredReader
 from ister.storage.wal import Wal, WalReader
 
 log = logging.getLogger(__name__)
 
-DeadLetterPublisher = Callable[[StoredMessage, DeadLetter], Awaitable[None]]
-CursorWriter = Callable[[int], Awaitable[None]]
-
-DLQ_BACKOFF_MIN_SECONDS = 0.5
-DLQ_BACKOFF_MAX_SECONDS = 30.0
 WARN_INTERVAL_SECONDS = 10.0
 REFILL_ROUNDS = 8  # read-and-dispatch passes per step before yielding to the loop
-
-
-DLQ_BACKOFF = Backoff(first=DLQ_BACKOFF_MIN_SECONDS, cap=DLQ_BACKOFF_MAX_SECONDS)
-
-
-def _dead_letter_message(record: Record) -> StoredMessage:
-    """The message to dead-letter for a stored record; a record that does not decode travels whole as the
-    payload, so that the dead letter can be published (and delivered) and nothing is lost."""
-    try:
-        return decode_message(record)
-    except msgspec.DecodeError:
-        return StoredMessage(payload=bytes(record), publish_time=0, producer_id=0, producer_name="")
 
 
 class ReliableSubscription(Subscription):
@@ -77,9 +59,7 @@ class ReliableSubscription(Subscription):
         self._wal = wal
         # A TieredReader (objects -> WAL -> live) when the topic has a durable tier, else the WAL's own.
         self._reader = reader
-        self._report_gap = report_gap  # the topic counts and logs each missing offset once
-        self._retention_start = retention_start  # offsets below it were deleted by retention
-        self._retention_warned = False
+        self._feed = LogFeed(topic, name, wal, sub_type == SubType.KEY_SHARED, report_gap, retention_start)
         self._state = ReliableSubscriptionState(
             sub_type, start_offset=start_offset, window=window, policy=policy, track_resolved=True
         )
@@ -87,9 +67,6 @@ class ReliableSubscription(Subscription):
         self._held = HeldRecords()
         # consumer name -> in-flight messages requeued when its stream ended (a partition group's only)
         self.released: dict[str, int] = {}
-        self._needs_key = sub_type == SubType.KEY_SHARED
-        self._write_cursor = write_cursor
-        self._publish_dead_letter = publish_dead_letter
         self._wake = asyncio.Event()
         self._notified = False
         # The heartbeat / next-redelivery timer: armed once and kept while it fires soon enough, instead
@@ -98,15 +75,11 @@ class ReliableSubscription(Subscription):
         self._timer_at = 0.0  # when the armed timer fires (clock.monotonic())
         self._timer_fired = False
         self._closed = False
-        self._persisted_cursor: int | None = None
-        self._acks_since_flush = 0
-        self._last_flush = clock.monotonic()
+        self._cursor = CursorFlush(write_cursor, clock)
         self._task: asyncio.Task[None] | None = None
         # Held by each dispatch step, and by a cursor reset while it swaps the state and the reader.
         self._step_lock = asyncio.Lock()
         self._epoch = 0  # a new random value at each cursor reset (ConsumeOpened.cursor_epoch)
-        self._dlq_retry_at = 0.0
-        self._dlq_retries = Retries(DLQ_BACKOFF)
         self._warned_at = float("-inf")  # the first warning is logged whatever the clock reads
         self._suppressed = 0
         labels = (topic, name)
@@ -117,7 +90,9 @@ class ReliableSubscription(Subscription):
         self._m_out = metrics.messages_out.labels(*labels)
         self._m_bytes = metrics.bytes_out.labels(*labels)
         self._m_nacks = metrics.nacks.labels(*labels)
-        self._m_dlq = metrics.dlq_total.labels(*labels)
+        self._dead_letters = DeadLetters(
+            publish_dead_letter, clock, metrics.dlq_total.labels(*labels).inc, self._warn
+        )
 
     def _now_ms(self) -> int:
         return int(self._clock.monotonic() * 1000)
@@ -151,10 +126,9 @@ class ReliableSubscription(Subscription):
         consumers were attached."""
         async with self._step_lock:
             try:
-                await self._write_cursor(start - 1)
+                await self._cursor.moved(start - 1)
             except BaseException:
                 reader.close()
-                self._persisted_cursor = None  # maybe written: the next flush writes the current cursor
                 raise
             old = self._state
             attached = sum(1 for s in self.consumers.values() if s.attached)
@@ -170,8 +144,6 @@ class ReliableSubscription(Subscription):
             self._reader = reader
             self._held = HeldRecords()
             self.released.clear()
-            self._persisted_cursor = start - 1
-            self._acks_since_flush = 0
             self._epoch = new_id()
         self._update_lag()
         self._poke()
@@ -253,7 +225,7 @@ class ReliableSubscription(Subscription):
         if sent is not None:
             metrics.ack_latency.observe((now - sent) / 1000)
         self._held.records.pop(offset, None)
-        self._acks_since_flush += 1
+        self._cursor.acked(1)
         self._poke()
         return True
 
@@ -264,7 +236,7 @@ class ReliableSubscription(Subscription):
         if acked:
             if sent is not None:
                 metrics.ack_latency.observe((now - sent) / 1000)
-            self._acks_since_flush += acked
+            self._cursor.acked(acked)
             self._poke()
         return acked
 
@@ -275,7 +247,7 @@ class ReliableSubscription(Subscription):
         if acked:
             if sent is not None:
                 metrics.ack_latency.observe((now - sent) / 1000)
-            self._acks_since_flush += acked
+            self._cursor.acked(acked)
             self._poke()
         return acked
 
@@ -366,7 +338,7 @@ class ReliableSubscription(Subscription):
         state.tick(now)
         for _ in range(REFILL_ROUNDS):
             try:
-                await self._fill(now)
+                await self._feed.fill(state, self._reader, self._held, now)
             except Exception:
                 # A read failed (object store down, a damaged object): what was read before it still goes
                 # out now; the read is retried on the next heartbeat.
@@ -378,94 +350,10 @@ class ReliableSubscription(Subscription):
                 break
         else:
             self._poke()  # more to read: the next pass comes without waiting for a wake-up
-        await self._dead_letters()
+        await self._dead_letters.send(state, self._held)
         self._prune()
-        await self._maybe_flush_cursor()
+        await self._cursor.flush(state.cursor)
         self._update_lag()
-
-    async def _fill(self, now: int) -> None:
-        if not self._state.attached_consumers():
-            return  # nobody to deliver to: leave the log where it is (publishers pay nothing for us)
-        state, reader = self._state, self._reader
-        while (capacity := state.capacity()) > 0 and reader.available() > 0:
-            if isinstance(reader, TieredReader):
-                got = await reader.read_frames(max_records=capacity, timeout=0)
-                if isinstance(got, FrameBlock):
-                    self._offer_block(got, now)
-                    continue
-                records = got
-            else:
-                try:
-                    records = await reader.read(max_records=capacity, timeout=0)
-                except OffsetOutOfRange:
-                    if reader.next_offset >= self._wal.first_offset:
-                        raise
-                    reader.next_offset = self._wal.first_offset  # retention dropped the files below it
-                    continue
-            if not records:
-                break
-            self._held.add_records(records)
-            if self._needs_key:
-                keys = [decode_message(payload).key for _, payload in records]
-            else:  # only Key-Shared routes by key: skip decoding here (the batch API never decodes)
-                keys = [""] * len(records)
-            first = records[0][0]
-            if first == state.next_offset and records[-1][0] - first == len(records) - 1:
-                state.offer_batch(first, keys, now)
-            else:
-                self._offer_across_gaps(records, keys, now)
-        # The reader went past offsets that exist nowhere (and has nothing after them yet): the cursor may
-        # pass them as soon as everything below is acknowledged.
-        if state.next_offset < reader.next_offset:
-            self._skip(reader.next_offset, now)
-
-    def _offer_block(self, block: FrameBlock, now: int) -> None:
-        """Offer the consecutive offsets of frames read from the durable tier (after a skipped range, if the
-        reader passed one)."""
-        self._held.add_block(block)
-        if self._needs_key:
-            keys = [decode_message(payload).key for payload in block.payloads()]
-        else:
-            keys = [""] * block.count
-        if block.first > self._state.next_offset:
-            self._skip(block.first, now)
-        self._state.offer_batch(block.first, keys, now)
-
-    def _offer_across_gaps(self, records: Sequence[tuple[int, object]], keys: list[str], now: int) -> None:
-        """Offer records that skip offsets (gaps never wedge: docs/architecture.md §12): each gap is skipped,
-        each run offered."""
-        state = self._state
-        run_start = 0
-        for i in range(1, len(records) + 1):
-            if i < len(records) and records[i][0] == records[i - 1][0] + 1:
-                continue
-            first = records[run_start][0]
-            if first > state.next_offset:
-                self._skip(first, now)
-            state.offer_batch(first, keys[run_start:i], now)
-            run_start = i
-
-    def _skip(self, end: int, now: int) -> None:
-        first = self._state.next_offset
-        self._state.skip(first, end, now)
-        floor = self._retention_start() if self._retention_start is not None else 0
-        if first < floor:  # retention deleted them before this subscription read them: counted, not a gap
-            upto = min(end, floor)
-            metrics.retention_skipped.inc(upto - first)
-            if not self._retention_warned:
-                self._retention_warned = True
-                log.warning(
-                    "%s/%s: retention deleted offsets %d..%d before this subscription read them; "
-                    "it continues at %d",
-                    self.topic,
-                    self.name,
-                    first,
-                    upto - 1,
-                    upto,
-                )
-            first = upto
-        if first < end and self._report_gap is not None:
-            self._report_gap(first, end)
 
     def _deliver(self, groups: list[Group]) -> None:
         """Hand each consumer its messages as chunks (runs of frames as read, or records)."""
@@ -516,49 +404,10 @@ class ReliableSubscription(Subscription):
         self._warned_at = now
         log.warning("%s/%s: " + msg, self.topic, self.name, *args)
 
-    async def _dead_letters(self) -> None:
-        if self._clock.monotonic() < self._dlq_retry_at:
-            return  # the last dead-letter publish failed: back off instead of retrying every heartbeat
-        for dead in self._state.take_dead_letters():
-            record = self._held.get(dead.offset)
-            if record is None:
-                self._state.resolve_dead_letter(dead.offset)
-                continue
-            try:
-                await self._publish_dead_letter(_dead_letter_message(record), dead)
-            except Exception as exc:
-                wait = self._dlq_retries.next()
-                self._warn(
-                    "dead-letter publish of offset %d failed (retry in %.1f s): %s", dead.offset, wait, exc
-                )
-                self._state.dead_letter_failed(dead.offset)
-                self._dlq_retry_at = self._clock.monotonic() + wait
-                continue
-            self._dlq_retries.reset()
-            self._state.resolve_dead_letter(dead.offset)
-            self._held.records.pop(dead.offset, None)
-            self._m_dlq.inc()
-
     def _prune(self) -> None:
         """Forget payloads the state machine no longer holds (acked, dropped, dead-lettered)."""
         state = self._state
         self._held.prune(state.take_resolved(), state.first_open, state.held_offsets())
-
-    async def _maybe_flush_cursor(self, force: bool = False) -> None:
-        cursor = self._state.cursor
-        if cursor is None or cursor == self._persisted_cursor:
-            return
-        due = (
-            force
-            or self._acks_since_flush >= CURSOR_FLUSH_ACKS
-            or self._clock.monotonic() - self._last_flush >= CURSOR_FLUSH_SECONDS
-        )
-        if not due:
-            return
-        await self._write_cursor(cursor)
-        self._persisted_cursor = cursor
-        self._acks_since_flush = 0
-        self._last_flush = self._clock.monotonic()
 
     def lag(self) -> int:
         """Messages published but not yet acknowledged on this subscription (its backlog)."""
@@ -580,7 +429,7 @@ class ReliableSubscription(Subscription):
         self.end_streams()
         self._reader.close()
         try:
-            await self._maybe_flush_cursor(force=True)
+            await self._cursor.flush(self._state.cursor, force=True)
         except Exception as exc:
             log.warning("%s/%s: cursor flush on close failed: %s", self.topic, self.name, exc)
         metrics.forget_subscription(self.topic, self.name)

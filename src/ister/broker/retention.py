@@ -19,15 +19,14 @@ so a pass reads no metadata to decide whether there is anything to do.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 
 from ister.broker import metrics
 from ister.broker.topic import Topic
+from ister.clock import REAL_CLOCK, Clock
 from ister.core.record import decode_message
 from ister.core.retention import (
     BacklogQuota,
@@ -48,6 +47,7 @@ from ister.storage.objects.catalog import ObjectDescriptor
 from ister.storage.objects.segment import list_topic_files
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
+from ister.tasks import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class RetentionKeeper:
         storage: TopicStorage,
         topics: Callable[[], Iterable[Topic]],
         interval: float,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = REAL_CLOCK,
         hold_seconds: float = 10.0,
         move: Callable[[Topic, str, int], Awaitable[object]] | None = None,
     ) -> None:
@@ -133,6 +133,7 @@ class RetentionKeeper:
         self.hold_seconds = hold_seconds  # producer_hold: how long a publish waits for room
         self._move = move  # moves a subscription forward, consumers attached or not (Cursors.seek)
         self._clock = clock
+        self._tasks = TaskSupervisor("retention")  # its loop
         self._task: asyncio.Task[None] | None = None
         self.passes = 0
         self.deleted_units = 0
@@ -142,19 +143,16 @@ class RetentionKeeper:
         self._memo: weakref.WeakKeyDictionary[Topic, tuple[object, int]] = weakref.WeakKeyDictionary()
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="retention")
+        if self._task is None and not self._tasks.closed:
+            self._task = self._tasks.spawn(self._run(), "retention")
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self._task = None
+        await self._tasks.close()
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.interval)
+            await self._clock.sleep(self.interval)
             for topic in list(self._topics()):
                 if topic.wal is None or topic.closing or topic.wal.closed:
                     continue
@@ -180,7 +178,7 @@ class RetentionKeeper:
         name = topic.name
         limits = self.view.limits_of(name)
         start = max(self.view.start_of(name), topic.start_offset)
-        now_ms = int(self._clock() * 1000)
+        now_ms = int(self._clock.time() * 1000)
         quota, ttl_ms = self.view.quota_of(name)
         memo = self._memo.get(topic)
         skippable = quota.unlimited and not ttl_ms
@@ -334,7 +332,8 @@ class RetentionKeeper:
         key = keys.start_offset(topic.name)
         current = parse_start(await self.store.get(key))
         if new_start > current:
-            await topic.claim.guarded_put(key, {"start_offset": new_start, "updated_at": int(self._clock())})
+            record = {"start_offset": new_start, "updated_at": int(self._clock.time())}
+            await topic.claim.guarded_put(key, record)
 
     async def _delete_object(self, name: TopicName, desc: ObjectDescriptor) -> None:
         """The descriptor first (readers stop finding the object), then the object and its copy."""

@@ -9,9 +9,7 @@ payload validator, and delegates to them.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -45,6 +43,7 @@ from ister.schema.validation import PayloadValidator
 from ister.storage.objects import ObjectStore
 from ister.storage.topic_storage import StoredOffsets, TopicStorage
 from ister.storage.wal import WriterPool
+from ister.tasks import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ class BrokerService:
         )
         durable = config.storage.durable
         self.exports = ExportScheduler(
-            self.storage.retention, durable.export_interval_seconds, durable.segment_max_age_seconds
+            self.storage.retention, durable.export_interval_seconds, durable.segment_max_age_seconds, clock
         )
         self.registry = TopicRegistry(
             config,
@@ -88,8 +87,9 @@ class BrokerService:
             self.exports,
             forget_clients=self._forget_clients,
             register_producer=self._register_producer,
+            clock=clock,
         )
-        self.producer_sessions = Producers(store, self.registry, self.placement)
+        self.producer_sessions = Producers(store, self.registry, self.placement, clock)
         self.consumer_refs = Consumers(config, store, self.storage, self.registry, self.broker_url, clock)
         self.reads = OffsetReads(self.registry, self.storage)
         self.retention_view = RetentionView(store)
@@ -98,6 +98,7 @@ class BrokerService:
             self.storage,
             lambda: self.registry.topics.values(),
             config.storage.retention.check_interval_seconds,
+            clock=clock,
             hold_seconds=config.storage.retention.producer_hold_seconds,
             move=lambda topic, sub, offset: self.cursors.seek(
                 topic, sub, Position("offset", offset), create=False
@@ -110,7 +111,7 @@ class BrokerService:
         self.cursors = Cursors(self.consumer_refs, self.storage)
         self.peeker = Peeker(self.reads, self.cursors, self.schemas)
         self.rates = RateKeeper(lambda: self.registry.topics.values())  # the admin API's stats
-        self._reaper: asyncio.Task[None] | None = None
+        self._tasks = TaskSupervisor("broker service")  # the session reaper
         self.placement.bind(self)
 
     # -- views tests, the admin API and the heap keeper read ---------------------------------------------
@@ -154,7 +155,7 @@ class BrokerService:
         for ns in self.config.bootstrap_namespaces:
             validate_segment(ns, "namespace")
             await catalog.create_namespace(self.store, ns, policy)  # unless it exists
-        self._reaper = asyncio.create_task(self._reap_loop(), name="consumer-reaper")
+        self._tasks.spawn(self._reap_loop(), "session-reaper")
         await self.schemas.start()
         await self.retention_view.start()
         self.retention.start()
@@ -162,8 +163,7 @@ class BrokerService:
 
     async def close(self) -> None:
         """Graceful shutdown: stop accepting work, flush cursors, close every WAL."""
-        if self._reaper is not None:
-            self._reaper.cancel()
+        await self._tasks.close()
         await self.rates.close()
         await self.schemas.close()
         await self.retention.close()
@@ -311,13 +311,13 @@ class BrokerService:
 
     async def _reap_loop(self) -> None:
         while True:
-            await asyncio.sleep(CONSUMER_REAP_INTERVAL_SECONDS)
+            await self.clock.sleep(CONSUMER_REAP_INTERVAL_SECONDS)
             try:
-                await self.reap_consumers(time.monotonic() - CONSUMER_IDLE_SECONDS)
+                await self.reap_consumers(self.clock.monotonic() - CONSUMER_IDLE_SECONDS)
             except Exception:
                 log.exception("consumer reaper failed")
             try:
-                await self.reap_producers(time.monotonic() - PRODUCER_IDLE_SECONDS)
+                await self.reap_producers(self.clock.monotonic() - PRODUCER_IDLE_SECONDS)
             except Exception:
                 log.exception("producer reaper failed")
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
 
+from ister.clock import REAL_CLOCK, Clock
 from ister.core.dispatch import SubType
 from ister.core.frameblock import FrameBlock
 from ister.core.frames import HEADER_SIZE
@@ -31,21 +31,26 @@ class ProducerSession:
     # Liveness, for forgetting producers whose client is gone (`Producers.reap`): open batch-API Publish
     # streams, and when the producer last sent, health-checked or closed a stream (monotonic seconds).
     attached: int = 0
-    last_seen: float = field(default_factory=time.monotonic)
+    last_seen: float = field(init=False)
     # For the admin API's stats (docs/admin.md): the client's address, when it connected (Unix seconds),
     # and what it sent (messages, payload bytes) since it was created on this broker.
     address: str = ""
-    connected_at: float = field(default_factory=time.time)
+    connected_at: float = field(init=False)
     messages: int = 0
     bytes: int = 0
+    clock: Clock = field(default=REAL_CLOCK, repr=False, compare=False)  # the broker's
+
+    def __post_init__(self) -> None:
+        self.last_seen = self.clock.monotonic()
+        self.connected_at = self.clock.time()
 
     def touch(self) -> None:
-        self.last_seen = time.monotonic()
+        self.last_seen = self.clock.monotonic()
 
     def connected(self, address: str) -> None:
         """A client (re)connected this producer: a CreateProducer call or a batch-API Publish stream."""
         self.address = address
-        self.connected_at = time.time()
+        self.connected_at = self.clock.time()
 
     def sent(self, messages: int, nbytes: int) -> None:
         self.messages += messages
@@ -196,13 +201,21 @@ class ConsumerSession:
     sub_type: SubType
     key_filters: tuple[str, ...]
     stream: ConsumerStream | None = None
-    last_seen: float = field(default_factory=time.monotonic)
+    last_seen: float = field(init=False)  # monotonic seconds: a health check, its stream opening or ending
     address: str = ""  # the client's address as gRPC saw it on its delivery stream (admin stats)
     connected_at: float = 0.0  # Unix seconds its delivery stream opened
+    clock: Clock = field(default=REAL_CLOCK, repr=False, compare=False)  # the broker's
+
+    def __post_init__(self) -> None:
+        self.last_seen = self.clock.monotonic()
 
     @property
     def attached(self) -> bool:
         return self.stream is not None and not self.stream.closed
 
     def touch(self) -> None:
-        self.last_seen = time.monotonic()
+        self.last_seen = self.clock.monotonic()
+
+    def idle_seconds(self) -> float:
+        """Seconds since it was last seen."""
+        return self.clock.monotonic() - self.last_seen

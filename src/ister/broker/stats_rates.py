@@ -9,7 +9,6 @@ topic's samples go with it. A tick walks the loaded topics without awaiting, so 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -18,6 +17,7 @@ from typing import TypeVar
 
 from ister.broker.topic import Topic
 from ister.core.stats import RATE_TICK_SECONDS, RateWindow, rates
+from ister.tasks import TaskSupervisor
 
 K = TypeVar("K")
 
@@ -59,18 +59,16 @@ class RateKeeper:
         self.tick_seconds = tick
         self._clock = clock
         self._windows: weakref.WeakKeyDictionary[Topic, TopicWindows] = weakref.WeakKeyDictionary()
+        self._tasks = TaskSupervisor("stats rates")  # its loop
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="stats-rates")
+        if self._task is None and not self._tasks.closed:
+            self._task = self._tasks.spawn(self._run(), "stats-rates")
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self._task = None
+        await self._tasks.close()
 
     async def _run(self) -> None:
         while True:

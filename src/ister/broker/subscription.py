@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
@@ -44,8 +43,7 @@ class Subscription(ABC):
                 f"cannot join it as {sub_type.name} while it has consumers"
             )
         if self.sub_type == SubType.EXCLUSIVE and others:
-            now = time.monotonic()
-            live = [c for c in others if c.attached or now - c.last_seen < EXCLUSIVE_GRACE_SECONDS]
+            live = [c for c in others if c.attached or c.idle_seconds() < EXCLUSIVE_GRACE_SECONDS]
             if live:
                 raise FailedPrecondition(
                     f"subscription {self.name!r} on {self.topic} is Exclusive and consumer "
@@ -72,7 +70,7 @@ class Subscription(ABC):
             self._on_detach(session)
         self._on_attach(session)  # may refuse (raises) before the stream counts as attached
         session.stream = stream
-        session.connected_at = time.time()
+        session.connected_at = session.clock.time()
         session.touch()
         if self.on_change is not None:
             self.on_change("attach")

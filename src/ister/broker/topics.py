@@ -17,6 +17,7 @@ from ister.broker import metrics
 from ister.broker.exports import ExportScheduler
 from ister.broker.sessions import ProducerSession
 from ister.broker.topic import NON_RELIABLE, RELIABLE, Topic
+from ister.clock import REAL_CLOCK, Clock
 from ister.config import BrokerConfig
 from ister.core.lifecycle import Event, State
 from ister.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
@@ -44,8 +45,10 @@ class TopicRegistry:
         exports: ExportScheduler,
         forget_clients: Callable[[Topic], None],
         register_producer: Callable[[ProducerSession], None],
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self.config = config
+        self.clock = clock
         self.store = store
         self.storage = storage
         self.placement = placement
@@ -255,7 +258,9 @@ class TopicRegistry:
             if record is None:
                 log.warning("ignoring malformed producer record %s", p.key)
                 continue
-            session = ProducerSession(record.producer_id, record.producer_name, name.full, record.access_mode)
+            session = ProducerSession(
+                record.producer_id, record.producer_name, name.full, record.access_mode, clock=self.clock
+            )
             topic.producers[session.id] = session
             self._register_producer(session)
         log.info("loaded topic %s (%s)", name, delivery)

@@ -18,7 +18,8 @@ Delivery is at-least-once in both directions; see the docstrings of `Producer` a
 Errors are the classes of `ister.errors` (InvalidArgument, NotFound, Unavailable, ...).
 """
 
-from ister.client.client import Client, TopicLookup, TopicOffsets
+from ister.client.client import Client, TopicOffsets
+from ister.client.connection import TopicLookup
 from ister.client.consumer import Consumer, SubType
 from ister.client.messages import Message
 from ister.client.producer import Producer

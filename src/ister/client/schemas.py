@@ -18,7 +18,7 @@ from ister.wire.gen import SchemaRegistry_pb2 as pb
 from ister.wire.gen import SchemaRegistry_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
-    from ister.client.client import Client
+    from ister.client.connection import ClientConnection
 
 CALL_TIMEOUT_SECONDS = 30.0
 
@@ -64,7 +64,7 @@ def schema_of_envelope(schema_type: str, definition: bytes) -> ParsedSchema:
 
 
 class SchemaRegistry:
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: ClientConnection) -> None:
         self._client = client
         self._cache: dict[tuple[int, int], SchemaVersion] = {}
 

@@ -22,6 +22,7 @@ from ister.errors import ConfigError, MetadataError
 from ister.ids import new_id
 from ister.metadata import keys
 from ister.metadata.store import LeaseNotFound, MetadataStore
+from ister.tasks import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class Membership:
         self.clock = LeaseClock(clock)
         self.lease_id: int | None = None
         self._on_lease_lost = on_lease_lost
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskSupervisor("cluster membership")  # the lease keep-alive
 
     def registration(self) -> dict[str, Any]:
         url = self.config.broker_url
@@ -117,7 +118,7 @@ class Membership:
         log.info("registered broker %d (lease %x, ttl %d s, state %s)", self.broker_id, lease, self.ttl, mode)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._keep_alive_loop(), name="lease keep-alive")
+        self._tasks.spawn(self._keep_alive_loop(), "lease keep-alive")
 
     async def _keep_alive_loop(self) -> None:
         interval = self.ttl / 5
@@ -144,10 +145,7 @@ class Membership:
 
     async def close(self) -> None:
         """Stop renewing and revoke the lease: the registration goes at once, so failover starts now."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._tasks.close()
         self.clock.expire()
         if self.lease_id is not None:
             with contextlib.suppress(MetadataError, TimeoutError):

@@ -28,6 +28,7 @@ from ister.ports.host import TopicHost
 from ister.storage.topic_log import LogStart, open_topic_log
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
+from ister.tasks import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class ClusterPlacement:
         self.storage = storage
         self.replicated = replicated
         self._host: TopicHost | None = None
-        self._sweeper: asyncio.Task[None] | None = None
+        self._tasks = TaskSupervisor("cluster placement")  # the superseded-WAL sweeper
         self._wakeup = asyncio.Event()
 
     @property
@@ -84,16 +85,13 @@ class ClusterPlacement:
         # Before registering: a broker must not be promoted for a copy it lost with its disk.
         await self.replicated.manager.load_peer_secret()
         await self.replicated.manager.leave_lost_copies()
-        self._sweeper = asyncio.create_task(self._superseded_loop(), name="superseded-wals")
+        self._tasks.spawn(self._superseded_loop(), "superseded-wals")
         await self.node.start(self._host)
         self.replicated.manager.start()
 
     async def close(self) -> None:
         """Leave the cluster last (the lease is revoked after cursors were flushed as the owner)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        await self._tasks.close()
         await self.replicated.manager.close()
         await self.node.close()
 

@@ -20,6 +20,9 @@ and stream errors, per-call deadlines).
 * Leases: TTLs are rounded up to whole seconds and etcd raises them to its minimum (2 s with the default
   election timeout of 1 s: ceil(1.5 x election timeout)). aetcd sends no keep-alives on its own: callers call
   `keep_alive`. After an etcd restart the surviving leases start their TTL afresh (etcd's rule).
+
+Its parts: here reads, writes, transactions, leases and closing; `etcd_watch.py` the watches; both over
+`etcd_base.py` (the connection, calls and their errors, keys); `etcd_channel.py` the gRPC channel.
 """
 
 from __future__ import annotations
@@ -29,36 +32,27 @@ import builtins
 import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import aetcd
 import grpc
 import grpc.aio
 from aetcd import rpc
 
-from ister.errors import InvalidArgument, MetadataError, WatchLagged
-from ister.limits import METADATA_TIMEOUT_SECONDS
-from ister.metadata.etcd_channel import (
-    Connection,
-    Endpoint,
-    connection_hint,
-    describe_error,
-)
+from ister.errors import InvalidArgument, MetadataError
+from ister.metadata.etcd_base import range_end
+from ister.metadata.etcd_channel import Connection
 from ister.metadata.etcd_channel import EtcdTls as EtcdTls  # re-exported: callers name it from here
 from ister.metadata.etcd_channel import parse_endpoint as parse_endpoint
+from ister.metadata.etcd_watch import EtcdWatches
 from ister.metadata.store import (
-    DEFAULT_WATCH_QUEUE,
     Compare,
     KeyValue,
     LeaseNotFound,
     ListTooLarge,
     Op,
-    Watch,
-    WatchEvent,
     check_key,
     check_limit,
-    decode_value,
     encode_value,
 )
 from ister.metadata.txn import check_txn, check_version
@@ -67,20 +61,6 @@ log = logging.getLogger(__name__)
 
 MAX_LEASE_TTL_SECONDS = 365 * 24 * 3600.0
 MAX_LEASE_ID = 2**63 - 1  # etcd lease ids are positive int64
-
-# gRPC codes that mean "this endpoint is not answering": worth probing the other endpoints.
-_CONNECTION_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-
-
-def _range_end(prefix: bytes) -> bytes:
-    """The smallest key above every key that starts with `prefix` (prefixes here never end in 0xff only)."""
-    data = bytearray(prefix)
-    while data:
-        if data[-1] < 0xFF:
-            data[-1] += 1
-            return bytes(data)
-        data.pop()
-    return b"\x00"  # etcd: "every key >= start"
 
 
 def _check_lease_id(lease_id: object) -> int:
@@ -94,180 +74,8 @@ def _lease_exists(lease_id: int) -> bool:
     return 0 < lease_id <= MAX_LEASE_ID
 
 
-class EtcdStore:
+class EtcdStore(EtcdWatches):
     """The etcd `MetadataStore` (see the module docstring). Create it with `await EtcdStore.connect(...)`."""
-
-    def __init__(
-        self, endpoints: builtins.list[Endpoint], namespace: str, timeout: float, tls: EtcdTls | None = None
-    ) -> None:
-        self._endpoints = endpoints
-        self._tls = tls
-        self._last_error = ""
-        self._namespace = namespace
-        self._ns = namespace.encode("utf-8")
-        self._timeout = timeout
-        self._conn: Connection | None = None
-        self._seen_revision = 0  # highest header revision any response has shown this client
-        self._cluster_id: int | None = None
-        self._watches: dict[Watch, asyncio.Task[None]] = {}
-        self._failover_task: asyncio.Task[None] | None = None
-        self._closed = False
-
-    @classmethod
-    async def connect(
-        cls,
-        endpoints: Sequence[str],
-        *,
-        namespace: str = "",
-        timeout: float = METADATA_TIMEOUT_SECONDS,  # noqa: ASYNC109  (a per-request deadline, not a call bound)
-        tls: EtcdTls | None = None,
-    ) -> EtcdStore:
-        """Connect to the first endpoint (in order) that answers; `MetadataError` if none does.
-
-        `namespace` ("" or e.g. "/prod": starts with '/', does not end with one) is prepended to every key,
-        so several clusters or tests can share one etcd. `timeout` bounds every request. With `tls` every
-        endpoint is TLS (bare 'host:port' or 'https://'); without it 'https://' endpoints are refused.
-        """
-        if isinstance(endpoints, str):
-            endpoints = [endpoints]
-        parsed = [parse_endpoint(e, tls is not None) for e in endpoints]
-        if not parsed:
-            raise InvalidArgument("no etcd endpoints given")
-        if not isinstance(namespace, str):
-            raise InvalidArgument(f"invalid etcd namespace {namespace!r}: expected a string")
-        if namespace:
-            check_key(namespace, "namespace")
-            if namespace.endswith("/"):
-                raise InvalidArgument(f"invalid etcd namespace {namespace!r}: must not end with '/'")
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not 0 < timeout < math.inf  # also refuses NaN
-        ):
-            raise InvalidArgument(f"invalid etcd timeout {timeout!r}: expected a positive number of seconds")
-        store = cls(parsed, namespace, float(timeout), tls)
-        conn = await store._connect_first(parsed)
-        if conn is None:
-            where = ", ".join(f"{'https' if tls else 'http'}://{e}" for e in parsed)
-            raise MetadataError(
-                f"cannot reach etcd at {where}: {store._last_error}{connection_hint(store._last_error, tls)}"
-            )
-        store._conn = conn
-        return store
-
-    @property
-    def endpoint(self) -> str:
-        """The endpoint currently in use ('host:port')."""
-        return str(self._conn.endpoint) if self._conn is not None else ""
-
-    @property
-    def namespace(self) -> str:
-        return self._namespace
-
-    # --- connections ------------------------------------------------------------------------------
-
-    async def _connect_first(self, candidates: builtins.list[Endpoint]) -> Connection | None:
-        """A connection to the first candidate that answers a request, or None."""
-        for endpoint in candidates:
-            conn = Connection(endpoint, self._timeout, self._tls)
-            try:
-                await conn.open()
-                # A real request: proves the endpoint answers and gives the current revision.
-                response = await conn.kv.Range(
-                    rpc.RangeRequest(key=self._ns or b"/", count_only=True), timeout=self._timeout
-                )
-            except (grpc.aio.AioRpcError, aetcd.ClientError, OSError) as exc:
-                self._last_error = describe_error(exc)
-                log.warning("etcd endpoint %s did not answer: %s", endpoint, self._last_error)
-                await conn.close()
-                continue
-            except BaseException:
-                await conn.close()
-                raise
-            self._observe(response.header)
-            return conn
-        return None
-
-    def _current(self) -> Connection:
-        if self._closed or self._conn is None:
-            raise MetadataError("metadata store is closed")
-        return self._conn
-
-    async def _call(self, what: str, request: Callable[[Connection], Awaitable[Any]]) -> Any:
-        """Run one request on the current connection; errors become MetadataError (or InvalidArgument)."""
-        conn = self._current()
-        try:
-            response = await request(conn)
-        except grpc.aio.AioRpcError as exc:
-            raise self._failure(what, conn, exc) from exc
-        except (grpc.aio.UsageError, aetcd.ClientError, OSError) as exc:  # e.g. the channel was just closed
-            self._maybe_failover(conn)
-            raise MetadataError(f"etcd {what} on {conn.endpoint} failed: {describe_error(exc)}") from exc
-        header = getattr(response, "header", None)
-        if header is not None:
-            self._observe(header)
-        return response
-
-    def _failure(
-        self, what: str, conn: Connection, exc: grpc.aio.AioRpcError
-    ) -> MetadataError | InvalidArgument:
-        code, details = exc.code(), exc.details() or ""
-        if code == grpc.StatusCode.NOT_FOUND and "lease not found" in details:
-            return LeaseNotFound(f"lease not found (expired or revoked): {details}")
-        if code == grpc.StatusCode.INVALID_ARGUMENT:
-            return InvalidArgument(f"etcd refused the {what}: {details}")
-        if code in _CONNECTION_CODES:
-            self._maybe_failover(conn)
-        return MetadataError(f"etcd {what} on {conn.endpoint} failed: {describe_error(exc)}")
-
-    def _observe(self, header: Any) -> None:
-        cluster_id, revision = int(header.cluster_id), int(header.revision)
-        if cluster_id != self._cluster_id:
-            if self._cluster_id is not None:
-                log.warning("etcd cluster id changed (%s -> %s)", self._cluster_id, cluster_id)
-            self._cluster_id = cluster_id
-            self._seen_revision = revision
-        elif revision > self._seen_revision:
-            self._seen_revision = revision
-
-    def _maybe_failover(self, failed: Connection) -> None:
-        """With several endpoints, look for one that answers (in the background)."""
-        if len(self._endpoints) < 2 or self._closed or failed is not self._conn:
-            return
-        if self._failover_task is None or self._failover_task.done():
-            self._failover_task = asyncio.get_running_loop().create_task(
-                self._failover(failed), name="etcd-failover"
-            )
-
-    async def _failover(self, failed: Connection) -> None:
-        # The failed endpoint first: if it answers again (a restart), stay on it.
-        order = [failed.endpoint] + [e for e in self._endpoints if e != failed.endpoint]
-        conn = await self._connect_first(order)
-        if conn is None or self._closed or self._conn is not failed:
-            if conn is not None:
-                await conn.close()
-            return
-        if conn.endpoint == failed.endpoint:
-            await conn.close()  # the old channel reconnects by itself
-            return
-        log.warning("etcd endpoint %s failed; switching to %s", failed.endpoint, conn.endpoint)
-        self._conn = conn
-        await failed.close()  # its watch streams fail; their consumers watch again on the new connection
-
-    # --- key encoding -----------------------------------------------------------------------------
-
-    def _key(self, key: str) -> bytes:
-        return self._ns + key.encode("utf-8")
-
-    def _user_key(self, raw: bytes) -> str:
-        try:
-            return raw[len(self._ns) :].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise MetadataError(f"etcd key {raw!r} is not valid UTF-8") from exc
-
-    def _key_value(self, kv: Any) -> KeyValue:
-        key = self._user_key(kv.key)
-        return KeyValue(key, decode_value(kv.value, key), int(kv.mod_revision))
 
     # --- reads ------------------------------------------------------------------------------------
 
@@ -285,7 +93,7 @@ class EtcdStore:
         check_key(prefix, "prefix")
         bound = check_limit(limit)
         start = self._key(prefix)
-        end = _range_end(start)
+        end = range_end(start)
         if start_after is not None:
             if not isinstance(start_after, str):
                 raise InvalidArgument(f"invalid start_after {start_after!r}: expected a string")
@@ -327,7 +135,7 @@ class EtcdStore:
         self._current()
         check_key(prefix, "prefix")
         start = self._key(prefix)
-        request = rpc.DeleteRangeRequest(key=start, range_end=_range_end(start))
+        request = rpc.DeleteRangeRequest(key=start, range_end=range_end(start))
         response = await self._call(
             "delete_prefix", lambda c: c.kv.DeleteRange(request, timeout=self._timeout)
         )
@@ -394,80 +202,6 @@ class EtcdStore:
             raise LeaseNotFound(f"lease {lease} not found (expired or revoked)")
         return lease
 
-    # --- watches ----------------------------------------------------------------------------------
-
-    def watch(self, prefix: str, *, max_queue: int = DEFAULT_WATCH_QUEUE) -> Watch:
-        self._current()
-        check_key(prefix, "prefix")
-        watch = Watch(prefix, max_queue, on_close=self._watch_closed)
-        start_revision = self._seen_revision + 1  # every change this client could not have seen yet
-        task = asyncio.get_running_loop().create_task(
-            self._follow(watch, start_revision), name=f"etcd-watch {prefix}"
-        )
-        self._watches[watch] = task
-        return watch
-
-    def _watch_closed(self, watch: Watch) -> None:
-        task = self._watches.pop(watch, None)
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-
-    async def _follow(self, watch: Watch, start_revision: int) -> None:
-        """Feed one etcd watch stream into `watch` until either ends."""
-        conn: Connection | None = None
-        call: Any = None
-        key = self._key(watch.prefix)
-        try:
-            conn = self._current()
-            call = conn.watch.Watch()
-            create = rpc.WatchCreateRequest(key=key, range_end=_range_end(key), start_revision=start_revision)
-            async with asyncio.timeout(self._timeout):
-                await call.write(rpc.WatchRequest(create_request=create))
-                response = await call.read()
-                if response is grpc.aio.EOF or not response.created:
-                    raise MetadataError(f"etcd did not create the watch on {watch.prefix!r}")
-            while not watch.closed:
-                if response is grpc.aio.EOF:
-                    raise MetadataError(f"etcd closed the watch stream on {watch.prefix!r}")
-                self._observe(response.header)
-                if response.compact_revision:
-                    raise WatchLagged(
-                        f"etcd compacted revision {start_revision}..{response.compact_revision} before the "
-                        f"watch on {watch.prefix!r} could read it; re-list and watch again"
-                    )
-                if response.canceled:
-                    reason = response.cancel_reason or "no reason given"
-                    raise MetadataError(f"etcd cancelled the watch on {watch.prefix!r}: {reason}")
-                for event in response.events:
-                    watch.feed(self._event(event))
-                response = await call.read()
-        except MetadataError as exc:
-            watch.fail(exc)
-        except grpc.aio.AioRpcError as exc:
-            where = conn.endpoint if conn is not None else "etcd"
-            watch.fail(
-                MetadataError(f"etcd watch on {watch.prefix!r} at {where} failed: {describe_error(exc)}")
-            )
-            if conn is not None and exc.code() in _CONNECTION_CODES:
-                self._maybe_failover(conn)
-        except TimeoutError:
-            watch.fail(
-                MetadataError(f"etcd did not confirm the watch on {watch.prefix!r} in {self._timeout} s")
-            )
-        except (grpc.aio.UsageError, aetcd.ClientError, OSError) as exc:
-            watch.fail(MetadataError(f"etcd watch on {watch.prefix!r} failed: {describe_error(exc)}"))
-        finally:
-            if call is not None:
-                call.cancel()
-            self._watches.pop(watch, None)
-
-    def _event(self, event: Any) -> WatchEvent:
-        key = self._user_key(event.kv.key)
-        revision = int(event.kv.mod_revision)
-        if event.type == rpc.Event.PUT:
-            return WatchEvent("put", key, decode_value(event.kv.value, key), revision)
-        return WatchEvent("delete", key, None, revision)
-
     # --- leases -----------------------------------------------------------------------------------
 
     async def grant_lease(self, ttl_seconds: float) -> int:
@@ -520,11 +254,6 @@ class EtcdStore:
 
     # --- lifecycle --------------------------------------------------------------------------------
 
-    @property
-    def revision(self) -> int:
-        """The highest etcd revision this client has seen in a response."""
-        return self._seen_revision
-
     async def close(self) -> None:
         if self._closed:
             return
@@ -540,6 +269,7 @@ class EtcdStore:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self._tasks.close()  # none left running; none starts from now on
         for watch in watches:
             watch.finish()
         conn, self._conn = self._conn, None

@@ -5,6 +5,9 @@ each follower holds, moves the commit (`core.replication.LeaderState`), caps wha
 it (`Wal.cap_visible`), releases publishes waiting for it, and keeps the in-sync set in the replica record
 with compare-and-set: a lagging follower leaves, one that caught up rejoins. A compare-and-set that finds
 another leader or epoch fences the topic here.
+
+Its parts: here the publishes' waits and the followers' streams; `insync.py` the in-sync set; both over
+`leader_base.py` (the record, the commit, waiting publishes, fencing).
 """
 
 from __future__ import annotations
@@ -12,45 +15,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
-import msgspec
 from crc32c import crc32c
 
-from ister.clock import REAL_CLOCK, Clock
 from ister.core.replication import (
-    NO_LEADER,
     EpochHistory,
     FollowerProgress,
-    LeaderState,
-    ReplicaRecord,
     divergence,
-    leaving_replicas,
-    replacement_step,
 )
 from ister.errors import (
     CorruptRange,
     FailedPrecondition,
     InvalidArgument,
-    MetadataError,
     StorageError,
     Unavailable,
 )
-from ister.ids import TopicName
-from ister.metadata import keys
-from ister.metadata.store import Compare, MetadataStore, Put
 from ister.replication import metrics
-from ister.storage.wal import Wal, WalReader
+from ister.replication.insync import ISR_CHECK_SECONDS, InSyncSet
 from ister.storage.wal.frametail import FrameRun
-from ister.tasks import TaskSupervisor
 from ister.wire.gen import ister_v1_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-ISR_CHECK_SECONDS = 0.25
-PEERS_CHECK_SECONDS = 1.0  # dead and draining replicas are looked for this often
 FETCH_MAX_BYTES = 4 * 1024 * 1024
 FETCH_MAX_RECORDS = 65_536
 WINDOW_RECORDS = 262_144  # records sent to a follower and not yet acknowledged by it, at most
@@ -60,79 +48,7 @@ IDLE_SECONDS = 1.0  # a stream with nothing new still says so (and the commit) t
 FRAME_TAIL_BYTES = 2 * 1024 * 1024
 
 
-class ReplicaLeader:
-    def __init__(
-        self,
-        name: TopicName,
-        wal: Wal,
-        history: EpochHistory,
-        record: ReplicaRecord,
-        version: int,
-        store: MetadataStore,
-        broker_id: int,
-        max_lag_s: float,
-        *,
-        known_committed: int = 0,
-        on_fenced: Callable[[str], None] | None = None,
-        on_closed: Callable[[], None] | None = None,
-        peers: Callable[[], tuple[set[int], set[int]]] | None = None,
-        choose: Callable[[set[int]], list[int]] | None = None,
-        replace_after_s: float = 120.0,
-        live: Callable[[], set[int]] | None = None,
-        clock: Clock = REAL_CLOCK,
-        absences: Callable[[], dict[int, float]] | None = None,
-        note_absent: Callable[[dict[int, float], bool], Awaitable[None]] | None = None,
-        on_step_down: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        self.name = name
-        self.wal = wal
-        self.history = history
-        self.record = record
-        self.version = version
-        self.store = store
-        self.broker_id = broker_id
-        self.max_lag_s = max_lag_s
-        self._clock = clock
-        self._on_fenced = on_fenced
-        self._on_closed = on_closed
-        self._peers = peers  # (live brokers, active brokers) as the cluster view shows them
-        self._live = live  # registered brokers, cheap to ask often
-        self._choose = choose  # brokers for a new follower, best first, none of the given ones
-        self.replace_after_s = replace_after_s
-        # Broker -> wall-clock time it was first seen gone. Kept in metadata (`absences`, `note_absent`) so
-        # that the replacement deadline survives a change of leader: under continuing faults a leader kept
-        # in memory never lasted the whole wait. Without them, this leader's own memory.
-        self._absences = absences
-        self._note_absent = note_absent
-        self._absent_since: dict[int, float] = {}
-        self._on_step_down = on_step_down  # hands the topic back for a failover (its disk failed here)
-        self._peers_checked = float("-inf")
-        # Followers' streams (ended when this leader closes) and what each has sent: frames below all
-        # of them are dropped.
-        self._sent: dict[WalReader, int] = {}
-        followers = [r for r in record.replicas if r != broker_id]
-        self.state = LeaderState.take_over(
-            record.epoch, wal.durable_offset, known_committed, clock.monotonic(), followers
-        )
-        self.fenced: str | None = None
-        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # heap of (end, seq, future)
-        self._seq = itertools.count()
-        self._tasks = TaskSupervisor(f"replica leader {name.full}")  # the in-sync checks
-        self._isr_changed = asyncio.Event()
-        self.last_fetch: dict[int, float] = dict.fromkeys(followers, clock.monotonic())
-        # In-sync members that stopped following but cannot leave (the set would fall below the
-        # minimum): nothing commits while there are any, so publishes are refused at once.
-        self.stalled: list[int] = []
-        wal.cap_visible(self.state.committed)
-
-    @property
-    def epoch(self) -> int:
-        return self.record.epoch
-
-    @property
-    def committed(self) -> int:
-        return self.state.committed
-
+class ReplicaLeader(InSyncSet):
     def start(self) -> None:
         self._advance()
         self._tasks.spawn(self._isr_loop(), f"isr {self.name.full}")
@@ -208,32 +124,6 @@ class ReplicaLeader:
             f"{end - 1} yet ({self.state.committed} committed); it stays on this broker"
             + (f" ({self.fenced})" if self.fenced is not None else "")
         )
-
-    def _release_waiters(self) -> None:
-        committed = self.state.committed
-        waiters = self._waiters
-        while waiters and waiters[0][0] <= committed:
-            _, _, future = heapq.heappop(waiters)
-            if not future.done():
-                future.set_result(None)
-
-    def _fail_waiters(self, exc: Exception) -> None:
-        waiters, self._waiters = self._waiters, []
-        for _, _, future in waiters:
-            if not future.done():
-                future.set_exception(type(exc)(str(exc)))
-
-    def _advance(self) -> None:
-        """Move the commit to what every in-sync member holds (never with fewer than the minimum)."""
-        record = self.record
-        if len(record.isr) < record.min_insync or self.fenced is not None:
-            return
-        self.state.appended(self.wal.durable_offset, self._clock.monotonic())
-        before = self.state.committed
-        self.state.advance(record.isr, self.broker_id, self.wal.durable_offset)
-        if self.state.committed != before:
-            self.wal.cap_visible(self.state.committed)
-            self._release_waiters()
 
     def appended(self) -> None:
         """Records became durable here (an RF-1 in-sync set commits them at once)."""
@@ -377,185 +267,3 @@ class ReplicaLeader:
             p.matched = min(end, self.state.log_end)
         self.state.acked(follower, end, now)
         self._advance()
-
-    # -- the in-sync set ----------------------------------------------------------------------------------
-    async def _isr_loop(self) -> None:
-        while True:
-            try:
-                if self.wal.failed is not None and self.fenced is None:
-                    if await self._step_down(f"its WAL failed here ({self.wal.failed})"):
-                        return
-                else:
-                    await self._check_isr()
-            except MetadataError as exc:
-                log.warning("%s: updating the in-sync set failed (%s); retrying", self.name, exc)
-            await self._clock.sleep(ISR_CHECK_SECONDS)
-
-    async def _check_isr(self) -> None:
-        record = self.record
-        now = self._clock.monotonic()
-        self.state.appended(self.wal.durable_offset, now)
-        isr = list(record.isr)
-        lagging = set(self.state.lagging(isr, self.broker_id, now, self.max_lag_s))
-        # A member that stopped fetching lags too, even when no record was appended since (Kafka's rule).
-        lagging |= {
-            m for m in isr if m != self.broker_id and now - self.last_fetch.get(m, now) > self.max_lag_s
-        }
-        # A member whose broker is gone (its registration lapsed) leaves at once: waiting out its lag time
-        # would only delay the commit after a failover.
-        live = self._live() if self._live is not None else set()
-        if live:  # empty: not known yet
-            lagging |= {m for m in isr if m != self.broker_id and m not in live}
-        # Leave, but never below the minimum: a dead member keeps its place rather than leaving a set that
-        # one more failure would empty (found by the simulation).
-        for member in sorted(lagging, key=lambda m: self._matched(m)):
-            if len(isr) > record.min_insync:
-                isr.remove(member)
-        self._publish_lag(now)
-        stalled = sorted(m for m in lagging if m in isr)
-        if stalled and not self.stalled:
-            self._fail_waiters(Unavailable(f"{self.name}: in-sync replica(s) {stalled} stopped following"))
-        self.stalled = stalled
-        # Rejoin only while it follows: a dead member still "holds everything" when nothing was appended.
-        # Never one that lags now: a slow member gates the commit, so it always "holds everything
-        # committed" and would rejoin in the pass that dropped it (a follower whose fsyncs take seconds
-        # stalled every producer; found by tests/integration/test_gray_failures.py).
-        isr += [
-            r
-            for r in self.state.rejoining(isr, record.replicas)
-            if r not in lagging
-            and now - self.last_fetch.get(r, float("-inf")) <= self.max_lag_s
-            and (not live or r in live)
-        ]
-        if sorted(isr) != record.isr:
-            await self._write_record(record.with_isr(isr))
-        elif (replaced := await self._replacement(now)) is not None:
-            await self._write_record(replaced)
-        self._advance()
-
-    async def _replacement(self, now: float) -> ReplicaRecord | None:
-        """The next step replacing replicas on brokers gone for `replace_after_s` or draining."""
-        if self._peers is None or self._choose is None:
-            return None
-        if now - self._peers_checked < PEERS_CHECK_SECONDS:
-            return None
-        self._peers_checked = now
-        live, active = self._peers()
-        record = self.record
-        kept = self._absences() if self._absences is not None else self._absent_since
-        wall = self._clock.time()
-        # A clock set back (here or where the absence was first seen) restarts the wait instead of
-        # stretching it by the jump; one set forward replaces early, which is safe (the new follower
-        # joins before the old one leaves).
-        ahead = {r: wall for r, since in kept.items() if since > wall}
-        absent = {**kept, **ahead}
-        leaving = leaving_replicas(record, self.broker_id, live, active, absent, wall, self.replace_after_s)
-        if self._absences is None:
-            self._absent_since = absent
-        elif self._note_absent is not None:
-            if ahead:
-                await self._note_absent(ahead, True)  # stamped again, now
-            if seen := {r: t for r, t in absent.items() if r not in kept}:
-                await self._note_absent(seen, False)
-        if not leaving and len(record.replicas) >= record.target:
-            return None
-        choose = self._choose
-        return replacement_step(record, leaving, lambda: choose(set(record.replicas)))
-
-    async def _step_down(self, reason: str) -> bool:
-        """This broker's disk failed: leave the in-sync set with no leader at the next epoch (followers stop
-        taking records from here), then hand the topic back so the cluster gives it to an in-sync replica.
-        Not when no other in-sync replica exists (the topic would have none): it stays, refusing writes."""
-        record = self.record
-        others = [b for b in record.isr if b != self.broker_id]
-        if not others:
-            log.error(
-                "%s: %s, and no other replica is in sync: it stays here, refusing writes", self.name, reason
-            )
-            return False
-        new = msgspec.structs.replace(record, isr=sorted(others), leader=NO_LEADER, epoch=record.epoch + 1)
-        key = keys.replicas(self.name)
-        if not await self.store.txn([Compare(key, self.version)], [Put(key, new.to_json())]):
-            self.fence("the replica record changed (another leader or epoch)")
-            return True
-        log.error("%s: %s: stepping down for a failover to %s", self.name, reason, sorted(others))
-        self.record = new
-        self.fence(f"stepped down: {reason}")
-        if self._on_step_down is not None:
-            await self._on_step_down()
-        return True
-
-    def _matched(self, member: int) -> int:
-        p = self.state.followers.get(member)
-        return p.matched if p is not None else 0
-
-    async def _write_record(self, new: ReplicaRecord) -> None:
-        key = keys.replicas(self.name)
-        if await self.store.txn([Compare(key, self.version)], [Put(key, new.to_json())]):
-            kv = await self.store.get(key)
-            if kv is not None and ReplicaRecord.parse(kv.value) == new:
-                log.info(
-                    "%s: replicas %s -> %s, in sync %s -> %s (epoch %d)",
-                    self.name,
-                    self.record.replicas,
-                    new.replicas,
-                    self.record.isr,
-                    new.isr,
-                    new.epoch,
-                )
-                now = self._clock.monotonic()
-                for r in new.replicas:
-                    if r != self.broker_id and r not in self.state.followers:
-                        self.state.followers[r] = FollowerProgress(caught_up_at=now)
-                        self.last_fetch[r] = now
-                for r in [f for f in self.state.followers if f not in new.replicas]:
-                    del self.state.followers[r]
-                    self.last_fetch.pop(r, None)
-                left = set(self.record.isr) - set(new.isr)
-                joined = set(new.isr) - set(self.record.isr)
-                if left:
-                    metrics.isr_shrinks.inc(len(left))
-                if joined:
-                    metrics.isr_expands.inc(len(joined))
-                self.record, self.version = new, kv.version
-                if len(new.isr) < new.min_insync:
-                    self._fail_waiters(Unavailable(f"{self.name}: in-sync replicas below the minimum"))
-                return
-        self.fence("the replica record changed (another leader or epoch)")
-
-    def fence(self, reason: str) -> None:
-        if self.fenced is None:
-            self.fenced = reason
-            log.warning("%s: replication fenced: %s", self.name, reason)
-            for reader in list(self._sent):
-                reader.close()
-            self._fail_waiters(Unavailable(f"topic {self.name} is no longer led here ({reason})"))
-            if self._on_fenced is not None:
-                self._on_fenced(reason)
-
-    def _publish_lag(self, now: float) -> None:
-        topic = self.name.full
-        end = self.wal.durable_offset
-        for f, p in self.state.followers.items():
-            metrics.replica_lag.labels(topic, str(f)).set(max(0, end - p.matched))
-            behind = 0.0 if p.matched >= end else now - p.caught_up_at
-            metrics.replica_lag_seconds.labels(topic, str(f)).set(behind)
-
-    def forget_metrics(self) -> None:
-        for f in self.state.followers:
-            for gauge in (metrics.replica_lag, metrics.replica_lag_seconds):
-                with contextlib.suppress(KeyError):
-                    gauge.remove(self.name.full, str(f))
-
-    @property
-    def under_replicated(self) -> bool:
-        return len(self.record.isr) < len(self.record.replicas)
-
-    @property
-    def under_min_isr(self) -> bool:
-        return len(self.record.isr) < self.record.min_insync or bool(self.stalled)
-
-    def lag(self) -> dict[int, int]:
-        """Follower -> records it lacks (for describe and metrics)."""
-        end = self.wal.durable_offset
-        return {f: max(0, end - p.matched) for f, p in self.state.followers.items()}

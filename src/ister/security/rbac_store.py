@@ -10,7 +10,6 @@ every broker within a watch round-trip; writes made here apply locally at once. 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -18,6 +17,7 @@ from ister.errors import FailedPrecondition, IsterError, MetadataError, NotFound
 from ister.metadata.store import MetadataStore, list_all
 from ister.security.rbac import Binding, Policy, Resource, Role, check_binding, check_role
 from ister.security.tokens import Principal
+from ister.tasks import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class RbacStore:
         self.store = store
         self.policy = Policy(superusers=frozenset(superusers))
         self._decisions: dict[tuple[str, str, str, str, str], bool] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskSupervisor("rbac store")  # the watch
 
     # -- decisions ---------------------------------------------------------------------------------------
     def allows(self, principal: Principal, permission: str, resource: Resource) -> bool:
@@ -75,13 +75,10 @@ class RbacStore:
     # -- loading -----------------------------------------------------------------------------------------
     async def start(self) -> None:
         await self.reload()
-        self._task = asyncio.get_running_loop().create_task(self._watch(), name="rbac-watch")
+        self._tasks.spawn(self._watch(), "rbac-watch")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._tasks.close()
 
     async def reload(self) -> None:
         roles: dict[str, Role] = {}

@@ -28,6 +28,8 @@ from pathlib import Path
 
 from prometheus_client import Gauge
 
+from ister.tasks import TaskSupervisor
+
 log = logging.getLogger(__name__)
 
 CHECK_INTERVAL_SECONDS = 1.0
@@ -94,7 +96,7 @@ class DiskSpace:
         self.room = asyncio.Event()  # set while refusal is None (followers wait on it)
         self.room.set()
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskSupervisor("data disk space")  # its measuring loop
         self._error: str | None = None  # the last statvfs failure, logged once
 
     def update(self, free: int, total: int) -> None:
@@ -168,7 +170,7 @@ class DiskSpace:
         """Measure once (publishes are refused from the first one on when the disk is already full), then
         keep measuring in the background."""
         await self.refresh()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="data disk space")
+        self._tasks.spawn(self._run(), "data disk space")
 
     async def _run(self) -> None:
         while True:
@@ -179,8 +181,4 @@ class DiskSpace:
             await self.refresh()
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._tasks.close()

@@ -5,9 +5,11 @@ from ister.core.dispatch.entries import EntryState
 from ister.core.dispatch.gaps import split_runs
 from ister.core.dispatch.keyhash import HashRing, glob_match, key_hash
 from ister.core.dispatch.nonreliable import NonReliableRouter
+from ister.core.dispatch.outcomes import ACK_TIMEOUT_REASON
 from ister.core.dispatch.policy import BackoffStrategy, FailurePolicy, PoisonPolicy
-from ister.core.dispatch.reliable import ACK_TIMEOUT_REASON, Group, ReliableSubscriptionState
+from ister.core.dispatch.reliable import ReliableSubscriptionState
 from ister.core.dispatch.selector import ConsumerSelector
+from ister.core.dispatch.sending import Group
 from ister.core.dispatch.types import DeadLetter, Delivery, SubscriptionStats, SubType
 from ister.core.dispatch.window import CursorTracker
 
