@@ -13,6 +13,10 @@ ever holds two payloads (never reused across owners); one owner's offsets are de
 next owner continues exactly after the seal; a failed seal leaves the topic serving where it was (appends
 still land there); after a move every record its owner acknowledged is in the tier. At the end every broker
 comes back, every topic loads, superseded WALs are given back, and every acknowledged record is readable.
+
+`StandaloneSim` runs the same owner with standalone's real placement (over an in-memory metadata store):
+admin unloads (the tier failing at the last segment is only logged there), shutdowns and reloads, each
+continuing densely after the seal; at the end every acknowledged record is in the WAL.
 """
 
 from __future__ import annotations
@@ -25,11 +29,15 @@ from typing import Any
 import msgspec
 import pytest
 
+from ister.broker.standalone import StandalonePlacement
 from ister.broker.topic_owner import TopicOwner
+from ister.config import load_config
 from ister.core.cluster.ownership import OwnerRecord, assign
 from ister.core.lifecycle import State, TopicLifecycle
 from ister.errors import Fenced, Unavailable
 from ister.ids import TopicName
+from ister.metadata import keys
+from ister.metadata.embedded import EmbeddedStore
 from ister.metadata.records import SealedState
 from ister.ports.placement import LogPlan
 from ister.storage.topic_log import LogStart, OpenedLog
@@ -545,6 +553,77 @@ class Sim:
                 self.fail(f"{t}: acknowledged offsets {lost[:10]} are not readable")
 
 
+class StandaloneSim(Sim):
+    """The same owner with standalone's real ports (`StandalonePlacement` over an in-memory store): one
+    broker, an admin unload seals the topic and it reloads here, continuing densely after the seal."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        self.store = EmbeddedStore.in_memory()
+        b = self.brokers[0]
+        b.placement = StandalonePlacement(load_config(environ={}), self.store)  # type: ignore[assignment]
+        self.brokers = [b]
+        for n in self.names:
+            self.assigned[n.full] = 0
+
+    async def unload(self, name: TopicName) -> None:
+        t = name.full
+        found = self.owner_at(t)
+        if found is None or found[1].state is not State.SERVING:
+            return
+        owner = found[1]
+        topic = owner.topic
+        assert topic is not None
+        if self.rng.random() < 0.3:
+            self.faults.add("finish")  # standalone reloads the same WAL: the export only has to happen later
+        await owner.seal("admin unload")
+        if owner.state is not State.CLOSED or t in self.brokers[0].host.owners or topic.claim.revoked is None:
+            self.fail(f"{t}: a finished seal left {owner.state}")
+        kv = await self.store.get(keys.storage_state(t))
+        if topic.wal.committed_offset > 0:
+            sealed = SealedState.parse(kv.value) if kv is not None else None
+            if sealed is None or sealed.next_offset != topic.wal.committed_offset:
+                self.fail(f"{t}: the sealed state {sealed} does not end at {topic.wal.committed_offset}")
+            self.resume_at[t] = topic.wal.committed_offset
+        self.seen.add("unloaded")
+
+    async def shutdown(self) -> None:
+        host = self.brokers[0].host
+        for owner in list(host.owners.values()):
+            await owner.close()
+            if owner.topic is not None and not owner.topic.wal.closed:
+                self.fail(f"{owner.name}: closed with its WAL open")
+        self.brokers[0].host = Host()
+        self.seen.add("shutdown")
+
+    async def run(self) -> None:
+        try:
+            for self.step in range(STEPS):
+                name = self.rng.choice(self.names)
+                roll = self.rng.random()
+                if roll < 0.3:
+                    await self.load(name)
+                elif roll < 0.75:
+                    self.append(name)
+                elif roll < 0.92:
+                    await self.unload(name)
+                else:
+                    await self.shutdown()
+                self.faults.clear()
+                self.check()
+            for n in self.names:
+                await self.load(n, faults=False)
+            for n in self.names:
+                found = self.owner_at(n.full)
+                assert found is not None and found[1].topic is not None
+                readable = found[1].topic.wal.disk.records
+                lost = [o for o, p in self.acked[n.full].items() if readable.get(o) != p]
+                if lost:
+                    self.fail(f"{n.full}: acknowledged offsets {lost[:10]} are not in the WAL")
+        finally:
+            await self.store.close()
+
+
 def run(seed: int) -> Sim:
     sim = Sim(seed)
     asyncio.run(sim.run())
@@ -557,8 +636,21 @@ def test_topic_owner_sim(chunk: int) -> None:
         run(seed)
 
 
+@pytest.mark.parametrize("chunk", range(2))
+def test_topic_owner_sim_standalone(chunk: int) -> None:
+    for seed in range(chunk * SEEDS_PER_CHUNK, (chunk + 1) * SEEDS_PER_CHUNK):
+        sim = StandaloneSim(seed)
+        asyncio.run(sim.run())
+
+
 def test_the_schedules_exercise_every_failure() -> None:
     seen: set[str] = set()
     for seed in range(60):
         seen |= run(seed).seen
     assert seen >= {"open", "race", "prepare", "tier", "finish", "seal_failed", "moved", "failover", "crash"}
+    seen = set()
+    for seed in range(30):
+        sim = StandaloneSim(seed)
+        asyncio.run(sim.run())
+        seen |= sim.seen
+    assert seen >= {"open", "prepare", "finish", "unloaded", "shutdown"}
