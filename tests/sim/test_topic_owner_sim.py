@@ -33,7 +33,7 @@ from ister.broker.standalone import StandalonePlacement
 from ister.broker.topic_owner import TopicOwner
 from ister.config import load_config
 from ister.core.cluster.ownership import OwnerRecord, assign
-from ister.core.lifecycle import State, TopicLifecycle
+from ister.core.lifecycle import EFFECTS, LOAD_EFFECTS, Effect, State, TopicLifecycle
 from ister.errors import Fenced, Unavailable
 from ister.ids import TopicName
 from ister.metadata import keys
@@ -654,3 +654,8 @@ def test_the_schedules_exercise_every_failure() -> None:
         asyncio.run(sim.run())
         seen |= sim.seen
     assert seen >= {"open", "prepare", "finish", "unloaded", "shutdown"}
+
+
+def test_the_owner_carries_out_every_effect_the_table_names() -> None:
+    named = {e for effects in EFFECTS.values() for e in effects} | set(LOAD_EFFECTS)
+    assert named == set(Effect) == set(TopicOwner._handlers)

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from ister.core.lifecycle import LOAD_EFFECTS, Effect, Event, State, TopicLifecycle
 from ister.errors import FailedPrecondition, Unavailable
@@ -128,8 +128,7 @@ class TopicOwner(Generic[S]):
             await self._event(Event.CLOSE)
 
     async def fence(self, reason: str) -> None:
-        """Ownership is gone (reassigned, lease lost, deleted): forget the topic and release it. Cursors are
-        not flushed as the owner: the new owner's are the truth."""
+        """Ownership is gone (reassigned, lease lost, deleted): the topic is forgotten here and released."""
         await self._event(Event.FENCE, reason)
 
     async def close(self) -> None:
@@ -142,52 +141,50 @@ class TopicOwner(Generic[S]):
     # -- effects --------------------------------------------------------------------------------------
     async def _run(self, effects: tuple[Effect, ...]) -> None:
         for effect in effects:
-            await self._do(effect)
+            await self._handlers[effect](self)
 
-    async def _do(self, effect: Effect) -> None:  # noqa: C901 - one branch per effect, each a line or two
-        topic = self.topic
-        if effect is Effect.OPEN_LOG:
-            if self._reliable:
-                self._plan = plan = await self.placement.plan_log(self.name)
-                if plan.start is not None:
-                    self._opened = await open_topic_log(self.storage, self.name, plan.start)
-                    self._wal = self._opened.wal
-        elif effect is Effect.WRITE_CLAIM:
-            if self._plan is not None:
-                self._wal, self._claim = await self.placement.claim_log(self.name, self._plan, self._opened)
-            else:
-                self._claim = await self.placement.claim_volatile(self.name)
-        elif effect is Effect.REGISTER:
-            assert topic is not None
-            self.host.register(topic)
-        elif effect is Effect.EXPORT_TAIL:
-            assert topic is not None
-            await self._export_tail(topic)
-        elif effect is Effect.FORGET_CLIENTS:
-            if topic is not None:
-                self.host.forget_clients(topic)
-        elif effect is Effect.RELEASE:
-            if not self._released:
-                self._released = True
-                if topic is not None:
-                    await topic.release()
-                elif self._wal is not None:
-                    await self._wal.close()
-        elif effect is Effect.FINISH_EXPORT:
-            assert topic is not None
-            await self._finish_export(topic)
-        elif effect is Effect.WRITE_SEALED:
-            assert topic is not None
-            await self._write_sealed(topic)
-        elif effect is Effect.DROP:
-            self.host.drop(self.name.full)
-        elif effect is Effect.REVOKE_CLAIM:
-            if self._claim is not None:
-                self._claim.revoke(self._revoke_reason or str(self.lifecycle.reason))
-        else:  # pragma: no cover - every effect has a branch
-            raise AssertionError(effect)
+    async def _open_log(self) -> None:
+        if self._reliable:
+            self._plan = plan = await self.placement.plan_log(self.name)
+            if plan.start is not None:
+                self._opened = await open_topic_log(self.storage, self.name, plan.start)
+                self._wal = self._opened.wal
 
-    async def _export_tail(self, topic: S) -> None:
+    async def _write_claim(self) -> None:
+        if self._plan is not None:
+            self._wal, self._claim = await self.placement.claim_log(self.name, self._plan, self._opened)
+        else:
+            self._claim = await self.placement.claim_volatile(self.name)
+
+    async def _register(self) -> None:
+        self.host.register(self._served())
+
+    async def _forget_clients(self) -> None:
+        if self.topic is not None:
+            self.host.forget_clients(self.topic)
+
+    async def _release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        if self.topic is not None:
+            await self.topic.release()
+        elif self._wal is not None:  # the claim or building the topic failed
+            await self._wal.close()
+
+    async def _drop(self) -> None:
+        self.host.drop(self.name.full)
+
+    async def _revoke_claim(self) -> None:
+        if self._claim is not None:
+            self._claim.revoke(self._revoke_reason or self.lifecycle.reason)
+
+    def _served(self) -> S:
+        assert self.topic is not None, "effects after the load need the topic"
+        return self.topic
+
+    async def _export_tail(self) -> None:
+        topic = self._served()
         wal = topic.wal
         gate = topic.claim.replication
         if wal is None or (gate is None and not self.placement.moves_need_export):
@@ -217,7 +214,8 @@ class TopicOwner(Generic[S]):
                 f"({cause}); it stays on broker {broker}"
             ) from exc
 
-    async def _finish_export(self, topic: S) -> None:
+    async def _finish_export(self) -> None:
+        topic = self._served()
         exporter = topic.exporter
         if exporter is None:
             return
@@ -234,7 +232,8 @@ class TopicOwner(Generic[S]):
             # Standalone reloads the same WAL: the export only has to happen some time.
             log.warning("%s: exporting the tail at seal failed: %s", self.name, exc)
 
-    async def _write_sealed(self, topic: S) -> None:
+    async def _write_sealed(self) -> None:
+        topic = self._served()
         wal = topic.wal
         if wal is None or wal.committed_offset <= 0:
             return
@@ -247,3 +246,16 @@ class TopicOwner(Generic[S]):
         }
         await topic.claim.guarded_put(keys.storage_state(self.name.full), state)
         log.info("sealed %s at offset %d (%s)", self.name, wal.committed_offset - 1, self.lifecycle.reason)
+
+    _handlers: ClassVar[dict[Effect, Callable[[TopicOwner[Any]], Awaitable[None]]]] = {
+        Effect.OPEN_LOG: _open_log,
+        Effect.WRITE_CLAIM: _write_claim,
+        Effect.REGISTER: _register,
+        Effect.EXPORT_TAIL: _export_tail,
+        Effect.FORGET_CLIENTS: _forget_clients,
+        Effect.RELEASE: _release,
+        Effect.FINISH_EXPORT: _finish_export,
+        Effect.WRITE_SEALED: _write_sealed,
+        Effect.DROP: _drop,
+        Effect.REVOKE_CLAIM: _revoke_claim,
+    }
