@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ister.cluster.guard import OwnershipGuard
 from ister.cluster.node import ClusterNode
-from ister.cluster.replicated import ReplicatedTopics
+from ister.cluster.replicated import FirstLoad, ReplicatedTopics
 from ister.config import BrokerConfig
 from ister.core.cluster.ownership import OwnerRecord, plan_load
 from ister.core.replication_policy import ReplicationSetting, resolve
@@ -47,15 +47,6 @@ class _Single:
     record: OwnerRecord
     versions: tuple[int, int]
     sealed_kv: KeyValue | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Lead:
-    """A replicated load: the leader opens its own copy."""
-
-    replica_kv: KeyValue | None
-    factor: int
-    min_insync: int
 
 
 class ClusterPlacement:
@@ -168,18 +159,19 @@ class ClusterPlacement:
 
     # -- claiming ---------------------------------------------------------------------------------------
     async def plan_log(self, name: TopicName) -> LogPlan:
-        """One copy: where the owner record and the seal say offsets continue. Replicated: the leader opens
-        its own copy (cluster/replicated.py), so the plan has no start."""
+        """Where the owner record and the seal say offsets continue (one copy, or a topic's first replicated
+        load). A topic with a replica record is led by continuing this broker's own copy
+        (cluster/replicated.py), so its plan has no start."""
         replica_kv = await self.store.get(keys.replicas(name))
         if replica_kv is not None:
-            return LogPlan(None, _Lead(replica_kv, 0, 0))
+            return LogPlan(None, replica_kv)
         wanted, placed, min_insync = await self._replication_of(name)
-        if placed > 1:
-            return LogPlan(None, _Lead(None, wanted, min_insync))
         sealed_kv = await self.store.get(keys.storage_state(name.full))
         sealed = SealedState.parse(sealed_kv.value) if sealed_kv is not None else None
         record, versions = await self.node.read_owner(name.full, fresh=True)  # decides where offsets start
         start = LogStart.cluster(record, sealed, self.config.cluster.offset_reservation)
+        if placed > 1:
+            return LogPlan(start, FirstLoad(record, versions, sealed_kv, wanted, min_insync))
         return LogPlan(start, _Single(record, versions, sealed_kv))
 
     async def claim_log(
@@ -187,9 +179,12 @@ class ClusterPlacement:
     ) -> tuple[Wal, OwnershipGuard]:
         """The committed claim that fences the topic's log, opened where its offsets continue."""
         context = plan.context
-        if isinstance(context, _Lead):
-            return await self.replicated.lead(name, context.replica_kv, context.factor, context.min_insync)
-        assert isinstance(context, _Single) and opened is not None
+        if isinstance(context, KeyValue):
+            return await self.replicated.lead(name, context)
+        assert opened is not None
+        if isinstance(context, FirstLoad):
+            return await self.replicated.lead_first(name, context, opened.wal)
+        assert isinstance(context, _Single)
         return await self._claim_single(name, context, opened)
 
     async def _replication_of(self, name: TopicName) -> tuple[int, int, int]:
