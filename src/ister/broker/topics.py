@@ -267,9 +267,6 @@ class TopicRegistry:
         for session in topic.producers.values():
             self._register_producer(session)
 
-    def drop(self, name: str) -> None:
-        self.forget(name)
-
     def forget_clients(self, topic: Topic) -> None:
         self._forget_clients(topic)
 
@@ -289,16 +286,16 @@ class TopicRegistry:
             log.exception("closing unloaded topic %s failed", topic)
         log.info("unloaded topic %s (%s)", topic, reason)
 
-    def forget(self, topic: str) -> Topic | None:
+    def drop(self, topic: str) -> None:
+        """No longer listed as served here (the owner's DROP effect); its clients are let go."""
         self._owners.pop(topic, None)
         loaded = self.topics.pop(topic, None)
         if loaded is None:
-            return None
+            return
         self._m_topics.set(len(self.topics))
         self.unloaded += 1
         self.exports.remove(loaded)
         self._forget_clients(loaded)
-        return loaded
 
     async def seal(self, topic: str, reason: str) -> None:
         """Graceful release: refuse appends, make every acknowledged record readable by the next owner,
