@@ -7,8 +7,11 @@ from pathlib import Path
 import pytest
 
 from ister.core.lifecycle import (
+    EFFECTS,
+    LOAD_EFFECTS,
     LOCAL_WAL_TRANSITIONS,
     TRANSITIONS,
+    Effect,
     Event,
     LifecycleError,
     LocalWal,
@@ -86,3 +89,26 @@ def test_local_wal_is_given_back_only_after_export_or_expiry() -> None:
 def test_docs_show_the_table_as_coded() -> None:
     doc = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
     assert table_markdown() in doc
+
+
+def test_each_transition_names_its_effects_in_order() -> None:
+    lc = TopicLifecycle()
+    assert lc.handle(Event.CLAIMED) == (State.SERVING, (Effect.REGISTER,))
+    step = lc.handle(Event.SEAL, "move")
+    assert step.state is State.SEALING
+    assert step.effects[0] is Effect.EXPORT_TAIL and step.effects[-1] is Effect.WRITE_SEALED
+    assert step.effects.index(Effect.RELEASE) < step.effects.index(Effect.WRITE_SEALED)
+    assert lc.handle(Event.SEAL_FAILED).effects == ()  # nothing was released: serving resumes
+    lc.handle(Event.SEAL)
+    assert lc.handle(Event.SEALED).effects == (Effect.DROP, Effect.REVOKE_CLAIM)
+    assert lc.handle(Event.CLOSE).effects == ()
+    assert LOAD_EFFECTS == (Effect.OPEN_LOG, Effect.WRITE_CLAIM)
+
+
+def test_effects_exist_only_for_rows_the_table_has() -> None:
+    assert all(event in TRANSITIONS[state] for state, event in EFFECTS)
+    # Every way out of a live state lets go of the log.
+    for state in (State.LOADING, State.SERVING, State.SEALING):
+        for event, after in TRANSITIONS[state].items():
+            if after in (State.CLOSED, State.FENCED):
+                assert Effect.RELEASE in EFFECTS[(state, event)], (state, event)

@@ -10,12 +10,12 @@ from ister.errors import FailedPrecondition, Fenced, NotFound
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.records import SealedState
-from ister.metadata.store import MetadataStore, list_all
+from ister.metadata.store import KeyValue, MetadataStore, list_all
 from ister.ports.health import ReadyProbe
 from ister.ports.host import TopicHost
+from ister.ports.placement import LogPlan
 from ister.ports.placement_admin import LEADER_ROLE, BrokerInfo, ClusterBalance, DrainPlan, RebalanceResult
-from ister.storage.topic_log import LogStart, open_topic_log
-from ister.storage.topic_storage import TopicStorage
+from ister.storage.topic_log import LogStart, OpenedLog
 from ister.storage.wal import Wal
 
 STANDALONE_BROKER_ID = 0
@@ -103,14 +103,20 @@ class StandalonePlacement:
         self._host.check_topic_room(count, what)
 
     # -- claiming ---------------------------------------------------------------------------------------
-    async def open_reliable(self, name: TopicName, storage: TopicStorage) -> tuple[Wal, LocalClaim]:
+    async def plan_log(self, name: TopicName) -> LogPlan:
         """The local WAL, continued; after a seal (admin unload) it starts no lower than the sealed end."""
         kv = await self.store.get(keys.storage_state(name.full))
         sealed = SealedState.parse(kv.value) if kv is not None else None
-        wal = (await open_topic_log(storage, name, LogStart.standalone(sealed))).wal
-        if kv is not None:
+        return LogPlan(LogStart.standalone(sealed), kv)
+
+    async def claim_log(
+        self, name: TopicName, plan: LogPlan, opened: OpenedLog | None
+    ) -> tuple[Wal, LocalClaim]:
+        assert opened is not None  # the plan always has a start here
+        kv = plan.context
+        if isinstance(kv, KeyValue):  # the seal is consumed: the next load must not trust it again
             await self.store.compare_and_delete(kv.key, expected_version=kv.version)
-        return wal, LocalClaim(name.full, self.store)
+        return opened.wal, LocalClaim(name.full, self.store)
 
     async def claim_volatile(self, name: TopicName) -> LocalClaim:
         return LocalClaim(name.full, self.store)

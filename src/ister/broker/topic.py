@@ -16,7 +16,7 @@ from ister.broker.nonreliable import NonReliableSubscription
 from ister.broker.reliable import ReliableSubscription
 from ister.broker.sessions import ProducerSession
 from ister.broker.subscription import Subscription
-from ister.core.lifecycle import Event, TopicLifecycle
+from ister.core.lifecycle import TopicLifecycle
 from ister.core.missing_offsets import GapLedger
 from ister.core.record import StoredMessage, encode_message
 from ister.errors import DiskFull, InvalidArgument, QuotaExceeded, Timeout, Unavailable
@@ -44,6 +44,7 @@ class Topic:
         max_message_size: int,
         wal: Wal | None,
         claim: TopicClaim,
+        lifecycle: TopicLifecycle,
         space: DiskSpace | None = None,
     ) -> None:
         if (delivery == RELIABLE) != (wal is not None):
@@ -54,9 +55,9 @@ class Topic:
         self.wal = wal
         self.producers: dict[int, ProducerSession] = {}
         self.subscriptions: dict[str, Subscription] = {}
-        # Storage is open and the claim committed when a Topic is built: it serves from here on.
-        self.lifecycle = TopicLifecycle()
-        self.lifecycle.handle(Event.CLAIMED)
+        # Its owner's (broker/topic_owner.py): storage is open and the claim committed when a Topic is built;
+        # it serves once the owner saw it CLAIMED.
+        self.lifecycle = lifecycle
         self.space = space  # the data disk's free space: reliable publishes stop below its headroom
         self.claim = claim  # fences appends and owner-only metadata writes (a stale owner's land nowhere)
         self.exporter: SegmentExporter | None = None  # durable tier: exports closed WAL segments
@@ -251,15 +252,9 @@ class Topic:
         for sub, next_offset in self.cursors.items():
             self._cursor_gauges[sub].set(max(0, head - next_offset))
 
-    async def close(self) -> None:
-        """Stop accepting publishes, persist cursors, end streams, close the WAL; the topic is forgotten."""
-        await self.release()
-        self.lifecycle.handle(Event.CLOSE)
-
     async def release(self) -> None:
-        """Persist cursors, end streams, close the WAL (appends must be refused already, or are now)."""
-        if self.lifecycle.accepts_appends:
-            self.lifecycle.handle(Event.CLOSE)
+        """Persist cursors, end streams, close the WAL (its owner refuses appends already: the RELEASE
+        effect of core/lifecycle.py's table)."""
         tasks = list(self.tasks)  # a task's done callback may take itself off the list meanwhile
         for task in tasks:
             task.cancel()

@@ -1,5 +1,6 @@
-"""The topics this broker serves: creating them, loading them (storage opened and claimed through the
-broker's `Placement`), the per-topic limit, sealing them for a move and forgetting them.
+"""The topics this broker serves: creating them, loading them (each through its `TopicOwner`, which opens
+storage and claims it through the broker's `Placement`), the per-topic limit, sealing them for a move and
+forgetting them.
 
 Topics are loaded lazily from the metadata store on first use, so a restarted broker serves every topic it
 had, with its WAL recovered and its subscriptions resuming from their persisted cursors.
@@ -10,16 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from ister.broker import metrics
 from ister.broker.exports import ExportScheduler
 from ister.broker.sessions import ProducerSession
 from ister.broker.topic import NON_RELIABLE, RELIABLE, Topic
+from ister.broker.topic_owner import TopicOwner
 from ister.clock import REAL_CLOCK, Clock
 from ister.config import BrokerConfig
-from ister.core.lifecycle import Event, State
+from ister.core.lifecycle import TopicLifecycle
 from ister.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from ister.ids import PARTITION_MARKER, TopicName, shown
 from ister.limits import MAX_NAME_LEN
@@ -27,8 +28,10 @@ from ister.metadata import keys
 from ister.metadata import topic_catalog as catalog
 from ister.metadata.records import NamespacePolicy, ProducerRecord, parse_start
 from ister.metadata.store import MetadataStore
+from ister.ports.claim import TopicClaim
 from ister.ports.placement import Placement
-from ister.storage.topic_storage import SEAL_EXPORT_SECONDS, TopicStorage
+from ister.storage.topic_storage import TopicStorage
+from ister.storage.wal import Wal
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,7 @@ class TopicRegistry:
         self._forget_clients = forget_clients
         self._register_producer = register_producer
         self.topics: dict[str, Topic] = {}
+        self._owners: dict[str, TopicOwner[Topic]] = {}  # each served topic's lifecycle owner
         self._m_topics = metrics.topics_loaded.labels(str(placement.broker_id))
         # A lock per topic being loaded (entries live only while someone holds or waits for them, so the
         # map does not grow with every name anyone asks about), and one for creations, which are rare and
@@ -69,11 +73,12 @@ class TopicRegistry:
 
     async def close(self) -> None:
         self.closing = True
-        for topic in list(self.topics.values()):
+        for name, owner in list(self._owners.items()):
             try:
-                await topic.close()
+                await owner.close()
             except Exception:
-                log.exception("closing topic %s failed", topic.name)
+                log.exception("closing topic %s failed", name)
+        self._owners.clear()
         self.topics.clear()
         self._m_topics.set(0)
 
@@ -216,44 +221,39 @@ class TopicRegistry:
                 del self._load_locks[name]
 
     async def _load_and_register(self, name: TopicName) -> Topic:
-        topic = await self._load(name)
-        self.topics[name.full] = topic
-        self._m_topics.set(len(self.topics))
-        return topic
-
-    async def _load(self, name: TopicName) -> Topic:
         kv = await self.store.get(keys.topic_delivery(name.full))
         delivery = kv.value if kv is not None and kv.value in (RELIABLE, NON_RELIABLE) else NON_RELIABLE
         policy = await self.namespace_policy(name.namespace)
         configured = policy.max_message_size
         max_size = configured if configured is not None else self.config.policies.max_message_size
-        if delivery == RELIABLE:
-            wal, claim = await self.placement.open_reliable(name, self.storage)
+
+        def make(wal: Wal | None, claim: TopicClaim, lifecycle: TopicLifecycle) -> Topic:
+            space = self.storage.space if wal is not None else None
             topic = Topic(
                 name,
                 delivery=delivery,
                 max_message_size=max_size,
                 wal=wal,
                 claim=claim,
-                space=self.storage.space,
+                lifecycle=lifecycle,
+                space=space,
             )
-            topic.exporter = self.storage.exporter(name, wal)
-            if topic.exporter is not None:
-                self.exports.add(topic)
-        else:
-            claim = await self.placement.claim_volatile(name)
-            topic = Topic(name, delivery=delivery, max_message_size=max_size, wal=None, claim=claim)
-        try:
-            if topic.wal is not None:
-                topic.start_offset = parse_start(await self.store.get(keys.start_offset(name)))
-            producers = await self.store.list(keys.topic_producers_prefix(name.full))
-        except BaseException:
-            # Not registered: nobody else would close its WAL or give its claim back.
-            self.exports.remove(topic)
-            topic.claim.revoke("load failed")
-            await topic.close()
-            raise
-        for p in producers:
+            if wal is not None:
+                topic.exporter = self.storage.exporter(name, wal)
+            return topic
+
+        owner: TopicOwner[Topic] = TopicOwner(name, self.placement, self.storage, self)
+        topic = await owner.load(delivery == RELIABLE, make, self._prepare)
+        self._owners[name.full] = owner
+        log.info("loaded topic %s (%s)", name, delivery)
+        return topic
+
+    async def _prepare(self, topic: Topic) -> None:
+        """Read what a loaded topic needs from the metadata: its retention start and its producers."""
+        name = topic.name
+        if topic.wal is not None:
+            topic.start_offset = parse_start(await self.store.get(keys.start_offset(name)))
+        for p in await self.store.list(keys.topic_producers_prefix(name.full)):
             record = ProducerRecord.parse(p.value)
             if record is None:
                 log.warning("ignoring malformed producer record %s", p.key)
@@ -262,9 +262,18 @@ class TopicRegistry:
                 record.producer_id, record.producer_name, name.full, record.access_mode, clock=self.clock
             )
             topic.producers[session.id] = session
+
+    # -- the owner's host (broker/topic_owner.py) ---------------------------------------------------------
+    def register(self, topic: Topic) -> None:
+        self.topics[topic.name.full] = topic
+        self._m_topics.set(len(self.topics))
+        if topic.exporter is not None:
+            self.exports.add(topic)
+        for session in topic.producers.values():
             self._register_producer(session)
-        log.info("loaded topic %s (%s)", name, delivery)
-        return topic
+
+    def forget_clients(self, topic: Topic) -> None:
+        self._forget_clients(topic)
 
     # -- leaving ------------------------------------------------------------------------------------------
     async def unload(self, topic: str, reason: str) -> None:
@@ -272,115 +281,38 @@ class TopicRegistry:
 
         Its cursors are not flushed here: ownership is already gone, the new owner's cursors are the truth.
         """
-        loaded = self.forget(topic)
-        if loaded is None:
+        owner = self._owners.get(topic)
+        if owner is None:
             return
-        loaded.lifecycle.handle(Event.FENCE, reason)
         try:
-            await loaded.close()
+            await owner.fence(reason)  # forgotten here, then released
+            await owner.close()
         except Exception:
             log.exception("closing unloaded topic %s failed", topic)
         log.info("unloaded topic %s (%s)", topic, reason)
 
-    def forget(self, topic: str) -> Topic | None:
+    def drop(self, topic: str) -> None:
+        """No longer listed as served here (the owner's DROP effect); its clients are let go."""
+        self._owners.pop(topic, None)
         loaded = self.topics.pop(topic, None)
         if loaded is None:
-            return None
+            return
         self._m_topics.set(len(self.topics))
         self.unloaded += 1
         self.exports.remove(loaded)
         self._forget_clients(loaded)
-        return loaded
 
     async def seal(self, topic: str, reason: str) -> None:
         """Graceful release: refuse appends, make every acknowledged record readable by the next owner,
         flush cursors, close (fsync) the WAL, write the sealed state {sealed, last_committed_offset,
-        broker_id, timestamp, epoch}, then forget the topic here.
+        broker_id, timestamp, epoch}, then forget the topic here (the SEAL row of core/lifecycle.py's
+        table, run by the topic's owner).
 
         When moves need the records exported (a cluster) the topic is never handed off before they are
         safe (docs/architecture.md §12): when the tail cannot be exported (no durable tier, the object store
         failing), this raises FailedPrecondition or Unavailable naming the cause and the topic keeps being
         served here.
         """
-        loaded = self.topics.get(topic)
-        if loaded is None:
-            return
-        lifecycle = loaded.lifecycle
-        lifecycle.handle(Event.SEAL, reason)  # producers get UNAVAILABLE from here on and look it up again
-        wal = loaded.wal
-        gate = loaded.claim.replication
-        if wal is not None and (gate is not None or self.placement.moves_need_export):
-            try:
-                if gate is not None:
-                    # Replicated: a leadership transfer. The next owner is an in-sync replica; it needs
-                    # every record on its own copy, not in the durable tier.
-                    await gate.hand_over(SEAL_EXPORT_SECONDS)
-                else:
-                    await self._export_before_seal(loaded)
-            except BaseException:
-                lifecycle.handle(Event.SEAL_FAILED)
-                raise
-        # Forget its clients before the streams end: a consumer that reconnects at once must not attach to a
-        # subscription that is closing (its stream would never deliver nor end).
-        self._forget_clients(loaded)
-        claim = loaded.claim
-        try:
-            await loaded.release()  # cursors flushed while this broker still owns the topic
-            await self._export_tail_at_seal(loaded)
-            if wal is not None and wal.committed_offset > 0:
-                state = {
-                    "sealed": True,
-                    "last_committed_offset": wal.committed_offset - 1,
-                    "broker_id": self.placement.broker_id,
-                    "timestamp": int(time.time()),
-                    "epoch": claim.epoch,
-                }
-                await claim.guarded_put(keys.storage_state(topic), state)
-                log.info("sealed %s at offset %d (%s)", topic, wal.committed_offset - 1, reason)
-            if lifecycle.state is State.SEALING:  # not fenced or closed meanwhile (a lease lost mid-seal)
-                lifecycle.handle(Event.SEALED)
-        finally:
-            self.forget(topic)
-            claim.revoke(f"sealed ({reason})")
-            lifecycle.handle(Event.CLOSE)
-
-    async def _export_tail_at_seal(self, loaded: Topic) -> None:
-        if loaded.exporter is None:
-            return
-        try:
-            async with asyncio.timeout(SEAL_EXPORT_SECONDS):
-                await loaded.exporter.export_tail()
-        except Exception as exc:
-            if self.placement.moves_need_export and loaded.claim.replication is None:
-                # Everything was exported just before; the topic reloads here from its WAL.
-                raise Unavailable(
-                    f"cannot move {loaded.name}: exporting its last records failed ({exc}); "
-                    "it is reloaded where it was"
-                ) from exc
-            # Standalone reloads the same WAL: the export only has to happen some time.
-            log.warning("%s: exporting the tail at seal failed: %s", loaded.name, exc)
-
-    async def _export_before_seal(self, loaded: Topic) -> None:
-        """Put every acknowledged record of the topic in the durable tier while it is still served here (no
-        new offsets meanwhile), or raise (and keep serving) when that is impossible."""
-        wal = loaded.wal
-        assert wal is not None
-        broker = self.placement.broker_id
-        exporter = loaded.exporter
-        if exporter is None:
-            if wal.committed_offset > wal.first_offset:
-                raise FailedPrecondition(
-                    f"cannot move {loaded.name}: this cluster has no durable tier (storage.durable), so its "
-                    f"offsets {wal.first_offset}..{wal.committed_offset - 1} exist only on broker {broker}; "
-                    "configure a shared durable tier to move reliable topics. It stays on this broker"
-                )
-            return
-        try:
-            await self.storage.export_tail_now(wal, exporter)
-        except Exception as exc:
-            cause = "timed out" if isinstance(exc, TimeoutError) else str(exc) or repr(exc)
-            log.warning("%s: cannot move it, exporting its tail failed: %s", loaded.name, cause)
-            raise Unavailable(
-                f"cannot move {loaded.name}: exporting its last records to the durable tier failed "
-                f"({cause}); it stays on broker {broker}"
-            ) from exc
+        owner = self._owners.get(topic)
+        if owner is not None:
+            await owner.seal(reason)

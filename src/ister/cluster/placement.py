@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 
 from ister.cluster.guard import OwnershipGuard
 from ister.cluster.node import ClusterNode
-from ister.cluster.replicated import ReplicatedTopics
+from ister.cluster.replicated import FirstLoad, ReplicatedTopics
 from ister.config import BrokerConfig
 from ister.core.cluster.ownership import OwnerRecord, plan_load
 from ister.core.replication_policy import ReplicationSetting, resolve
@@ -23,9 +24,10 @@ from ister.errors import AskAnother, Unavailable
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.records import NamespacePolicy, SealedState, TopicReplication
-from ister.metadata.store import MetadataStore, list_all
+from ister.metadata.store import KeyValue, MetadataStore, list_all
 from ister.ports.host import TopicHost
-from ister.storage.topic_log import LogStart, open_topic_log
+from ister.ports.placement import LogPlan
+from ister.storage.topic_log import LogStart, OpenedLog
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
 from ister.tasks import TaskSupervisor
@@ -37,6 +39,15 @@ UNLOAD_WAIT_SECONDS = 65.0  # admin unload: the owner's answer (two bounds on ex
 SUPERSEDED_FIRST_SWEEP_SECONDS = 2.0  # after start: the cluster view is loaded by then
 SUPERSEDED_SWEEP_SECONDS = 10.0  # a topic this broker lost (paused, fenced) is given back this soon after
 SUPERSEDED_RETRY_SECONDS = 10.0  # while an archive could not be exported yet
+
+
+@dataclass(frozen=True, slots=True)
+class _Single:
+    """What a one-copy load read before opening its log: the claim compares against it."""
+
+    record: OwnerRecord
+    versions: tuple[int, int]
+    sealed_kv: KeyValue | None
 
 
 class ClusterPlacement:
@@ -145,15 +156,34 @@ class ClusterPlacement:
         return None  # the leader places new topics; each broker checks its limit when it loads them
 
     # -- claiming ---------------------------------------------------------------------------------------
-    async def open_reliable(self, name: TopicName, storage: TopicStorage) -> tuple[Wal, OwnershipGuard]:
-        """The topic's WAL opened where its offsets continue, and the committed claim that fences it."""
+    async def plan_log(self, name: TopicName) -> LogPlan:
+        """Where the owner record and the seal say offsets continue (one copy, or a topic's first replicated
+        load). A topic with a replica record is led by continuing this broker's own copy
+        (cluster/replicated.py), so its plan has no start."""
         replica_kv = await self.store.get(keys.replicas(name))
-        if replica_kv is None:
-            wanted, placed, min_insync = await self._replication_of(name)
-            if placed > 1:
-                return await self.replicated.lead(name, None, wanted, min_insync)
-            return await self._open_single(name, storage)
-        return await self.replicated.lead(name, replica_kv, 0, 0)
+        if replica_kv is not None:
+            return LogPlan(None, replica_kv)
+        wanted, placed, min_insync = await self._replication_of(name)
+        sealed_kv = await self.store.get(keys.storage_state(name.full))
+        sealed = SealedState.parse(sealed_kv.value) if sealed_kv is not None else None
+        record, versions = await self.node.read_owner(name.full, fresh=True)  # decides where offsets start
+        start = LogStart.cluster(record, sealed, self.config.cluster.offset_reservation)
+        if placed > 1:
+            return LogPlan(start, FirstLoad(record, versions, sealed_kv, wanted, min_insync))
+        return LogPlan(start, _Single(record, versions, sealed_kv))
+
+    async def claim_log(
+        self, name: TopicName, plan: LogPlan, opened: OpenedLog | None
+    ) -> tuple[Wal, OwnershipGuard]:
+        """The committed claim that fences the topic's log, opened where its offsets continue."""
+        context = plan.context
+        if isinstance(context, KeyValue):
+            return await self.replicated.lead(name, context)
+        assert opened is not None
+        if isinstance(context, FirstLoad):
+            return await self.replicated.lead_first(name, context, opened.wal)
+        assert isinstance(context, _Single)
+        return await self._claim_single(name, context, opened)
 
     async def _replication_of(self, name: TopicName) -> tuple[int, int, int]:
         """(replication factor, copies it can have now (capped by the live brokers), min in-sync) for a
@@ -175,18 +205,14 @@ class ClusterPlacement:
         r = resolve(layers, len(self.node.live_brokers()))
         return r.factor, r.placed, r.min_insync
 
-    async def _open_single(self, name: TopicName, storage: TopicStorage) -> tuple[Wal, OwnershipGuard]:
+    async def _claim_single(
+        self, name: TopicName, read: _Single, opened: OpenedLog
+    ) -> tuple[Wal, OwnershipGuard]:
         """One copy: the local WAL of the last loader, else a new one after the seal or the reservation."""
-        node = self.node
-        sealed_kv = await self.store.get(keys.storage_state(name.full))
-        sealed = SealedState.parse(sealed_kv.value) if sealed_kv is not None else None
-        record, versions = await node.read_owner(name.full, fresh=True)  # decides where offsets start
-        start = LogStart.cluster(record, sealed, self.config.cluster.offset_reservation)
-        opened = await open_topic_log(storage, name, start)
+        storage = self.storage
         if opened.archived:
             self._wakeup.set()  # export what only the superseded WAL holds, then delete it
-        wal, local_epoch = opened.wal, opened.local_epoch
-        plan = opened.plan
+        wal, local_epoch, plan, record = opened.wal, opened.local_epoch, opened.plan, read.record
         assert plan is not None
         epoch_written = False
         try:
@@ -194,15 +220,15 @@ class ClusterPlacement:
             # then exported as superseded).
             storage.write_epoch(name, record.epoch)
             epoch_written = True
-            guard = await node.commit_claim(name.full, versions, plan.record)
+            guard = await self.node.commit_claim(name.full, read.versions, plan.record)
         except BaseException:
-            await wal.close()
             if epoch_written and plan.keep_local and local_epoch is not None:
                 # The claim did not land: this WAL is still the one `loaded_epoch` names. Without this it
                 # would look superseded at the next load although it holds the newest records.
                 storage.write_epoch(name, local_epoch)
             raise
         guard.bind(wal)
+        sealed_kv = read.sealed_kv
         if sealed_kv is not None:
             await self.store.compare_and_delete(sealed_kv.key, expected_version=sealed_kv.version)
         log.info(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 import msgspec
 
@@ -33,12 +34,22 @@ from ister.metadata.records import SealedState
 from ister.metadata.store import Compare, Delete, KeyValue, MetadataStore, Put
 from ister.replication.leader import ReplicaLeader
 from ister.security.peer import PeerSecret
-from ister.storage.topic_log import LogStart, open_topic_log
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal
 from ister.storage.wal.epochs import load_epochs, save_epochs
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class FirstLoad:
+    """What a topic's first replicated load read before its owner opened the log."""
+
+    owner: OwnerRecord
+    versions: tuple[int, int]
+    sealed_kv: KeyValue | None
+    factor: int
+    min_insync: int
 
 
 class ReplicatedTopics:
@@ -60,20 +71,29 @@ class ReplicatedTopics:
     def broker_id(self) -> int:
         return self.node.broker_id
 
-    async def lead(
-        self, name: TopicName, replica_kv: KeyValue | None, factor: int, min_insync: int
-    ) -> tuple[Wal, OwnershipGuard]:
+    async def lead(self, name: TopicName, replica_kv: KeyValue) -> tuple[Wal, OwnershipGuard]:
+        """Lead a topic that has a replica record: this broker continues its own copy (opened here)."""
         manager = self.manager
         manager.begin_leading(name.full)
         try:
-            return await self._lead(name, replica_kv, factor, min_insync)
+            return await self._lead(name, replica_kv)
         except BaseException:
             manager.end_leading(name.full)
             raise
 
-    async def _lead(
-        self, name: TopicName, replica_kv: KeyValue | None, factor: int, min_insync: int
-    ) -> tuple[Wal, OwnershipGuard]:
+    async def lead_first(self, name: TopicName, first: FirstLoad, wal: Wal) -> tuple[Wal, OwnershipGuard]:
+        """The topic's first replicated load, its WAL opened by the topic's owner where offsets continue
+        (the single-copy rules: the last loader's WAL, else after the seal or the reservation); its
+        followers are chosen here. A failure leaves closing `wal` to the owner."""
+        manager = self.manager
+        manager.begin_leading(name.full)
+        try:
+            return await self._first_load(name, first, wal)
+        except BaseException:
+            manager.end_leading(name.full)
+            raise
+
+    async def _lead(self, name: TopicName, replica_kv: KeyValue) -> tuple[Wal, OwnershipGuard]:
         me = self.broker_id
         storage = self.storage
         hint = await self.manager.stop_following(name.full)  # its WAL is ours from here on
@@ -81,11 +101,11 @@ class ReplicatedTopics:
         sealed = SealedState.parse(sealed_kv.value) if sealed_kv is not None else None
         owner, versions = await self.node.read_owner(name.full, fresh=True)
         sealed_next = vouched_seal(owner, sealed.epoch, sealed.next_offset) if sealed is not None else None
-        record = ReplicaRecord.parse(replica_kv.value) if replica_kv is not None else None
+        record = ReplicaRecord.parse(replica_kv.value)
+        if record is None:
+            raise Unavailable(f"topic {name}: its replica record is malformed; redo the lookup")
         wal_dir = storage.wal_dir(name)
         has_copy = wal_dir.exists()
-        if record is None:
-            return await self._first_load(name, owner, versions, factor, min_insync, sealed_kv)
         # An unclean recovery names this broker alone in sync, with or without a copy (`resume_at`).
         in_sync = me in record.isr and (has_copy or owner.loaded_epoch == 0 or record.resume_at > 0)
         if not in_sync and sealed_next is None:
@@ -129,37 +149,22 @@ class ReplicatedTopics:
             await wal.close()
             raise
 
-    async def _first_load(
-        self,
-        name: TopicName,
-        owner: OwnerRecord,
-        versions: tuple[int, int],
-        factor: int,
-        min_insync: int,
-        sealed_kv: KeyValue | None,
-    ) -> tuple[Wal, OwnershipGuard]:
-        """The topic's first replicated load: where offsets continue follows the single-copy rules (the
-        last loader's WAL, else after the seal or the reservation); then its followers are chosen."""
+    async def _first_load(self, name: TopicName, first: FirstLoad, wal: Wal) -> tuple[Wal, OwnershipGuard]:
         me = self.broker_id
-        sealed = SealedState.parse(sealed_kv.value) if sealed_kv is not None else None
-        start = LogStart.cluster(owner, sealed, self.config.cluster.offset_reservation)
-        wal = (await open_topic_log(self.storage, name, start)).wal
-        try:
-            followers = self.manager.choose_followers(factor - 1, [])
-            replicas = [me, *followers]
-            new = ReplicaRecord(
-                replicas=replicas,
-                isr=sorted(replicas),
-                leader=me,
-                epoch=owner.epoch,
-                min_insync=min(min_insync, len(replicas)),
-                factor=factor,
-            )
-            # Everything below the WAL's start is in the durable tier or was never written: committed.
-            return await self._serve(name, wal, owner, versions, new, None, wal.next_offset, sealed_kv)
-        except BaseException:
-            await wal.close()
-            raise
+        followers = self.manager.choose_followers(first.factor - 1, [])
+        replicas = [me, *followers]
+        new = ReplicaRecord(
+            replicas=replicas,
+            isr=sorted(replicas),
+            leader=me,
+            epoch=first.owner.epoch,
+            min_insync=min(first.min_insync, len(replicas)),
+            factor=first.factor,
+        )
+        # Everything below the WAL's start is in the durable tier or was never written: committed.
+        return await self._serve(
+            name, wal, first.owner, first.versions, new, None, wal.next_offset, first.sealed_kv
+        )
 
     async def _serve(
         self,

@@ -9,14 +9,23 @@ cluster's implementation is cluster/placement.py. The admin API's questions are 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ister.ids import TopicName
     from ister.ports.claim import TopicClaim
     from ister.ports.host import TopicHost
-    from ister.storage.topic_storage import TopicStorage
+    from ister.storage.topic_log import LogStart, OpenedLog
     from ister.storage.wal import Wal
+
+
+@dataclass(frozen=True, slots=True)
+class LogPlan:
+    """Where a reliable topic's log continues, as the placement read it from the metadata."""
+
+    start: LogStart | None  # None: the placement opens the log itself (a replicated leader's own copy)
+    context: object = None  # the placement's own: what its claim compares against
 
 
 class Placement(Protocol):
@@ -63,8 +72,15 @@ class Placement(Protocol):
         broker's topic limit (only when they are loaded here at once)."""
 
     # -- claiming -----------------------------------------------------------------------------------------
-    async def open_reliable(self, name: TopicName, storage: TopicStorage) -> tuple[Wal, TopicClaim]:
-        """Open the topic's WAL where its offsets must continue, and claim it."""
+    async def plan_log(self, name: TopicName) -> LogPlan:
+        """Read where a reliable topic's offsets continue (the owner opens its log there)."""
+
+    async def claim_log(
+        self, name: TopicName, plan: LogPlan, opened: OpenedLog | None
+    ) -> tuple[Wal, TopicClaim]:
+        """Claim a reliable topic whose log the owner opened as `plan` said (`opened` is None when the
+        plan's start was None: the placement opens it here). A failed claim leaves closing an opened log to
+        the owner."""
 
     async def claim_volatile(self, name: TopicName) -> TopicClaim:
         """Claim a non-reliable topic (no WAL)."""
