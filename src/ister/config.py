@@ -275,6 +275,9 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     advertised_addr: str | None = None
     admin_addr: str = "127.0.0.1:50051"
     prom_exporter: str | None = "127.0.0.1:9040"
+    # How long a starting broker waits for etcd and the object store to answer (ister/startwait.py),
+    # retrying with a backoff; then it exits with status 3. 0: wait forever.
+    start_timeout_seconds: float = 300.0
     auto_create_topics: bool = True
     bootstrap_namespaces: list[str] = msgspec.field(default_factory=lambda: ["default"])
     log_level: Literal["debug", "info", "warning", "error"] = "info"

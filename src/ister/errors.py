@@ -69,6 +69,10 @@ class Timeout(IsterError):
     retriable = True
 
 
+class StartTimeout(IsterError):
+    """A broker did not reach what it needs to start (etcd, the object store) within its start timeout."""
+
+
 class StorageError(IsterError):
     """The WAL or another storage component failed."""
 

@@ -31,10 +31,10 @@ from typing import Any
 
 import yaml
 
-from ister.benchmark.broker import free_port, stop_process, wait_port
-from ister.benchmark.etcd import EtcdServer
 from ister.benchmark.stats import process_cpu_s
 from ister.config import ClusterSettings, load_config
+from ister.devcluster.etcd import EtcdServer
+from ister.devcluster.ports import free_port, stop_process, wait_port
 from ister.errors import ConfigError, IsterError
 from ister.metadata import keys
 from ister.metadata.etcd import EtcdStore

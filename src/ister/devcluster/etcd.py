@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from ister.benchmark.broker import free_port
-from ister.benchmark.servers import ServerProcess
+from ister.devcluster.ports import free_port
+from ister.devcluster.servers import ServerProcess
 
 START_SECONDS = 20.0  # etcd answers in about 1 s here; this bound only stops a broken start hanging the run
 PORT_ATTEMPTS = 3  # a freshly picked port can be taken by someone else before etcd binds it

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import IO
 
-from ister.benchmark.broker import stop_process
+from ister.devcluster.ports import stop_process
 
 STOP_SECONDS = 10.0  # after SIGTERM, then SIGKILL
 
