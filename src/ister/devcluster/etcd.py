@@ -28,6 +28,39 @@ def etcd_binary() -> str | None:
     )
 
 
+def etcd_args(
+    name: str,
+    data_dir: Path | str,
+    *,
+    listen_client: str,
+    advertise_client: str,
+    listen_peer: str,
+    advertise_peer: str,
+    initial_cluster: str,
+) -> list[str]:
+    """etcd's arguments for one member (`initial_cluster`: every member's `name=peer URL`)."""
+    return [
+        "--name",
+        name,
+        "--data-dir",
+        str(data_dir),
+        "--listen-client-urls",
+        listen_client,
+        "--advertise-client-urls",
+        advertise_client,
+        "--listen-peer-urls",
+        listen_peer,
+        "--initial-advertise-peer-urls",
+        advertise_peer,
+        "--initial-cluster",
+        initial_cluster,
+        "--initial-cluster-state",
+        "new",
+        "--logger",
+        "zap",
+    ]
+
+
 @dataclass(frozen=True)
 class EtcdServerTls:
     """Client-port TLS for the test etcd: its certificate, and the CA client certificates must chain to
@@ -49,6 +82,9 @@ class EtcdServer(ServerProcess):
         name: str = "ister-test",
         tls: EtcdServerTls | None = None,
         host: str = "127.0.0.1",
+        *,
+        ports: tuple[int, int] | None = None,
+        own_session: bool = False,
     ) -> None:
         binary = etcd_binary()
         if binary is None:
@@ -58,8 +94,8 @@ class EtcdServer(ServerProcess):
         self.name = name
         self.tls = tls
         self.host = host  # where its client and peer ports listen (partition tests: a bridge's address)
-        self.client_port = 0
-        self.peer_port = 0
+        self.client_port, self.peer_port = ports or (0, 0)  # 0: picked free at the first start
+        self.own_session = own_session  # a process group of its own: a terminal's Ctrl-C does not reach it
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -101,24 +137,15 @@ class EtcdServer(ServerProcess):
         peer = f"http://{self.host}:{self.peer_port}"
         args = [
             self.binary,
-            "--name",
-            self.name,
-            "--data-dir",
-            str(self.dir / "data.etcd"),
-            "--listen-client-urls",
-            client,
-            "--advertise-client-urls",
-            client,
-            "--listen-peer-urls",
-            peer,
-            "--initial-advertise-peer-urls",
-            peer,
-            "--initial-cluster",
-            f"{self.name}={peer}",
-            "--initial-cluster-state",
-            "new",
-            "--logger",
-            "zap",
+            *etcd_args(
+                self.name,
+                self.dir / "data.etcd",
+                listen_client=client,
+                advertise_client=client,
+                listen_peer=peer,
+                advertise_peer=peer,
+                initial_cluster=f"{self.name}={peer}",
+            ),
         ]
         if self.tls is not None:
             t = self.tls
@@ -128,7 +155,11 @@ class EtcdServer(ServerProcess):
         self._log.write(f"--- starting: {' '.join(args)}\n".encode())
         self._log.flush()
         self.proc = subprocess.Popen(
-            args, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            args,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=self.own_session,
         )
         self._wait_ready()
 

