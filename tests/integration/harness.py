@@ -11,6 +11,7 @@ import danube
 import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
+from ister.devcluster.broker import ISTER as ISTER  # re-exported: tests run `ister` with it
 from ister.devcluster.broker import BrokerNode
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
