@@ -60,6 +60,8 @@ def status(directory: Path) -> dict[str, Any]:
 
 
 def all_ready(directory: Path) -> dict[str, Any] | None:
+    if not (directory / "state.json").exists():
+        return None  # `up` has not written it yet
     body = status(directory)
     ok = body["phase"] == "running" and all(v is None for v in body["ready"].values())
     return body if ok and all(body["running"].values()) else None

@@ -283,3 +283,12 @@ def restart_broker(
                 f"broker-{index} not ready again within {RESTART_SECONDS:.0f} s (see {now.get('log')})"
             )
         time.sleep(0.2)  # poll interval
+
+
+@dev.command("compose")
+def compose_file() -> None:
+    """Print deploy/compose.yaml: the same services `up` runs, in containers (3 etcd members, SeaweedFS,
+    3 brokers with replication factor 3, Prometheus, Grafana)."""
+    from ister.devcluster.compose import compose_yaml
+
+    typer.echo(compose_yaml(), nl=False)

@@ -25,6 +25,7 @@ from typing import Any
 from ister.core.backoff import Backoff, Retries
 from ister.devcluster.broker import BrokerNode
 from ister.devcluster.etcd import EtcdServer
+from ister.devcluster.group import BrokerGroup
 from ister.devcluster.seaweed import SeaweedServer
 from ister.devcluster.spec import BUCKET, BrokerPlan, S3Target, replication_factor
 from ister.devcluster.state import Plan, write_state
@@ -56,17 +57,19 @@ class DevCluster:
             file_tier=(directory / "objects").resolve().as_uri(),
         )
         self.config_file = directory / "ister.yml"
-        self.brokers = [
-            BrokerNode(
+        args = self.broker_plan.args(self.config_file)
+        self.group = BrokerGroup(
+            plan.brokers,
+            lambda i: BrokerNode(
                 directory / f"broker-{i}",
-                *self.broker_plan.args(self.config_file),
+                *args,
                 ports=p.brokers[i],
                 log_path=directory / f"broker-{i}.log",
                 own_session=True,
                 ister_env=False,  # the plan is the whole configuration, not this shell's ISTER_* variables
-            )
-            for i in range(plan.brokers)
-        ]
+            ),
+        )
+        self.brokers = self.group.brokers
         self._restarts = [Retries(RESTART_BACKOFF) for _ in self.brokers]
         self._restart_at: list[float | None] = [None for _ in self.brokers]
         self.phase = "starting"
@@ -133,10 +136,10 @@ class DevCluster:
         self.config_file.write_text(self.broker_plan.config_yaml())
         for i, b in enumerate(self.brokers):
             self.say(f"starting broker-{i} on {b.url}")
-            b.launch()
-        self.save()
-        for b in self.brokers:
-            b.wait_listening()
+        try:
+            self.group.start()
+        finally:
+            self.save()
         not_ready = self.wait_ready(READY_SECONDS)
         self.phase = "running"
         self.save()

@@ -206,7 +206,7 @@ def identities_json() -> str:
             }
         ]
     }
-    return json.dumps(identities)
+    return json.dumps(identities, indent=2) + "\n"
 
 
 def mini_args(

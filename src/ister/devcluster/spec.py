@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from ister.devcluster.group import cluster_args
 from ister.devcluster.seaweed import ACCESS_KEY, GRPC_OFFSET, REGION, SECRET_KEY
 
 CLUSTER_NAME = "ister-dev"
@@ -136,13 +137,4 @@ class BrokerPlan:
 
     def args(self, config_file: Path | str) -> list[str]:
         """The cluster part of every broker's `ister broker` command line."""
-        return [
-            "--mode",
-            "cluster",
-            "--etcd-endpoints",
-            ",".join(self.etcd_endpoints),
-            "--cluster-name",
-            CLUSTER_NAME,
-            "--config-file",
-            str(config_file),
-        ]
+        return cluster_args(self.etcd_endpoints, CLUSTER_NAME, "--config-file", str(config_file))
