@@ -114,11 +114,11 @@ class Health:
             reasons.insert(0, f"readiness last checked {age:.1f} s ago (the event loop is not running it)")
         if checked is None:
             reasons.insert(0, "starting: readiness not checked yet")
+        if not self.started:
+            reasons.insert(0, "starting")
         waiting = self.waiting
         if waiting is not None:
             reasons.insert(0, waiting)
-        if not self.started:
-            reasons.insert(0, "starting")
         if self.stopping:
             reasons.insert(0, "shutting down")
         body: dict[str, Any] = {

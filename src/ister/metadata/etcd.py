@@ -146,7 +146,8 @@ class EtcdStore:
         ):
             raise InvalidArgument(f"invalid etcd timeout {timeout!r}: expected a positive number of seconds")
         store = cls(parsed, namespace, float(timeout), tls)
-        conn = await store._connect_first(parsed)
+        # Quiet: the error is in what `connect` raises (a starting broker logs one line per attempt).
+        conn = await store._connect_first(parsed, logging.DEBUG)
         if conn is None:
             where = ", ".join(f"{'https' if tls else 'http'}://{e}" for e in parsed)
             raise MetadataError(
@@ -166,7 +167,9 @@ class EtcdStore:
 
     # --- connections ------------------------------------------------------------------------------
 
-    async def _connect_first(self, candidates: builtins.list[Endpoint]) -> Connection | None:
+    async def _connect_first(
+        self, candidates: builtins.list[Endpoint], level: int = logging.WARNING
+    ) -> Connection | None:
         """A connection to the first candidate that answers a request, or None."""
         for endpoint in candidates:
             conn = Connection(endpoint, self._timeout, self._tls)
@@ -178,7 +181,7 @@ class EtcdStore:
                 )
             except (grpc.aio.AioRpcError, aetcd.ClientError, OSError) as exc:
                 self._last_error = describe_error(exc)
-                log.warning("etcd endpoint %s did not answer: %s", endpoint, self._last_error)
+                log.log(level, "etcd endpoint %s did not answer: %s", endpoint, self._last_error)
                 await conn.close()
                 continue
             except BaseException:
