@@ -8,13 +8,13 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ister.devcluster.ports import bindable
 from ister.devcluster.seaweed import GRPC_OFFSET
 from ister.devcluster.spec import BASE_SPAN
 from ister.devcluster.state import alive
@@ -32,18 +32,9 @@ def port_block() -> int:
     for _ in range(50):
         base = free_port()
         ports = [*range(base, base + BASE_SPAN), *(base + 2 + i + GRPC_OFFSET for i in range(7))]
-        if all(_bindable(p) for p in ports):
+        if all(bindable(p) for p in ports):
             return base
     raise AssertionError("no free block of ports")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def dev(directory: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

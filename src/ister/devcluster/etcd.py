@@ -18,7 +18,6 @@ from ister.devcluster.ports import free_port
 from ister.devcluster.servers import ServerProcess
 
 START_SECONDS = 20.0  # etcd answers in about 1 s here; this bound only stops a broken start hanging the run
-PORT_ATTEMPTS = 3  # a freshly picked port can be taken by someone else before etcd binds it
 
 
 def etcd_binary() -> str | None:
@@ -111,25 +110,11 @@ class EtcdServer(ServerProcess):
     def log_path(self) -> Path:
         return self.dir / "etcd.log"
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    def _has_ports(self) -> bool:
+        return self.client_port != 0
 
-    def start(self) -> None:
-        """Start etcd (on new free ports the first time, the same ports after that) and wait until ready."""
-        if self.running:
-            return
-        first = self.client_port == 0
-        for attempt in range(PORT_ATTEMPTS if first else 1):
-            if first:
-                self.client_port, self.peer_port = free_port(), free_port()
-            try:
-                self._launch()
-                return
-            except RuntimeError:
-                self._reap()
-                if attempt + 1 >= (PORT_ATTEMPTS if first else 1):
-                    raise
+    def _pick_ports(self) -> None:
+        self.client_port, self.peer_port = free_port(), free_port()
 
     def _launch(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)

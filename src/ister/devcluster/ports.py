@@ -48,6 +48,16 @@ def free_port() -> int:
     raise RuntimeError(f"no free loopback port in {ports.start}-{ports.stop - 1}")
 
 
+def bindable(port: int, host: str = "127.0.0.1") -> bool:
+    """Can a server bind `host:port` now?"""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)

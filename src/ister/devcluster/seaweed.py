@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,11 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from ister.devcluster.ports import free_port
+from ister.devcluster.ports import bindable, free_port
 from ister.devcluster.servers import ServerProcess
 
 START_SECONDS = 30.0  # mini answers S3 in about 1-2 s here; this only stops a broken start hanging the run
-PORT_ATTEMPTS = 3
 GRPC_OFFSET = 10_000  # SeaweedFS's convention: gRPC port = HTTP port + 10000
 ACCESS_KEY = "ister-test-access"
 SECRET_KEY = "ister-test-secret-key"
@@ -45,15 +43,6 @@ def weed_binary() -> str | None:
     return shutil.which("weed")
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def pick_ports(count: int) -> list[int]:
     """`count` loopback ports p from this process's range (`free_port`), each with p + GRPC_OFFSET also
     free: those lie above every process's range (and may meet a kernel-chosen port: a start that fails is
@@ -61,7 +50,7 @@ def pick_ports(count: int) -> list[int]:
     chosen: list[int] = []
     while len(chosen) < count:
         port = free_port()
-        if _free(port + GRPC_OFFSET):
+        if bindable(port + GRPC_OFFSET):
             chosen.append(port)
     return chosen
 
@@ -98,40 +87,18 @@ class SeaweedServer(ServerProcess):
 
     def options(self, **extra: str) -> dict[str, str]:
         """`open_store` options for this server (plus any extra ones)."""
-        return {
-            "endpoint": self.endpoint,
-            "region": REGION,
-            "access_key_id": ACCESS_KEY,
-            "secret_access_key": SECRET_KEY,
-            "allow_http": "true",
-            **extra,
-        }
+        return {**s3_options(self.endpoint), **extra}
 
     @property
     def log_path(self) -> Path:
         return self.dir / "weed.log"
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    def _has_ports(self) -> bool:
+        return bool(self.ports)
 
-    def start(self) -> None:
-        """Start (on new free ports the first time, the same ports after that) and wait until ready."""
-        if self.running:
-            return
-        first = not self.ports
-        attempts = PORT_ATTEMPTS if first else 1
-        for attempt in range(attempts):
-            if first:
-                names = [*_SERVICES, *_EXTRA]
-                self.ports = dict(zip(names, pick_ports(len(names)), strict=True))
-            try:
-                self._launch()
-                return
-            except RuntimeError:
-                self._reap()
-                if attempt + 1 >= attempts:
-                    raise
+    def _pick_ports(self) -> None:
+        names = [*_SERVICES, *_EXTRA]
+        self.ports = dict(zip(names, pick_ports(len(names)), strict=True))
 
     def _launch(self) -> None:
         data = self.dir / "data"
@@ -193,6 +160,17 @@ class SeaweedServer(ServerProcess):
     def _remove_grpc_sockets(self) -> None:
         for path in _grpc_socket_paths(self.ports):
             path.unlink(missing_ok=True)
+
+
+def s3_options(endpoint: str) -> dict[str, str]:
+    """`open_store` options (the broker's `storage.durable.options`) for a SeaweedFS S3 at `endpoint`."""
+    return {
+        "endpoint": endpoint,
+        "region": REGION,
+        "access_key_id": ACCESS_KEY,
+        "secret_access_key": SECRET_KEY,
+        "allow_http": "true",
+    }
 
 
 def identities_json() -> str:

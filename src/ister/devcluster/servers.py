@@ -11,12 +11,14 @@ from typing import IO
 from ister.devcluster.ports import stop_process
 
 STOP_SECONDS = 10.0  # after SIGTERM, then SIGKILL
+PORT_ATTEMPTS = 3  # a freshly picked port can be taken by someone else before the server binds it
 
 
 class ServerProcess:
     """The stop/kill/restart/log-tail part of the harnesses of external servers (etcd, SeaweedFS).
 
-    Subclasses set `proc` and `_log` in `start()` and define `log_path`; `_cleanup()` runs on reap."""
+    Subclasses set `proc` and `_log` in `_launch()`, say whether they have ports and pick them, and define
+    `log_path`; `_cleanup()` runs on reap."""
 
     proc: subprocess.Popen[bytes] | None
     _log: IO[bytes] | None
@@ -25,8 +27,36 @@ class ServerProcess:
     def log_path(self) -> Path:
         raise NotImplementedError
 
-    def start(self) -> None:
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _has_ports(self) -> bool:
         raise NotImplementedError
+
+    def _pick_ports(self) -> None:
+        raise NotImplementedError
+
+    def _launch(self) -> None:
+        """Start the process and wait until it serves; RuntimeError when it does not."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Start (on new free ports the first time, the same ports after that) and wait until ready."""
+        if self.running:
+            return
+        first = not self._has_ports()
+        attempts = PORT_ATTEMPTS if first else 1
+        for attempt in range(attempts):
+            if first:
+                self._pick_ports()
+            try:
+                self._launch()
+                return
+            except RuntimeError:
+                self._reap()
+                if attempt + 1 >= attempts:
+                    raise
 
     def _tail(self) -> str:
         try:

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from ister.devcluster.group import cluster_args
-from ister.devcluster.seaweed import ACCESS_KEY, GRPC_OFFSET, REGION, SECRET_KEY
+from ister.devcluster.seaweed import GRPC_OFFSET, s3_options
 
 CLUSTER_NAME = "ister-dev"
 BUCKET = "ister-dev"
@@ -97,13 +97,7 @@ class S3Target:
     bucket: str = BUCKET
 
     def options(self) -> dict[str, str]:
-        return {
-            "endpoint": self.endpoint,
-            "region": REGION,
-            "access_key_id": ACCESS_KEY,
-            "secret_access_key": SECRET_KEY,
-            "allow_http": "true",
-        }
+        return s3_options(self.endpoint)
 
 
 @dataclass(frozen=True)
