@@ -136,16 +136,7 @@ class EtcdServer(ServerProcess):
             t = self.tls
             args += ["--cert-file", str(t.cert_file), "--key-file", str(t.key_file)]
             args += ["--trusted-ca-file", str(t.ca_file), "--client-cert-auth"]
-        self._log = open(self.log_path, "ab")  # noqa: SIM115  (open for the life of the process)
-        self._log.write(f"--- starting: {' '.join(args)}\n".encode())
-        self._log.flush()
-        self.proc = subprocess.Popen(
-            args,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=self.own_session,
-        )
+        self._spawn(args)
         self._wait_ready()
 
     def _probe_context(self) -> ssl.SSLContext | None:

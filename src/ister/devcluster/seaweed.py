@@ -111,18 +111,7 @@ class SeaweedServer(ServerProcess):
         env = {**os.environ, "TMPDIR": str(tmp)}
         for name in [k for k in env if k.startswith("AWS_")]:
             del env[name]
-        self._log = open(self.log_path, "ab")  # noqa: SIM115  (open for the life of the process)
-        self._log.write(f"--- starting: {' '.join(args)}\n".encode())
-        self._log.flush()
-        self.proc = subprocess.Popen(
-            args,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=self.dir,
-            start_new_session=self.own_session,
-        )
+        self._spawn(args, env=env, cwd=self.dir)
         self._wait_ready()
 
     def _wait_ready(self) -> None:

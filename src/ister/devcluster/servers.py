@@ -58,6 +58,23 @@ class ServerProcess:
                 if attempt + 1 >= attempts:
                     raise
 
+    own_session = False  # True: a process group of its own (a terminal's Ctrl-C does not reach it)
+
+    def _spawn(self, args: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        """Start the process, its output appended to `log_path` (after a line with the command)."""
+        self._log = open(self.log_path, "ab")  # noqa: SIM115  (open for the life of the process)
+        self._log.write(f"--- starting: {' '.join(args)}\n".encode())
+        self._log.flush()
+        self.proc = subprocess.Popen(
+            args,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=self.own_session,
+        )
+
     def _tail(self) -> str:
         try:
             return "log tail: " + " | ".join(self.log_path.read_text(errors="replace").splitlines()[-5:])
