@@ -121,6 +121,13 @@ class MetadataError(IsterError):
     retriable = True
 
 
+class MetadataUnusable(MetadataError):
+    """The metadata store is there but cannot be used with these settings (TLS to etcd that does not match
+    its server): a retry does not help, so a starting broker stops at once instead of waiting."""
+
+    retriable = False
+
+
 class WatchLagged(MetadataError):
     """A metadata watcher fell behind its bounded queue and must resynchronise."""
 

@@ -37,7 +37,7 @@ import grpc
 import grpc.aio
 from aetcd import rpc
 
-from ister.errors import InvalidArgument, MetadataError, WatchLagged
+from ister.errors import InvalidArgument, MetadataError, MetadataUnusable, WatchLagged
 from ister.limits import METADATA_TIMEOUT_SECONDS
 from ister.metadata.etcd_channel import (
     Connection,
@@ -150,9 +150,10 @@ class EtcdStore:
         conn = await store._connect_first(parsed, logging.DEBUG)
         if conn is None:
             where = ", ".join(f"{'https' if tls else 'http'}://{e}" for e in parsed)
-            raise MetadataError(
-                f"cannot reach etcd at {where}: {store._last_error}{connection_hint(store._last_error, tls)}"
-            )
+            hint = connection_hint(store._last_error, tls)
+            # A hint means TLS settings that do not match etcd's: waiting would not change that.
+            error = MetadataUnusable if hint else MetadataError
+            raise error(f"cannot reach etcd at {where}: {store._last_error}{hint}")
         store._conn = conn
         return store
 
