@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ister.devcluster.ports import bindable
+from ister.devcluster.ports import bindable, port_range
 from ister.devcluster.seaweed import GRPC_OFFSET
 from ister.devcluster.spec import BASE_SPAN
 from ister.devcluster.state import alive
@@ -31,6 +31,8 @@ def port_block() -> int:
     """A base port p with p .. p + BASE_SPAN (and weed's gRPC ports above them) free on loopback."""
     for _ in range(50):
         base = free_port()
+        if base + BASE_SPAN >= port_range().stop:
+            continue  # the block stays in this process's share of ports (pytest-xdist workers)
         ports = [*range(base, base + BASE_SPAN), *(base + 2 + i + GRPC_OFFSET for i in range(7))]
         if all(bindable(p) for p in ports):
             return base
@@ -76,6 +78,7 @@ def addresses(body: dict[str, Any], name: str) -> dict[str, str]:
     return next(s["addresses"] for s in body["services"] if s["name"] == name)
 
 
+@pytest.mark.timeout(400)  # two `up`s of three brokers, a crash and a restart: about 40 s on an idle machine
 async def test_dev_up_status_produce_consume_restart_stop_and_up_again(tmp_path: Path) -> None:
     where = tmp_path / "dev"
     up = start_up(where, "--brokers", "3", "--port-base", str(port_block()), "--console")

@@ -62,6 +62,7 @@ def cluster_broker(tmp_path: Path, etcd_endpoint: str, *extra: str) -> BrokerPro
     )
 
 
+@pytest.mark.timeout(240)
 async def test_a_broker_started_10_s_before_etcd_waits_then_serves(tmp_path: Path) -> None:
     etcd = EtcdServer(tmp_path / "etcd", ports=(free_port(), free_port()))  # ports known, nothing listens
     broker = cluster_broker(tmp_path, etcd.endpoint)

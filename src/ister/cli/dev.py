@@ -147,7 +147,7 @@ def up(
     cluster = DevCluster(where, plan, _say)
     try:
         try:
-            not_ready = cluster.start()
+            not_ready = cluster.start(stop)
         except RuntimeError as exc:
             raise _fail(f"the dev cluster did not start: {exc}") from None
         state = cluster.state()

@@ -122,8 +122,9 @@ class DevCluster:
         write_state(self.dir, self.state())
 
     # -- start and stop -----------------------------------------------------------------------------------
-    def start(self) -> list[str]:
-        """Start everything; the brokers not ready within READY_SECONDS, with their reasons."""
+    def start(self, stop: threading.Event | None = None) -> list[str]:
+        """Start everything; the brokers not ready within READY_SECONDS, with their reasons (the wait
+        ends early when `stop` is set: Ctrl-C during the start)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self.save()
         self.say(f"starting etcd on {self.etcd.url}")
@@ -140,18 +141,19 @@ class DevCluster:
             self.group.start()
         finally:
             self.save()
-        not_ready = self.wait_ready(READY_SECONDS)
+        not_ready = self.wait_ready(READY_SECONDS, stop or threading.Event())
         self.phase = "running"
         self.save()
         return not_ready
 
-    def wait_ready(self, within: float) -> list[str]:
+    def wait_ready(self, within: float, stop: threading.Event) -> list[str]:
         deadline = time.monotonic() + within
         while True:
             reasons = [f"{b.url}: {why}" for b in self.brokers if (why := readiness(b)) is not None]
             if not reasons or time.monotonic() > deadline:
                 return reasons
-            time.sleep(0.2)  # poll interval
+            if stop.wait(0.2):  # poll interval; a stop ends the wait
+                return reasons
 
     def stop(self) -> None:
         """Brokers (gracefully, all at once), then S3, then etcd."""
