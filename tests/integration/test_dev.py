@@ -168,3 +168,30 @@ def test_up_refuses_a_second_cluster_on_the_same_directory_and_other_flags(tmp_p
     assert (where / "plan.json").exists()  # nothing changed
     bad = dev(where, "status", "-o", "yaml")
     assert bad.returncode == 2 and "--output must be table or json" in bad.stderr
+
+
+@pytest.mark.timeout(300)
+async def test_down_stops_what_a_killed_up_left_running(tmp_path: Path) -> None:
+    where = tmp_path / "dev"
+    up = start_up(where, "--brokers", "1", "--port-base", str(port_block()))
+    try:
+        body = await until(lambda: all_ready(where), "the dev cluster running and ready", WAIT)
+        up.kill()  # `up` dies; its children run on in their own process groups
+        up.communicate(timeout=30)
+        left = pids(body)
+        assert all(alive(pid, "") for pid in left.values())
+        again = dev(where, "up")
+        assert again.returncode == 1
+        assert (
+            "an earlier `ister dev up` left etcd pid" in again.stderr
+            and "`ister dev down` stops them" in again.stderr
+        )
+        down = dev(where, "down")
+        assert down.returncode == 0, down.stderr
+        assert "`up` was not running; stopped 2 left-over processes" in down.stdout
+        assert "broker-0 stopped" in down.stderr and down.stderr.index("broker-0") < down.stderr.index("etcd")
+        assert not any(alive(pid, "") for pid in left.values())
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.communicate(timeout=30)

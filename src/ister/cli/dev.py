@@ -58,6 +58,18 @@ def _running_up(directory: Path) -> dict[str, Any] | None:
     return None
 
 
+def _left_running(directory: Path) -> list[str]:
+    """The services a killed `up` left running (their names and pids)."""
+    from ister.devcluster.state import alive, read_state
+
+    try:
+        state = read_state(directory) or {}
+    except ValueError:
+        return []
+    services = state.get("services", [])
+    return [f"{s['name']} pid {s['pid']}" for s in services if alive(s.get("pid"), s.get("marker", ""))]
+
+
 def exports(state: dict[str, Any]) -> list[str]:
     """The shell lines that point the `ister` CLI (and etcdctl, aws) at this cluster."""
     by_name = {s["name"]: s["addresses"] for s in state["services"]}
@@ -116,6 +128,11 @@ def up(
     if running is not None:
         raise _fail(
             f"a dev cluster already runs from {where} (pid {running['pid']}); `ister dev down` stops it"
+        )
+    left = _left_running(where)
+    if left:
+        raise _fail(
+            f"an earlier `ister dev up` left {', '.join(left)} running: `ister dev down` stops them"
         )
     if console:
         typer.echo("ister dev: --console: the console is not built yet (issue 42); starting without it")
