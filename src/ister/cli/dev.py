@@ -131,9 +131,7 @@ def up(
         )
     left = _left_running(where)
     if left:
-        raise _fail(
-            f"an earlier `ister dev up` left {', '.join(left)} running: `ister dev down` stops them"
-        )
+        raise _fail(f"an earlier `ister dev up` left {', '.join(left)} running: `ister dev down` stops them")
     if console:
         typer.echo("ister dev: --console: the console is not built yet (issue 42); starting without it")
     if fresh and where.exists():
