@@ -31,6 +31,11 @@ from ister.limits import (
 from ister.wal_settings import WalSettings
 
 ENV_PREFIX = "ISTER_"
+# Variables of the `ister` commands, not of the broker (`ister dev env` exports the first two): a shell that
+# has them set starts a broker without a warning about them.
+CLI_VARIABLES = frozenset(
+    {"ISTER_SERVICE_ADDR", "ISTER_DEV_DIR", "ISTER_TOKEN", "ISTER_API_KEY", "ISTER_TLS_CA"}
+)
 
 log = logging.getLogger(__name__)
 
@@ -352,7 +357,7 @@ def _env_overrides(
     """The ISTER_* variables that name settings, as a tree; `origins` maps each key path to its variable."""
     tree: dict[str, Any] = {}
     for name, raw in sorted(environ.items()):
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name in CLI_VARIABLES:
             continue
         path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
         if not all(path) or not _setting_path(path):
