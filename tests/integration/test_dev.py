@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -195,3 +196,14 @@ async def test_down_stops_what_a_killed_up_left_running(tmp_path: Path) -> None:
         if up.poll() is None:
             up.kill()
             up.communicate(timeout=30)
+
+
+def test_up_says_which_ports_are_taken_and_starts_nothing(tmp_path: Path) -> None:
+    base = port_block()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", base + 11))  # broker-0's admin port
+        taken.listen()
+        got = dev(tmp_path / "dev", "up", "--brokers", "1", "--port-base", str(base))
+    assert got.returncode == 1
+    assert f"error: ports in use: {base + 11} (broker-0 admin); stop what listens there" in got.stderr
+    assert not (tmp_path / "dev").exists()

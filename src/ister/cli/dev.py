@@ -120,6 +120,7 @@ def up(
 ) -> None:
     """Start etcd, S3 (--s3) and N brokers in the foreground; Ctrl-C stops them and keeps the data."""
     from ister.devcluster.dev import DevCluster
+    from ister.devcluster.ports import bindable
     from ister.devcluster.spec import plan_ports
     from ister.devcluster.state import Plan, read_plan, write_plan
 
@@ -154,6 +155,12 @@ def up(
             plan = Plan(count, bool(s3), plan_ports(count, port_base))
     except ValueError as exc:
         raise _fail(str(exc), 2) from None
+    busy = [f"{port} ({what})" for what, port in plan.ports.named(plan.s3) if not bindable(port)]
+    if busy:
+        raise _fail(
+            f"ports in use: {', '.join(busy)}; stop what listens there, or start with --fresh --port-base P "
+            "(a block of free ports)"
+        )
     where.mkdir(parents=True, exist_ok=True)
     write_plan(where, plan)
     stop = threading.Event()

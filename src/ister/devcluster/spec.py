@@ -46,6 +46,22 @@ class Ports:
     weed: dict[str, int]
     brokers: list[tuple[int, int, int]]  # client, admin, metrics
 
+    def named(self, s3: bool) -> list[tuple[str, int]]:
+        """Every port the cluster listens on, with what listens there."""
+        out = [("etcd client", self.etcd_client), ("etcd peer", self.etcd_peer)]
+        if s3:
+            for name, port in self.weed.items():
+                out.append((f"SeaweedFS {name}", port))
+                if name not in ("iceberg", "lance"):  # HTTP only
+                    out.append((f"SeaweedFS {name} gRPC", port + GRPC_OFFSET))
+        for i, (client, admin, metrics) in enumerate(self.brokers):
+            out += [
+                (f"broker-{i} client", client),
+                (f"broker-{i} admin", admin),
+                (f"broker-{i} metrics", metrics),
+            ]
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {
             "etcd_client": self.etcd_client,
