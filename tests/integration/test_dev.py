@@ -71,6 +71,13 @@ def start_up(directory: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
+def exited(up: subprocess.Popen[str] | None) -> str:
+    """What `up` printed when it has exited (a failing wait shows why)."""
+    if up is None or up.poll() is None:
+        return ""
+    return f"\n`up` exited with {up.returncode}:\n{up.communicate()[0]}"
+
+
 def pids(body: dict[str, Any]) -> dict[str, int]:
     return {s["name"]: s["pid"] for s in body["services"]}
 
@@ -85,7 +92,11 @@ async def test_dev_up_status_produce_consume_restart_stop_and_up_again(tmp_path:
     up = start_up(where, "--brokers", "3", "--port-base", str(port_block()), "--console")
     second: subprocess.Popen[str] | None = None
     try:
-        body = await until(lambda: all_ready(where), "the dev cluster running and every broker ready", WAIT)
+        body = await until(
+            lambda: all_ready(where),
+            lambda: f"the dev cluster running and every broker ready{exited(up)}",
+            WAIT,
+        )
         assert body["brokers"] == 3 and body["replication_factor"] == 3
         assert [s["name"] for s in body["services"]] == ["etcd", "broker-0", "broker-1", "broker-2"]
         url = addresses(body, "broker-0")["client"]
@@ -129,7 +140,11 @@ async def test_dev_up_status_produce_consume_restart_stop_and_up_again(tmp_path:
         # `up` again on the same directory (its ports and size come from the saved plan): the messages are
         # still there.
         second = start_up(where)
-        await until(lambda: all_ready(where), "the second `up` running and ready", WAIT)
+        await until(
+            lambda: all_ready(where),
+            lambda: f"the second `up` running and ready: {dev(where, 'status').stdout}{exited(second)}",
+            WAIT,
+        )
         read = await asyncio.to_thread(
             subprocess.run,
             [*ISTER, "consume", "-s", url, "-t", "/default/dev-topic", "-m", "again", *READ_ALL],

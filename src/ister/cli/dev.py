@@ -155,7 +155,7 @@ def up(
             plan = Plan(count, bool(s3), plan_ports(count, port_base))
     except ValueError as exc:
         raise _fail(str(exc), 2) from None
-    busy = [f"{port} ({what})" for what, port in plan.ports.named(plan.s3) if not bindable(port)]
+    busy = [f"{port} ({what})" for what, port in plan.ports.named(plan.s3) if not bindable(port, reuse=True)]
     if busy:
         raise _fail(
             f"ports in use: {', '.join(busy)}; stop what listens there, or start with --fresh --port-base P "

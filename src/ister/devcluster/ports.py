@@ -48,9 +48,12 @@ def free_port() -> int:
     raise RuntimeError(f"no free loopback port in {ports.start}-{ports.stop - 1}")
 
 
-def bindable(port: int, host: str = "127.0.0.1") -> bool:
-    """Can a server bind `host:port` now?"""
+def bindable(port: int, host: str = "127.0.0.1", *, reuse: bool = False) -> bool:
+    """Can a server bind `host:port` now? With `reuse` as servers bind (SO_REUSEADDR): a port that only
+    lingers in TIME_WAIT after a server stopped counts as free, one something listens on does not."""
     with socket.socket() as s:
+        if reuse:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
