@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 
 from tests import support
 
-from ister.benchmark.broker import free_port, wait_port
 from ister.client import Client
 from ister.core.cluster.ownership import OwnerRecord
+from ister.devcluster.ports import free_port, wait_port
 from ister.errors import MetadataError
 from ister.metadata import keys
 from ister.metadata.etcd import EtcdStore

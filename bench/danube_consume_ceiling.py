@@ -20,7 +20,8 @@ import sys
 import uvloop
 
 from ister.benchmark import danube_cases
-from ister.benchmark.broker import BenchBroker, free_port, stop_process, wait_port
+from ister.benchmark.broker import BenchBroker
+from ister.devcluster.ports import free_port, stop_process, wait_port
 
 
 def one(run: int, n: int, window: int) -> dict[str, float]:

@@ -43,8 +43,8 @@ from danube.proto import DanubeApi_pb2_grpc as dpb_grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from ister.benchmark.broker import free_port, wait_port  # noqa: E402
 from ister.client import Client  # noqa: E402
+from ister.devcluster.ports import free_port, wait_port  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:

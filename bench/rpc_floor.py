@@ -21,8 +21,9 @@ import time
 
 import grpc
 
-from ister.benchmark.broker import BenchBroker, free_port, stop_process, wait_port
+from ister.benchmark.broker import BenchBroker
 from ister.benchmark.stats import process_cpu_s
+from ister.devcluster.ports import free_port, stop_process, wait_port
 from ister.wire.gen import DanubeApi_pb2 as pb
 from ister.wire.gen import DanubeApi_pb2_grpc as rpc
 

@@ -44,8 +44,8 @@ from typing import Any
 
 import yaml
 
-from ister.benchmark.broker import free_port, wait_port
 from ister.client import Client
+from ister.devcluster.ports import free_port, wait_port
 from ister.spark.pipeline import ExportJob, local_session
 from ister.storage.objects.segment import list_topic_files
 from ister.storage.objects.store import open_store

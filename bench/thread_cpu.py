@@ -43,9 +43,10 @@ import uvloop  # noqa: E402
 
 import topic_count_bench  # noqa: E402
 from ister.benchmark import ister_cases  # noqa: E402
-from ister.benchmark.broker import BenchBroker, free_port, stop_process, wait_port  # noqa: E402
+from ister.benchmark.broker import BenchBroker  # noqa: E402
 from ister.benchmark.stats import PAYLOAD, host_cpu_ticks, thread_deltas, thread_stats  # noqa: E402
 from ister.client import Client  # noqa: E402
+from ister.devcluster.ports import free_port, stop_process, wait_port  # noqa: E402
 
 Stats = dict[int, tuple[str, float, int]]
 

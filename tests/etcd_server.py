@@ -1,5 +1,5 @@
-"""The test etcd: `ister.benchmark.etcd` (benchmarks start the same server)."""
+"""The test etcd: `ister.devcluster.etcd` (benchmarks and `ister dev` start the same server)."""
 
-from ister.benchmark.etcd import START_SECONDS, EtcdServer, EtcdServerTls, etcd_binary
+from ister.devcluster.etcd import START_SECONDS, EtcdServer, EtcdServerTls, etcd_binary
 
 __all__ = ["START_SECONDS", "EtcdServer", "EtcdServerTls", "etcd_binary"]

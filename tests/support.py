@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from ister.benchmark.broker import free_port, port_open, stop_process, wait_port
-from ister.benchmark.servers import ServerProcess
 from ister.clock import VirtualClock
 from ister.core.frames import scan_frames
+from ister.devcluster.ports import free_port, port_open, stop_process, wait_port
+from ister.devcluster.servers import ServerProcess
 
 __all__ = [
     "ServerProcess",

@@ -31,6 +31,7 @@ from ister.server.admin_api import start_admin_server
 from ister.server.grpc_server import start_client_server, start_prometheus
 from ister.server.replica_api import LeaderLookup
 from ister.server.security import Security, start_security
+from ister.startwait import Waiting, unless_stopped, wait_for
 from ister.storage.topic_storage import TopicStorage
 from ister.tasks import TaskSupervisor
 
@@ -75,31 +76,96 @@ async def open_store(config: BrokerConfig, data_dir: Path) -> MetadataStore:
     return await EtcdStore.connect(c.etcd_endpoints, namespace=c.etcd_namespace, tls=etcd_tls(c.etcd_tls))
 
 
+def _where_etcd(config: BrokerConfig) -> str:
+    scheme = "https" if config.cluster.etcd_tls.enabled else "http"
+    return ", ".join(e if "://" in e else f"{scheme}://{e}" for e in config.cluster.etcd_endpoints)
+
+
+async def reach_dependencies(
+    config: BrokerConfig, data_dir: Path, health: Health
+) -> tuple[MetadataStore, TopicStorage]:
+    """The metadata store and the storage, once etcd (cluster mode) and the object store (when there is
+    a durable tier) answer: each first reach is retried until `start_timeout_seconds` (ister/startwait.py)."""
+
+    def show(waiting: Waiting | None) -> None:
+        health.waiting = waiting.describe() if waiting is not None else None
+
+    timeout = config.start_timeout_seconds
+    if config.mode == "cluster":
+        store = await wait_for(
+            "etcd", _where_etcd(config), lambda: open_store(config, data_dir), timeout=timeout, on_wait=show
+        )
+    else:
+        store = await open_store(config, data_dir)
+    try:
+        storage = TopicStorage(config, store, data_dir)
+        objects = storage.objects
+        if objects is not None:
+            await wait_for("the object store", objects.url, objects.probe, timeout=timeout, on_wait=show)
+    except BaseException:
+        await store.close()
+        raise
+    return store, storage
+
+
 async def serve(config: BrokerConfig, data_dir: Path) -> None:
-    store = await open_store(config, data_dir)
-    storage = TopicStorage(config, store, data_dir)
-    peer = PeerSecret()  # cluster mode: how brokers prove themselves to each other (replication)
-    mode = build_mode(config, store, storage, data_dir, peer)
-    placement = mode.placement
-    broker = BrokerService(config, store, data_dir, placement, storage, mode.placement_admin)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    runtime = TaskSupervisor("broker runtime")  # the process's own loops: heap keeper, stall watch, health
+    stall_watch = StallWatch()
+    runtime.spawn(stall_watch.run(), "stall-watch")
+    health = Health(lambda: stall_watch.last_beat, [])
+    prom = None
+    try:
+        # The metrics port answers first: /readyz says what the broker waits for while it waits.
+        if config.prom_exporter:
+            tls = config.security.tls
+            prom = start_prometheus(
+                config.prom_exporter,
+                per_topic=config.metrics.per_topic,
+                max_topics=config.metrics.max_topics,
+                tls=tls.for_port("metrics"),
+                bearer_token_file=config.security.metrics.bearer_token_file,
+                routes={
+                    "/healthz": lambda: json_body(health.live()),
+                    "/readyz": lambda: json_body(health.ready()),
+                },
+            )
+        reached = await unless_stopped(reach_dependencies(config, data_dir, health), stop)
+        if reached is None:
+            log.info("stopped while waiting for dependencies")
+            return
+        store, storage = reached
+        await _serve_broker(config, data_dir, store, storage, health, runtime, stop)
+    finally:
+        health.stopping = True  # /readyz says so while the metrics port is still open
+        await runtime.close()
+        if prom is not None:
+            prom.shutdown()
+    log.info("stopped")
+
+
+async def _serve_broker(
+    config: BrokerConfig,
+    data_dir: Path,
+    store: MetadataStore,
+    storage: TopicStorage,
+    health: Health,
+    runtime: TaskSupervisor,
+    stop: asyncio.Event,
+) -> None:
+    peer = PeerSecret()  # cluster mode: how brokers prove themselves to each other (replication)
+    mode = build_mode(config, store, storage, data_dir, peer)
+    placement = mode.placement
+    broker = BrokerService(config, store, data_dir, placement, storage, mode.placement_admin)
     server = None
     admin = None
     security: Security | None = None
-    prom = None
     heap = HeapKeeper(lambda: (broker.long_lived_growth, broker.topics_unloaded))
-    runtime = TaskSupervisor("broker runtime")  # the process's own loops: heap keeper, stall watch, health
     runtime.spawn(heap.run(), "heap-keeper")
-    stall_watch = StallWatch()
-    runtime.spawn(stall_watch.run(), "stall-watch")
-    probes: list[tuple[str, ReadyProbe]] = [
-        ("metadata", metadata_probe(store, keys.LEADER)),
-        *mode.readiness_probes(),
-    ]
-    health = Health(lambda: stall_watch.last_beat, probes)
+    health.add_probes([("metadata", metadata_probe(store, keys.LEADER)), *mode.readiness_probes()])
     try:
         await broker.start()
         security = await start_security(config, broker, peer)
@@ -128,18 +194,6 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
         await health.check_once()  # the first answer of /readyz is a real one
         health.started = True
         runtime.spawn(health.run(), "health")
-        if config.prom_exporter:
-            prom = start_prometheus(
-                config.prom_exporter,
-                per_topic=config.metrics.per_topic,
-                max_topics=config.metrics.max_topics,
-                tls=tls.for_port("metrics"),
-                bearer_token_file=config.security.metrics.bearer_token_file,
-                routes={
-                    "/healthz": lambda: json_body(health.live()),
-                    "/readyz": lambda: json_body(health.ready()),
-                },
-            )
         log.info(
             "ister broker ready: %s mode, client %s, data %s, fsync %s, broker id %d",
             config.mode,
@@ -151,7 +205,7 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
         await stop.wait()
         log.info("shutting down")
     finally:
-        health.stopping = True  # /readyz says so while the metrics port is still open
+        health.stopping = True
         await runtime.close()
         broker.end_streams()
         if admin is not None:
@@ -170,9 +224,6 @@ async def serve(config: BrokerConfig, data_dir: Path) -> None:
         except TimeoutError:
             log.error("leaving the cluster did not finish within %.0f s", SHUTDOWN_GRACE_SECONDS)
         await store.close()
-        if prom is not None:
-            prom.shutdown()
-    log.info("stopped")
 
 
 def run(config: BrokerConfig) -> None:

@@ -31,6 +31,11 @@ from ister.limits import (
 from ister.wal_settings import WalSettings
 
 ENV_PREFIX = "ISTER_"
+# Variables of the `ister` commands, not of the broker (`ister dev env` exports the first two): a shell that
+# has them set starts a broker without a warning about them.
+CLI_VARIABLES = frozenset(
+    {"ISTER_SERVICE_ADDR", "ISTER_DEV_DIR", "ISTER_TOKEN", "ISTER_API_KEY", "ISTER_TLS_CA"}
+)
 
 log = logging.getLogger(__name__)
 
@@ -275,6 +280,9 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     advertised_addr: str | None = None
     admin_addr: str = "127.0.0.1:50051"
     prom_exporter: str | None = "127.0.0.1:9040"
+    # How long a starting broker waits for etcd and the object store to answer (ister/startwait.py),
+    # retrying with a backoff; then it exits with status 3. 0: wait forever.
+    start_timeout_seconds: float = 300.0
     auto_create_topics: bool = True
     bootstrap_namespaces: list[str] = msgspec.field(default_factory=lambda: ["default"])
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -349,7 +357,7 @@ def _env_overrides(
     """The ISTER_* variables that name settings, as a tree; `origins` maps each key path to its variable."""
     tree: dict[str, Any] = {}
     for name, raw in sorted(environ.items()):
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name in CLI_VARIABLES:
             continue
         path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
         if not all(path) or not _setting_path(path):

@@ -28,6 +28,8 @@ def check(cfg: BrokerConfig) -> BrokerConfig:
     """Every cross-field and range rule, section by section, in a fixed order (the first broken rule is
     the error)."""
     _check_addresses(cfg)
+    if not 0 <= cfg.start_timeout_seconds <= 7 * 86_400:
+        raise ConfigError("start_timeout_seconds must be in 0..604800 (0 = wait forever)")
     _check_dispatch_lower_bounds(cfg.dispatch)
     cfg.wal.check()
     if cfg.limits.max_topics_per_broker < 0:

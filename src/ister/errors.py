@@ -69,6 +69,10 @@ class Timeout(IsterError):
     retriable = True
 
 
+class StartTimeout(IsterError):
+    """A broker did not reach what it needs to start (etcd, the object store) within its start timeout."""
+
+
 class StorageError(IsterError):
     """The WAL or another storage component failed."""
 
@@ -115,6 +119,13 @@ class MetadataError(IsterError):
     """The metadata store failed or is unreachable."""
 
     retriable = True
+
+
+class MetadataUnusable(MetadataError):
+    """The metadata store is there but cannot be used with these settings (TLS to etcd that does not match
+    its server): a retry does not help, so a starting broker stops at once instead of waiting."""
+
+    retriable = False
 
 
 class WatchLagged(MetadataError):

@@ -13,6 +13,7 @@ from danube.proto import DanubeApi_pb2 as dpb
 from danube.proto import DanubeApi_pb2_grpc as dpb_grpc
 
 from ister.core.cluster.ownership import OwnerRecord
+from ister.devcluster.group import BrokerGroup, cluster_args
 from ister.metadata import keys
 from ister.metadata.etcd import EtcdStore, EtcdTls
 from ister.metadata.store import Compare, Delete, Put
@@ -51,27 +52,16 @@ class Cluster:
             **SINGLE_COPY,
             **(env or {}),
         }
-        self.brokers = [
-            BrokerProcess(
-                root / f"b{i}",
-                "--mode",
-                "cluster",
-                "--etcd-endpoints",
-                etcd_endpoint,
-                "--cluster-name",
-                "itest",
-                *extra,
-                env=env,
-                **self._placement(network, i),
-            )
-            for i in range(size)
-        ]
+        args = cluster_args([etcd_endpoint], "itest", *extra)
+        self.group = BrokerGroup(
+            size, lambda i: BrokerProcess(root / f"b{i}", *args, env=env, **self._placement(network, i))
+        )
+        self.brokers = self.group.brokers
         self.network = network
         if network is not None:
             for host, b in zip(network.hosts, self.brokers, strict=True):
                 network.serves(host, b.port)
         self.store: EtcdStore | None = None
-        self.started = 0
 
     @staticmethod
     def _placement(network: Network | None, i: int) -> dict[str, Any]:
@@ -91,23 +81,22 @@ class Cluster:
         self.store = await EtcdStore.connect(
             [self.etcd_endpoint], namespace=self.namespace, tls=self.etcd_tls
         )
-        self.started = count if count is not None else len(self.brokers)
-        for b in self.brokers[: self.started]:
-            b.start()
+        self.group.start(count)
         await self.until(self.all_registered, "all brokers registered")
 
     async def start_more(self) -> None:
-        for b in self.brokers[self.started :]:
-            b.start()
-        self.started = len(self.brokers)
+        self.group.start_more()
         await self.until(self.all_registered, "all brokers registered")
+
+    @property
+    def started(self) -> int:
+        return self.group.started
 
     async def all_registered(self) -> bool:
         return len(await self.live()) == self.started
 
     async def stop(self) -> None:
-        for b in self.brokers:
-            b.stop()
+        self.group.stop()
         if self.store is not None:
             await self.store.close()
 

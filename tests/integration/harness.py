@@ -3,122 +3,37 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import time
 import urllib.request
 import weakref
-from pathlib import Path
 
 import danube
 import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
+from ister.devcluster.broker import ISTER as ISTER  # re-exported: tests run `ister` with it
+from ister.devcluster.broker import BrokerNode
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
-from tests.support import free_port, stop_process, wait_port
 
-ISTER = [sys.executable, "-m", "ister.cli"]
 # Standalone brokers started here, by client URL: `consumer()` asks their admin API when its stream is open.
 _ADMIN_OF_URL: dict[str, str] = {}
 # Keyed by the client object itself (weakly): an id() could be reused by a later client of another broker.
 _ADMIN_OF_CLIENT: weakref.WeakKeyDictionary[danube.DanubeClient, str] = weakref.WeakKeyDictionary()
 
 
-class BrokerProcess:
-    """One broker subprocess with its own data dir and ports; restartable on the same data dir."""
-
-    def __init__(
-        self,
-        data_dir: Path,
-        *extra: str,
-        env: dict[str, str] | None = None,
-        host: str = "127.0.0.1",
-        prefix: list[str] | None = None,
-    ) -> None:
-        self.data_dir = data_dir
-        # Ports are picked free on loopback; in a namespace of its own (`prefix`: network.py here) the
-        # broker listens on that namespace's address `host`, where nothing else listens.
-        self.host = host
-        self.prefix = prefix or []
-        self.port = free_port()
-        self.prom_port = free_port()
-        self.admin_port = free_port()
-        self.extra = list(extra)
-        self.env = env or {}
-        self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def admin_addr(self) -> str:
-        return f"{self.host}:{self.admin_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://{self.host}:{self.prom_port}/metrics"
+class BrokerProcess(BrokerNode):
+    """One broker subprocess (ister.devcluster.broker): standalone ones are remembered by client URL so
+    `consumer()` can ask their admin API when its stream is open."""
 
     def start(self, timeout: float = 30.0) -> None:
-        env = {**os.environ, **self.env}
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it for its lifetime
-        self.proc = subprocess.Popen(
-            [
-                *self.prefix,  # `ip netns exec NS` execs the broker: the pid stays the broker's
-                *ISTER,
-                "broker",
-                "--data-dir",
-                str(self.data_dir),
-                "--broker-addr",
-                f"{self.host}:{self.port}",
-                "--admin-addr",
-                f"{self.host}:{self.admin_port}",
-                "--prom-exporter",
-                f"{self.host}:{self.prom_port}",
-                *self.extra,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        log.close()
-        # Ready means every listener is up: the metrics port opens last, after the cluster has started.
-        try:
-            deadline = time.monotonic() + timeout
-            for port in (self.port, self.admin_port, self.prom_port):
-                wait_port(port, self.proc, max(0.1, deadline - time.monotonic()), "broker", self.host)
-        except RuntimeError as exc:
-            raise RuntimeError(f"{exc}:\n{self.log()}") from None
+        super().start(timeout)
         _ADMIN_OF_URL.pop(self.url, None)  # a port reused from a broker stopped earlier
         if "cluster" not in self.extra:  # in a cluster the topic may be served by another broker
             _ADMIN_OF_URL[self.url] = self.admin_addr
 
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-8000:]
-        except OSError:
-            return ""
-
-    def terminate(self, timeout: float = 20.0) -> int:
-        """Graceful stop (SIGTERM); returns the exit code."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout)
-        self.proc = None
-        return code
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        stop_process(self.proc)
-        self.proc = None
-
     def stop(self) -> None:
-        stop_process(self.proc)
-        self.proc = None
+        super().stop()
         _ADMIN_OF_URL.pop(self.url, None)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
-from ister.benchmark.broker import free_port
+from ister.devcluster.ports import free_port
 from ister.replication import follower as follower_module
 from ister.replication.follower import LeaderTarget
 from ister.server.replica_api import add_replica_service

@@ -15,9 +15,9 @@ import grpc
 import pytest
 from crc32c import crc32c
 
-from ister.benchmark.broker import free_port
 from ister.config import load_config
 from ister.core.replication import EpochHistory, ReplicaRecord
+from ister.devcluster.ports import free_port
 from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore

@@ -1,4 +1,4 @@
-"""Ports handed to test and benchmark servers (ister.benchmark.broker)."""
+"""Ports handed to test and benchmark servers (ister.devcluster.ports)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from ister.benchmark.broker import free_port, port_range
+from ister.devcluster.ports import free_port, port_range
 
 
 def test_free_port_never_hands_out_a_port_twice() -> None:

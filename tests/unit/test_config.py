@@ -207,6 +207,10 @@ def test_env_variables_naming_no_setting_are_ignored_with_a_warning() -> None:
         "ISTER_LOG_LEVEL__X": "1",  # below a plain value
         "ISTER_CONFIG_FILE": "x.yml",
         "ISTER_WAL__FSYNC": "interval",
+        # The `ister` commands' own variables (`ister dev env` exports these): no warning.
+        "ISTER_SERVICE_ADDR": "http://127.0.0.1:6650",
+        "ISTER_DEV_DIR": ".ister-dev",
+        "ISTER_TOKEN": "t",
     }
     cfg = load_config(None, None, env, warn=warnings.append)
     assert cfg.wal.fsync == "interval"

@@ -48,6 +48,21 @@ def test_live_follows_the_loop_heartbeat() -> None:
     assert h.live()[0] == 200
 
 
+async def test_while_waiting_for_a_dependency_the_wait_is_the_first_reason() -> None:
+    clock, beat = Clock(), [100.0]
+    h = health(clock, beat)
+    h.waiting = "waiting for etcd at http://127.0.0.1:2379 (attempt 2 failed: refused; next try in 1.0 s)"
+    status, body = h.ready()
+    assert status == 503 and body["waiting_for"] == h.waiting
+    assert body["reasons"] == [h.waiting, "starting", "starting: readiness not checked yet"]
+    assert h.live()[0] == 200  # waiting is not dead
+    h.waiting = None  # reached: the probes of the parts built after it are added
+    h.add_probes([ok_probe("metadata")])  # type: ignore[list-item]
+    await h.check_once()
+    h.started = True
+    assert h.ready()[0] == 200 and "waiting_for" not in h.ready()[1]
+
+
 async def test_ready_once_started_and_every_probe_holds() -> None:
     clock, beat = Clock(), [100.0]
     h = health(clock, beat, ok_probe("metadata"))

@@ -19,8 +19,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -31,15 +29,14 @@ from typing import Any
 
 import yaml
 
-from ister.benchmark.broker import free_port, stop_process, wait_port
-from ister.benchmark.etcd import EtcdServer
 from ister.benchmark.stats import process_cpu_s
 from ister.config import ClusterSettings, load_config
+from ister.devcluster.broker import BrokerNode
+from ister.devcluster.etcd import EtcdServer
 from ister.errors import ConfigError, IsterError
 from ister.metadata import keys
 from ister.metadata.etcd import EtcdStore
 
-ISTER = [sys.executable, "-m", "ister.cli"]
 START_SECONDS = 30.0  # bound on etcd / a broker becoming ready and on every broker registering
 
 
@@ -57,55 +54,21 @@ def default_min_insync(replication_factor: int) -> int:
     return replication_factor // 2 + 1
 
 
-class BenchBrokerNode:
-    """One `ister broker --mode cluster` process of a BenchCluster."""
+class BenchBrokerNode(BrokerNode):
+    """One `ister broker --mode cluster` process of a BenchCluster (ister.devcluster's BrokerNode)."""
 
     def __init__(self, root: Path, index: int, args: list[str], env: dict[str, str]) -> None:
-        self.data_dir = root / f"b{index}"
-        self.log_path = root / f"b{index}.log"
-        self.port = free_port()
-        self.prom_port = free_port()
-        self.args = [
-            *ISTER,
-            "broker",
-            "--data-dir",
-            str(self.data_dir),
-            "--broker-addr",
-            f"127.0.0.1:{self.port}",
-            "--admin-addr",
-            f"127.0.0.1:{free_port()}",
-            "--prom-exporter",
-            f"127.0.0.1:{self.prom_port}",
-            *args,
-        ]
-        self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(root / f"b{index}", *args, env=env, log_path=root / f"b{index}.log")
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+    def start(self, timeout: float = START_SECONDS) -> None:
         try:
-            wait_port(self.port, self.proc, START_SECONDS, f"ister broker {self.data_dir.name}")
+            super().start(timeout)
         except RuntimeError as exc:
-            raise RuntimeError(f"{exc}\n{self.log()}") from None
+            raise RuntimeError(f"ister broker {self.data_dir.name}: {exc}") from None
 
     def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.prom_port}/metrics", timeout=5.0) as response:
+        with urllib.request.urlopen(self.metrics_url, timeout=5.0) as response:
             return str(response.read().decode(errors="replace"))
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-3000:]
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        stop_process(self.proc)
-        self.proc = None
 
 
 class BenchCluster:

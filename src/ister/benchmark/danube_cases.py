@@ -35,7 +35,7 @@ from typing import Any
 import danube  # type: ignore[import-untyped]
 import uvloop
 
-from ister.benchmark.broker import BenchBroker, free_port, stop_process, wait_port
+from ister.benchmark.broker import BenchBroker
 from ister.benchmark.stats import (
     PAYLOAD,
     latency_result,
@@ -46,6 +46,7 @@ from ister.benchmark.stats import (
     stamped_payload,
     stop_child,
 )
+from ister.devcluster.ports import free_port, stop_process, wait_port
 from ister.limits import DEFAULT_WINDOW
 
 IN_FLIGHT = 64

@@ -54,7 +54,6 @@ import uvloop
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
-from ister.benchmark.broker import free_port, stop_process, wait_port
 from ister.benchmark.stats import (
     PAYLOAD,
     latency_result,
@@ -65,6 +64,7 @@ from ister.benchmark.stats import (
     stamped_payload,
     stop_child,
 )
+from ister.devcluster.ports import free_port, stop_process, wait_port
 
 START_SECONDS = 30.0  # bound on a server opening its port and on the cluster electing a meta leader
 STOP_SECONDS = 15.0  # after SIGTERM, then SIGKILL

@@ -41,7 +41,9 @@ MAX_DETAIL_CHARS = 300  # a failing probe's message, as shown in the body
 
 
 class Health:
-    """`live()` and `ready()` are thread-safe reads; `run()` is a task of the broker's loop."""
+    """`live()` and `ready()` are thread-safe reads; `run()` is a task of the broker's loop. Probes are
+    added once the parts they look at exist (`add_probes`): the HTTP server answers before them, while the
+    broker still waits for its dependencies."""
 
     def __init__(
         self,
@@ -63,7 +65,12 @@ class Health:
         self.stale_after = stale_after
         self.started = False  # set once the broker serves (app.py)
         self.stopping = False  # set when shutdown begins
+        # What the broker waits for before it can start (etcd, the object store; ister.startwait), if any.
+        self.waiting: str | None = None
         self._checked: tuple[float, tuple[Check, ...]] | None = None  # replaced whole: atomic for readers
+
+    def add_probes(self, probes: Sequence[tuple[str, ReadyProbe]]) -> None:
+        self._probes.extend(probes)
 
     # -- on the event loop --------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -109,12 +116,17 @@ class Health:
             reasons.insert(0, "starting: readiness not checked yet")
         if not self.started:
             reasons.insert(0, "starting")
+        waiting = self.waiting
+        if waiting is not None:
+            reasons.insert(0, waiting)
         if self.stopping:
             reasons.insert(0, "shutting down")
         body: dict[str, Any] = {
             "status": "not_ready" if reasons else "ready",
             "checks": {c.name: {"ok": c.ok, "detail": c.detail} for c in checks},
         }
+        if waiting is not None:
+            body["waiting_for"] = waiting
         if reasons:
             body["reasons"] = list(dict.fromkeys(reasons))
         return (503 if reasons else 200), body

@@ -70,10 +70,16 @@ def _fail(exc: BaseException) -> typer.Exit:
     return typer.Exit(1)
 
 
+SERVICE_ADDR_ENV = "ISTER_SERVICE_ADDR"  # what `ister dev env` exports
+
+
 @app.command()
 def produce(
     service_addr: Annotated[
-        str, typer.Option("--service-addr", "-s", help="broker URL, e.g. http://127.0.0.1:6650")
+        str,
+        typer.Option(
+            "--service-addr", "-s", envvar=SERVICE_ADDR_ENV, help="broker URL, e.g. http://127.0.0.1:6650"
+        ),
     ],
     topic: Annotated[str, typer.Option("--topic", "-t")] = "/default/test_topic",
     producer_name: Annotated[str, typer.Option("--producer-name", "-n")] = "test_producer",
@@ -280,7 +286,9 @@ async def _decoded(client: Client, msg: Message) -> object:
 
 @app.command()
 def consume(
-    service_addr: Annotated[str, typer.Option("--service-addr", "-s")],
+    service_addr: Annotated[
+        str, typer.Option("--service-addr", "-s", envvar=SERVICE_ADDR_ENV, help="broker URL")
+    ],
     subscription: Annotated[str, typer.Option("--subscription", "-m")],
     topic: Annotated[str, typer.Option("--topic", "-t")] = "/default/test_topic",
     consumer_name: Annotated[str, typer.Option("--consumer", "-n")] = "consumer_pubsub",

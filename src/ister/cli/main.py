@@ -9,9 +9,11 @@ from typing import Annotated
 import typer
 
 from ister.config import load_config
-from ister.errors import ConfigError, IsterError
+from ister.errors import ConfigError, IsterError, StartTimeout
 
 # add_completion: `ister --install-completion [bash|zsh|fish|powershell]` and `--show-completion` (typer).
+START_TIMEOUT_EXIT = 3  # `ister broker`: a dependency (etcd, the object store) not reached in time
+
 app = typer.Typer(no_args_is_help=True, help="Ister: a Danube-compatible messaging broker.")
 
 
@@ -67,6 +69,13 @@ def broker(
         typer.Option("--durable-url", help="durable tier: file:///dir, s3://bucket/prefix, … or none"),
     ] = None,
     fsync: Annotated[str | None, typer.Option(help="WAL durability: always or interval")] = None,
+    start_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--start-timeout",
+            help="seconds to wait at start for etcd and the object store (0: forever; default 300)",
+        ),
+    ] = None,
     log_level: Annotated[str | None, typer.Option("--log-level")] = None,
     tls_cert: Annotated[
         Path | None, typer.Option("--tls-cert", help="TLS certificate chain (PEM) for every port")
@@ -97,6 +106,7 @@ def broker(
                 "admin_addr": admin_addr,
                 "prom_exporter": prom_exporter,
                 "wal.fsync": fsync,
+                "start_timeout_seconds": start_timeout,
                 "storage.durable.url": durable_url,
                 "cluster_name": cluster_name,
                 "cluster.zone": zone,
@@ -120,6 +130,9 @@ def broker(
         raise typer.Exit(2) from None
     try:
         run(config)
+    except StartTimeout as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(START_TIMEOUT_EXIT) from None
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -138,6 +151,7 @@ from ister.cli import admin_brokers as _admin_brokers  # noqa: E402,F401  (`iste
 from ister.cli import admin_cursors as _admin_cursors  # noqa: E402,F401  (reset-cursor, peek)
 from ister.cli import admin_recovery as _admin_recovery  # noqa: E402,F401  (`topics recover`)
 from ister.cli import bench as _bench  # noqa: E402,F401  (registers `ister bench`)
+from ister.cli import dev as _dev  # noqa: E402,F401  (registers `ister dev`)
 from ister.cli import pipeline as _pipeline  # noqa: E402,F401  (registers `ister pipeline`)
 from ister.cli import retention as _retention  # noqa: E402,F401  (retention commands of `ister admin`)
 from ister.cli import schemas as _schemas  # noqa: E402,F401  (registers `ister admin schemas`)

@@ -15,7 +15,7 @@ import grpc
 import grpc.aio
 from aetcd import rpc
 
-from ister.errors import InvalidArgument, MetadataError
+from ister.errors import InvalidArgument, MetadataError, MetadataUnusable
 from ister.limits import METADATA_TIMEOUT_SECONDS
 from ister.metadata.etcd_channel import (
     Connection,
@@ -104,12 +104,14 @@ class EtcdBase:
         ):
             raise InvalidArgument(f"invalid etcd timeout {timeout!r}: expected a positive number of seconds")
         store = cls(parsed, namespace, float(timeout), tls)
-        conn = await store._connect_first(parsed)
+        # Quiet: the error is in what `connect` raises (a starting broker logs one line per attempt).
+        conn = await store._connect_first(parsed, logging.DEBUG)
         if conn is None:
             where = ", ".join(f"{'https' if tls else 'http'}://{e}" for e in parsed)
-            raise MetadataError(
-                f"cannot reach etcd at {where}: {store._last_error}{connection_hint(store._last_error, tls)}"
-            )
+            hint = connection_hint(store._last_error, tls)
+            # A hint means TLS settings that do not match etcd's: waiting would not change that.
+            error = MetadataUnusable if hint else MetadataError
+            raise error(f"cannot reach etcd at {where}: {store._last_error}{hint}")
         store._conn = conn
         return store
 
@@ -124,7 +126,9 @@ class EtcdBase:
 
     # --- connections ------------------------------------------------------------------------------
 
-    async def _connect_first(self, candidates: builtins.list[Endpoint]) -> Connection | None:
+    async def _connect_first(
+        self, candidates: builtins.list[Endpoint], level: int = logging.WARNING
+    ) -> Connection | None:
         """A connection to the first candidate that answers a request, or None."""
         for endpoint in candidates:
             conn = Connection(endpoint, self._timeout, self._tls)
@@ -136,7 +140,7 @@ class EtcdBase:
                 )
             except (grpc.aio.AioRpcError, aetcd.ClientError, OSError) as exc:
                 self._last_error = describe_error(exc)
-                log.warning("etcd endpoint %s did not answer: %s", endpoint, self._last_error)
+                log.log(level, "etcd endpoint %s did not answer: %s", endpoint, self._last_error)
                 await conn.close()
                 continue
             except BaseException:

@@ -63,6 +63,7 @@ LOCAL_STAGING_DIR = ".ister-staging"  # under the store's root: outside every to
 STALE_STAGING_SECONDS = 3600.0
 MAX_LIST_RESULTS = 100_000
 MAX_KEY_BYTES = 1024  # S3's limit
+PROBE_KEY = "ister-start-probe"  # `probe()` asks for it; nothing writes it
 
 _CLOUD_SCHEMES = frozenset({"s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl"})
 _BAD_KEY = re.compile(r"(^|/)\.{1,2}(/|$)|//|[\x00-\x1f]")
@@ -371,6 +372,12 @@ class ObjectStore:
         except Exception as exc:
             _raise(exc, what, "head")
         return ObjectInfo(str(meta["path"]), int(meta["size"]), meta.get("e_tag"))
+
+    async def probe(self) -> None:
+        """One request that proves the store answers (a broker's first reach at start): a HEAD of a key
+        nobody writes, so "not found" is the answer expected."""
+        with contextlib.suppress(NotFound):
+            await self.head(PROBE_KEY)
 
     async def list(self, prefix: str = "", *, limit: int = MAX_LIST_RESULTS) -> list[ObjectInfo]:
         """Objects under `prefix` (whole path segments: 'a/b' matches 'a/b/c', not 'a/bc'), sorted by key.

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from ister.benchmark.broker import free_port
-from ister.benchmark.servers import ServerProcess
+from ister.devcluster.ports import free_port
+from ister.devcluster.servers import ServerProcess
 
 START_SECONDS = 20.0  # etcd answers in about 1 s here; this bound only stops a broken start hanging the run
-PORT_ATTEMPTS = 3  # a freshly picked port can be taken by someone else before etcd binds it
 
 
 def etcd_binary() -> str | None:
@@ -26,6 +25,39 @@ def etcd_binary() -> str | None:
     return shutil.which("etcd") or next(
         (p for p in ("/usr/bin/etcd", "/usr/local/bin/etcd") if os.access(p, os.X_OK)), None
     )
+
+
+def etcd_args(
+    name: str,
+    data_dir: Path | str,
+    *,
+    listen_client: str,
+    advertise_client: str,
+    listen_peer: str,
+    advertise_peer: str,
+    initial_cluster: str,
+) -> list[str]:
+    """etcd's arguments for one member (`initial_cluster`: every member's `name=peer URL`)."""
+    return [
+        "--name",
+        name,
+        "--data-dir",
+        str(data_dir),
+        "--listen-client-urls",
+        listen_client,
+        "--advertise-client-urls",
+        advertise_client,
+        "--listen-peer-urls",
+        listen_peer,
+        "--initial-advertise-peer-urls",
+        advertise_peer,
+        "--initial-cluster",
+        initial_cluster,
+        "--initial-cluster-state",
+        "new",
+        "--logger",
+        "zap",
+    ]
 
 
 @dataclass(frozen=True)
@@ -49,6 +81,9 @@ class EtcdServer(ServerProcess):
         name: str = "ister-test",
         tls: EtcdServerTls | None = None,
         host: str = "127.0.0.1",
+        *,
+        ports: tuple[int, int] | None = None,
+        own_session: bool = False,
     ) -> None:
         binary = etcd_binary()
         if binary is None:
@@ -58,8 +93,8 @@ class EtcdServer(ServerProcess):
         self.name = name
         self.tls = tls
         self.host = host  # where its client and peer ports listen (partition tests: a bridge's address)
-        self.client_port = 0
-        self.peer_port = 0
+        self.client_port, self.peer_port = ports or (0, 0)  # 0: picked free at the first start
+        self.own_session = own_session  # a process group of its own: a terminal's Ctrl-C does not reach it
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -75,25 +110,11 @@ class EtcdServer(ServerProcess):
     def log_path(self) -> Path:
         return self.dir / "etcd.log"
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    def _has_ports(self) -> bool:
+        return self.client_port != 0
 
-    def start(self) -> None:
-        """Start etcd (on new free ports the first time, the same ports after that) and wait until ready."""
-        if self.running:
-            return
-        first = self.client_port == 0
-        for attempt in range(PORT_ATTEMPTS if first else 1):
-            if first:
-                self.client_port, self.peer_port = free_port(), free_port()
-            try:
-                self._launch()
-                return
-            except RuntimeError:
-                self._reap()
-                if attempt + 1 >= (PORT_ATTEMPTS if first else 1):
-                    raise
+    def _pick_ports(self) -> None:
+        self.client_port, self.peer_port = free_port(), free_port()
 
     def _launch(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -101,35 +122,21 @@ class EtcdServer(ServerProcess):
         peer = f"http://{self.host}:{self.peer_port}"
         args = [
             self.binary,
-            "--name",
-            self.name,
-            "--data-dir",
-            str(self.dir / "data.etcd"),
-            "--listen-client-urls",
-            client,
-            "--advertise-client-urls",
-            client,
-            "--listen-peer-urls",
-            peer,
-            "--initial-advertise-peer-urls",
-            peer,
-            "--initial-cluster",
-            f"{self.name}={peer}",
-            "--initial-cluster-state",
-            "new",
-            "--logger",
-            "zap",
+            *etcd_args(
+                self.name,
+                self.dir / "data.etcd",
+                listen_client=client,
+                advertise_client=client,
+                listen_peer=peer,
+                advertise_peer=peer,
+                initial_cluster=f"{self.name}={peer}",
+            ),
         ]
         if self.tls is not None:
             t = self.tls
             args += ["--cert-file", str(t.cert_file), "--key-file", str(t.key_file)]
             args += ["--trusted-ca-file", str(t.ca_file), "--client-cert-auth"]
-        self._log = open(self.log_path, "ab")  # noqa: SIM115  (open for the life of the process)
-        self._log.write(f"--- starting: {' '.join(args)}\n".encode())
-        self._log.flush()
-        self.proc = subprocess.Popen(
-            args, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
+        self._spawn(args)
         self._wait_ready()
 
     def _probe_context(self) -> ssl.SSLContext | None:
