@@ -223,7 +223,11 @@ def test_the_service_monitor_scrapes_each_broker_once() -> None:
     [
         ({}, "etcd.endpoints is required"),
         ({**BASE_VALUES, "tls": {"enabled": True}}, "tls.enabled needs tls.secretName"),
-        ({**BASE_VALUES, "auth": {"enabled": True}}, "auth.enabled needs auth.jwtSecretName"),
+        ({**BASE_VALUES, "auth": {"enabled": True}}, "auth.enabled needs tls.enabled"),
+        (
+            {**BASE_VALUES, "auth": {"enabled": True}, "tls": {"enabled": True, "secretName": "t"}},
+            "auth.enabled needs auth.jwtSecretName",
+        ),
     ],
 )
 def test_missing_required_values_fail_the_render_clearly(values: dict[str, Any], message: str) -> None:
