@@ -29,6 +29,7 @@ need "$ENGINE" "$ENGINE"
 make_local_base() {
     need mmdebstrap mmdebstrap
     echo "== base: $BASE_IMAGE cannot be had; making $LOCAL_BASE from Debian packages (mmdebstrap)"
+    # shellcheck disable=SC2016  # "$1" is mmdebstrap's: the hook gets the chroot's path
     mmdebstrap --variant=minbase \
         --include=python3.11,python3.11-venv,ca-certificates,passwd \
         --dpkgopt='path-exclude=/usr/share/doc/*' \
