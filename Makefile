@@ -7,7 +7,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install etcd iptables java promtool run test lint typecheck unit integration sim bench chaos proto clean
+.PHONY: install etcd iptables java promtool image run test lint typecheck unit integration sim bench chaos proto clean
 
 $(UV):
 	$(PY) -m venv $(TOOLS)
@@ -48,6 +48,11 @@ promtool:
 		if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		$$SUDO apt-get update && $$SUDO apt-get install -y --no-install-recommends prometheus; \
 	}
+
+# The broker's container image (deploy/Containerfile; docs/deploy.md): podman, and mmdebstrap for a base
+# made from Debian packages when no registry answers. Not part of `make test`.
+image:
+	deploy/build-image.sh
 
 run: install
 	$(BIN)/ister broker
