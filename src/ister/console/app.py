@@ -1,0 +1,88 @@
+"""The console's ASGI app (Starlette): server-rendered Jinja2 pages, live overview by server-sent events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ister.console.paging import page_of
+from ister.console.source import AdminSource
+
+HERE = Path(__file__).parent
+REFRESH_SECONDS = 2.0
+
+_env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
+
+
+def _render(name: str, status: int = 200, **ctx: object) -> HTMLResponse:
+    return HTMLResponse(_env.get_template(name).render(**ctx), status_code=status)
+
+
+def build_app(source: AdminSource) -> Starlette:
+    async def overview(request: Request) -> Response:
+        return _render("overview.html", view=await source.overview(), target=source.target, nav="overview")
+
+    async def overview_fragment(request: Request) -> Response:
+        return _render("overview_body.html", view=await source.overview())
+
+    async def events(request: Request) -> Response:
+        async def stream() -> AsyncIterator[str]:
+            while not await request.is_disconnected():
+                view = await source.overview()
+                html = _env.get_template("overview_body.html").render(view=view)
+                yield f"event: overview\ndata: {json.dumps(html)}\n\n"
+                await asyncio.sleep(REFRESH_SECONDS)
+
+        return StreamingResponse(
+            stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
+
+    async def topics(request: Request) -> Response:
+        q = request.query_params
+        try:
+            page = page_of(
+                await source.topics(),
+                query=q.get("q", ""),
+                sort=q.get("sort", "name"),
+                desc=q.get("desc", "") == "1",
+                page=int(q.get("page", "1")),
+                size=int(q.get("size", "50")),
+            )
+        except ValueError as exc:
+            return _render("error.html", 400, message=str(exc), nav="topics")
+        except grpc.RpcError as exc:
+            return _render("error.html", 503, message=f"admin API unreachable: {exc.details()}", nav="topics")
+        return _render(
+            "topics.html",
+            page=page,
+            q=q.get("q", ""),
+            sort=q.get("sort", "name"),
+            desc=q.get("desc", "") == "1",
+            size=int(q.get("size", "50")),
+            nav="topics",
+        )
+
+    async def shutdown() -> None:
+        await source.close()
+
+    return Starlette(
+        routes=[
+            Route("/", overview),
+            Route("/fragments/overview", overview_fragment),
+            Route("/events", events),
+            Route("/topics", topics),
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ],
+        on_startup=[source.open],
+        on_shutdown=[shutdown],
+    )

@@ -1,0 +1,109 @@
+"""The console's one source of truth: the broker's admin gRPC API (async channel, TLS and token as the
+CLI sets them), with the topic list cached briefly so paging 100,000 topics does not ask each time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from ister.cli.security_opts import current
+from ister.console.paging import TopicRow
+from ister.wire.gen import DanubeAdmin_pb2 as pb
+from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
+
+CALL_TIMEOUT_SECONDS = 5.0
+TOPIC_CACHE_SECONDS = 3.0
+
+
+@dataclass(frozen=True)
+class Broker:
+    broker_id: str
+    addr: str
+    role: str
+    status: str
+    leader: bool
+    topics: int
+
+    @property
+    def bad(self) -> bool:
+        """A state an operator should look at (anything but active)."""
+        return self.status.lower() != "active"
+
+
+@dataclass
+class Overview:
+    reachable: bool
+    error: str = ""
+    brokers: list[Broker] = field(default_factory=list)
+    topics: int = 0
+    namespaces: int = 0
+
+
+class AdminSource:
+    def __init__(self, target: str, tls: bool = False) -> None:
+        self.target = target
+        self._tls = tls
+        self._channel: Any = None
+        self._topics_cache: tuple[float, list[TopicRow]] | None = None
+        self._lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        """Make the channel on the server's event loop (an aio channel belongs to the loop it was made on)."""
+        creds = current()
+        if self._tls or creds.tls:
+            self._channel = grpc.aio.secure_channel(self.target, creds.channel_credentials())
+        else:
+            self._channel = grpc.aio.insecure_channel(self.target)
+        self._brokers = pb_grpc.BrokerAdminStub(self._channel)
+        self._topic_admin = pb_grpc.TopicAdminStub(self._channel)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+
+    async def topics(self) -> list[TopicRow]:
+        """Every topic of every namespace; cached for TOPIC_CACHE_SECONDS."""
+        async with self._lock:
+            cached = self._topics_cache
+            if cached is not None and time.monotonic() - cached[0] < TOPIC_CACHE_SECONDS:
+                return cached[1]
+            ns = await self._brokers.ListNamespaces(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
+            rows: list[TopicRow] = []
+            for name in ns.namespaces:
+                resp = await self._topic_admin.ListNamespaceTopics(
+                    pb.NamespaceRequest(name=name), timeout=CALL_TIMEOUT_SECONDS
+                )
+                rows.extend(TopicRow(t.name, t.broker_id, t.delivery) for t in resp.topics)
+            self._topics_cache = (time.monotonic(), rows)
+            return rows
+
+    async def overview(self) -> Overview:
+        """Brokers, the leader and totals; `reachable=False` with the reason when the API does not answer."""
+        try:
+            listed = await self._brokers.ListBrokers(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
+            leader = await self._brokers.GetLeaderBroker(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
+            rows = await self.topics()
+            ns = await self._brokers.ListNamespaces(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
+        except grpc.RpcError as exc:
+            code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            return Overview(False, f"{details} ({code})")
+        per_broker: dict[str, int] = {}
+        for r in rows:
+            per_broker[r.broker_id] = per_broker.get(r.broker_id, 0) + 1
+        brokers = [
+            Broker(
+                b.broker_id,
+                b.broker_addr,
+                b.broker_role,
+                b.broker_status,
+                b.broker_id == leader.leader,
+                per_broker.get(b.broker_id, 0),
+            )
+            for b in listed.brokers
+        ]
+        return Overview(True, "", brokers, len(rows), len(ns.namespaces))

@@ -1,0 +1,89 @@
+"""`ister console` against a real broker: the pages show what the test made, and the unreachable
+banner comes and goes with the broker (HTTP level; the browser tests drive the same pages)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from ister.wire.gen import DanubeAdmin_pb2 as apb
+from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
+from tests.integration.harness import BrokerProcess
+from tests.support import free_port, stop_process, until_sync, wait_port
+
+TOPICS = 300
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, str]]:
+    broker = BrokerProcess(tmp_path_factory.mktemp("console") / "data")
+    broker.start()
+    with grpc.insecure_channel(broker.admin_addr) as channel:
+        stub = apb_grpc.TopicAdminStub(channel)
+        for i in range(TOPICS):
+            stub.CreateTopic(apb.NewTopicRequest(name=f"/default/orders-{i:04d}"), timeout=10)
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ister.cli",
+            "console",
+            "--admin-addr",
+            broker.admin_addr,
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+    )
+    try:
+        wait_port(port, proc, 30, "console")
+        yield broker, f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc)
+        broker.stop()
+
+
+def test_overview_shows_the_broker_as_leader_and_the_topic_count(setup: tuple[BrokerProcess, str]) -> None:
+    _, base = setup
+    status, body = get(base + "/")
+    assert status == 200
+    assert f'<dd id="total-topics">{TOPICS}</dd>' in body
+    assert '<dd id="total-brokers">1</dd>' in body
+    assert "leader" in body and "unreachable" not in body
+
+
+def test_topics_are_searched_sorted_and_paged_on_the_server(setup: tuple[BrokerProcess, str]) -> None:
+    _, base = setup
+    status, body = get(base + "/topics?q=ORDERS-01&sort=name&desc=1&size=20")
+    assert status == 200
+    assert "100 topics match · page 1 of 5" in body
+    assert body.index("/default/orders-0199") < body.index("/default/orders-0180")
+    assert "/default/orders-0200" not in body
+    status, body = get(base + "/topics?sort=owner")
+    assert status == 400 and "sort must be one of" in body
+
+
+def test_the_banner_shows_while_the_broker_is_down_and_goes_when_it_is_back(
+    setup: tuple[BrokerProcess, str],
+) -> None:
+    broker, base = setup
+    broker.stop()
+    try:
+        until_sync(lambda: 'id="unreachable"' in get(base + "/fragments/overview")[1], "the banner")
+    finally:
+        broker.start()
+    until_sync(lambda: f'id="total-topics">{TOPICS}<' in get(base + "/fragments/overview")[1], "recovery")
