@@ -3,6 +3,8 @@ banner comes and goes with the broker (HTTP level; the browser tests drive the s
 
 from __future__ import annotations
 
+import asyncio
+import re
 import subprocess
 import sys
 import urllib.error
@@ -14,7 +16,7 @@ import pytest
 
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
-from tests.integration.harness import BrokerProcess
+from tests.integration.harness import BrokerProcess, client, consumer, producer, take
 from tests.support import free_port, stop_process, until_sync, wait_port
 
 TOPICS = 300
@@ -75,6 +77,39 @@ def test_topics_are_searched_sorted_and_paged_on_the_server(setup: tuple[BrokerP
     assert "/default/orders-0200" not in body
     status, body = get(base + "/topics?sort=owner")
     assert status == 400 and "sort must be one of" in body
+
+
+async def test_topic_and_subscriptions_pages_show_offsets_and_the_backlog_left(
+    setup: tuple[BrokerProcess, str],
+) -> None:
+    broker, base = setup
+    topic = "/default/payments"
+    c = await client(broker.url)
+    p = await producer(c, topic, "payer", reliable=True)
+    cons, queue = await consumer(c, topic, "reader", "audit")
+    for i in range(10):
+        await p.send(f"m{i}".encode())
+    await take(queue, 4, ack=cons)  # 4 acknowledged, 6 left: the backlog the pages must show
+
+    def backlog_row(body: str) -> bool:
+        return re.search(r'data-sub="audit">.*?class="num backlog">6<', body, re.S) is not None
+
+    page = lambda path: asyncio.to_thread(get, base + path)  # noqa: E731
+    status, body = await page(f"/topic{topic}")
+    assert status == 200
+    assert '<dd id="end-offset">10</dd>' in body and '<dd id="start-offset">0</dd>' in body
+    assert "payer" in body
+    for path in (f"/topic{topic}", "/subscriptions"):
+        for _ in range(200):
+            if backlog_row((await page(path))[1]):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError(f"{path} never showed a backlog of 6: {(await page(path))[1]}")
+    status, body = await page("/topic/default/no-such-topic")
+    assert status == 404
+    await cons.close()
+    await p.close()
 
 
 def test_the_banner_shows_while_the_broker_is_down_and_goes_when_it_is_back(

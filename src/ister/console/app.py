@@ -24,8 +24,8 @@ REFRESH_SECONDS = 2.0
 _env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
 
 
-def _render(name: str, status: int = 200, **ctx: object) -> HTMLResponse:
-    return HTMLResponse(_env.get_template(name).render(**ctx), status_code=status)
+def _render(template: str, status: int = 200, **ctx: object) -> HTMLResponse:
+    return HTMLResponse(_env.get_template(template).render(**ctx), status_code=status)
 
 
 def build_app(source: AdminSource) -> Starlette:
@@ -72,6 +72,24 @@ def build_app(source: AdminSource) -> Starlette:
             nav="topics",
         )
 
+    async def topic(request: Request) -> Response:
+        name = "/" + request.path_params["name"]
+        try:
+            described, stats = await source.topic(name)
+        except grpc.RpcError as exc:
+            status = 404 if exc.code() == grpc.StatusCode.NOT_FOUND else 503
+            return _render("error.html", status, message=f"{name}: {exc.details()}", nav="topics")
+        return _render("topic.html", topic=name, d=described, s=stats.total, nav="topics")
+
+    async def subscriptions(request: Request) -> Response:
+        try:
+            listed = await source.subscriptions()
+        except grpc.RpcError as exc:
+            return _render("error.html", 503, message=f"admin API: {exc.details()}", nav="subscriptions")
+        return _render(
+            "subscriptions.html", subs=listed.subscriptions, failed=listed.failed_brokers, nav="subscriptions"
+        )
+
     async def shutdown() -> None:
         await source.close()
 
@@ -81,6 +99,8 @@ def build_app(source: AdminSource) -> Starlette:
             Route("/fragments/overview", overview_fragment),
             Route("/events", events),
             Route("/topics", topics),
+            Route("/topic/{name:path}", topic),
+            Route("/subscriptions", subscriptions),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         on_startup=[source.open],

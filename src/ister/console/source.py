@@ -14,6 +14,8 @@ from ister.cli.security_opts import current
 from ister.console.paging import TopicRow
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
+from ister.wire.gen import ister_v1_pb2 as ister_pb
+from ister.wire.gen import ister_v1_pb2_grpc as ister_pb_grpc
 
 CALL_TIMEOUT_SECONDS = 5.0
 TOPIC_CACHE_SECONDS = 3.0
@@ -60,6 +62,7 @@ class AdminSource:
             self._channel = grpc.aio.insecure_channel(self.target)
         self._brokers = pb_grpc.BrokerAdminStub(self._channel)
         self._topic_admin = pb_grpc.TopicAdminStub(self._channel)
+        self._ister_admin = ister_pb_grpc.IsterAdminStub(self._channel)
 
     async def close(self) -> None:
         if self._channel is not None:
@@ -107,3 +110,19 @@ class AdminSource:
             for b in listed.brokers
         ]
         return Overview(True, "", brokers, len(rows), len(ns.namespaces))
+
+    async def topic(self, name: str) -> tuple[Any, Any]:
+        """A topic's description (schema, replicas) and live stats from its owner; grpc.RpcError if not."""
+        described = await self._topic_admin.DescribeTopic(
+            pb.DescribeTopicRequest(name=name), timeout=CALL_TIMEOUT_SECONDS
+        )
+        stats = await self._ister_admin.GetTopicStats(
+            ister_pb.TopicStatsRequest(topic=name), timeout=CALL_TIMEOUT_SECONDS
+        )
+        return described, stats
+
+    async def subscriptions(self, namespace: str = "") -> Any:
+        """Every subscription of the cluster, most lagging first (the broker sorts)."""
+        return await self._ister_admin.ListSubscriptionStats(
+            ister_pb.ListSubscriptionStatsRequest(namespace=namespace), timeout=CALL_TIMEOUT_SECONDS
+        )
