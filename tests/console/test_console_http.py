@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 
@@ -110,6 +111,30 @@ async def test_topic_and_subscriptions_pages_show_offsets_and_the_backlog_left(
     assert status == 404
     await cons.close()
     await p.close()
+
+
+def post(url: str, form: dict[str, str]) -> tuple[int, str]:
+    data = urllib.parse.urlencode(form).encode()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_reset_cursor_previews_then_moves_only_when_confirmed(setup: tuple[BrokerProcess, str]) -> None:
+    _, base = setup
+    topic = "/default/payments"  # the previous test left subscription audit at offset 4 of 10
+    url = f"{base}/reset{topic}"
+    status, body = post(url, {"subscription": "audit", "to": "earliest", "at": ""})
+    assert status == 200 and 'id="confirm"' in body
+    assert re.search(r"<td>/default/payments</td><td class=\"num\">0</td><td class=\"num\">10</td>", body)
+    assert 'class="num backlog">6<' in get(f"{base}/topic{topic}")[1]  # the preview moved nothing
+    status, body = post(url, {"subscription": "audit", "to": "soon", "at": ""})
+    assert status == 400 and "use earliest, latest or an offset" in body
+    status, body = post(url, {"subscription": "audit", "to": "earliest", "at": "", "confirm": "yes"})
+    assert status == 200 and "The cursor of audit was moved." in body
+    until_sync(lambda: 'class="num backlog">10<' in get(f"{base}/topic{topic}")[1], "backlog 10 after reset")
 
 
 def test_the_banner_shows_while_the_broker_is_down_and_goes_when_it_is_back(

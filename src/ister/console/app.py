@@ -15,6 +15,7 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ister.console import cursors
 from ister.console.paging import page_of
 from ister.console.source import AdminSource
 
@@ -79,7 +80,17 @@ def build_app(source: AdminSource) -> Starlette:
         except grpc.RpcError as exc:
             status = 404 if exc.code() == grpc.StatusCode.NOT_FOUND else 503
             return _render("error.html", status, message=f"{name}: {exc.details()}", nav="topics")
-        return _render("topic.html", topic=name, d=described, s=stats.total, nav="topics")
+        subs = stats.total.subscriptions
+        writable = bool(subs) and await source.may_reset(name, subs[0].subscription)
+        return _render(
+            "topic.html",
+            topic=name,
+            d=described,
+            s=stats.total,
+            writable=writable,
+            nav="topics",
+            reset=request.query_params.get("reset", ""),
+        )
 
     async def subscriptions(request: Request) -> Response:
         try:
@@ -99,6 +110,7 @@ def build_app(source: AdminSource) -> Starlette:
             Route("/fragments/overview", overview_fragment),
             Route("/events", events),
             Route("/topics", topics),
+            Route("/reset/{name:path}", cursors.routes(source, _render), methods=["GET", "POST"]),
             Route("/topic/{name:path}", topic),
             Route("/subscriptions", subscriptions),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

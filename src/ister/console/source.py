@@ -19,6 +19,7 @@ from ister.wire.gen import ister_v1_pb2_grpc as ister_pb_grpc
 
 CALL_TIMEOUT_SECONDS = 5.0
 TOPIC_CACHE_SECONDS = 3.0
+RESET_TIMEOUT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -126,3 +127,20 @@ class AdminSource:
         return await self._ister_admin.ListSubscriptionStats(
             ister_pb.ListSubscriptionStatsRequest(namespace=namespace), timeout=CALL_TIMEOUT_SECONDS
         )
+
+    async def reset_cursor(self, request: ister_pb.ResetCursorRequest) -> Any:
+        """IsterAdmin.ResetCursor, as `ister admin topics reset-cursor` calls it (dry_run: where it would go)."""
+        return await self._ister_admin.ResetCursor(request, timeout=RESET_TIMEOUT_SECONDS)
+
+    async def may_reset(self, topic: str, subscription: str) -> bool:
+        """Whether the token may move this topic's cursors: a dry run asks RBAC and moves nothing."""
+        request = ister_pb.ResetCursorRequest(
+            topic=topic, subscription=subscription, latest=True, dry_run=True
+        )
+        try:
+            await self.reset_cursor(request)
+        except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+                return False
+            raise
+        return True
