@@ -129,7 +129,7 @@ class AdminSource:
         )
 
     async def reset_cursor(self, request: ister_pb.ResetCursorRequest) -> Any:
-        """IsterAdmin.ResetCursor, as `ister admin topics reset-cursor` calls it (dry_run: where it would go)."""
+        """IsterAdmin.ResetCursor as the CLI calls it (dry_run: where it would go, nothing moves)."""
         return await self._ister_admin.ResetCursor(request, timeout=RESET_TIMEOUT_SECONDS)
 
     async def may_reset(self, topic: str, subscription: str) -> bool:
