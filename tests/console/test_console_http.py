@@ -7,9 +7,6 @@ import asyncio
 import re
 import subprocess
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 
 import grpc
@@ -17,18 +14,13 @@ import pytest
 
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
+from tests.console.console_support import get, post
 from tests.integration.harness import BrokerProcess, client, consumer, producer, take
 from tests.support import free_port, stop_process, until_sync, wait_port
 
+pytestmark = [pytest.mark.integration]
+
 TOPICS = 300
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 @pytest.fixture(scope="module")
@@ -111,15 +103,6 @@ async def test_topic_and_subscriptions_pages_show_offsets_and_the_backlog_left(
     assert status == 404
     await cons.close()
     await p.close()
-
-
-def post(url: str, form: dict[str, str]) -> tuple[int, str]:
-    data = urllib.parse.urlencode(form).encode()
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=10) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def test_reset_cursor_previews_then_moves_only_when_confirmed(setup: tuple[BrokerProcess, str]) -> None:

@@ -29,6 +29,21 @@ def _render(template: str, status: int = 200, **ctx: object) -> HTMLResponse:
     return HTMLResponse(_env.get_template(template).render(**ctx), status_code=status)
 
 
+_STATUS = {
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+}
+
+
+def _rpc_error(exc: grpc.RpcError, nav: str, what: str = "admin API") -> HTMLResponse:
+    """A failed admin call as a page: not found, not permitted, or unreachable (503), in its own words."""
+    code = exc.code()
+    message = f"{what}: {exc.details()} ({code.name})"
+    return _render("error.html", _STATUS.get(code, 503), message=message, nav=nav)
+
+
 def build_app(source: AdminSource) -> Starlette:
     async def overview(request: Request) -> Response:
         return _render("overview.html", view=await source.overview(), target=source.target, nav="overview")
@@ -62,7 +77,7 @@ def build_app(source: AdminSource) -> Starlette:
         except ValueError as exc:
             return _render("error.html", 400, message=str(exc), nav="topics")
         except grpc.RpcError as exc:
-            return _render("error.html", 503, message=f"admin API unreachable: {exc.details()}", nav="topics")
+            return _rpc_error(exc, "topics")
         return _render(
             "topics.html",
             page=page,
@@ -78,8 +93,7 @@ def build_app(source: AdminSource) -> Starlette:
         try:
             described, stats = await source.topic(name)
         except grpc.RpcError as exc:
-            status = 404 if exc.code() == grpc.StatusCode.NOT_FOUND else 503
-            return _render("error.html", status, message=f"{name}: {exc.details()}", nav="topics")
+            return _rpc_error(exc, "topics", name)
         subs = stats.total.subscriptions
         writable = bool(subs) and await source.may_reset(name, subs[0].subscription)
         return _render(
@@ -96,7 +110,7 @@ def build_app(source: AdminSource) -> Starlette:
         try:
             listed = await source.subscriptions()
         except grpc.RpcError as exc:
-            return _render("error.html", 503, message=f"admin API: {exc.details()}", nav="subscriptions")
+            return _rpc_error(exc, "subscriptions")
         return _render(
             "subscriptions.html", subs=listed.subscriptions, failed=listed.failed_brokers, nav="subscriptions"
         )

@@ -42,8 +42,9 @@ class Overview:
     reachable: bool
     error: str = ""
     brokers: list[Broker] = field(default_factory=list)
-    topics: int = 0
+    topics: int | None = 0  # None: the token may not list them (`denied` says why)
     namespaces: int = 0
+    denied: str = ""
 
 
 class AdminSource:
@@ -90,8 +91,14 @@ class AdminSource:
         try:
             listed = await self._brokers.ListBrokers(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
             leader = await self._brokers.GetLeaderBroker(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
-            rows = await self.topics()
             ns = await self._brokers.ListNamespaces(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
+            denied = ""
+            try:
+                rows = await self.topics()
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.PERMISSION_DENIED:
+                    raise
+                rows, denied = [], f"this token may not list topics: {exc.details()}"
         except grpc.RpcError as exc:
             code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
             details = exc.details() if hasattr(exc, "details") else str(exc)
@@ -110,7 +117,7 @@ class AdminSource:
             )
             for b in listed.brokers
         ]
-        return Overview(True, "", brokers, len(rows), len(ns.namespaces))
+        return Overview(True, "", brokers, None if denied else len(rows), len(ns.namespaces), denied)
 
     async def topic(self, name: str) -> tuple[Any, Any]:
         """A topic's description (schema, replicas) and live stats from its owner; grpc.RpcError if not."""
