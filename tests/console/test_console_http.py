@@ -4,10 +4,13 @@ banner comes and goes with the broker (HTTP level; the browser tests drive the s
 from __future__ import annotations
 
 import asyncio
+import html
+import json
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -15,7 +18,7 @@ import pytest
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
 from tests.console.console_support import get, post
-from tests.integration.harness import BrokerProcess, client, consumer, producer, take
+from tests.integration.harness import ISTER, BrokerProcess, client, consumer, producer, take
 from tests.support import free_port, stop_process, until_sync, wait_port
 
 pytestmark = [pytest.mark.integration]
@@ -118,6 +121,46 @@ def test_reset_cursor_previews_then_moves_only_when_confirmed(setup: tuple[Broke
     status, body = post(url, {"subscription": "audit", "to": "earliest", "at": "", "confirm": "yes"})
     assert status == 200 and "The cursor of audit was moved." in body
     until_sync(lambda: 'class="num backlog">10<' in get(f"{base}/topic{topic}")[1], "backlog 10 after reset")
+
+
+READING = {
+    "type": "record",
+    "name": "Reading",
+    "fields": [{"name": "id", "type": "int"}, {"name": "v", "type": "double"}],
+}
+
+
+def test_the_message_browser_decodes_avro_and_moves_no_cursor(
+    setup: tuple[BrokerProcess, str], tmp_path: Path
+) -> None:
+    broker, base = setup
+    avsc = tmp_path / "r.avsc"
+    avsc.write_text(json.dumps(READING))
+    out = subprocess.run(
+        [
+            *ISTER,
+            "produce",
+            "-s",
+            broker.url,
+            "-t",
+            "/default/readings",
+            "--schema-file",
+            str(avsc),
+            "-m",
+            '{"id": 7, "v": 2.5}',
+            "-k",
+            "k1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    status, body = get(base + "/messages/default/readings?from=0&count=10")
+    assert status == 200
+    assert re.search(r'<code>\{"id": ?7, ?"v": ?2\.5\}</code>', html.unescape(body)), body
+    assert "<td>k1</td>" in body and "(avro)" in body
+    assert get(base + "/messages/default/readings?from=x")[0] == 400
 
 
 def test_the_banner_shows_while_the_broker_is_down_and_goes_when_it_is_back(

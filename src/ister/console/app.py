@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import grpc
@@ -42,6 +42,30 @@ def _rpc_error(exc: grpc.RpcError, nav: str, what: str = "admin API") -> HTMLRes
     code = exc.code()
     message = f"{what}: {exc.details()} ({code.name})"
     return _render("error.html", _STATUS.get(code, 503), message=message, nav=nav)
+
+
+def _messages_route(source: AdminSource) -> Callable[[Request], Awaitable[Response]]:
+    """The message browser: a peek by offset range (never a subscription or a cursor)."""
+
+    async def messages(request: Request) -> Response:
+        name = "/" + request.path_params["name"]
+        raw_from, raw_count = request.query_params.get("from", ""), request.query_params.get("count", "20")
+        if (
+            not (raw_from == "" or raw_from.isdigit())
+            or not raw_count.isdigit()
+            or not 1 <= int(raw_count) <= 1000
+        ):
+            message = "from must be an offset (or empty: the earliest), count 1..1000"
+            return _render("error.html", 400, message=message, nav="topics")
+        try:
+            peeked = await source.peek(name, int(raw_from) if raw_from else None, int(raw_count))
+        except grpc.RpcError as exc:
+            return _rpc_error(exc, "topics", name)
+        return _render(
+            "messages.html", topic=name, rows=peeked.messages, start=raw_from, count=raw_count, nav="topics"
+        )
+
+    return messages
 
 
 def build_app(source: AdminSource) -> Starlette:
@@ -126,6 +150,7 @@ def build_app(source: AdminSource) -> Starlette:
             Route("/topics", topics),
             Route("/reset/{name:path}", cursors.routes(source, _render), methods=["GET", "POST"]),
             Route("/topic/{name:path}", topic),
+            Route("/messages/{name:path}", _messages_route(source)),
             Route("/subscriptions", subscriptions),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],

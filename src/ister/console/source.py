@@ -151,3 +151,11 @@ class AdminSource:
                 return False
             raise
         return True
+
+    async def peek(self, topic: str, start: int | None, count: int) -> Any:
+        """IsterAdmin.PeekMessages: records from `start` (None: the earliest), decoded by their schema;
+        no subscription, no cursor moves."""
+        request = ister_pb.PeekMessagesRequest(topic=topic, count=count)
+        if start is not None:
+            request.offset = start
+        return await self._ister_admin.PeekMessages(request, timeout=RESET_TIMEOUT_SECONDS)
