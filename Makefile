@@ -7,7 +7,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install etcd iptables java promtool image run test lint typecheck unit integration sim bench chaos proto clean
+.PHONY: install etcd iptables java chromium promtool image run test lint typecheck unit integration sim bench chaos proto clean
 
 $(UV):
 	$(PY) -m venv $(TOOLS)
@@ -36,6 +36,14 @@ iptables:
 	}
 
 # The Spark connector's tests run a real local Spark, which needs a Java runtime (17 here).
+# The console's browser tests (tests/console) drive the system's headless Chromium (Debian package
+# chromium) through Playwright; Playwright's own browser download is never used.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update && $$SUDO apt-get install -y chromium; \
+	}
+
 java:
 	@command -v java >/dev/null 2>&1 || { \
 		if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -75,7 +83,7 @@ integration: install
 # cores pay (README: the measured times). --dist loadgroup keeps each xdist_group (the Spark tests: one JVM)
 # in one worker. TEST_WORKERS=0 runs it in this process, serially.
 TEST_WORKERS ?= 3
-test: lint typecheck etcd iptables java promtool
+test: lint typecheck etcd iptables java chromium promtool
 	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests
 
 bench: install

@@ -1,0 +1,1 @@
+"""`ister console`: a web console served by Ister, reading the broker's admin gRPC API only."""

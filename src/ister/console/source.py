@@ -1,0 +1,161 @@
+"""The console's one source of truth: the broker's admin gRPC API (async channel, TLS and token as the
+CLI sets them), with the topic list cached briefly so paging 100,000 topics does not ask each time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from ister.cli.security_opts import current
+from ister.console.paging import TopicRow
+from ister.wire.gen import DanubeAdmin_pb2 as pb
+from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
+from ister.wire.gen import ister_v1_pb2 as ister_pb
+from ister.wire.gen import ister_v1_pb2_grpc as ister_pb_grpc
+
+CALL_TIMEOUT_SECONDS = 5.0
+TOPIC_CACHE_SECONDS = 3.0
+RESET_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Broker:
+    broker_id: str
+    addr: str
+    role: str
+    status: str
+    leader: bool
+    topics: int
+
+    @property
+    def bad(self) -> bool:
+        """A state an operator should look at (anything but active)."""
+        return self.status.lower() != "active"
+
+
+@dataclass
+class Overview:
+    reachable: bool
+    error: str = ""
+    brokers: list[Broker] = field(default_factory=list)
+    topics: int | None = 0  # None: the token may not list them (`denied` says why)
+    namespaces: int = 0
+    denied: str = ""
+
+
+class AdminSource:
+    def __init__(self, target: str, tls: bool = False) -> None:
+        self.target = target
+        self._tls = tls
+        self._channel: Any = None
+        self._topics_cache: tuple[float, list[TopicRow]] | None = None
+        self._lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        """Make the channel on the server's event loop (an aio channel belongs to the loop it was made on)."""
+        creds = current()
+        if self._tls or creds.tls:
+            self._channel = grpc.aio.secure_channel(self.target, creds.channel_credentials())
+        else:
+            self._channel = grpc.aio.insecure_channel(self.target)
+        self._brokers = pb_grpc.BrokerAdminStub(self._channel)
+        self._topic_admin = pb_grpc.TopicAdminStub(self._channel)
+        self._ister_admin = ister_pb_grpc.IsterAdminStub(self._channel)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+
+    async def topics(self) -> list[TopicRow]:
+        """Every topic of every namespace; cached for TOPIC_CACHE_SECONDS."""
+        async with self._lock:
+            cached = self._topics_cache
+            if cached is not None and time.monotonic() - cached[0] < TOPIC_CACHE_SECONDS:
+                return cached[1]
+            ns = await self._brokers.ListNamespaces(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
+            rows: list[TopicRow] = []
+            for name in ns.namespaces:
+                resp = await self._topic_admin.ListNamespaceTopics(
+                    pb.NamespaceRequest(name=name), timeout=CALL_TIMEOUT_SECONDS
+                )
+                rows.extend(TopicRow(t.name, t.broker_id, t.delivery) for t in resp.topics)
+            self._topics_cache = (time.monotonic(), rows)
+            return rows
+
+    async def overview(self) -> Overview:
+        """Brokers, the leader and totals; `reachable=False` with the reason when the API does not answer."""
+        try:
+            listed = await self._brokers.ListBrokers(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
+            leader = await self._brokers.GetLeaderBroker(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
+            ns = await self._brokers.ListNamespaces(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
+            denied = ""
+            try:
+                rows = await self.topics()
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.PERMISSION_DENIED:
+                    raise
+                rows, denied = [], f"this token may not list topics: {exc.details()}"
+        except grpc.RpcError as exc:
+            code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            return Overview(False, f"{details} ({code})")
+        per_broker: dict[str, int] = {}
+        for r in rows:
+            per_broker[r.broker_id] = per_broker.get(r.broker_id, 0) + 1
+        brokers = [
+            Broker(
+                b.broker_id,
+                b.broker_addr,
+                b.broker_role,
+                b.broker_status,
+                b.broker_id == leader.leader,
+                per_broker.get(b.broker_id, 0),
+            )
+            for b in listed.brokers
+        ]
+        return Overview(True, "", brokers, None if denied else len(rows), len(ns.namespaces), denied)
+
+    async def topic(self, name: str) -> tuple[Any, Any]:
+        """A topic's description (schema, replicas) and live stats from its owner; grpc.RpcError if not."""
+        described = await self._topic_admin.DescribeTopic(
+            pb.DescribeTopicRequest(name=name), timeout=CALL_TIMEOUT_SECONDS
+        )
+        stats = await self._ister_admin.GetTopicStats(
+            ister_pb.TopicStatsRequest(topic=name), timeout=CALL_TIMEOUT_SECONDS
+        )
+        return described, stats
+
+    async def subscriptions(self, namespace: str = "") -> Any:
+        """Every subscription of the cluster, most lagging first (the broker sorts)."""
+        return await self._ister_admin.ListSubscriptionStats(
+            ister_pb.ListSubscriptionStatsRequest(namespace=namespace), timeout=CALL_TIMEOUT_SECONDS
+        )
+
+    async def reset_cursor(self, request: ister_pb.ResetCursorRequest) -> Any:
+        """IsterAdmin.ResetCursor as the CLI calls it (dry_run: where it would go, nothing moves)."""
+        return await self._ister_admin.ResetCursor(request, timeout=RESET_TIMEOUT_SECONDS)
+
+    async def may_reset(self, topic: str, subscription: str) -> bool:
+        """Whether the token may move this topic's cursors: a dry run asks RBAC and moves nothing."""
+        request = ister_pb.ResetCursorRequest(
+            topic=topic, subscription=subscription, latest=True, dry_run=True
+        )
+        try:
+            await self.reset_cursor(request)
+        except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+                return False
+            raise
+        return True
+
+    async def peek(self, topic: str, start: int | None, count: int) -> Any:
+        """IsterAdmin.PeekMessages: records from `start` (None: the earliest), decoded by their schema;
+        no subscription, no cursor moves."""
+        request = ister_pb.PeekMessagesRequest(topic=topic, count=count)
+        if start is not None:
+            request.offset = start
+        return await self._ister_admin.PeekMessages(request, timeout=RESET_TIMEOUT_SECONDS)
