@@ -111,7 +111,9 @@ def up(
     s3: Annotated[
         bool | None, typer.Option("--s3/--no-s3", help="durable tier on SeaweedFS S3 (else file://)")
     ] = None,
-    console: Annotated[bool, typer.Option("--console", help="the web console (not built yet)")] = False,
+    console: Annotated[
+        bool, typer.Option("--console", help="also serve the web console (ister console) on this machine")
+    ] = False,
     fresh: Annotated[bool, typer.Option("--fresh", help="delete the dev directory's data first")] = False,
     directory: DirOption = None,
     port_base: Annotated[
@@ -133,8 +135,6 @@ def up(
     left = _left_running(where)
     if left:
         raise _fail(f"an earlier `ister dev up` left {', '.join(left)} running: `ister dev down` stops them")
-    if console:
-        typer.echo("ister dev: --console: the console is not built yet (issue 42); starting without it")
     if fresh and where.exists():
         shutil.rmtree(where)
     try:
@@ -155,7 +155,8 @@ def up(
             plan = Plan(count, bool(s3), plan_ports(count, port_base))
     except ValueError as exc:
         raise _fail(str(exc), 2) from None
-    busy = [f"{port} ({what})" for what, port in plan.ports.named(plan.s3) if not bindable(port, reuse=True)]
+    named = plan.ports.named(plan.s3, console)
+    busy = [f"{port} ({what})" for what, port in named if not bindable(port, reuse=True)]
     if busy:
         raise _fail(
             f"ports in use: {', '.join(busy)}; stop what listens there, or start with --fresh --port-base P "
@@ -166,7 +167,7 @@ def up(
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    cluster = DevCluster(where, plan, _say)
+    cluster = DevCluster(where, plan, _say, console=console)
     try:
         try:
             not_ready = cluster.start(stop)

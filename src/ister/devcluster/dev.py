@@ -24,6 +24,7 @@ from typing import Any
 
 from ister.core.backoff import Backoff, Retries
 from ister.devcluster.broker import BrokerNode
+from ister.devcluster.console import ConsoleServer
 from ister.devcluster.etcd import EtcdServer
 from ister.devcluster.group import BrokerGroup
 from ister.devcluster.seaweed import SeaweedServer
@@ -37,7 +38,9 @@ RESTART_BACKOFF = Backoff(first=1.0, cap=30.0)
 
 
 class DevCluster:
-    def __init__(self, directory: Path, plan: Plan, say: Callable[[str], None]) -> None:
+    def __init__(
+        self, directory: Path, plan: Plan, say: Callable[[str], None], *, console: bool = False
+    ) -> None:
         self.dir = directory
         self.plan = plan
         self.say = say
@@ -70,6 +73,12 @@ class DevCluster:
             ),
         )
         self.brokers = self.group.brokers
+        # The console reads broker-0's admin API (which answers for the whole cluster).
+        self.console = (
+            ConsoleServer(directory, self.brokers[0].admin_addr, p.console, own_session=True)
+            if console
+            else None
+        )
         self._restarts = [Retries(RESTART_BACKOFF) for _ in self.brokers]
         self._restart_at: list[float | None] = [None for _ in self.brokers]
         self.phase = "starting"
@@ -108,6 +117,16 @@ class DevCluster:
                     "log": str(b.log_path),
                 }
             )
+        if self.console is not None:
+            services.append(
+                {
+                    "name": "console",
+                    "pid": self.console.proc.pid if self.console.proc else None,
+                    "marker": "console",
+                    "addresses": {"http": self.console.url},
+                    "log": str(self.console.log_path),
+                }
+            )
         return {
             "pid": os.getpid(),
             "phase": self.phase,
@@ -142,6 +161,12 @@ class DevCluster:
         finally:
             self.save()
         not_ready = self.wait_ready(READY_SECONDS, stop or threading.Event())
+        if self.console is not None:
+            self.say(f"starting the console on {self.console.url}")
+            try:
+                self.console.start()
+            finally:
+                self.save()
         self.phase = "running"
         self.save()
         return not_ready
@@ -156,9 +181,12 @@ class DevCluster:
                 return reasons
 
     def stop(self) -> None:
-        """Brokers (gracefully, all at once), then S3, then etcd."""
+        """The console, then the brokers (gracefully, all at once), then S3, then etcd."""
         self.phase = "stopping"
         self.save()
+        if self.console is not None and self.console.proc is not None:
+            self.console.stop()
+            self.say("console stopped")
         for b in self.brokers:
             if b.running and b.proc is not None:
                 b.proc.send_signal(signal.SIGTERM)
@@ -184,7 +212,8 @@ class DevCluster:
         """Until `stop` is set: start again what exited."""
         while not stop.wait(SUPERVISE_EVERY):
             changed = False
-            for server, name in ((self.etcd, "etcd"), (self.s3, "SeaweedFS")):
+            servers = ((self.etcd, "etcd"), (self.s3, "SeaweedFS"), (self.console, "the console"))
+            for server, name in servers:
                 if server is not None and not server.running and not stop.is_set():
                     self.say(f"{name} exited; starting it again")
                     try:
@@ -241,14 +270,15 @@ def readiness_at(url: str) -> str | None:
 
 
 def stop_left_over(state: dict[str, Any], say: Callable[[str], None]) -> int:
-    """Stop the services a killed `up` left running (brokers, then S3, then etcd): SIGTERM, then SIGKILL
-    after STOP_SECONDS. Only processes that are still the recorded ones (`state.alive`)."""
+    """Stop the services a killed `up` left running (the console, brokers, then S3, then etcd): SIGTERM,
+    then SIGKILL after STOP_SECONDS. Only processes that are still the recorded ones (`state.alive`)."""
     import psutil
 
     from ister.devcluster.state import alive
 
     services = state.get("services", [])
     groups = [
+        [s for s in services if s["name"] == "console"],
         [s for s in services if s["name"].startswith("broker-")],
         [s for s in services if s["name"] == "s3"],
         [s for s in services if s["name"] == "etcd"],

@@ -26,6 +26,7 @@ WEED_SERVICES = ("s3", "master", "volume", "filer", "admin", "iceberg", "lance")
 # Without --port-base: the usual ports (Danube's for brokers, etcd's, SeaweedFS's S3), broker i at +i.
 DEFAULT_BROKER_PORTS = (6650, 50051, 9040)
 DEFAULT_ETCD_PORTS = (2379, 2380)
+DEFAULT_CONSOLE_PORT = 8080  # `ister console`'s own default
 DEFAULT_WEED_PORTS = {
     "s3": 8333,
     "master": 9333,
@@ -45,10 +46,13 @@ class Ports:
     etcd_peer: int
     weed: dict[str, int]
     brokers: list[tuple[int, int, int]]  # client, admin, metrics
+    console: int = DEFAULT_CONSOLE_PORT
 
-    def named(self, s3: bool) -> list[tuple[str, int]]:
+    def named(self, s3: bool, console: bool = False) -> list[tuple[str, int]]:
         """Every port the cluster listens on, with what listens there."""
         out = [("etcd client", self.etcd_client), ("etcd peer", self.etcd_peer)]
+        if console:
+            out.append(("console", self.console))
         if s3:
             for name, port in self.weed.items():
                 out.append((f"SeaweedFS {name}", port))
@@ -68,6 +72,7 @@ class Ports:
             "etcd_peer": self.etcd_peer,
             "weed": self.weed,
             "brokers": [list(b) for b in self.brokers],
+            "console": self.console,
         }
 
     @classmethod
@@ -77,6 +82,7 @@ class Ports:
             int(raw["etcd_peer"]),
             {str(k): int(v) for k, v in raw["weed"].items()},
             [(int(a), int(b), int(c)) for a, b, c in raw["brokers"]],
+            int(raw.get("console", DEFAULT_CONSOLE_PORT)),  # plans written before the console had none
         )
 
 
@@ -98,6 +104,7 @@ def plan_ports(brokers: int, base: int | None) -> Ports:
         base + 1,
         weed,
         [(base + 10 + 3 * i, base + 11 + 3 * i, base + 12 + 3 * i) for i in range(brokers)],
+        base + 9,  # after the 7 SeaweedFS ports
     )
 
 
