@@ -21,7 +21,9 @@ from tests.console.console_support import get, post
 from tests.integration.harness import ISTER, BrokerProcess, client, consumer, producer, take
 from tests.support import free_port, stop_process, until_sync, wait_port
 
-pytestmark = [pytest.mark.integration]
+# One broker for the module, its state built test by test (a reset follows the backlog a test left): the
+# tests run in order, in one xdist worker.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("console-http")]
 
 TOPICS = 300
 
@@ -113,7 +115,7 @@ def test_reset_cursor_previews_then_moves_only_when_confirmed(setup: tuple[Broke
     topic = "/default/payments"  # the previous test left subscription audit at offset 4 of 10
     url = f"{base}/reset{topic}"
     status, body = post(url, {"subscription": "audit", "to": "earliest", "at": ""})
-    assert status == 200 and 'id="confirm"' in body
+    assert status == 200 and 'id="confirm"' in body, body
     assert re.search(r"<td>/default/payments</td><td class=\"num\">0</td><td class=\"num\">10</td>", body)
     assert 'class="num backlog">6<' in get(f"{base}/topic{topic}")[1]  # the preview moved nothing
     status, body = post(url, {"subscription": "audit", "to": "soon", "at": ""})
@@ -172,4 +174,6 @@ def test_the_banner_shows_while_the_broker_is_down_and_goes_when_it_is_back(
         until_sync(lambda: 'id="unreachable"' in get(base + "/fragments/overview")[1], "the banner")
     finally:
         broker.start()
-    until_sync(lambda: f'id="total-topics">{TOPICS}<' in get(base + "/fragments/overview")[1], "recovery")
+    until_sync(
+        lambda: f'id="total-topics">{TOPICS}<' in get(base + "/fragments/overview")[1], "recovery", within=60
+    )

@@ -47,6 +47,10 @@ class Overview:
     denied: str = ""
 
 
+# A restarted broker is seen within 2 s: gRPC's default reconnect backoff grows to 120 s while it is down.
+RECONNECT = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 2_000)]
+
+
 class AdminSource:
     def __init__(self, target: str, tls: bool = False) -> None:
         self.target = target
@@ -59,9 +63,9 @@ class AdminSource:
         """Make the channel on the server's event loop (an aio channel belongs to the loop it was made on)."""
         creds = current()
         if self._tls or creds.tls:
-            self._channel = grpc.aio.secure_channel(self.target, creds.channel_credentials())
+            self._channel = grpc.aio.secure_channel(self.target, creds.channel_credentials(), RECONNECT)
         else:
-            self._channel = grpc.aio.insecure_channel(self.target)
+            self._channel = grpc.aio.insecure_channel(self.target, RECONNECT)
         self._brokers = pb_grpc.BrokerAdminStub(self._channel)
         self._topic_admin = pb_grpc.TopicAdminStub(self._channel)
         self._ister_admin = ister_pb_grpc.IsterAdminStub(self._channel)
