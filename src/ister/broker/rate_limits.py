@@ -166,6 +166,16 @@ class DispatchThrottle:
             self._until = now + wait
         return wait
 
+    def allowance(self) -> int | None:
+        """How many new messages may be read into the window now (None: no limit; 0: none, pause)."""
+        now = self._clock.monotonic()
+        bucket = self._current(now)
+        if bucket is None:
+            return None
+        if self.pause() > 0:
+            return 0
+        return max(1, int(bucket.tokens(now)))
+
     def charge(self, n: int) -> None:
         if n and self._bucket is not None:
             self._bucket.reserve(n, self._clock.monotonic())

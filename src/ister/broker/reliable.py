@@ -342,10 +342,11 @@ class ReliableSubscription(Subscription):
         state = self._state
         state.tick(now)
         throttle = self._throttle
-        rounds = 0 if throttle is not None and throttle.pause() > 0 else REFILL_ROUNDS
+        allowance = throttle.allowance() if throttle is not None else None
+        rounds = 0 if allowance == 0 else REFILL_ROUNDS
         for _ in range(rounds):
             try:
-                await self._feed.fill(state, self._reader, self._held, now)
+                await self._feed.fill(state, self._reader, self._held, now, allowance)
             except Exception:
                 # A read failed (object store down, a damaged object): what was read before it still goes
                 # out now; the read is retried on the next heartbeat.
@@ -355,8 +356,8 @@ class ReliableSubscription(Subscription):
             # A poll can make room (Key-Shared messages nobody accepts leave the window): read on at once.
             if not (state.capacity() > 0 and self._reader.available() > 0 and state.attached_consumers()):
                 break
-            if throttle is not None and throttle.pause() > 0:
-                break
+            if throttle is not None:
+                break  # the allowance was offered: the next one comes with the rate's tokens
         else:
             if rounds:
                 self._poke()  # more to read: the next pass comes without waiting for a wake-up
