@@ -23,8 +23,6 @@ from ister.cli.admin import (
 )
 from ister.wire.gen import ister_v1_pb2 as ister_pb
 
-Opt = Annotated[int | None, typer.Option(min=0)]
-
 
 def _given(**values: int | None) -> dict[str, int]:
     return {name: v for name, v in values.items() if v is not None}
@@ -45,14 +43,22 @@ def _emit(output: Output, what: str, r: ister_pb.LimitsResponse) -> None:
 @namespaces_app.command("set-limits")
 def namespaces_set_limits(
     namespace: Annotated[str, typer.Argument(help="namespace")],
-    publish_rate: Annotated[Opt, typer.Option("--publish-rate", help="messages/s per topic")] = None,
-    publish_rate_bytes: Annotated[Opt, typer.Option("--publish-rate-bytes", help="bytes/s per topic")] = None,
-    dispatch_rate: Annotated[Opt, typer.Option("--dispatch-rate", help="messages/s per subscription")] = None,
-    max_producers: Annotated[Opt, typer.Option("--max-producers-per-topic")] = None,
-    max_subscriptions: Annotated[Opt, typer.Option("--max-subscriptions-per-topic")] = None,
-    max_consumers: Annotated[Opt, typer.Option("--max-consumers-per-topic")] = None,
-    max_sub_consumers: Annotated[Opt, typer.Option("--max-consumers-per-subscription")] = None,
-    max_topics: Annotated[Opt, typer.Option("--max-topics", help="topics (each partition counts)")] = None,
+    publish_rate: Annotated[
+        int | None, typer.Option("--publish-rate", min=0, help="messages/s per topic")
+    ] = None,
+    publish_rate_bytes: Annotated[
+        int | None, typer.Option("--publish-rate-bytes", min=0, help="bytes/s per topic")
+    ] = None,
+    dispatch_rate: Annotated[
+        int | None, typer.Option("--dispatch-rate", min=0, help="messages/s per subscription")
+    ] = None,
+    max_producers: Annotated[int | None, typer.Option("--max-producers-per-topic", min=0)] = None,
+    max_subscriptions: Annotated[int | None, typer.Option("--max-subscriptions-per-topic", min=0)] = None,
+    max_consumers: Annotated[int | None, typer.Option("--max-consumers-per-topic", min=0)] = None,
+    max_sub_consumers: Annotated[int | None, typer.Option("--max-consumers-per-subscription", min=0)] = None,
+    max_topics: Annotated[
+        int | None, typer.Option("--max-topics", min=0, help="topics (each partition counts)")
+    ] = None,
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
     output: OutputOpt = Output.table,
 ) -> None:
@@ -88,9 +94,13 @@ def namespaces_limits(
 @topics_app.command("set-limits")
 def topics_set_limits(
     topic: TopicArg,
-    publish_rate: Annotated[Opt, typer.Option("--publish-rate", help="messages/s")] = None,
-    publish_rate_bytes: Annotated[Opt, typer.Option("--publish-rate-bytes", help="bytes/s")] = None,
-    dispatch_rate: Annotated[Opt, typer.Option("--dispatch-rate", help="messages/s per subscription")] = None,
+    publish_rate: Annotated[int | None, typer.Option("--publish-rate", min=0, help="messages/s")] = None,
+    publish_rate_bytes: Annotated[
+        int | None, typer.Option("--publish-rate-bytes", min=0, help="bytes/s")
+    ] = None,
+    dispatch_rate: Annotated[
+        int | None, typer.Option("--dispatch-rate", min=0, help="messages/s per subscription")
+    ] = None,
     clear: Annotated[bool, typer.Option("--clear", help="drop the topic's own rates")] = False,
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
     output: OutputOpt = Output.table,
