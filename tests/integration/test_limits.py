@@ -1,0 +1,100 @@
+"""Enforced limits with real broker processes (issue 43 item 4, docs/limits.md): limits set from the CLI,
+applied at run time; the publish rate through the official danube client (the Danube wire) and the Ister
+batch API; max_topics_per_namespace at, just over and raised. No upper time bounds (the machine is loaded):
+throttling shows as a lower bound on elapsed time and in the metrics."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from ister.client import Client
+from tests.integration.harness import BrokerProcess, broker_metric, client, producer
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+ISTER = [sys.executable, "-m", "ister.cli"]
+
+
+def cli(broker: BrokerProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [*ISTER, *args, "--admin-addr", broker.admin_addr],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if ok:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("limits") / "data")
+    b.start()
+    yield b
+    b.stop()
+
+
+def _metric(broker: BrokerProcess, name: str, **labels: str) -> float:
+    value = broker_metric(broker.metrics_url, name, **labels)
+    assert value is not None, f"{name} not exported"
+    return value
+
+
+async def test_danube_client_publish_rate_is_back_pressure_and_a_raise_applies(broker: BrokerProcess) -> None:
+    cli(broker, "admin", "namespaces", "create", "rated")
+    out = cli(broker, "admin", "namespaces", "set-limits", "rated", "--publish-rate", "10").stdout
+    assert "max_publish_rate" in out and "10" in out
+    c = await client(broker.url)
+    p = await producer(c, "/rated/danube", "p", reliable=True)
+    throttled = _metric(broker, "ister_publish_throttled_total")
+    started = time.monotonic()
+    for i in range(30):  # 3 s worth at 10/s: the first 10 go at once, the other 20 take >= 2 s
+        await p.send(b"m%d" % i)
+    assert time.monotonic() - started >= 1.8
+    after = _metric(broker, "ister_publish_throttled_total")
+    assert after >= throttled + 15  # most sends after the burst waited their turn; none was refused
+    assert _metric(broker, "ister_limit_refusals_total", limit="max_publish_rate") == 0
+    cli(broker, "admin", "namespaces", "set-limits", "rated", "--publish-rate", "0")  # lifted at run time
+    for i in range(30, 40):  # the broker's mirror follows its watch: a late one only waits, never fails
+        await p.send(b"m%d" % i)
+
+
+async def test_ister_batch_publish_rate_holds_the_stream(broker: BrokerProcess) -> None:
+    cli(broker, "admin", "namespaces", "create", "batched")
+    cli(broker, "admin", "namespaces", "set-limits", "batched", "--publish-rate", "100")
+    async with Client(broker.url) as c:
+        p = await c.producer("/batched/t", max_batch_messages=50)
+        started = time.monotonic()
+        offsets: list[int] = []
+        for i in range(6):  # 300 messages at 100/s: >= 2 s after the first second's burst
+            offsets += await p.send_batch([b"b%d-%d" % (i, j) for j in range(50)])
+        assert time.monotonic() - started >= 1.8
+        assert offsets == list(range(300))  # each stored once, in order: held back, nothing dropped
+        await p.close()
+
+
+async def test_max_topics_per_namespace_at_over_and_raised(broker: BrokerProcess) -> None:
+    cli(broker, "admin", "namespaces", "create", "counted")
+    cli(broker, "admin", "namespaces", "set-limits", "counted", "--max-topics", "2")
+    cli(broker, "admin", "topics", "create", "/counted/a")
+    c = await client(broker.url)
+    await producer(c, "/counted/b", "p", reliable=True)  # at the limit: allowed
+    before = _metric(broker, "ister_limit_refusals_total", limit="max_topics_per_namespace")
+    refused = cli(broker, "admin", "topics", "create", "/counted/c", ok=False)
+    assert refused.returncode != 0
+    assert "namespace counted allows max_topics_per_namespace=2 topics" in refused.stderr + refused.stdout
+    with pytest.raises(Exception, match="max_topics_per_namespace=2"):
+        await producer(c, "/counted/d", "p", reliable=True)
+    assert _metric(broker, "ister_limit_refusals_total", limit="max_topics_per_namespace") == before + 2
+    assert "/counted/c" not in cli(broker, "admin", "namespaces", "topics", "counted").stdout
+    cli(broker, "admin", "namespaces", "set-limits", "counted", "--max-topics", "3")
+    cli(broker, "admin", "topics", "create", "/counted/c")
+    out = cli(broker, "admin", "namespaces", "limits", "counted", "-o", "json").stdout
+    assert '"max_topics_per_namespace": 3' in out
