@@ -9,10 +9,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from ister.client import Client
+from tests.etcd_server import EtcdServer
+from tests.integration.cluster import Cluster
 from tests.integration.harness import BrokerProcess, broker_metric, client, producer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -98,3 +101,25 @@ async def test_max_topics_per_namespace_at_over_and_raised(broker: BrokerProcess
     cli(broker, "admin", "topics", "create", "/counted/c")
     out = cli(broker, "admin", "namespaces", "limits", "counted", "-o", "json").stdout
     assert '"max_topics_per_namespace": 3' in out
+
+
+async def test_cluster_counts_topics_in_etcd_whichever_broker_creates(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    """Two brokers, each creating one topic: the third is refused by both, as both count etcd's listing."""
+    cluster = Cluster(tmp_path, etcd_server.endpoint, 2)
+    await cluster.start()
+    try:
+        await cluster.until(cluster.leader, "a leader")
+        one, two = cluster.brokers
+        cli(one, "admin", "namespaces", "create", "shared")
+        cli(two, "admin", "namespaces", "set-limits", "shared", "--max-topics", "2")
+        cli(one, "admin", "topics", "create", "/shared/a")
+        cli(two, "admin", "topics", "create", "/shared/b")
+        for b in (one, two):
+            refused = cli(b, "admin", "topics", "create", "/shared/c", ok=False)
+            assert "namespace shared allows max_topics_per_namespace=2 topics and holds 2" in refused.stderr
+        cli(one, "admin", "namespaces", "set-limits", "shared", "--max-topics", "0")  # lifted
+        cli(two, "admin", "topics", "create", "/shared/c")
+    finally:
+        await cluster.stop()
