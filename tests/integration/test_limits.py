@@ -16,7 +16,7 @@ import pytest
 from ister.client import Client
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import Cluster
-from tests.integration.harness import BrokerProcess, broker_metric, client, producer
+from tests.integration.harness import BrokerProcess, broker_metric, client, consumer, producer, take
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -81,6 +81,33 @@ async def test_ister_batch_publish_rate_holds_the_stream(broker: BrokerProcess) 
         assert time.monotonic() - started >= 1.8
         assert offsets == list(range(300))  # each stored once, in order: held back, nothing dropped
         await p.close()
+
+
+async def test_dispatch_rate_paces_a_danube_consumer_and_drops_nothing(broker: BrokerProcess) -> None:
+    cli(broker, "admin", "namespaces", "create", "paced")
+    cli(broker, "admin", "namespaces", "set-limits", "paced", "--dispatch-rate", "5")
+    c = await client(broker.url)
+    p = await producer(c, "/paced/t", "p", reliable=True)
+    cons, queue = await consumer(c, "/paced/t", "c", "s")
+    paused = _metric(broker, "ister_dispatch_throttled_seconds_total")
+    started = time.monotonic()
+    for i in range(15):
+        await p.send(b"d%d" % i)
+    got = await take(queue, 15, within=60, ack=cons)  # 3 s worth at 5/s: >= 2 s after the first second's
+    assert time.monotonic() - started >= 1.8
+    assert [m.payload for m in got] == [b"d%d" % i for i in range(15)]  # all of them, in order
+    assert _metric(broker, "ister_dispatch_throttled_seconds_total") > paused
+
+
+async def test_producer_count_at_over_and_raised(broker: BrokerProcess) -> None:
+    cli(broker, "admin", "namespaces", "create", "few")
+    cli(broker, "admin", "namespaces", "set-limits", "few", "--max-producers-per-topic", "1")
+    c = await client(broker.url)
+    await producer(c, "/few/t", "p1", reliable=True)  # at the limit
+    with pytest.raises(Exception, match="max_producers_per_topic=1"):
+        await producer(c, "/few/t", "p2", reliable=True)
+    cli(broker, "admin", "namespaces", "set-limits", "few", "--max-producers-per-topic", "2")
+    await producer(c, "/few/t", "p2", reliable=True)  # read at each creation: allowed at once
 
 
 async def test_max_topics_per_namespace_at_over_and_raised(broker: BrokerProcess) -> None:
