@@ -45,6 +45,9 @@ class LimitsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
 
     # Topics loaded on this broker; creating or loading one more is refused with RESOURCE_EXHAUSTED.
     max_topics_per_broker: int = 100_000
+    # A publish held by a rate limit (docs/limits.md) waits at most this long for its turn; one that would
+    # wait longer is refused with RESOURCE_EXHAUSTED instead.
+    max_publish_wait_seconds: float = 10.0
 
 
 class SchemaSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -77,7 +80,9 @@ class Policies(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     max_consumers_per_topic: int = 0
     max_consumers_per_subscription: int = 0
     max_publish_rate: int = 0
+    max_publish_rate_bytes: int = 0
     max_subscription_dispatch_rate: int = 0
+    max_topics_per_namespace: int = 0
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
 
 

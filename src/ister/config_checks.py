@@ -34,6 +34,8 @@ def check(cfg: BrokerConfig) -> BrokerConfig:
     cfg.wal.check()
     if cfg.limits.max_topics_per_broker < 0:
         raise ConfigError("limits.max_topics_per_broker must be >= 0 (0 = unlimited)")
+    if not 0 <= cfg.limits.max_publish_wait_seconds <= 3_600:
+        raise ConfigError("limits.max_publish_wait_seconds must be in 0..3600")
     d = cfg.dispatch
     if d.base_redelivery_delay_ms > d.max_redelivery_delay_ms:
         raise ConfigError("dispatch.base_redelivery_delay_ms must be <= dispatch.max_redelivery_delay_ms")

@@ -10,6 +10,7 @@ from typing import Any
 from ister.broker.admin_values import (
     TopicInfo,
 )
+from ister.broker.limits_admin import LimitsAdmin
 from ister.broker.retention_admin import RetentionAdmin
 from ister.broker.service import BrokerService
 from ister.broker.topic import NON_RELIABLE, RELIABLE
@@ -43,6 +44,7 @@ class AdminBase:
         self.placement_admin = broker.placement_admin
         self._lock = asyncio.Lock()  # admin creations and deletions, one at a time
         self.retention = RetentionAdmin(self.store, self._resolve)
+        self.limits = LimitsAdmin(self.store, self._resolve)
 
     # -- lookups ------------------------------------------------------------------------------------------
     @property

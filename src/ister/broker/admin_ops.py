@@ -24,6 +24,7 @@ from ister.broker.admin_values import (
     policies_json,
     replication_record,
 )
+from ister.broker.namespace_limits import check_topic_room
 from ister.broker.topic import NON_RELIABLE, RELIABLE
 from ister.core.replication import ReplicaRecord, replication_state
 from ister.core.replication_policy import ReplicationSetting, check_setting
@@ -113,6 +114,7 @@ class AdminOps(SubscriptionAdmin, NamespaceAdmin, AdminBase):
                     raise AlreadyExists(f"topic {t} already exists")
             # When they load here at once, over the topic limit they are refused before anything is written.
             self.placement.check_room_for_new(len(targets), f"create {len(targets)} topic(s) {name}")
+            await check_topic_room(self.store, name.namespace, len(targets))
             created: list[str] = []
             for t in targets:
                 if not await catalog.create_topic(self.store, t, delivery, stored):  # a producer's meanwhile

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from ister.broker import metrics
 from ister.broker.nonreliable import NonReliableSubscription
@@ -233,6 +233,7 @@ class Consumers:
             write_cursor=write_cursor,
             publish_dead_letter=publish_dead_letter,
             clock=self.clock,
+            throttle=topic.limits.dispatch_throttle() if topic.limits is not None else None,
         )
         sub.start()
         part = topic.name.partition
@@ -432,14 +433,22 @@ class Consumers:
 def _check_limits(topic: Topic, sub: Subscription | None, subscription: str, policy: NamespacePolicy) -> None:
     """Namespace policies (0 = unlimited), checked before a new consumer or subscription is added."""
     if sub is None and (n := policy.max_subscriptions_per_topic) and len(topic.subscriptions) >= n:
-        raise FailedPrecondition(f"topic {topic.name} already has max_subscriptions_per_topic={n}")
+        _refuse(
+            "max_subscriptions_per_topic", f"topic {topic.name} already has max_subscriptions_per_topic={n}"
+        )
     if sub is not None and (n := policy.max_consumers_per_subscription) and len(sub.consumers) >= n:
-        raise FailedPrecondition(
-            f"subscription {shown(subscription)} already has max_consumers_per_subscription={n}"
+        _refuse(
+            "max_consumers_per_subscription",
+            f"subscription {shown(subscription)} already has max_consumers_per_subscription={n}",
         )
     total = sum(len(s.consumers) for s in topic.subscriptions.values())
     if (n := policy.max_consumers_per_topic) and total >= n:
-        raise FailedPrecondition(f"topic {topic.name} already has max_consumers_per_topic={n}")
+        _refuse("max_consumers_per_topic", f"topic {topic.name} already has max_consumers_per_topic={n}")
+
+
+def _refuse(limit: str, why: str) -> NoReturn:
+    metrics.limit_refusals.labels(limit).inc()
+    raise FailedPrecondition(why)
 
 
 def _sub_record(

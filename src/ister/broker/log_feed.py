@@ -43,15 +43,24 @@ class LogFeed:
         self._retention_warned = False
 
     async def fill(
-        self, state: ReliableSubscriptionState, reader: TieredReader | WalReader, held: HeldRecords, now: int
+        self,
+        state: ReliableSubscriptionState,
+        reader: TieredReader | WalReader,
+        held: HeldRecords,
+        now: int,
+        limit: int | None = None,
     ) -> None:
+        """Offer the state what the reader has, up to its window (and `limit` new records: a dispatch rate's
+        allowance)."""
         if not state.attached_consumers():
             return  # nobody to deliver to: leave the log where it is (publishers pay nothing for us)
-        while (capacity := state.capacity()) > 0 and reader.available() > 0:
+        budget = limit if limit is not None else 1 << 62
+        while (capacity := min(state.capacity(), budget)) > 0 and reader.available() > 0:
             if isinstance(reader, TieredReader):
                 got = await reader.read_frames(max_records=capacity, timeout=0)
                 if isinstance(got, FrameBlock):
                     self._offer_block(state, held, got, now)
+                    budget -= got.count
                     continue
                 records = got
             else:
@@ -64,6 +73,7 @@ class LogFeed:
                     continue
             if not records:
                 break
+            budget -= len(records)
             held.add_records(records)
             if self._needs_key:
                 keys = [decode_message(payload).key for _, payload in records]

@@ -306,6 +306,31 @@ publishes_refused = Counter(
     ("reason",),
 )
 publishes_refused.labels("disk_full")  # exported as 0 from the start
+# Enforced limits (docs/limits.md): refusals by the limit's name, and the time rate limits held work back.
+LIMIT_NAMES = (
+    "max_publish_rate",
+    "max_publish_rate_bytes",
+    "max_producers_per_topic",
+    "max_subscriptions_per_topic",
+    "max_consumers_per_topic",
+    "max_consumers_per_subscription",
+    "max_topics_per_namespace",
+)
+limit_refusals = Counter(
+    "ister_limit_refusals", "Requests refused by a namespace or topic limit, by the limit's name", ("limit",)
+)
+for _name in LIMIT_NAMES:
+    limit_refusals.labels(_name)  # exported as 0 from the start
+publish_throttled = Counter(
+    "ister_publish_throttled", "Publishes (batches or single messages) a publish rate limit held back"
+)
+publish_throttled_seconds = Counter(
+    "ister_publish_throttled_seconds", "Seconds publishes waited for a publish rate limit, summed"
+)
+dispatch_throttled_seconds = Counter(
+    "ister_dispatch_throttled_seconds",
+    "Seconds subscriptions' dispatch paused for max_subscription_dispatch_rate, summed",
+)
 partition_handoffs = Counter("ister_partition_handoffs", "Partitions switched to another consumer")
 partition_handoff_seconds = Histogram(
     "ister_partition_handoff_seconds",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 
+from ister.broker import metrics
 from ister.broker.sessions import ProducerSession
 from ister.broker.topic import NON_RELIABLE, RELIABLE, Topic
 from ister.broker.topics import TopicRegistry
@@ -57,6 +58,7 @@ class Producers:
         policy = await self.topics.namespace_policy(name.namespace)
         limit = policy.max_producers_per_topic
         if limit and len(topic.producers) >= limit:
+            metrics.limit_refusals.labels("max_producers_per_topic").inc()
             raise FailedPrecondition(f"topic {name} already has max_producers_per_topic={limit} producers")
         session = ProducerSession(new_id(), producer_name, name.full, access_mode, clock=self.clock)
         await self.store.put(keys.topic_producer(name.full, session.id), _record_of(session).to_json())
@@ -132,6 +134,8 @@ class Producers:
         topic = self.topics.topics.get(session.topic)
         if topic is None:
             topic = await self.topics.get(TopicName.parse(session.topic))
+        topic.check_size(len(message.payload))
+        await topic.admit(1, len(message.payload))
         return await topic.publish(message)
 
 

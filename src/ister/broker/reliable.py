@@ -18,6 +18,7 @@ from ister.broker.cursor_flush import CursorFlush, CursorWriter
 from ister.broker.dead_letters import DeadLetterPublisher, DeadLetters
 from ister.broker.held import HeldRecords
 from ister.broker.log_feed import LogFeed
+from ister.broker.rate_limits import DispatchThrottle
 from ister.broker.sessions import ConsumerSession
 from ister.broker.subscription import Subscription
 from ister.clock import REAL_CLOCK, Clock, Timer
@@ -53,9 +54,11 @@ class ReliableSubscription(Subscription):
         report_gap: Callable[[int, int], None] | None = None,
         retention_start: Callable[[], int] | None = None,
         clock: Clock = REAL_CLOCK,
+        throttle: DispatchThrottle | None = None,
     ) -> None:
         super().__init__(topic, name, sub_type)
         self._clock = clock
+        self._throttle = throttle  # max_subscription_dispatch_rate: deliveries pause while it says so
         self._wal = wal
         # A TieredReader (objects -> WAL -> live) when the topic has a durable tier, else the WAL's own.
         self._reader = reader
@@ -330,15 +333,20 @@ class ReliableSubscription(Subscription):
         wakeup = self._state.next_wakeup()
         if wakeup is not None:
             timeout = min(timeout, max(0.0, (wakeup - self._now_ms()) / 1000))
+        if self._throttle is not None and (pause := self._throttle.pause()) > 0:
+            timeout = min(timeout, pause)
         return timeout
 
     async def _step(self) -> None:
         now = self._now_ms()
         state = self._state
         state.tick(now)
-        for _ in range(REFILL_ROUNDS):
+        throttle = self._throttle
+        allowance = throttle.allowance() if throttle is not None else None
+        rounds = 0 if allowance == 0 else REFILL_ROUNDS
+        for _ in range(rounds):
             try:
-                await self._feed.fill(state, self._reader, self._held, now)
+                await self._feed.fill(state, self._reader, self._held, now, allowance)
             except Exception:
                 # A read failed (object store down, a damaged object): what was read before it still goes
                 # out now; the read is retried on the next heartbeat.
@@ -348,8 +356,11 @@ class ReliableSubscription(Subscription):
             # A poll can make room (Key-Shared messages nobody accepts leave the window): read on at once.
             if not (state.capacity() > 0 and self._reader.available() > 0 and state.attached_consumers()):
                 break
+            if throttle is not None:
+                break  # the allowance was offered: the next one comes with the rate's tokens
         else:
-            self._poke()  # more to read: the next pass comes without waiting for a wake-up
+            if rounds:
+                self._poke()  # more to read: the next pass comes without waiting for a wake-up
         await self._dead_letters.send(state, self._held)
         self._prune()
         await self._cursor.flush(state.cursor)
@@ -383,6 +394,8 @@ class ReliableSubscription(Subscription):
                 if stamp and (oldest is None or stamp < oldest):
                     oldest = stamp
         if sent:
+            if self._throttle is not None:
+                self._throttle.charge(sent)
             self._m_out.inc(sent)
             self._m_bytes.inc(nbytes)
             self.messages_out += sent

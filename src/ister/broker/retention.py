@@ -59,7 +59,10 @@ class RetentionView:
 
     def __init__(self, store: MetadataStore) -> None:
         self.store = store
-        self.cache = LocalCache(store, [keys.RETENTION_PREFIX, keys.START_OFFSETS_PREFIX, NAMESPACES_PREFIX])
+        self.cache = LocalCache(
+            store,
+            [keys.RETENTION_PREFIX, keys.START_OFFSETS_PREFIX, keys.RATE_LIMITS_PREFIX, NAMESPACES_PREFIX],
+        )
 
     async def start(self) -> None:
         await self.cache.start()

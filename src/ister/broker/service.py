@@ -19,6 +19,7 @@ from ister.broker.cursors import CursorMove, Cursors, Position
 from ister.broker.exports import ExportScheduler
 from ister.broker.peek import Peeked, Peeker
 from ister.broker.producers import Producers
+from ister.broker.rate_limits import RateSource
 from ister.broker.reads import OffsetReads
 from ister.broker.retention import RetentionKeeper, RetentionView
 from ister.broker.sessions import ConsumerStream, ProducerSession
@@ -79,6 +80,12 @@ class BrokerService:
         self.exports = ExportScheduler(
             self.storage.retention, durable.export_interval_seconds, durable.segment_max_age_seconds, clock
         )
+        # Every namespace policy, topic retention and rate limit, mirrored by watches: retention passes and
+        # the rate limits of publishes and dispatch read them without a metadata round trip.
+        self.retention_view = RetentionView(store)
+        self.rate_source = RateSource(
+            self.retention_view.cache, clock, config.limits.max_publish_wait_seconds
+        )
         self.registry = TopicRegistry(
             config,
             store,
@@ -88,11 +95,11 @@ class BrokerService:
             forget_clients=self._forget_clients,
             register_producer=self._register_producer,
             clock=clock,
+            rates=self.rate_source,
         )
         self.producer_sessions = Producers(store, self.registry, self.placement, clock)
         self.consumer_refs = Consumers(config, store, self.storage, self.registry, self.broker_url, clock)
         self.reads = OffsetReads(self.registry, self.storage)
-        self.retention_view = RetentionView(store)
         self.retention = RetentionKeeper(
             self.retention_view,
             self.storage,

@@ -25,6 +25,7 @@ from ister.limits import PUBLISH_TIMEOUT_SECONDS
 from ister.storage.wal import Wal
 
 if TYPE_CHECKING:
+    from ister.broker.rate_limits import TopicLimits
     from ister.ports.claim import TopicClaim
     from ister.storage.diskspace import DiskSpace
     from ister.storage.objects import SegmentExporter
@@ -77,6 +78,7 @@ class Topic:
         self.start_offset = 0
         # Why publishes are refused or held: the slowest subscription is past the backlog quota
         self.quota_breach: str | None = None
+        self.limits: TopicLimits | None = None  # its publish and dispatch rate limits (broker/rate_limits.py)
         self._quota_policy = "producer_error"
         self._quota_hold_s = 0.0
         self._quota_cleared: asyncio.Event | None = None
@@ -149,6 +151,13 @@ class Topic:
             why = f"{why} (publish held {self._quota_hold_s:g} s)"
         metrics.quota_refusals.inc()
         raise QuotaExceeded(f"{self.name}: {why}")
+
+    async def admit(self, messages: int, nbytes: int) -> None:
+        """The admission point of a publish, before it is accepted: waits for the topic's publish rate
+        limit (back-pressure), or raises ResourceExhausted when the wait would be too long."""
+        limits = self.limits
+        if limits is not None:
+            await limits.admit_publish(messages, nbytes)
 
     def check_size(self, size: int) -> None:
         if self.max_message_size and size > self.max_message_size:

@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 from ister.broker import metrics
 from ister.broker.exports import ExportScheduler
+from ister.broker.namespace_limits import check_topic_room
+from ister.broker.rate_limits import RateSource
 from ister.broker.sessions import ProducerSession
 from ister.broker.topic import NON_RELIABLE, RELIABLE, Topic
 from ister.broker.topic_owner import TopicOwner
@@ -49,9 +51,11 @@ class TopicRegistry:
         forget_clients: Callable[[Topic], None],
         register_producer: Callable[[ProducerSession], None],
         clock: Clock = REAL_CLOCK,
+        rates: RateSource | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
+        self.rates = rates  # publish and dispatch rate limits (none: unlimited)
         self.store = store
         self.storage = storage
         self.placement = placement
@@ -130,6 +134,8 @@ class TopicRegistry:
             if await self.store.get(keys.namespace_topic(name.full)) is not None:
                 return  # created meanwhile (the admin API)
             await self._check_partition_names(name)
+            if not internal:  # a dead-letter topic the broker needs is created whatever the count
+                await check_topic_room(self.store, name.namespace)
             self._creating.add(name.full)
         try:
             # If the admin API created it meanwhile, that one stands.
@@ -240,6 +246,8 @@ class TopicRegistry:
             )
             if wal is not None:
                 topic.exporter = self.storage.exporter(name, wal)
+            if self.rates is not None:
+                topic.limits = self.rates.for_topic(name)
             return topic
 
         owner: TopicOwner[Topic] = TopicOwner(name, self.placement, self.storage, self)

@@ -153,6 +153,7 @@ from ister.cli import admin_recovery as _admin_recovery  # noqa: E402,F401  (`to
 from ister.cli import bench as _bench  # noqa: E402,F401  (registers `ister bench`)
 from ister.cli import console as _console  # noqa: E402,F401  (registers `ister console`)
 from ister.cli import dev as _dev  # noqa: E402,F401  (registers `ister dev`)
+from ister.cli import limits as _limits  # noqa: E402,F401  (limit commands of `ister admin`)
 from ister.cli import pipeline as _pipeline  # noqa: E402,F401  (registers `ister pipeline`)
 from ister.cli import retention as _retention  # noqa: E402,F401  (retention commands of `ister admin`)
 from ister.cli import schemas as _schemas  # noqa: E402,F401  (registers `ister admin schemas`)

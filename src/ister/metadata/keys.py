@@ -41,6 +41,8 @@ PARTITION_GROUPS_PREFIX = "/ister/partition-groups/"
 REPLICAS_PREFIX = "/ister/replicas/"
 # /ister/retention/{ns}/{topic}: a topic's own retention limits (absent fields: its namespace's policy)
 RETENTION_PREFIX = "/ister/retention/"
+# /ister/rate-limits/{ns}/{topic}: a topic's own rate limits (absent fields: its namespace's policy)
+RATE_LIMITS_PREFIX = "/ister/rate-limits/"
 # /ister/start-offsets/{ns}/{topic}: the lowest offset retention keeps (never moves backwards)
 START_OFFSETS_PREFIX = "/ister/start-offsets/"
 # /ister/absent-brokers/{id}: {"since": wall-clock seconds} when a broker named by replica records was first
@@ -148,6 +150,10 @@ def replicas(topic: TopicLike) -> str:
 
 def topic_retention(topic: TopicLike) -> str:
     return f"{RETENTION_PREFIX}{_topic(topic).path}"
+
+
+def topic_rate_limits(topic: TopicLike) -> str:
+    return f"{RATE_LIMITS_PREFIX}{_topic(topic).path}"
 
 
 def start_offset(topic: TopicLike) -> str:

@@ -103,6 +103,12 @@ class NamespacePolicy(Record, frozen=True):
     max_subscriptions_per_topic: int = 0
     max_consumers_per_topic: int = 0
     max_consumers_per_subscription: int = 0
+    # Rates (docs/limits.md): per topic (each partition), messages and payload bytes per second; dispatch
+    # per reliable subscription, messages per second
+    max_publish_rate: int = 0
+    max_publish_rate_bytes: int = 0
+    max_subscription_dispatch_rate: int = 0
+    max_topics_per_namespace: int = 0  # Ister: topics (each partition counts) the namespace may hold
     max_message_size: int | None = None
     # Replicated topics (Ister): None takes the broker's cluster.replication_factor / min_insync_replicas
     replication_factor: int | None = None
@@ -149,6 +155,17 @@ class TopicRetention(Record, frozen=True):
 
     retention_time_ms: int | None = None
     retention_size_bytes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in msgspec.to_builtins(self).items() if v is not None}
+
+
+class TopicRateLimits(Record, frozen=True):
+    """`/ister/rate-limits/{ns}/{topic}`: a topic's own rate limits (0 = unlimited); None: its namespace's."""
+
+    max_publish_rate: int | None = None
+    max_publish_rate_bytes: int | None = None
+    max_subscription_dispatch_rate: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in msgspec.to_builtins(self).items() if v is not None}

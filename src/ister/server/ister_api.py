@@ -210,6 +210,7 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
             batch, session, topic.max_message_size, messages=not topic.reliable
         )
         await self.validator.check(session.topic, checked)
+        await topic.admit(len(raws), nbytes)  # a publish rate limit holds the stream here (back-pressure)
         session.sent(len(raws), nbytes)
         done = asyncio.ensure_future(topic.publish_batch(raws, messages, nbytes))
         # Looked at even when the stream ends before its answer is sent (an earlier batch failed, the

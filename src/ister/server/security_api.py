@@ -238,6 +238,29 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
         return _retention(await self.ops.retention.get_namespace(request.namespace))
 
     @unary
+    async def SetLimits(self, request: ipb.SetLimitsRequest, context: Ctx) -> ipb.LimitsResponse:
+        if self.ops is None:
+            raise FailedPrecondition("this server does not administer limits")
+        given = dict(request.limits)
+        if request.topic:
+            found = await self.ops.limits.set_topic(request.topic, given, request.clear)
+        else:
+            if request.clear:
+                raise InvalidArgument("clear applies to a topic's own rates; give the topic")
+            found = await self.ops.limits.set_namespace(request.namespace, given)
+        return ipb.LimitsResponse(limits=found.limits, sources=found.sources)
+
+    @unary
+    async def GetLimits(self, request: ipb.GetLimitsRequest, context: Ctx) -> ipb.LimitsResponse:
+        if self.ops is None:
+            raise FailedPrecondition("this server does not administer limits")
+        if request.topic:
+            found = await self.ops.limits.get_topic(request.topic)
+        else:
+            found = await self.ops.limits.get_namespace(request.namespace)
+        return ipb.LimitsResponse(limits=found.limits, sources=found.sources)
+
+    @unary
     async def ListBrokerLoads(
         self, request: ipb.ListBrokerLoadsRequest, context: Ctx
     ) -> ipb.ListBrokerLoadsResponse:

@@ -32,6 +32,55 @@ KEY_SHARED: SubscriptionType
 LATEST: InitialPosition
 EARLIEST: InitialPosition
 
+class SetLimitsRequest(_message.Message):
+    __slots__ = ("namespace", "topic", "limits", "clear")
+    class LimitsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    topic: str
+    limits: _containers.ScalarMap[str, int]
+    clear: bool
+    def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ..., limits: _Optional[_Mapping[str, int]] = ..., clear: _Optional[bool] = ...) -> None: ...
+
+class GetLimitsRequest(_message.Message):
+    __slots__ = ("namespace", "topic")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    topic: str
+    def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class LimitsResponse(_message.Message):
+    __slots__ = ("limits", "sources")
+    class LimitsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class SourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
+    limits: _containers.ScalarMap[str, int]
+    sources: _containers.ScalarMap[str, str]
+    def __init__(self, limits: _Optional[_Mapping[str, int]] = ..., sources: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class RecoverTopicRequest(_message.Message):
     __slots__ = ("topic", "accept_data_loss")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

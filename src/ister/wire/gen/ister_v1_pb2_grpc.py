@@ -509,6 +509,16 @@ class IsterAdminStub:
                 request_serializer=ister__v1__pb2.LocalCopyRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.LocalCopyResponse.FromString,
                 _registered_method=True)
+        self.SetLimits = channel.unary_unary(
+                '/ister.v1.IsterAdmin/SetLimits',
+                request_serializer=ister__v1__pb2.SetLimitsRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.LimitsResponse.FromString,
+                _registered_method=True)
+        self.GetLimits = channel.unary_unary(
+                '/ister.v1.IsterAdmin/GetLimits',
+                request_serializer=ister__v1__pb2.GetLimitsRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.LimitsResponse.FromString,
+                _registered_method=True)
 
 
 class IsterAdminServicer:
@@ -648,6 +658,24 @@ class IsterAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetLimits(self, request, context):
+        """-- enforced limits (issue 43, docs/limits.md) --
+        A namespace's limits (fields of its policy: rates and counts) or one topic's own rates (`topic` given;
+        every partition of a partitioned topic). A limit given replaces the stored one, 0 = unlimited; absent
+        keeps it; `clear` drops a topic's own rates. Applies at run time. Answers the limits in effect.
+        INVALID_ARGUMENT for an unknown limit name, one a topic cannot set, or nothing to set; NOT_FOUND for an
+        unknown namespace or topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetLimits(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -725,6 +753,16 @@ def add_IsterAdminServicer_to_server(servicer, server):
                     servicer.DescribeLocalCopy,
                     request_deserializer=ister__v1__pb2.LocalCopyRequest.FromString,
                     response_serializer=ister__v1__pb2.LocalCopyResponse.SerializeToString,
+            ),
+            'SetLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetLimits,
+                    request_deserializer=ister__v1__pb2.SetLimitsRequest.FromString,
+                    response_serializer=ister__v1__pb2.LimitsResponse.SerializeToString,
+            ),
+            'GetLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLimits,
+                    request_deserializer=ister__v1__pb2.GetLimitsRequest.FromString,
+                    response_serializer=ister__v1__pb2.LimitsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1133,6 +1171,60 @@ class IsterAdmin:
             '/ister.v1.IsterAdmin/DescribeLocalCopy',
             ister__v1__pb2.LocalCopyRequest.SerializeToString,
             ister__v1__pb2.LocalCopyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/SetLimits',
+            ister__v1__pb2.SetLimitsRequest.SerializeToString,
+            ister__v1__pb2.LimitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/GetLimits',
+            ister__v1__pb2.GetLimitsRequest.SerializeToString,
+            ister__v1__pb2.LimitsResponse.FromString,
             options,
             channel_credentials,
             insecure,
