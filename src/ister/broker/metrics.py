@@ -306,6 +306,14 @@ publishes_refused = Counter(
     ("reason",),
 )
 publishes_refused.labels("disk_full")  # exported as 0 from the start
+idempotent_duplicates = Counter(
+    "ister_publish_duplicates",
+    "Messages of retried idempotent batches answered with their original offsets, not stored again",
+)
+idempotent_refused = Counter(
+    "ister_publish_sequence_refusals",
+    "Idempotent batches refused for their sequence (a gap, or a duplicate no longer remembered)",
+)
 partition_handoffs = Counter("ister_partition_handoffs", "Partitions switched to another consumer")
 partition_handoff_seconds = Histogram(
     "ister_partition_handoff_seconds",

@@ -1,0 +1,164 @@
+"""Idempotent publishes on a reliable topic: the dedup table (core/dedup.py) driven by the publish path.
+
+The table is rebuilt when the topic loads (restart, move, failover) by reading the log's tail: the records
+published within the window (found by publish time), at most `scan_max_records` of them, through the
+topic's reader (durable tier, then WAL), so it also works where the WAL was trimmed or the topic moved.
+Idempotent publishes wait for that scan (bounded: Unavailable after READY_TIMEOUT_SECONDS, which the client
+retries); others never wait. docs/idempotence.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+import msgspec
+
+from ister.broker import metrics
+from ister.config import IdempotenceSettings
+from ister.core.dedup import DedupTable, StoredBatch
+from ister.core.record import idem_tag_of, publish_time_of, tag_record
+from ister.errors import InvalidArgument, IsterError, Unavailable
+from ister.ids import TopicName
+from ister.storage.objects.tiered import TieredReader
+from ister.storage.topic_storage import TopicStorage
+from ister.storage.wal import Wal, WalReader
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_SECONDS = 10.0
+SCAN_RETRY_SECONDS = 2.0
+SCAN_READ_RECORDS = 4_096
+SCAN_READ_TIMEOUT_SECONDS = 1.0
+
+Records = list[bytes | msgspec.Raw]
+Publish = Callable[[Sequence[bytes | msgspec.Raw], Callable[[int], None]], Awaitable[int]]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TopicDedup:
+    """One reliable topic's idempotence state. Single-threaded (the event loop)."""
+
+    def __init__(self, topic: str, settings: IdempotenceSettings) -> None:
+        self.topic = topic
+        self.settings = settings
+        self.table = DedupTable(
+            settings.max_producers, int(settings.window_seconds * 1000), settings.max_batches
+        )
+        self.ready = asyncio.Event()
+        # (key, first sequence) -> the append of a batch still in flight: its retries wait for it
+        self._inflight: dict[tuple[int, int], asyncio.Future[int]] = {}
+
+    # -- rebuilding ------------------------------------------------------------------------------------------
+    async def rebuild(self, reader: TieredReader | WalReader, start: int, head: int) -> None:
+        """Replay the tags of records [start, head), read with `reader` (positioned at `start`)."""
+        restore = self.table.restore
+        offset = start
+        while offset < head:
+            records = await reader.read(SCAN_READ_RECORDS, timeout=SCAN_READ_TIMEOUT_SECONDS)
+            if not records:
+                break
+            for off, data in records:
+                if off >= head:
+                    break
+                tag = idem_tag_of(data)
+                if tag is not None:
+                    restore(*tag, off, publish_time_of(data) or now_ms())
+            offset = records[-1][0] + 1
+        self.ready.set()
+        if len(self.table):
+            log.info(
+                "%s: idempotence: %d producers restored from offsets %d..%d",
+                self.topic,
+                len(self.table),
+                start,
+                head - 1,
+            )
+
+    # -- publishing ------------------------------------------------------------------------------------------
+    async def publish(
+        self,
+        key: int,
+        first_seq: int,
+        records: Records,
+        publish: Publish,
+        committed: Callable[[int], Awaitable[None]],
+    ) -> int:
+        """Store `records` once for (key, first_seq) and return their first offset: a retry of a stored batch
+        gets the original offsets (waiting for it while it is in flight), nothing stored again."""
+        if not self.ready.is_set():
+            try:
+                async with asyncio.timeout(READY_TIMEOUT_SECONDS):
+                    await self.ready.wait()
+            except TimeoutError:
+                raise Unavailable(f"{self.topic}: rebuilding its idempotence table; retry") from None
+        count = len(records)
+        try:
+            verdict = self.table.check(key, first_seq, count, now_ms())
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from None
+        except IsterError:
+            metrics.idempotent_refused.inc()
+            raise
+        dup = verdict.duplicate
+        if dup is not None:
+            metrics.idempotent_duplicates.inc(count)
+            return await self._original(key, dup, committed)
+        batch = self.table.accept(key, first_seq, count, now_ms())
+        records[0] = tag_record(records[0], key, first_seq, count)
+        fut = asyncio.ensure_future(publish(records, lambda offset: self.table.stored(batch, offset)))
+        k = (key, first_seq)
+        self._inflight[k] = fut
+        fut.add_done_callback(lambda f: self._done(k, key, batch, f))
+        return await asyncio.shield(fut)
+
+    def _done(self, k: tuple[int, int], key: int, batch: StoredBatch, fut: asyncio.Future[int]) -> None:
+        if self._inflight.get(k) is fut:
+            del self._inflight[k]
+        failed = fut.cancelled() or fut.exception() is not None
+        if failed and batch.first_offset is None:  # failed before the WAL took it: nothing stored
+            self.table.failed(key, batch)
+
+    async def _original(self, key: int, dup: StoredBatch, committed: Callable[[int], Awaitable[None]]) -> int:
+        fut = self._inflight.get((key, dup.first_seq))
+        if fut is not None:
+            return await asyncio.shield(fut)
+        if dup.first_offset is None:
+            raise Unavailable(f"{self.topic}: the first copy of this batch is still being stored; retry")
+        # Its first append is over; when that one failed after the WAL took it (its replicas were too
+        # slow), the retry is acknowledged only once the records are committed.
+        await committed(dup.first_offset + dup.count)
+        return dup.first_offset
+
+
+async def rebuild_from_log(dedup: TopicDedup, storage: TopicStorage, name: TopicName, wal: Wal) -> None:
+    """Rebuild `dedup` from the topic's stored tail; retried (every SCAN_RETRY_SECONDS) until it succeeds
+    or the topic unloads (this task is cancelled). Idempotent publishes wait for it meanwhile."""
+    settings = dedup.settings
+    while True:
+        head = wal.committed_offset
+        try:
+            earliest = await storage.earliest(name, wal)
+            start = max(earliest, head - settings.scan_max_records)
+            if start < head:
+                since = now_ms() - int(settings.window_seconds * 1000)
+                start = max(start, await storage.offset_for_time(name, wal, since))
+            reader = storage.reader(name, wal, start)
+            try:
+                await dedup.rebuild(reader, start, head)
+            finally:
+                reader.close()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("%s: rebuilding the idempotence table failed (%s); retrying", name, exc)
+            dedup.table = DedupTable(
+                dedup.table.max_producers, dedup.table.window_ms, dedup.table.max_batches
+            )
+            await asyncio.sleep(SCAN_RETRY_SECONDS)
