@@ -83,7 +83,8 @@ class DedupTable:
     def state(self, key: int) -> ProducerState | None:
         return self._producers.get(key)
 
-    def _expire(self, now_ms: int) -> None:
+    def expire(self, now_ms: int) -> None:
+        """Forget keys idle past the window, and the least recently used past the count bound."""
         producers = self._producers
         horizon = now_ms - self.window_ms
         while producers:
@@ -97,7 +98,7 @@ class DedupTable:
         """What to do with a batch; raises OutOfOrderSequence or DuplicateSequence. Changes nothing."""
         if not 0 < key <= U64_MAX or first_seq < 0 or count < 1 or first_seq + count - 1 > U64_MAX:
             raise ValueError(f"bad batch identity: key {key}, sequences {first_seq}+{count}")
-        self._expire(now_ms)
+        self.expire(now_ms)
         st = self._producers.get(key)
         if st is None or first_seq == st.next_seq:
             return NEW
@@ -135,7 +136,7 @@ class DedupTable:
         if len(st.batches) > self.max_batches:
             st.batches.popleft()
         if len(producers) > self.max_producers:
-            self._expire(now_ms)
+            self.expire(now_ms)
 
     @staticmethod
     def stored(batch: StoredBatch, first_offset: int) -> None:
