@@ -55,30 +55,21 @@ class TopicDedup:
         self._inflight: dict[tuple[int, int], asyncio.Future[int]] = {}
 
     # -- rebuilding ------------------------------------------------------------------------------------------
-    async def rebuild(self, reader: TieredReader | WalReader, start: int, head: int) -> None:
-        """Replay the tags of records [start, head), read with `reader` (positioned at `start`)."""
+    async def replay(self, reader: TieredReader | WalReader, start: int, end: int) -> None:
+        """Restore the tags of records [start, end), read with `reader` (positioned at `start`)."""
         restore = self.table.restore
         offset = start
-        while offset < head:
+        while offset < end:
             records = await reader.read(SCAN_READ_RECORDS, timeout=SCAN_READ_TIMEOUT_SECONDS)
             if not records:
                 break
             for off, data in records:
-                if off >= head:
+                if off >= end:
                     break
                 tag = idem_tag_of(data)
                 if tag is not None:
                     restore(*tag, off, publish_time_of(data) or now_ms())
             offset = records[-1][0] + 1
-        self.ready.set()
-        if len(self.table):
-            log.info(
-                "%s: idempotence: %d producers restored from offsets %d..%d",
-                self.topic,
-                len(self.table),
-                start,
-                head - 1,
-            )
 
     # -- publishing ------------------------------------------------------------------------------------------
     async def publish(
@@ -138,27 +129,43 @@ class TopicDedup:
 
 async def rebuild_from_log(dedup: TopicDedup, storage: TopicStorage, name: TopicName, wal: Wal) -> None:
     """Rebuild `dedup` from the topic's stored tail; retried (every SCAN_RETRY_SECONDS) until it succeeds
-    or the topic unloads (this task is cancelled). Idempotent publishes wait for it meanwhile."""
+    or the topic unloads (this task is cancelled). Idempotent publishes wait for it meanwhile.
+
+    The scan reads up to what is durable here, past what readers may see yet: a promoted follower holds
+    records its predecessor acknowledged that it has not counted as committed itself yet (it will: a new
+    leader's log is the one its followers keep)."""
     settings = dedup.settings
     while True:
-        head = wal.committed_offset
+        head = wal.durable_offset
         try:
             earliest = await storage.earliest(name, wal)
             start = max(earliest, head - settings.scan_max_records)
-            if start < head:
+            if start < wal.committed_offset:
                 since = now_ms() - int(settings.window_seconds * 1000)
                 start = max(start, await storage.offset_for_time(name, wal, since))
-            reader = storage.reader(name, wal, start)
+            local = max(start, min(wal.first_offset, head))
+            if start < local:  # below the WAL: the durable tier
+                tiered = storage.reader(name, wal, start)
+                try:
+                    await dedup.replay(tiered, start, local)
+                finally:
+                    tiered.close()
+            reader = wal.reader(local, durable=True)
             try:
-                await dedup.rebuild(reader, start, head)
+                await dedup.replay(reader, local, head)
             finally:
                 reader.close()
+            dedup.ready.set()
+            if len(dedup.table):
+                n = len(dedup.table)
+                log.info(
+                    "%s: idempotence: %d producers restored from offsets %d..%d", name, n, start, head - 1
+                )
             return
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.warning("%s: rebuilding the idempotence table failed (%s); retrying", name, exc)
-            dedup.table = DedupTable(
-                dedup.table.max_producers, dedup.table.window_ms, dedup.table.max_batches
-            )
+            t = dedup.table
+            dedup.table = DedupTable(t.max_producers, t.window_ms, t.max_batches)
             await asyncio.sleep(SCAN_RETRY_SECONDS)
