@@ -72,7 +72,24 @@ class TopicDedup:
             offset = records[-1][0] + 1
 
     # -- publishing ------------------------------------------------------------------------------------------
-    async def publish(
+    def publish(
+        self,
+        key: int,
+        first_seq: int,
+        records: Records,
+        publish: Publish,
+        committed: Callable[[int], Awaitable[None]],
+    ) -> asyncio.Future[int]:
+        """Store `records` once for (key, first_seq); the future gives their first offset: a retry of a stored
+        batch gets the original offsets (waiting for it while it is in flight), nothing stored again.
+
+        Decided now when the table is ready (a refusal raises here, like any bad batch), so the append starts
+        in the caller's order with no extra task in between; later otherwise."""
+        if self.ready.is_set():
+            return self._start(key, first_seq, records, publish, committed)
+        return asyncio.ensure_future(self._when_ready(key, first_seq, records, publish, committed))
+
+    async def _when_ready(
         self,
         key: int,
         first_seq: int,
@@ -80,14 +97,21 @@ class TopicDedup:
         publish: Publish,
         committed: Callable[[int], Awaitable[None]],
     ) -> int:
-        """Store `records` once for (key, first_seq) and return their first offset: a retry of a stored batch
-        gets the original offsets (waiting for it while it is in flight), nothing stored again."""
-        if not self.ready.is_set():
-            try:
-                async with asyncio.timeout(READY_TIMEOUT_SECONDS):
-                    await self.ready.wait()
-            except TimeoutError:
-                raise Unavailable(f"{self.topic}: rebuilding its idempotence table; retry") from None
+        try:
+            async with asyncio.timeout(READY_TIMEOUT_SECONDS):
+                await self.ready.wait()
+        except TimeoutError:
+            raise Unavailable(f"{self.topic}: rebuilding its idempotence table; retry") from None
+        return await self._start(key, first_seq, records, publish, committed)
+
+    def _start(
+        self,
+        key: int,
+        first_seq: int,
+        records: Records,
+        publish: Publish,
+        committed: Callable[[int], Awaitable[None]],
+    ) -> asyncio.Future[int]:
         count = len(records)
         try:
             verdict = self.table.check(key, first_seq, count, now_ms())
@@ -99,14 +123,14 @@ class TopicDedup:
         dup = verdict.duplicate
         if dup is not None:
             metrics.idempotent_duplicates.inc(count)
-            return await self._original(key, dup, committed)
+            return self._original(key, dup, committed)
         batch = self.table.accept(key, first_seq, count, now_ms())
         records[0] = tag_record(records[0], key, first_seq, count)
         fut = asyncio.ensure_future(publish(records, lambda offset: self.table.stored(batch, offset)))
         k = (key, first_seq)
         self._inflight[k] = fut
         fut.add_done_callback(lambda f: self._done(k, key, batch, f))
-        return await asyncio.shield(fut)
+        return fut
 
     def _done(self, k: tuple[int, int], key: int, batch: StoredBatch, fut: asyncio.Future[int]) -> None:
         if self._inflight.get(k) is fut:
@@ -115,10 +139,15 @@ class TopicDedup:
         if failed and batch.first_offset is None:  # failed before the WAL took it: nothing stored
             self.table.failed(key, batch)
 
-    async def _original(self, key: int, dup: StoredBatch, committed: Callable[[int], Awaitable[None]]) -> int:
+    def _original(
+        self, key: int, dup: StoredBatch, committed: Callable[[int], Awaitable[None]]
+    ) -> asyncio.Future[int]:
         fut = self._inflight.get((key, dup.first_seq))
         if fut is not None:
-            return await asyncio.shield(fut)
+            return asyncio.shield(fut)  # a retry that goes away must not cancel the first copy's append
+        return asyncio.ensure_future(self._after_commit(dup, committed))
+
+    async def _after_commit(self, dup: StoredBatch, committed: Callable[[int], Awaitable[None]]) -> int:
         if dup.first_offset is None:
             raise Unavailable(f"{self.topic}: the first copy of this batch is still being stored; retry")
         # Its first append is over; when that one failed after the WAL took it (its replicas were too

@@ -115,7 +115,7 @@ def idempotent_append(
     raws: list[msgspec.Raw],
     messages: list[PublishedMessage],
     nbytes: int,
-) -> Awaitable[int]:
+) -> asyncio.Future[int]:
     def publish(records: Sequence[bytes | msgspec.Raw], on_offset: Callable[[int], None]) -> Awaitable[int]:
         return topic.publish_batch(records, messages, nbytes, on_offset)
 
@@ -228,7 +228,7 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
         session.sent(len(raws), nbytes)
         dedup = topic.dedup
         if batch.producer_key and dedup is not None:  # idempotent: a retry gets its original offsets
-            done = asyncio.ensure_future(idempotent_append(topic, dedup, batch, raws, messages, nbytes))
+            done = idempotent_append(topic, dedup, batch, raws, messages, nbytes)
         else:
             done = asyncio.ensure_future(topic.publish_batch(raws, messages, nbytes))
         # Looked at even when the stream ends before its answer is sent (an earlier batch failed, the
