@@ -44,9 +44,9 @@ class Stream:
         self.pid = resp.opened.producer_id
         return self
 
-    async def send(self, payloads: list[bytes], key: int, first_seq: int) -> pb.PublishAck:
+    async def send(self, payloads: list[bytes], key: int, first_seq: int, age_ms: int = 0) -> pb.PublishAck:
         self.stream_seq += 1
-        now = time.time_ns() // 1_000_000  # the window is measured in publish time
+        now = time.time_ns() // 1_000_000 - age_ms  # the window is measured in publish time
         recs = [encode_message(StoredMessage(p, now, self.pid, self.name)) for p in payloads]
         records = array_header(len(recs)) + b"".join(recs)
         batch = pb.PublishBatch(
@@ -180,3 +180,19 @@ async def _raw_records(url: str, topic: str) -> AsyncIterator[bytes]:
         async for batch in c.read(topic, 0, (await c.offsets(topic)).next):
             for _, r in batch:
                 yield r
+
+
+async def test_after_a_restart_only_producers_within_the_window_are_remembered(
+    fresh_broker: BrokerProcess, topic: str, streams: list[Stream]
+) -> None:
+    """The table is rebuilt from the records published within `idempotence.window_seconds` (an hour): a
+    producer idle for longer is forgotten, and its retry is stored again (the documented bound)."""
+    s = await _stream(fresh_broker, topic, streams)
+    two_hours = 2 * 3_600_000
+    assert (await s.send([b"old"], 11, 0, age_ms=two_hours)).first_offset == 0
+    assert (await s.send([b"new"], 12, 0)).first_offset == 1
+    fresh_broker.kill9()
+    fresh_broker.start()
+    again = await _stream(fresh_broker, topic, streams)
+    assert (await again.send([b"new"], 12, 0)).first_offset == 1  # remembered
+    assert (await again.send([b"old"], 11, 0, age_ms=two_hours)).first_offset == 2  # forgotten

@@ -23,6 +23,7 @@ from ister.core.record import idem_tag_of, publish_time_of, tag_record
 from ister.errors import InvalidArgument, IsterError, Unavailable
 from ister.ids import TopicName
 from ister.storage.objects.tiered import TieredReader
+from ister.storage.time_lookup import wal_offset_for_time
 from ister.storage.topic_storage import TopicStorage
 from ister.storage.wal import Wal, WalReader
 
@@ -167,11 +168,11 @@ async def rebuild_from_log(dedup: TopicDedup, storage: TopicStorage, name: Topic
     while True:
         head = wal.durable_offset
         try:
-            earliest = await storage.earliest(name, wal)
-            start = max(earliest, head - settings.scan_max_records)
-            if start < wal.committed_offset:
-                since = now_ms() - int(settings.window_seconds * 1000)
-                start = max(start, await storage.offset_for_time(name, wal, since))
+            if head == 0:  # a new topic: nothing to learn
+                dedup.ready.set()
+                return
+            since = now_ms() - int(settings.window_seconds * 1000)
+            start = await _scan_start(storage, name, wal, head, since, settings.scan_max_records)
             local = max(start, min(wal.first_offset, head))
             if start < local:  # below the WAL: the durable tier
                 tiered = storage.reader(name, wal, start)
@@ -198,3 +199,27 @@ async def rebuild_from_log(dedup: TopicDedup, storage: TopicStorage, name: Topic
             t = dedup.table
             dedup.table = DedupTable(t.max_producers, t.window_ms, t.max_batches)
             await asyncio.sleep(SCAN_RETRY_SECONDS)
+
+
+async def _scan_start(
+    storage: TopicStorage, name: TopicName, wal: Wal, head: int, since: int, max_records: int
+) -> int:
+    """Where the scan starts. When the local WAL's first record is older than the window, the window lies
+    in the WAL: no metadata or durable-tier call (a broker loading many topics makes none per topic)."""
+    first = wal.first_offset
+    if first < head:
+        reader = wal.reader(first, durable=True)
+        try:
+            records = await reader.read(1, timeout=SCAN_READ_TIMEOUT_SECONDS)
+        finally:
+            reader.close()
+        t = publish_time_of(records[0][1]) if records else None
+        if t is not None and t < since:
+            start = max(first, head - max_records)
+            if start < wal.committed_offset:
+                start = max(start, await wal_offset_for_time(wal, since, start))
+            return start
+    start = max(await storage.earliest(name, wal), head - max_records)
+    if start < wal.committed_offset:
+        start = max(start, await storage.offset_for_time(name, wal, since))
+    return start
