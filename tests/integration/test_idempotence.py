@@ -18,6 +18,7 @@ import grpc
 import msgspec
 import pytest
 
+from ister import errors
 from ister.client import Client
 from ister.core.record import StoredMessage, array_header, decode_message, encode_message
 from ister.wire.gen import ister_v1_pb2 as pb
@@ -196,3 +197,26 @@ async def test_after_a_restart_only_producers_within_the_window_are_remembered(
     again = await _stream(fresh_broker, topic, streams)
     assert (await again.send([b"new"], 12, 0)).first_offset == 1  # remembered
     assert (await again.send([b"old"], 11, 0, age_ms=two_hours)).first_offset == 2  # forgotten
+
+
+async def test_a_rejected_batch_gives_its_sequences_to_the_next_ones(
+    fresh_broker: BrokerProcess, topic: str
+) -> None:
+    """The Ister client: a batch the broker refuses (over max_message_size) stores nothing, and the batches
+    sent after it take its sequences, so the broker sees no gap; a retry of a later one is still answered."""
+    async with Client(fresh_broker.url) as c:
+        p = await c.producer(topic, "rejects", max_batch_bytes=32 * 2**20)
+        assert await p.send(b"first") == 0
+        with pytest.raises(errors.InvalidArgument, match="max_message_size"):
+            await p.send(b"x" * (11 * 2**20))  # the broker's 10 MiB policy
+        assert await p.send_batch([b"second", b"third"]) == [1, 2]
+        assert await p.send(b"fourth") == 3
+    assert broker_metric(fresh_broker.metrics_url, "ister_publish_sequence_refusals_total") == 0
+    stored = await _stored(fresh_broker.url, topic)
+    assert [p for _, p in stored] == [b"first", b"second", b"third", b"fourth"]
+    tags = [
+        msgspec.msgpack.decode(r)[8][1:]
+        for r in [x async for x in _raw_records(fresh_broker.url, topic)]
+        if len(msgspec.msgpack.decode(r)) == 9
+    ]
+    assert tags == [[0, 1], [1, 2], [3, 1]]  # [first sequence, count]: no gap after the rejected batch
