@@ -16,7 +16,8 @@ unloaded (a move). The persisted cursors and leaders are polled every second.
 
 At the end everything is healed, one probe message per topic must be acknowledged, the subscriptions are
 given time to receive everything, every topic is read back, and `ister.core.history.check` judges the
-recorded history. The summary: acknowledged, lost, conflicts, duplicates, undelivered per subscription,
+recorded history. The summary: acknowledged, lost, conflicts, duplicates (stored twice: a failure, since
+the producers are idempotent; `--no-idempotence` makes them at-least-once), undelivered per subscription,
 the longest stretch without an acknowledgement per topic and the fault before it, and failover times (a
 fault to the next acknowledgement on each topic it touched). Exit code 1 when anything acknowledged was lost
 or bound to two payloads, or a topic was never writable again. The seed fixes the schedule (fault kinds,
@@ -105,6 +106,7 @@ class Settings:
     faults: tuple[str, ...] = ()  # empty: every registered kind
     gap: tuple[float, float] = (2.0, 8.0)  # seconds between faults
     network: bool = True  # brokers in network namespaces, so partitions can be made (where the machine can)
+    idempotent: bool = True  # the producers' idempotence (issue 43): then a message stored twice is a failure
 
 
 @dataclass
@@ -134,10 +136,18 @@ class Report:
     # the same figures per fault kind (a partition by its shape): a death against a cut that by design
     # fails nothing over
     failover_by_kind: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    idempotent: bool = True  # producers were idempotent: nothing may be stored twice
+
+    @property
+    def stored_twice(self) -> bool:
+        """A message stored at two offsets breaks an idempotent producer's promise (not at-least-once's)."""
+        return self.idempotent and self.check.duplicates_stored > 0
 
     @property
     def failed(self) -> bool:
-        return bool(self.check.lost or self.check.conflicts or self.unwritable_after_heal)
+        return bool(
+            self.check.lost or self.check.conflicts or self.unwritable_after_heal or self.stored_twice
+        )
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -381,12 +391,13 @@ async def produce(chaos: Chaos, topic: str, index: int, ready: asyncio.Event) ->
     interval = BATCH / chaos.settings.rate
     seq = 0
     async with Client(chaos.urls) as client:
-        pub: Producer | None = await client.producer(topic, f"chaos-p{index}")
+        idempotent = chaos.settings.idempotent
+        pub: Producer | None = await client.producer(topic, f"chaos-p{index}", idempotent=idempotent)
         ready.set()
         while not chaos.stop.is_set():
             if pub is None:
                 try:
-                    pub = await client.producer(topic, f"chaos-p{index}")
+                    pub = await client.producer(topic, f"chaos-p{index}", idempotent=idempotent)
                 except errors.IsterError:
                     await asyncio.sleep(1.0)
                     continue
@@ -641,6 +652,7 @@ async def run(settings: Settings, root: Path) -> Report:
             failover_seconds=failovers,
             failovers_never=never,
             failover_by_kind=by_kind,
+            idempotent=settings.idempotent,
             recorded={
                 "publish attempts": len(chaos.history.publishes),
                 "deliveries": len(chaos.history.deliveries),
@@ -675,6 +687,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="write the report as JSON here")
     ap.add_argument("--dir", type=Path, help="keep the cluster's data and logs here (default: a temp dir)")
     ap.add_argument(
+        "--no-idempotence",
+        action="store_true",
+        help="producers without idempotence (at-least-once: messages stored twice are allowed)",
+    )
+    ap.add_argument(
         "--loopback", action="store_true", help="brokers on loopback, no partitions (no root or iptables)"
     )
     args = ap.parse_args()
@@ -683,7 +700,14 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown fault kinds {unknown}; known: {', '.join(FAULTS)}")
     settings = Settings(
-        args.minutes, args.seed, args.brokers, args.topics, args.rate, faults, network=not args.loopback
+        args.minutes,
+        args.seed,
+        args.brokers,
+        args.topics,
+        args.rate,
+        faults,
+        network=not args.loopback,
+        idempotent=not args.no_idempotence,
     )
     root = args.dir or Path(tempfile.mkdtemp(prefix=f"ister-chaos-{args.seed}-"))
     root.mkdir(parents=True, exist_ok=True)

@@ -50,6 +50,27 @@ class LimitsSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     max_publish_wait_seconds: float = 10.0
 
 
+class IdempotenceSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Idempotent producers (docs/idempotence.md): per topic, what the broker remembers of its producers."""
+
+    max_producers: int = 10_000  # producer keys per topic; the least recently used is forgotten first
+    window_seconds: float = 3_600.0  # a key idle this long is forgotten (a retry after that is stored again)
+    max_batches: int = 64  # batches remembered per key (>= a publish stream's max in-flight batches)
+    scan_max_records: int = 1_000_000  # a loaded topic rebuilds the table from at most this many records
+
+    def check(self) -> None:
+        if not 1 <= self.max_producers <= 1_000_000:
+            raise ConfigError("idempotence.max_producers must be in 1..1000000")
+        if not 1 <= self.window_seconds <= 7 * 86_400:
+            raise ConfigError("idempotence.window_seconds must be in 1..604800")
+        if not 64 <= self.max_batches <= 4_096:
+            raise ConfigError(
+                "idempotence.max_batches must be in 64..4096 (64: a stream's in-flight batches)"
+            )
+        if not 0 <= self.scan_max_records <= 100_000_000:
+            raise ConfigError("idempotence.scan_max_records must be in 0..100000000")
+
+
 class SchemaSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     # JSON Schema compatibility for subjects that do not choose (docs/schema-registry.md): `danube` reads
     # a writer's data as holding only the properties its schema lists (adding or removing an optional
@@ -301,6 +322,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     limits: LimitsSettings = msgspec.field(default_factory=LimitsSettings)
     security: SecuritySettings = msgspec.field(default_factory=SecuritySettings)
     schema: SchemaSettings = msgspec.field(default_factory=SchemaSettings)
+    idempotence: IdempotenceSettings = msgspec.field(default_factory=IdempotenceSettings)
 
     def durable_url(self, data_dir: Path) -> str | None:
         """The object store URL in effect (None: no durable tier)."""

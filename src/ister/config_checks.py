@@ -54,6 +54,7 @@ def check(cfg: BrokerConfig) -> BrokerConfig:
     _check_cluster(cfg.cluster)
     _check_dispatch_upper_bounds(d)
     _check_security(cfg.security)
+    cfg.idempotence.check()
     return cfg
 
 

@@ -25,6 +25,16 @@ class FailedPrecondition(IsterError):
     """The request conflicts with existing state (strategy mismatch, exclusive subscription taken)."""
 
 
+class OutOfOrderSequence(FailedPrecondition):
+    """An idempotent producer's batch starts past the next sequence expected: messages before it never
+    reached the broker (its message starts with "out of order sequence")."""
+
+
+class DuplicateSequence(FailedPrecondition):
+    """An idempotent producer's batch is stored already, but not as a batch the broker still remembers, so
+    its offsets are unknown (its message starts with "duplicate sequence")."""
+
+
 class Unauthenticated(IsterError):
     """The call carries no valid credentials (missing, malformed, expired or forged token; no client
     certificate where one is needed)."""

@@ -59,6 +59,7 @@ async def publish(
     workers: int = PUBLISH_IN_FLIGHT,
     time_limit: float = 60.0,
     broker_cpu: CpuProbe | None = None,
+    idempotent: bool = True,
 ) -> dict[str, Any]:
     """Durable publish through send_batch with `workers` batches in flight. The subscription the consume
     case reads is created first, so it holds every message published here."""
@@ -70,6 +71,7 @@ async def publish(
             max_batch_messages=batch,
             max_inflight_batches=workers,
             max_buffered_messages=max(262_144, 2 * batch * workers),
+            idempotent=idempotent,
         )
         consumer = await client.consumer(topic, SUBSCRIPTION, name=CONSUMER, window=MAX_WINDOW)
         await consumer.close()  # the subscription stays, its cursor at offset 0
@@ -216,6 +218,36 @@ async def e2e_latency(
     return latency_result(n, wall, lats, rtts, late, broker_cpu_us_per_msg=cpu / n * 1e6 if n else 0.0)
 
 
+async def idempotence_cost(
+    url: str, messages: int, *, rounds: int = 3, broker_cpu: CpuProbe | None = None
+) -> dict[str, Any]:
+    """The publish case with idempotence off and on, alternating (off/on, then on/off, ...) on fresh topics
+    of one broker so that drift favours neither; medians of `rounds` runs each, and the cost in %."""
+    runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    for r in range(rounds):
+        for flag in (False, True) if r % 2 == 0 else (True, False):
+            topic = f"/default/bench_idempotence_{'on' if flag else 'off'}_{r}"
+            runs[flag].append(await publish(url, topic, messages, broker_cpu=broker_cpu, idempotent=flag))
+
+    def median(flag: bool, key: str) -> float:
+        values = sorted(float(x[key]) for x in runs[flag])
+        return values[len(values) // 2]
+
+    off, on = median(False, "msgs_per_s"), median(True, "msgs_per_s")
+    cpu_off, cpu_on = median(False, "broker_cpu_us_per_msg"), median(True, "broker_cpu_us_per_msg")
+    return {
+        "messages": messages,
+        "rounds": rounds,
+        "off_msgs_per_s": off,
+        "on_msgs_per_s": on,
+        "cost_pct": (off - on) / off * 100 if off else 0.0,
+        "off_broker_cpu_us_per_msg": cpu_off,
+        "on_broker_cpu_us_per_msg": cpu_on,
+        "off_runs": [x["msgs_per_s"] for x in runs[False]],
+        "on_runs": [x["msgs_per_s"] for x in runs[True]],
+    }
+
+
 def run_all(
     url: str,
     *,
@@ -225,7 +257,8 @@ def run_all(
     broker_cpu: CpuProbe | None = None,
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
-    """The selected batch-API cases against one broker; keys ister_publish, ister_consume_ack, ister_e2e."""
+    """The selected batch-API cases against one broker; keys ister_publish, ister_consume_ack, ister_e2e,
+    ister_idempotence (only when asked: `--cases idempotence`)."""
     out: dict[str, Any] = {}
     topic = "/default/bench_batch"
 
@@ -244,6 +277,9 @@ def run_all(
             timed("ister_consume_ack", consume_ack(url, topic, pub["total_published"], broker_cpu=broker_cpu))
         if "publish" not in cases:
             del out["ister_publish"]
+    if "idempotence" in cases:
+        progress(f"batch API: idempotence off vs on, 3 x 2 publishes of {messages:,} messages")
+        timed("ister_idempotence", idempotence_cost(url, messages, broker_cpu=broker_cpu))
     if "latency" in cases:
         progress(f"batch API: e2e latency at 1,000 msg/s for {latency_seconds:g} s")
         timed(

@@ -313,6 +313,15 @@ def _details(cases: dict[str, Any]) -> str:
             f"batch API consume + ack: {con['messages']:,} messages, window {con['window']:,}; "
             f"unacked afterwards {con['unacked_after']}; broker CPU {con['broker_cpu_us_per_msg']:.1f} µs/msg"
         )
+    idem = cases.get("ister_idempotence")
+    if idem:
+        off, on = idem["off_msgs_per_s"], idem["on_msgs_per_s"]
+        cpu_off, cpu_on = idem["off_broker_cpu_us_per_msg"], idem["on_broker_cpu_us_per_msg"]
+        lines.append(
+            f"batch API publish, idempotence off vs on ({idem['rounds']} runs each, medians): "
+            f"{off:,.0f} vs {on:,.0f} msg/s, cost {idem['cost_pct']:.1f} %; "
+            f"broker CPU {cpu_off:.2f} vs {cpu_on:.2f} µs/msg"
+        )
     for key in ("ister_e2e", "danube_e2e"):
         e2e = cases.get(key)
         if e2e:

@@ -331,6 +331,14 @@ dispatch_throttled_seconds = Counter(
     "ister_dispatch_throttled_seconds",
     "Seconds subscriptions' dispatch paused for max_subscription_dispatch_rate, summed",
 )
+idempotent_duplicates = Counter(
+    "ister_publish_duplicates",
+    "Messages of retried idempotent batches answered with their original offsets, not stored again",
+)
+idempotent_refused = Counter(
+    "ister_publish_sequence_refusals",
+    "Idempotent batches refused for their sequence (a gap, or a duplicate no longer remembered)",
+)
 partition_handoffs = Counter("ister_partition_handoffs", "Partitions switched to another consumer")
 partition_handoff_seconds = Histogram(
     "ister_partition_handoff_seconds",

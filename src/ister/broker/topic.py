@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from time import monotonic
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,7 @@ from ister.limits import PUBLISH_TIMEOUT_SECONDS
 from ister.storage.wal import Wal
 
 if TYPE_CHECKING:
+    from ister.broker.dedup import TopicDedup
     from ister.broker.rate_limits import TopicLimits
     from ister.ports.claim import TopicClaim
     from ister.storage.diskspace import DiskSpace
@@ -54,6 +55,7 @@ class Topic:
         self.delivery = delivery
         self.max_message_size = max_message_size
         self.wal = wal
+        self.dedup: TopicDedup | None = None  # idempotent producers (reliable topics; set by the registry)
         self.producers: dict[int, ProducerSession] = {}
         self.subscriptions: dict[str, Subscription] = {}
         # Its owner's (broker/topic_owner.py): storage is open and the claim committed when a Topic is built;
@@ -171,7 +173,11 @@ class Topic:
         return await self.publish_batch([encode_message(message)], [message], len(message.payload))
 
     async def publish_batch(
-        self, records: Sequence[bytes | msgspec.Raw], messages: Sequence[StoredMessage], payload_bytes: int
+        self,
+        records: Sequence[bytes | msgspec.Raw],
+        messages: Sequence[StoredMessage],
+        payload_bytes: int,
+        on_offset: Callable[[int], None] | None = None,
     ) -> int:
         """Store and dispatch validated messages (`records[i]` is the encoded `messages[i]`) in order.
 
@@ -203,6 +209,8 @@ class Topic:
                 with self._publish_deadlines.guard():
                     # msgspec.Raw is a buffer over the client's record bytes: framed without a copy
                     offset = await self.wal.append(records)
+                    if on_offset is not None:  # in the WAL: an idempotent retry must not store it again
+                        on_offset(offset)
                     done = monotonic()
                     metrics.publish_durable.observe(done - started)
                     claim.appended()
@@ -233,6 +241,16 @@ class Topic:
             for sub in subs:
                 sub.dispatch(first + i, message, record)
         return first
+
+    async def wait_committed(self, end: int) -> None:
+        """Wait until offsets below `end` are committed (a replicated topic: on enough replicas)."""
+        gate = self.claim.replication
+        if gate is not None:
+            try:
+                with self._publish_deadlines.guard():
+                    await gate.wait_committed(end)
+            except TimeoutError:
+                raise Timeout(f"{self.name}: the in-sync replicas did not commit offset {end - 1}") from None
 
     def reliable_subscriptions(self) -> Iterable[ReliableSubscription]:
         return (s for s in self.subscriptions.values() if isinstance(s, ReliableSubscription))

@@ -14,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from ister.broker import metrics
+from ister.broker.dedup import TopicDedup, rebuild_from_log
 from ister.broker.exports import ExportScheduler
 from ister.broker.namespace_limits import check_topic_room
 from ister.broker.rate_limits import RateSource
@@ -246,6 +247,7 @@ class TopicRegistry:
             )
             if wal is not None:
                 topic.exporter = self.storage.exporter(name, wal)
+                topic.dedup = TopicDedup(name.full, self.config.idempotence)
             if self.rates is not None:
                 topic.limits = self.rates.for_topic(name)
             return topic
@@ -261,6 +263,9 @@ class TopicRegistry:
         name = topic.name
         if topic.wal is not None:
             topic.start_offset = parse_start(await self.store.get(keys.start_offset(name)))
+        if topic.dedup is not None and topic.wal is not None:
+            rebuild = rebuild_from_log(topic.dedup, self.storage, name, topic.wal)
+            topic.tasks.append(asyncio.create_task(rebuild, name=f"idempotence {name}"))
         for p in await self.store.list(keys.topic_producers_prefix(name.full)):
             record = ProducerRecord.parse(p.value)
             if record is None:

@@ -26,6 +26,7 @@ from ister.client.cursors import seek as seek_cursor
 from ister.client.messages import split_frames
 from ister.client.producer import Producer
 from ister.client.publisher import PartitionPublisher
+from ister.client.records import new_producer_key
 from ister.client.subscriber import Subscriber
 from ister.ids import PARTITION_MARKER, TopicName, validate_client_name
 from ister.limits import MAX_READ_OFFSET, MAX_READ_RECORDS, MAX_WINDOW, MiB
@@ -223,6 +224,7 @@ class Client(ClientConnection):
         schema_subject: str | None = None,
         schema_version: int | None = None,
         schema_min_version: int | None = None,
+        idempotent: bool = True,
     ) -> Producer:
         """A producer on `topic`, its stream(s) open when this returns.
 
@@ -231,7 +233,8 @@ class Client(ClientConnection):
         with its own partitions. `max_inflight_batches=None` uses the broker's limit; batch limits are the
         smaller of these and the broker's. `schema_subject` stamps every message with the subject's id and
         its latest version, or `schema_version` (pinned), or the latest if at least `schema_min_version`;
-        `producer.schema` is then the resolved version (its `schema` validates and decodes)."""
+        `producer.schema` is then the resolved version (its `schema` validates and decodes).
+        `idempotent` (default): a retried batch is stored once (docs/idempotence.md); False: at-least-once."""
         TopicName.parse(topic)
         if name is not None:
             validate_client_name(name, "producer name")
@@ -260,6 +263,8 @@ class Client(ClientConnection):
             max_buffered_bytes=max(max_buffered_bytes, max_batch_bytes),
         )
 
+        key = new_producer_key() if idempotent else 0  # one per producer object; sequences per partition
+
         def on_seal(index: int) -> Any:
             return lambda: producer._on_seal(index)
 
@@ -275,6 +280,7 @@ class Client(ClientConnection):
                 max_inflight=max_inflight_batches,
                 on_seal=on_seal(i),
                 on_release=producer._on_release,
+                producer_key=key,
             )
             for i, part in enumerate(names)
         ]

@@ -76,6 +76,11 @@ def from_status(code: grpc.StatusCode, details: str | None, trailers: Any = None
     message = details or code.name
     if code is grpc.StatusCode.UNIMPLEMENTED:
         message = f"the broker does not implement the Ister batch API (ister.v1): {message}"
+    if cls is errors.FailedPrecondition and details:  # the idempotence refusals (core/dedup.py)
+        if details.startswith("out of order sequence"):
+            cls = errors.OutOfOrderSequence
+        elif details.startswith("duplicate sequence"):
+            cls = errors.DuplicateSequence
     err = cls(message)
     err.retriable = code in RETRIABLE_CODES and not _says_not_retriable(trailers)
     return err

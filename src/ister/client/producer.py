@@ -3,8 +3,9 @@
 Delivery: `send()` returns (and a `send_nowait()` future resolves to) the message's offset only once the
 broker has acknowledged its batch, which for a reliable topic means the batch is on disk (fsync). Messages
 of one producer to one partition are stored in send order. On a connection failure unacknowledged batches
-are re-sent after reconnecting, so a message may be stored twice when only its ack was lost
-(at-least-once); see `ister.client.publisher`.
+are re-sent after reconnecting; the producer is idempotent by default, so a batch whose ack was lost is
+stored once and answered with its original offsets (docs/idempotence.md). With `idempotent=False` such a
+batch may be stored twice (at-least-once); see `ister.client.publisher`.
 
 Buffer: at most `max_buffered_messages` / `max_buffered_bytes` may be unacknowledged at once. `send()`,
 `send_batch()` and `send_each()` wait for room; `send_nowait()` raises ResourceExhausted when the buffer is

@@ -8,15 +8,23 @@ durable (reliable topics).
 
 Reconnect: when the stream fails with a retriable status (UNAVAILABLE, a dropped connection, a timeout),
 the publisher looks the topic up again, opens a new stream and re-sends every batch not yet acknowledged,
-in the original order. A batch whose ack was lost in the failure may therefore be stored twice
-(at-least-once). When the topic's owner dies, the lookups name it until the cluster reassigns the topic
+in the original order. With idempotence (the default; docs/idempotence.md) every batch carries the
+producer's key and its first message's sequence (drawn when the batch is first sent, kept on re-sends), so
+a batch whose ack was lost is answered with its original offsets and stored once; without it, such a batch
+may be stored twice (at-least-once).
+
+When the topic's owner dies, the lookups name it until the cluster reassigns the topic
 (its lease TTL plus about a second); opening a stream to it fails at once (connection refused) or within
 connect_timeout, so the publisher keeps looking up until another broker serves the topic and continues
 there. Retries are bounded (the client's retry_timeout, and max_retries when set; exponential backoff with
 jitter); when they are exhausted every pending batch fails with Unavailable (or Timeout) naming the topic,
 and the publisher waits for new messages before trying again. A non-retriable status (InvalidArgument,
 NotFound, FailedPrecondition, ...) fails only the batch that caused it (the broker stores nothing of it and
-acks everything before it); the remaining batches are re-sent on a new stream. If the stream cannot even be
+acks everything before it); the remaining batches are re-sent on a new stream, their sequences moved down
+by the failed batch's count (the broker stored nothing after it either). OutOfOrderSequence (the broker
+misses messages before a batch: a bug, or two producers sharing a key) fails every pending batch and the
+producer goes on under a new key, numbering from 0 again; so it does after its retries are exhausted (whether
+the broker stored the batches that failed then is unknown). If the stream cannot even be
 opened with a non-retriable status, every pending batch fails.
 
 Deadlines: opening a stream (the open frame written and answered) takes at most connect_timeout; while
@@ -41,7 +49,7 @@ import grpc
 from ister import errors
 from ister.client.errors import ConnectionLost
 from ister.client.reconnect import ReconnectingStream
-from ister.client.records import RECORD_OVERHEAD, Batch, Payload
+from ister.client.records import RECORD_OVERHEAD, Batch, Payload, new_producer_key
 from ister.client.streams import raise_call_status, run_until_first_error
 from ister.wire.gen import ister_v1_pb2 as pb
 
@@ -70,8 +78,11 @@ class PartitionPublisher(ReconnectingStream):
         max_inflight: int | None,
         on_seal: Callable[[], None],
         on_release: Callable[[int, int], None],
+        producer_key: int = 0,
     ) -> None:
         self.client = client
+        self.producer_key = producer_key  # 0: not idempotent
+        self._next_seq = 0  # the sequence of the next message sent for the first time
         self.topic = topic
         self.name = name
         self._reliable = reliable
@@ -225,13 +236,32 @@ class PartitionPublisher(ReconnectingStream):
         )
 
     async def _rejected(self, err: errors.IsterError) -> None:
+        if isinstance(err, errors.OutOfOrderSequence):
+            await self._give_up(err)
+            return
         if self._phase == "stream" and self._inflight:
             bad = self._inflight.popleft()
             log.warning("%s: batch %d rejected: %s", self.topic, bad.seq, err)
             self._release(bad)
             bad.fail(err)
+            if bad.first_seq >= 0 and not isinstance(err, errors.DuplicateSequence):
+                self._renumber_after(bad)
             return  # re-open at once and re-send the batches after it
         await self._give_up(err)
+
+    def _renumber_after(self, bad: Batch) -> None:
+        """`bad` was refused and nothing after it stored: the later batches take its sequences."""
+        for b in (*self._inflight, *self._queue):
+            if b.first_seq > bad.first_seq:
+                b.first_seq -= bad.count
+        self._next_seq -= bad.count
+
+    def _new_key(self) -> None:
+        """Continue as a new idempotent producer: a fresh key, sequences from 0 (pending batches failed)."""
+        self.producer_key = new_producer_key()
+        self._next_seq = 0
+        for b in (*self._inflight, *self._queue):
+            b.first_seq = -1
 
     async def _exhausted(self, err: errors.IsterError) -> None:
         await self._give_up(err)
@@ -250,6 +280,10 @@ class PartitionPublisher(ReconnectingStream):
             self._closing = True
             return
         log.warning("%s: publishing failed: %s", self.topic, err)
+        if self.producer_key:
+            # Whether the broker stored the failed batches is unknown: go on as a new producer, so that
+            # the next batch is neither taken for a retry nor refused as out of order.
+            self._new_key()
         self._fail_all(err)
         self._work.clear()
         while not self._queue and not self._closing:
@@ -324,6 +358,9 @@ class PartitionPublisher(ReconnectingStream):
                 self._release(b)
                 b.fail(errors.InvalidArgument(f"cannot encode the batch: {exc}"))
                 continue
+            if b.first_seq < 0:
+                b.first_seq = self._next_seq
+                self._next_seq += b.count
             inflight.append(b)
             if b.seq > self._resend_upto:
                 self._resend_upto = b.seq
@@ -331,7 +368,14 @@ class PartitionPublisher(ReconnectingStream):
             if deadline is not None and deadline.when() is None:
                 deadline.reschedule(self._loop.time() + ACK_TIMEOUT_SECONDS)
             try:
-                await call.write(Request(batch=BatchMsg(sequence=b.seq, records=records, count=b.count)))
+                batch = BatchMsg(
+                    sequence=b.seq,
+                    records=records,
+                    count=b.count,
+                    producer_key=self.producer_key,
+                    first_sequence=b.first_seq if self.producer_key else 0,
+                )
+                await call.write(Request(batch=batch))
             except Exception:
                 await raise_call_status(call, "writing to the publish stream failed")
 

@@ -12,6 +12,7 @@ group of segments on its way to the broker, with the futures waiting for its ack
 from __future__ import annotations
 
 import asyncio
+import secrets
 from itertools import chain, repeat
 from typing import Any
 
@@ -69,6 +70,11 @@ def encode_records(
     return b"".join(parts)
 
 
+def new_producer_key() -> int:
+    """An idempotent producer's key: random, non-zero, 64 bits (0 on the wire means "not idempotent")."""
+    return secrets.randbits(64) or 1
+
+
 def attributes_size(attributes: dict[str, str] | None, key: str | None) -> int:
     n = 0
     if attributes:
@@ -82,7 +88,7 @@ def attributes_size(attributes: dict[str, str] | None, key: str | None) -> int:
 class Batch:
     """Messages sealed together; `done` resolves to the first offset (or fails) when the broker answers."""
 
-    __slots__ = ("count", "done", "futs", "nbytes", "records", "records_pid", "segs", "seq")
+    __slots__ = ("count", "done", "first_seq", "futs", "nbytes", "records", "records_pid", "segs", "seq")
 
     def __init__(self, seq: int, loop: asyncio.AbstractEventLoop) -> None:
         self.seq = seq
@@ -93,6 +99,7 @@ class Batch:
         self.done: asyncio.Future[int] = loop.create_future()
         self.records: bytes | None = None
         self.records_pid = -1
+        self.first_seq = -1  # idempotence: its first message's sequence, drawn when first sent
 
     def encode(
         self, producer_id: int, producer_name: str, schema: tuple[int | None, int | None] = (None, None)

@@ -207,3 +207,56 @@ def array_header(n: int) -> bytes:
     if n < 0x10000:
         return b"\xdc" + n.to_bytes(2, "big")
     return b"\xdd" + n.to_bytes(4, "big")
+
+
+# -- idempotence tags ---------------------------------------------------------------------------------------
+# The broker marks the first record of each batch an idempotent producer published with a 9th element,
+# [producer_key, first_sequence, count] (docs/formats.md, "Idempotence tag"): the dedup table is rebuilt
+# from the log after a restart, move or failover. Readers of records ignore the extra element (msgspec
+# array_like structs skip trailing elements), so older readers and Danube consumers are unaffected.
+_NIL = b"\xc0"
+RECORD_FIELDS = 8
+_DEFAULTS = b"\x80" + _NIL * 3  # fields 4..7 when absent: attributes {}, routing key, schema id, version
+
+
+class _Tagged(msgspec.Struct, array_like=True, frozen=True):
+    f0: msgspec.Raw
+    f1: msgspec.Raw
+    f2: msgspec.Raw
+    f3: msgspec.Raw
+    f4: msgspec.Raw = NO_ATTRIBUTES
+    f5: msgspec.Raw = msgspec.Raw(_NIL)
+    f6: msgspec.Raw = msgspec.Raw(_NIL)
+    f7: msgspec.Raw = msgspec.Raw(_NIL)
+    idem: tuple[int, int, int] | None = None
+
+
+_tagged = msgspec.msgpack.Decoder(_Tagged)
+
+
+def tag_record(record: bytes | msgspec.Raw, key: int, first_seq: int, count: int) -> bytes:
+    """A published record (a msgpack array of at most 8 elements, checked by `decode_published*`) with the
+    idempotence tag appended as its 9th element (missing optional fields padded with nil)."""
+    data = bytes(record)
+    head = data[0]
+    if 0x90 <= head <= 0x9F:
+        n, body = head & 0x0F, data[1:]
+    elif head == 0xDC:
+        n, body = int.from_bytes(data[1:3], "big"), data[3:]
+    elif head == 0xDD:
+        n, body = int.from_bytes(data[1:5], "big"), data[5:]
+    else:
+        raise InvalidArgument("a record must be a msgpack array")
+    if not 4 <= n <= RECORD_FIELDS:
+        raise InvalidArgument(f"a record has 4 to {RECORD_FIELDS} fields, not {n}")
+    pad = _DEFAULTS[n - 4 :] if n < RECORD_FIELDS else b""  # n >= 4: the first four are required
+    return b"\x99" + body + pad + _encoder.encode((key, first_seq, count))
+
+
+def idem_tag_of(data: bytes | memoryview) -> tuple[int, int, int] | None:
+    """A stored record's idempotence tag (producer_key, first_sequence, count), or None (untagged or not
+    decodable)."""
+    try:
+        return _tagged.decode(data).idem
+    except (msgspec.DecodeError, TypeError, ValueError):
+        return None

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import msgspec
 from crc32c import crc32c
 
+from ister.broker.dedup import TopicDedup
 from ister.broker.service import BrokerService
 from ister.broker.sessions import (
     CHUNK_MAX_BYTES,
@@ -105,6 +106,20 @@ def decode_batch(
     except InvalidArgument as exc:
         raise InvalidArgument(f"batch {batch.sequence}: {exc}") from None
     return raws, decoded, sum(sizes), checked
+
+
+def idempotent_append(
+    topic: Topic,
+    dedup: TopicDedup,
+    batch: pb.PublishBatch,
+    raws: list[msgspec.Raw],
+    messages: list[PublishedMessage],
+    nbytes: int,
+) -> asyncio.Future[int]:
+    def publish(records: Sequence[bytes | msgspec.Raw], on_offset: Callable[[int], None]) -> Awaitable[int]:
+        return topic.publish_batch(records, messages, nbytes, on_offset)
+
+    return dedup.publish(batch.producer_key, batch.first_sequence, list(raws), publish, topic.wait_committed)
 
 
 class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
@@ -212,7 +227,11 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
         await self.validator.check(session.topic, checked)
         await topic.admit(len(raws), nbytes)  # a publish rate limit holds the stream here (back-pressure)
         session.sent(len(raws), nbytes)
-        done = asyncio.ensure_future(topic.publish_batch(raws, messages, nbytes))
+        dedup = topic.dedup
+        if batch.producer_key and dedup is not None:  # idempotent: a retry gets its original offsets
+            done = idempotent_append(topic, dedup, batch, raws, messages, nbytes)
+        else:
+            done = asyncio.ensure_future(topic.publish_batch(raws, messages, nbytes))
         # Looked at even when the stream ends before its answer is sent (an earlier batch failed, the
         # client went away): otherwise asyncio logs "Task exception was never retrieved" for it.
         done.add_done_callback(_seen)

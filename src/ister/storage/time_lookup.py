@@ -132,6 +132,12 @@ async def _first_in_range(
 
 
 # -- the WAL --------------------------------------------------------------------------------------------
+async def wal_offset_for_time(wal: Wal, t_ms: int, earliest: int) -> int:
+    """As `offset_for_time` within the local WAL only (no metadata, no durable tier): for a caller that knows
+    the WAL's first record is older than `t_ms`."""
+    return await _in_wal(wal, t_ms, max(earliest, wal.first_offset), wal.committed_offset)
+
+
 async def _in_wal(wal: Wal, t_ms: int, lo: int, head: int) -> int:
     segments = [
         s

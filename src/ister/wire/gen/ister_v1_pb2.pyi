@@ -302,14 +302,18 @@ class PublishOpen(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, str]] = ...) -> None: ...
 
 class PublishBatch(_message.Message):
-    __slots__ = ("sequence", "records", "count")
+    __slots__ = ("sequence", "records", "count", "producer_key", "first_sequence")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_KEY_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     records: bytes
     count: int
-    def __init__(self, sequence: _Optional[int] = ..., records: _Optional[bytes] = ..., count: _Optional[int] = ...) -> None: ...
+    producer_key: int
+    first_sequence: int
+    def __init__(self, sequence: _Optional[int] = ..., records: _Optional[bytes] = ..., count: _Optional[int] = ..., producer_key: _Optional[int] = ..., first_sequence: _Optional[int] = ...) -> None: ...
 
 class PublishResponse(_message.Message):
     __slots__ = ("opened", "ack")
