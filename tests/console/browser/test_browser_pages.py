@@ -141,7 +141,8 @@ async def test_topic_page_shows_the_offsets_and_the_backlog_the_test_left(
     await expect(page.locator("table").filter(has_text="payer")).to_be_visible()
     await checked(page, "topic")
     await page.get_by_role("link", name="Subscriptions", exact=True).click()
-    await expect(page.locator(f'tr[data-sub="audit"]:has(a[href="/topic{topic}"]) td.backlog')).to_have_text("6")
+    listed = page.locator(f'tr[data-sub="audit"]:has(a[href="/topic{topic}"]) td.backlog')
+    await expect(listed).to_have_text("6")
     await checked(page, "subscriptions")
     await cons.close()
     await p.close()
@@ -213,7 +214,8 @@ async def test_overview_and_topics_fit_the_window(
     context = await browser.new_context(viewport=viewport)  # type: ignore[arg-type]
     try:
         page = await context.new_page()
-        for path, shot in (("/", "overview"), ("/topics?q=fleet", "topics"), ("/topic/default/fleet-0-part-0", "topic")):
+        pages = (("/", "overview"), ("/topics?q=fleet", "topics"), ("/topic/default/fleet-0-part-0", "topic"))
+        for path, shot in pages:
             await page.goto(base + path)
             await no_horizontal_scroll(page)
             await checked(page, f"{shot}-{viewport['width']}")
