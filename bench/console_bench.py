@@ -28,7 +28,7 @@ from pathlib import Path
 
 import grpc
 
-from ister.console.source import TOPIC_CACHE_SECONDS
+from ister.console.source import CHANNEL_OPTIONS, TOPIC_CACHE_SECONDS
 from ister.devcluster.broker import BrokerNode
 from ister.devcluster.ports import free_port, wait_port
 from ister.wire.gen import DanubeAdmin_pb2 as apb
@@ -90,7 +90,7 @@ def run(count: int, runs: int) -> dict[str, float]:
         console = subprocess.Popen([*cmd, "--listen", f"127.0.0.1:{port}"])
         wait_port(port, console, 60, "console")
         started = time.monotonic()
-        with grpc.insecure_channel(broker.admin_addr) as channel:
+        with grpc.insecure_channel(broker.admin_addr, options=CHANNEL_OPTIONS) as channel:
             listed = apb_grpc.TopicAdminStub(channel).ListNamespaceTopics(
                 apb.NamespaceRequest(name="default"), timeout=120
             )

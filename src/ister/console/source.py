@@ -20,6 +20,9 @@ from ister.wire.gen import ister_v1_pb2_grpc as ister_pb_grpc
 CALL_TIMEOUT_SECONDS = 5.0
 TOPIC_CACHE_SECONDS = 3.0
 RESET_TIMEOUT_SECONDS = 60.0
+# One namespace's topic listing is ~46 bytes a topic: 4.6 MB at 100,000, above gRPC's 4 MiB default
+# receive limit (bench/console_bench.py found it), so the console takes up to 64 MiB.
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
 
 
 @dataclass(frozen=True)
@@ -59,9 +62,11 @@ class AdminSource:
         """Make the channel on the server's event loop (an aio channel belongs to the loop it was made on)."""
         creds = current()
         if self._tls or creds.tls:
-            self._channel = grpc.aio.secure_channel(self.target, creds.channel_credentials())
+            self._channel = grpc.aio.secure_channel(
+                self.target, creds.channel_credentials(), options=CHANNEL_OPTIONS
+            )
         else:
-            self._channel = grpc.aio.insecure_channel(self.target)
+            self._channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
         self._brokers = pb_grpc.BrokerAdminStub(self._channel)
         self._topic_admin = pb_grpc.TopicAdminStub(self._channel)
         self._ister_admin = ister_pb_grpc.IsterAdminStub(self._channel)
