@@ -107,7 +107,8 @@ def run(count: int, runs: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--topics", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--json", action="store_true")
@@ -119,11 +120,11 @@ def main() -> None:
         if args.json:
             print(json.dumps(result))
         else:
+            ms = {k: f"{v * 1000:.0f} ms" for k, v in result.items() if k.endswith(("cold", "warm", "rpc_s"))}
             print(
                 f"{count:>7} topics: made in {result['create_s']:.1f} s; ListNamespaceTopics "
-                f"{result['list_rpc_s'] * 1000:.0f} ms; topics page cold {result['page_cold'] * 1000:.0f} ms, "
-                f"warm {result['page_warm'] * 1000:.0f} ms; search cold {result['search_cold'] * 1000:.0f} ms, "
-                f"warm {result['search_warm'] * 1000:.0f} ms"
+                f"{ms['list_rpc_s']}; topics page cold {ms['page_cold']}, warm {ms['page_warm']}; "
+                f"search cold {ms['search_cold']}, warm {ms['search_warm']}"
             )
 
 
