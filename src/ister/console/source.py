@@ -21,7 +21,8 @@ CALL_TIMEOUT_SECONDS = 5.0
 TOPIC_CACHE_SECONDS = 3.0
 # Listing 100,000 topics costs the broker about 1.5 s (bench/console_bench.py), and the live overview asks
 # every 2 s: the listing is kept at least 10 times as long as it took, so the console spends at most a
-# tenth of the broker's time on it, whatever the topic count (3 s up to about 25,000 topics, 15 to 20 s at 100,000).
+# tenth of the broker's time on it, whatever the topic count (3 s up to about 25,000 topics, 15 to 20 s
+# at 100,000).
 LIST_SHARE = 0.1
 RESET_TIMEOUT_SECONDS = 60.0
 # One namespace's topic listing is ~46 bytes a topic: 4.6 MB at 100,000, above gRPC's 4 MiB default
