@@ -1,0 +1,54 @@
+"""The console in a browser against a real 3-broker cluster on etcd: the overview lists the three brokers
+and one leader, and a replicated topic's page shows its three replicas in sync."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Page, expect
+
+from ister.client import Client
+from tests.console.browser.support import checked, reload_until
+from tests.console.console_support import console
+from tests.etcd_server import EtcdServer
+from tests.integration.cluster import Cluster
+from tests.integration.replication_support import RF_ENV
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(240)]
+
+
+async def test_a_three_broker_cluster_overview_and_a_topics_replicas(
+    tmp_path: Path, etcd_server: EtcdServer, page: Page
+) -> None:
+    cluster = Cluster(tmp_path, etcd_server.endpoint, 3, 2, env=RF_ENV)
+    try:
+        await cluster.start()
+        topic = "/default/ledger"
+        async with Client(cluster.brokers[0].url) as ister:
+            pub = await ister.producer(topic)
+            await pub.send_batch([b"a", b"b", b"c"])
+            await pub.flush()
+        leader = await cluster.leader()
+        ids = sorted(str(cluster.broker_id(b)) for b in cluster.brokers)
+        with console(cluster.brokers[0].admin_addr) as base:
+            await page.goto(base + "/")
+            rows = page.locator("#brokers tbody tr")
+            await expect(rows).to_have_count(3)
+            assert sorted(await page.locator("#brokers tbody tr td:first-child").all_inner_texts()) == ids
+            await expect(page.locator(f'#brokers tr[data-broker="{leader}"]')).to_contain_text("leader")
+            await expect(page.get_by_role("cell", name="leader", exact=True)).to_have_count(1)
+            await expect(page.locator("#brokers td.state", has_text="active")).to_have_count(3)
+            await checked(page, "cluster-overview")
+            await page.goto(f"{base}/topic{topic}")
+            await expect(page.locator("#end-offset")).to_have_text("3")
+            # Replicas in placement order (the owner first), the in-sync set sorted: all three once the
+            # followers caught up.
+            in_sync = ", ".join(sorted(ids, key=int))
+            await reload_until(page, page.locator("#in-sync"), in_sync)
+            assert set((await page.locator("#replicas").inner_text()).split(", ")) == set(ids)
+            owner_first = (await page.locator("#replicas").inner_text()).split(", ")[0]
+            await expect(page.locator("#owner")).to_have_text(owner_first)
+            await checked(page, "cluster-topic")
+    finally:
+        await cluster.stop()
