@@ -15,7 +15,7 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ister.console import cursors, pagekit, pages_cluster, pages_schemas, pages_security
+from ister.console import cursors, live_rates, pagekit, pages_cluster, pages_schemas, pages_security
 from ister.console.paging import page_of
 from ister.console.source import AdminSource
 
@@ -141,6 +141,7 @@ def build_app(source: AdminSource) -> Starlette:
             Route("/topic/{name:path}", topic),
             Route("/messages/{name:path}", _messages_route(source)),
             Route("/subscriptions", subscriptions),
+            *live_rates.routes(source),
             *pages_cluster.routes(source, _render),
             *pages_schemas.routes(source, _render),
             *pages_security.routes(source, _render),
