@@ -67,6 +67,12 @@ def test_a_token_without_topic_rights_sees_brokers_and_is_refused_the_rest(
             base + "/reset/default/guarded", {"subscription": "s", "to": "earliest", "at": ""}
         )
         assert status == 403 and "PERMISSION_DENIED" in body
+        status, body = get(base + "/security")  # roles and bindings need ManageCluster
+        assert status == 403 and 'id="refused"' in body and "may not read roles and bindings" in body
+        status, body = get(base + "/rebalancing")
+        assert status == 403 and "PERMISSION_DENIED" in body
     with console(broker.admin_addr, "--token", token("root"), "--tls-ca", str(pki.ca_file), env=env) as base:
         status, body = get(base + "/topic/default/guarded")
         assert status == 200 and '<dd id="end-offset">0</dd>' in body
+        status, body = get(base + "/security")
+        assert status == 200 and 'data-binding="viewer-ops"' in body and 'data-role="viewer"' in body

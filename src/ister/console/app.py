@@ -15,7 +15,7 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ister.console import cursors
+from ister.console import cursors, live_rates, pagekit, pages_cluster, pages_schemas, pages_security
 from ister.console.paging import page_of
 from ister.console.source import AdminSource
 
@@ -29,19 +29,8 @@ def _render(template: str, status: int = 200, **ctx: object) -> HTMLResponse:
     return HTMLResponse(_env.get_template(template).render(**ctx), status_code=status)
 
 
-_STATUS = {
-    grpc.StatusCode.NOT_FOUND: 404,
-    grpc.StatusCode.PERMISSION_DENIED: 403,
-    grpc.StatusCode.UNAUTHENTICATED: 401,
-    grpc.StatusCode.INVALID_ARGUMENT: 400,
-}
-
-
-def _rpc_error(exc: grpc.RpcError, nav: str, what: str = "admin API") -> HTMLResponse:
-    """A failed admin call as a page: not found, not permitted, or unreachable (503), in its own words."""
-    code = exc.code()
-    message = f"{what}: {exc.details()} ({code.name})"
-    return _render("error.html", _STATUS.get(code, 503), message=message, nav=nav)
+def _rpc_error(exc: grpc.RpcError, nav: str, what: str = "admin API") -> Response:
+    return pagekit.rpc_error(_render, exc, nav, what)
 
 
 def _messages_route(source: AdminSource) -> Callable[[Request], Awaitable[Response]]:
@@ -152,6 +141,10 @@ def build_app(source: AdminSource) -> Starlette:
             Route("/topic/{name:path}", topic),
             Route("/messages/{name:path}", _messages_route(source)),
             Route("/subscriptions", subscriptions),
+            *live_rates.routes(source),
+            *pages_cluster.routes(source, _render),
+            *pages_schemas.routes(source, _render),
+            *pages_security.routes(source, _render),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         on_startup=[source.open],

@@ -12,8 +12,10 @@ import grpc
 
 from ister.cli.security_opts import current
 from ister.console.paging import TopicRow
+from ister.console.rates import Rates, rates
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
+from ister.wire.gen import SchemaRegistry_pb2_grpc as schema_grpc
 from ister.wire.gen import ister_v1_pb2 as ister_pb
 from ister.wire.gen import ister_v1_pb2_grpc as ister_pb_grpc
 
@@ -33,6 +35,7 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2_000),
 ]
+MANAGE_CACHE_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ class Overview:
     topics: int | None = 0  # None: the token may not list them (`denied` says why)
     namespaces: int = 0
     denied: str = ""
+    rates: Rates | None = None
+    may_manage: bool = False  # drain/activate buttons: the broker said this token may (a dry-run drain)
 
 
 class AdminSource:
@@ -68,6 +73,7 @@ class AdminSource:
         self._topics_cache: tuple[float, list[TopicRow]] | None = None
         self._cache_seconds = TOPIC_CACHE_SECONDS
         self._lock = asyncio.Lock()
+        self._manage_cache: tuple[float, bool] | None = None
 
     async def open(self) -> None:
         """Make the channel on the server's event loop (an aio channel belongs to the loop it was made on)."""
@@ -81,6 +87,17 @@ class AdminSource:
         self._brokers = pb_grpc.BrokerAdminStub(self._channel)
         self._topic_admin = pb_grpc.TopicAdminStub(self._channel)
         self._ister_admin = ister_pb_grpc.IsterAdminStub(self._channel)
+        self.schemas = schema_grpc.SchemaRegistryStub(self._channel)
+        self.security = pb_grpc.SecurityAdminStub(self._channel)
+
+    @property
+    def brokers(self) -> Any:
+        """BrokerAdmin: drain, activate, balance, rebalance (the pages call it directly)."""
+        return self._brokers
+
+    @property
+    def ister_admin(self) -> Any:
+        return self._ister_admin
 
     async def close(self) -> None:
         if self._channel is not None:
@@ -118,6 +135,8 @@ class AdminSource:
                 if exc.code() != grpc.StatusCode.PERMISSION_DENIED:
                     raise
                 rows, denied = [], f"this token may not list topics: {exc.details()}"
+            cluster_rates = await rates(self._brokers, self._ister_admin)
+            may_manage = await self.may_manage([b.broker_id for b in listed.brokers])
         except grpc.RpcError as exc:
             code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
             details = exc.details() if hasattr(exc, "details") else str(exc)
@@ -136,7 +155,28 @@ class AdminSource:
             )
             for b in listed.brokers
         ]
-        return Overview(True, "", brokers, None if denied else len(rows), len(ns.namespaces), denied)
+        topics = None if denied else len(rows)
+        return Overview(True, "", brokers, topics, len(ns.namespaces), denied, cluster_rates, may_manage)
+
+    async def may_manage(self, broker_ids: list[str]) -> bool:
+        """Whether the token may drain and activate brokers: a dry-run drain asks RBAC (the same rule,
+        cluster-wide) and moves nothing. Asked once a minute, not on every refresh."""
+        if len(broker_ids) < 2:
+            return False  # a drain needs another active broker: no buttons on a standalone broker
+        cached = self._manage_cache
+        if cached is not None and time.monotonic() - cached[0] < MANAGE_CACHE_SECONDS:
+            return cached[1]
+        try:
+            await self._brokers.UnloadBroker(
+                pb.UnloadBrokerRequest(broker_id=broker_ids[0], dry_run=True), timeout=CALL_TIMEOUT_SECONDS
+            )
+            allowed = True
+        except grpc.RpcError as exc:
+            if exc.code() not in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+                raise
+            allowed = False
+        self._manage_cache = (time.monotonic(), allowed)
+        return allowed
 
     async def topic(self, name: str) -> tuple[Any, Any]:
         """A topic's description (schema, replicas) and live stats from its owner; grpc.RpcError if not."""
