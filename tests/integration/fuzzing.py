@@ -195,8 +195,13 @@ class Gen:
             mt = f.message_type
             if mt is not None and mt.GetOptions().map_entry:
                 target = getattr(msg, f.name)
-                for k, v in self.attributes().items():
-                    target[k] = v
+                key_f, value_f = mt.fields_by_name["key"], mt.fields_by_name["value"]
+                if key_f.type == value_f.type == FieldDescriptor.TYPE_STRING:
+                    for k, v in self.attributes().items():
+                        target[k] = v
+                elif value_f.message_type is None:  # e.g. map<string, uint64>: scalars of the entry's types
+                    for _ in range(self.rng.choice((0, 1, 2, 3))):
+                        target[self.scalar(key_f)] = self.scalar(value_f)
             elif f.is_repeated:
                 target = getattr(msg, f.name)
                 n = self.rng.choice((0, 1, 2, 3))
