@@ -64,37 +64,70 @@ _ICEBERG: dict[str, IcebergType] = {
 }
 
 
+class _Numbering:
+    def __init__(self, ids: dict[Path, int], last_id: int) -> None:
+        self.ids, self.last_id = ids, last_id
+
+    def give(self, path: Path) -> None:
+        if path not in self.ids:
+            self.last_id += 1
+            self.ids[path] = self.last_id
+
+    def fresh(self, path: Path, members: Sequence[FieldOf]) -> None:
+        """A new schema's order: a struct's fields, then each field's parts."""
+        for f in members:
+            self.give((*path, f.name))
+        for f in members:
+            self.fresh_type((*path, f.name), f.dtype)
+
+    def fresh_type(self, path: Path, t: DType) -> None:
+        if isinstance(t, StructOf):
+            self.fresh(path, t.fields)
+            return
+        parts = _parts(path, t)  # a list's element; a map's key and value
+        for part, _ in parts:
+            self.give(part)
+        for part, sub in parts:
+            self.fresh_type(part, sub)
+
+    def added(self, path: Path, members: Sequence[FieldOf]) -> None:
+        """Pyiceberg's `union_by_name` order: the parts of known fields first (deepest first), then this
+        level's new fields, each followed by its own parts in a new schema's order."""
+        for f in members:
+            if (*path, f.name) in self.ids:
+                self.added_type((*path, f.name), f.dtype)
+        for f in members:
+            if (*path, f.name) not in self.ids:
+                self.give((*path, f.name))
+                self.fresh_type((*path, f.name), f.dtype)
+
+    def added_type(self, path: Path, t: DType) -> None:
+        if isinstance(t, StructOf):
+            self.added(path, t.fields)
+        else:
+            for part, sub in _parts(path, t):
+                self.added_type(part, sub)
+
+
+def _parts(path: Path, t: DType) -> list[tuple[Path, DType]]:
+    if isinstance(t, ListOf):
+        return [((*path, "element"), t.item)]
+    if isinstance(t, MapOf):
+        return [((*path, "key"), t.key), ((*path, "value"), t.value)]
+    return []
+
+
 def assign(columns: Sequence[FieldOf], ids: dict[Path, int], last_id: int) -> int:
-    """Give every path of `columns` without an id in `ids` the next free id, in the order Iceberg numbers
-    a new table's schema (a struct's fields, then each field's parts; a list's element; a map's key and
-    value), so that a table created from the shape keeps its ids; returns the last id given."""
-    counter = [last_id]
-
-    def give(path: Path) -> None:
-        if path not in ids:
-            counter[0] += 1
-            ids[path] = counter[0]
-
-    def fields(path: Path, members: Sequence[FieldOf]) -> None:
-        for f in members:
-            give((*path, f.name))
-        for f in members:
-            walk((*path, f.name), f.dtype)
-
-    def walk(path: Path, t: DType) -> None:
-        if isinstance(t, ListOf):
-            give((*path, "element"))
-            walk((*path, "element"), t.item)
-        elif isinstance(t, MapOf):
-            give((*path, "key"))
-            give((*path, "value"))
-            walk((*path, "key"), t.key)
-            walk((*path, "value"), t.value)
-        elif isinstance(t, StructOf):
-            fields(path, t.fields)
-
-    fields((), columns)
-    return counter[0]
+    """Give every path of `columns` without an id in `ids` the next free id; returns the last id given.
+    The order is pyiceberg's: as it numbers a new table's schema when `ids` is empty, as its
+    `union_by_name` numbers what an evolution adds otherwise, so that the table's ids are the shape's
+    (`typed.adopt_ids` takes the table's ids whatever they are)."""
+    numbering = _Numbering(ids, last_id)
+    if ids:
+        numbering.added((), columns)
+    else:
+        numbering.fresh((), columns)
+    return numbering.last_id
 
 
 def arrow_type(path: Path, t: DType, ids: Ids) -> pa.DataType:
