@@ -273,19 +273,21 @@ def test_a_record_that_does_not_decode_keeps_its_payload_and_reason() -> None:
     shape = table_shape(schema)
     bad = [
         b"not json",
+        b"null",
         b'{"id": "seven", "item": "pen"}',
         b'{"item": "pen"}',
         b'{"id": 99999999999999999999}',
     ]
     got = rows(shape, [*bad, b'{"id": 1, "item": "pen"}'])
     assert [r["_raw"] for r in got] == [*bad, None]
-    assert [r["id"] for r in got] == [None, None, None, None, 1]
+    assert [r["id"] for r in got] == [None, None, None, None, None, 1]
     reasons = [r["_error"] for r in got]
     assert "JSON" in reasons[0]
-    assert reasons[1] == "expected an integer, got str"
-    assert reasons[2] == "field 'id' is required"
-    assert "does not fit a long" in reasons[3]
-    assert reasons[4] is None
+    assert reasons[1] == "the value is null"
+    assert reasons[2] == "expected an integer, got str"
+    assert reasons[3] == "field 'id' is required"
+    assert "does not fit a long" in reasons[4]
+    assert reasons[5] is None
 
 
 def test_a_value_arrow_refuses_makes_only_its_record_undecodable() -> None:

@@ -271,6 +271,7 @@ def _decoder(shape: TableShape, writers: Mapping[int, ParsedSchema]) -> Any:
     assert reader is not None and value is not None
     conv = value.conv
     avro = reader.type is SchemaType.AVRO
+    record = shape.fields is not None  # a JSON `null` is no record: its fields are not all null
 
     def decode(m: LeanMessage) -> Any:
         try:
@@ -282,7 +283,7 @@ def _decoder(shape: TableShape, writers: Mapping[int, ParsedSchema]) -> Any:
                 decoded = reader.decode(m.payload)
         except (ValueError, DecodeError) as exc:  # msgspec's and fastavro's errors are ValueErrors
             raise Unreadable(str(exc) or type(exc).__name__) from None
-        if decoded is None and not value.nullable:
+        if decoded is None and (record or not value.nullable):
             raise Unreadable("the value is null")
         return decoded if conv is None or decoded is None else conv(decoded)
 
