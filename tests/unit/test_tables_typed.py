@@ -8,11 +8,12 @@ import decimal
 import json
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 import pytest
 from pyiceberg.types import DecimalType, ListType, LongType, MapType, StructType, TimestamptzType
 
-from ister.core.record import StoredMessage, encode_message
+from ister.core.record import LeanMessage, StoredMessage, encode_message
 from ister.core.schema import ParsedSchema, parse, parse_schema_type
 from ister.errors import InvalidArgument
 from ister.schema.protoc import parse_proto_sync
@@ -89,7 +90,7 @@ def stored(payload: bytes, t: int = 1_000, **kw: Any) -> bytes:
 
 
 def rows(shape: TableShape, payloads: list[bytes], **kw: Any) -> list[dict[str, Any]]:
-    table = to_arrow(shape, list(range(len(payloads))), [stored(p) for p in payloads], **kw)
+    table = to_arrow(shape, [(i, stored(p)) for i, p in enumerate(payloads)], **kw)
     assert table.schema.equals(shape.arrow_schema, check_metadata=True)
     return table.to_pylist()
 
@@ -104,7 +105,7 @@ def test_bytes_topic_gets_the_envelope_and_the_payload() -> None:
     assert str(shape.arrow_schema.field("publish_time").type) == "timestamp[us, tz=UTC]"
     assert shape.arrow_schema.field("offset").type == pa.int64()
     record = stored(b"\x00\xff", 1_700_000_000_123, routing_key="k1", attributes={"a": "1", "b": "2"})
-    table = to_arrow(shape, [41, 42], [record, stored(b"x", producer="q")])
+    table = to_arrow(shape, [(41, record), (42, stored(b"x", producer="q"))])
     assert table.to_pylist() == [
         {
             "offset": 41,
@@ -339,17 +340,15 @@ def test_avro_records_of_older_versions_resolve_through_their_writer() -> None:
         stored(v1.encode({"a": 5}), schema_version=1),
         stored(v2.encode({"a": 2**40, "b": "x"}), schema_version=2),
     ]
-    got = to_arrow(shape, [0, 1], records, writers={1: v1}).to_pylist()
+    got = to_arrow(shape, list(enumerate(records)), writers={1: v1}).to_pylist()
     assert [(r["a"], r["b"], r["_error"]) for r in got] == [(5, "-", None), (2**40, "x", None)]
-    unknown = to_arrow(shape, [0], records[:1]).to_pylist()[0]
+    unknown = to_arrow(shape, [(0, records[0])]).to_pylist()[0]
     assert unknown["a"] is None and unknown["_error"] == (
         "written by version 1 of the subject, whose Avro schema was not given"
     )
 
 
 def test_bad_input_is_refused() -> None:
-    with pytest.raises(InvalidArgument, match="2 offsets for 1 records"):
-        to_arrow(table_shape(None), [1, 2], [stored(b"x")])
     recursive = avro(
         {
             "type": "record",
@@ -359,3 +358,15 @@ def test_bad_input_is_refused() -> None:
     )
     with pytest.raises(InvalidArgument, match="recursive"):
         table_shape(recursive)
+
+
+def test_records_may_come_decoded_and_may_be_empty() -> None:
+    schema = json_schema(ORDER)
+    shape = table_shape(schema)
+    record = stored(b'{"id": 1, "item": "pen"}', routing_key="r", attributes={"a": "b"})
+    lean = msgspec.msgpack.decode(record, type=LeanMessage)
+    expected = to_arrow(shape, [(5, record)])
+    assert to_arrow(shape, [(5, lean)]).equals(expected)
+    assert to_arrow(shape, [(5, lean), (6, record)]).slice(0, 1).equals(expected)
+    empty = to_arrow(shape, [])
+    assert empty.num_rows == 0 and empty.schema.equals(shape.arrow_schema, check_metadata=True)

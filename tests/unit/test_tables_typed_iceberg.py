@@ -114,7 +114,7 @@ def test_avro_topic_table_appends_evolves_and_reads_back_in_pyiceberg_and_duckdb
         }
         for i in range(3)
     ]
-    table.append(to_arrow(shape, [0, 1, 2], [stored(v1.encode(v), 1, i) for i, v in enumerate(first)]))
+    table.append(to_arrow(shape, [(i, stored(v1.encode(v), 1, i)) for i, v in enumerate(first)]))
 
     grown = evolve(shape, table_shape(v2, 2))
     adopted = evolve_table(table, grown)
@@ -129,7 +129,7 @@ def test_avro_topic_table_appends_evolves_and_reads_back_in_pyiceberg_and_duckdb
         }
     ]
     records = [stored(v2.encode(second[0]), 2, 3), stored(v1.encode(first[1]), 1, 4), stored(b"\x01", 2, 5)]
-    table.append(to_arrow(adopted, [3, 4, 5], records, writers={1: v1}))
+    table.append(to_arrow(adopted, list(zip([3, 4, 5], records, strict=True)), writers={1: v1}))
 
     rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
     assert [(r["offset"], r["id"], r["price"], r["venue"], r["side"]) for r in rows] == [
@@ -174,7 +174,7 @@ def test_json_and_protobuf_topic_tables_read_back(tmp_path: Path) -> None:
     ]:
         shape = table_shape(schema, 1)
         table = cat.create_table(f"default.{name}", schema=shape.iceberg_schema())
-        table.append(to_arrow(shape, [0, 1], [stored(p, 1, i) for i, p in enumerate(payloads)]))
+        table.append(to_arrow(shape, [(i, stored(p, 1, i)) for i, p in enumerate(payloads)]))
         columns = [f.name for f in shape.arrow_schema][-2:]
         got = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
         assert [tuple(r[c] for c in columns) for r in got] == expected
@@ -184,7 +184,7 @@ def test_json_and_protobuf_topic_tables_read_back(tmp_path: Path) -> None:
 def test_bytes_topic_table(tmp_path: Path) -> None:
     shape = table_shape(None)
     table = catalog(tmp_path).create_table("default.raw", schema=shape.iceberg_schema())
-    table.append(to_arrow(shape, [7, 8], [stored(b"\x00a", 0, 0), stored(b"b", 0, 1)]))
+    table.append(to_arrow(shape, [(7, stored(b"\x00a", 0, 0)), (8, stored(b"b", 0, 1))]))
     assert duck_rows(table, '"offset", value, key, producer') == [
         (7, b"\x00a", b"k0", "p"),
         (8, b"b", b"k1", "p"),

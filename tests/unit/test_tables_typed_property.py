@@ -105,7 +105,7 @@ def test_avro_values_round_trip_through_the_table(case: tuple[Any, list[Any], No
     definition, values, norm = case
     schema = parse(parse_schema_type("avro"), json.dumps(definition))
     shape = table_shape(schema, 1)
-    table = to_arrow(shape, list(range(len(values))), [stored(schema.encode(v)) for v in values])
+    table = to_arrow(shape, [(i, stored(schema.encode(v))) for i, v in enumerate(values)])
     assert table.schema.equals(shape.arrow_schema, check_metadata=True)
     rows = table.to_pylist()
     assert [r["_error"] for r in rows] == [None] * len(values)
@@ -169,6 +169,6 @@ def test_json_values_round_trip_through_the_table(node: Node, data: st.DataObjec
     schema = parse(parse_schema_type("json_schema"), json.dumps(definition))
     shape = table_shape(schema)
     records = [stored(json.dumps(v).encode()) for v in values]
-    rows = to_arrow(shape, list(range(len(values))), records).to_pylist()
+    rows = to_arrow(shape, list(enumerate(records))).to_pylist()
     assert [r["_error"] for r in rows] == [None] * len(values)
     assert [{n: r[n] for n in definition["properties"]} for r in rows] == [norm(v) for v in values]

@@ -159,29 +159,27 @@ _decode_lean = msgspec.msgpack.Decoder(list[LeanMessage]).decode
 _decode_attrs = msgspec.msgpack.Decoder(dict[str, str]).decode
 
 
-def _messages(records: Sequence[bytes | LeanMessage]) -> list[LeanMessage]:
-    if all(isinstance(r, LeanMessage) for r in records):
-        return list(records)  # type: ignore[arg-type]
-    raw = [r if isinstance(r, bytes) else msgspec.msgpack.encode(r) for r in records]
+Records = Sequence[tuple[int, bytes | LeanMessage]]  # (offset, stored record) as a reader returns them
+
+
+def _messages(records: Records) -> list[LeanMessage]:
+    stored = [r for _, r in records]
+    if all(isinstance(r, LeanMessage) for r in stored):
+        return stored  # type: ignore[return-value]
+    raw = [r if isinstance(r, bytes) else msgspec.msgpack.encode(r) for r in stored]
     return _decode_lean(array_header(len(raw)) + b"".join(raw))
 
 
 def to_arrow(
-    shape: TableShape,
-    offsets: Sequence[int],
-    records: Sequence[bytes | LeanMessage],
-    *,
-    writers: Mapping[int, ParsedSchema] | None = None,
+    shape: TableShape, records: Records, *, writers: Mapping[int, ParsedSchema] | None = None
 ) -> pa.Table:
-    """The rows of stored records (as the log keeps them, or decoded as LeanMessage) at `offsets`, in
-    `shape.arrow_schema`. An Avro record stamped with another registry version than `shape.version` is
-    read by Avro schema resolution from that version's schema in `writers`; without it the record goes to
-    `_raw` / `_error`. Every record gives one row, decodable or not."""
-    if len(offsets) != len(records):
-        raise InvalidArgument(f"{len(offsets)} offsets for {len(records)} records")
+    """The rows of (offset, stored record) pairs (the record as the log keeps it, or decoded as a
+    LeanMessage), in `shape.arrow_schema`. An Avro record stamped with another registry version than
+    `shape.version` is read by Avro schema resolution from that version's schema in `writers`; without
+    it the record goes to `_raw` / `_error`. Every record gives one row, decodable or not."""
     messages = _messages(records)
     filled: dict[str, pa.Array] = {
-        "offset": pa.array(offsets, pa.int64()),
+        "offset": pa.array([o for o, _ in records], pa.int64()),
         "publish_time": pa.array([m.publish_time for m in messages], pa.int64())
         .cast(pa.timestamp("ms", tz="UTC"))
         .cast(pa.timestamp("us", tz="UTC")),
