@@ -15,7 +15,7 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ister.console import cursors, live_rates, pagekit, pages_cluster, pages_schemas, pages_security
+from ister.console import cursors, health, live_rates, pagekit, pages_cluster, pages_schemas, pages_security
 from ister.console.paging import page_of
 from ister.console.source import AdminSource
 
@@ -23,6 +23,7 @@ HERE = Path(__file__).parent
 REFRESH_SECONDS = 2.0
 
 _env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
+_env.globals.update(when=health.when, retry=health.retry)
 
 
 def _render(template: str, status: int = 200, **ctx: object) -> HTMLResponse:

@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 
 from ister.cli.security_opts import current
+from ister.console.health import Health, health
 from ister.console.paging import TopicRow
 from ister.console.rates import Rates, rates
 from ister.wire.gen import DanubeAdmin_pb2 as pb
@@ -63,6 +64,7 @@ class Overview:
     denied: str = ""
     rates: Rates | None = None
     may_manage: bool = False  # drain/activate buttons: the broker said this token may (a dry-run drain)
+    health: Health | None = None  # moves, failed moves, under-replicated and under-min-ISR topics
 
 
 class AdminSource:
@@ -136,6 +138,7 @@ class AdminSource:
                     raise
                 rows, denied = [], f"this token may not list topics: {exc.details()}"
             cluster_rates = await rates(self._brokers, self._ister_admin)
+            cluster_health = await health(self._ister_admin)
             may_manage = await self.may_manage([b.broker_id for b in listed.brokers])
         except grpc.RpcError as exc:
             code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
@@ -156,7 +159,9 @@ class AdminSource:
             for b in listed.brokers
         ]
         topics = None if denied else len(rows)
-        return Overview(True, "", brokers, topics, len(ns.namespaces), denied, cluster_rates, may_manage)
+        return Overview(
+            True, "", brokers, topics, len(ns.namespaces), denied, cluster_rates, may_manage, cluster_health
+        )
 
     async def may_manage(self, broker_ids: list[str]) -> bool:
         """Whether the token may drain and activate brokers: a dry-run drain asks RBAC (the same rule,

@@ -145,6 +145,7 @@ RULES[f"/{_IA}ListApiKeys"] = Rule("ManageCluster", _cluster)
 RULES[f"/{_IA}CreateToken"] = Rule("ManageCluster", _cluster, change=True, audited=_token_audit)
 RULES[f"/{_IA}ListPartitionAssignments"] = Rule("ManageTopic", T_TOPIC)
 RULES[f"/{_IA}ListBrokerLoads"] = Rule("ManageCluster", _cluster)  # as GetClusterBalance
+RULES[f"/{_IA}GetClusterHealth"] = Rule("ManageCluster", _cluster)  # moves, failures, replication
 # the namespace's policy record, as CreateNamespace writes it
 RULES[f"/{_IA}SetNamespaceReplication"] = Rule("ManageNamespace", _field_namespace, change=True)
 # retention: a topic's own limits are the topic's to manage, a namespace's its policy's

@@ -32,6 +32,86 @@ KEY_SHARED: SubscriptionType
 LATEST: InitialPosition
 EARLIEST: InitialPosition
 
+class ClusterHealthRequest(_message.Message):
+    __slots__ = ("max_moves",)
+    MAX_MOVES_FIELD_NUMBER: _ClassVar[int]
+    max_moves: int
+    def __init__(self, max_moves: _Optional[int] = ...) -> None: ...
+
+class RebalancingMove(_message.Message):
+    __slots__ = ("topic", "from_broker", "to_broker", "reason", "estimated_load", "timestamp")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FROM_BROKER_FIELD_NUMBER: _ClassVar[int]
+    TO_BROKER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_LOAD_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    from_broker: int
+    to_broker: int
+    reason: str
+    estimated_load: float
+    timestamp: float
+    def __init__(self, topic: _Optional[str] = ..., from_broker: _Optional[int] = ..., to_broker: _Optional[int] = ..., reason: _Optional[str] = ..., estimated_load: _Optional[float] = ..., timestamp: _Optional[float] = ...) -> None: ...
+
+class FailedMove(_message.Message):
+    __slots__ = ("topic", "from_broker", "cause", "code", "at", "failures", "backing_off", "retry_at")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FROM_BROKER_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    BACKING_OFF_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    from_broker: int
+    cause: str
+    code: str
+    at: float
+    failures: int
+    backing_off: bool
+    retry_at: float
+    def __init__(self, topic: _Optional[str] = ..., from_broker: _Optional[int] = ..., cause: _Optional[str] = ..., code: _Optional[str] = ..., at: _Optional[float] = ..., failures: _Optional[int] = ..., backing_off: _Optional[bool] = ..., retry_at: _Optional[float] = ...) -> None: ...
+
+class ReplicationIssue(_message.Message):
+    __slots__ = ("topic", "state", "replicas", "in_sync_replicas", "live_in_sync", "min_insync_replicas", "leader")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    state: str
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    in_sync_replicas: _containers.RepeatedScalarFieldContainer[int]
+    live_in_sync: _containers.RepeatedScalarFieldContainer[int]
+    min_insync_replicas: int
+    leader: int
+    def __init__(self, topic: _Optional[str] = ..., state: _Optional[str] = ..., replicas: _Optional[_Iterable[int]] = ..., in_sync_replicas: _Optional[_Iterable[int]] = ..., live_in_sync: _Optional[_Iterable[int]] = ..., min_insync_replicas: _Optional[int] = ..., leader: _Optional[int] = ...) -> None: ...
+
+class ClusterHealthResponse(_message.Message):
+    __slots__ = ("mode", "note", "moves", "moves_total", "failed_moves", "under_replicated", "under_min_isr", "replicated_topics")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    MOVES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FAILED_MOVES_FIELD_NUMBER: _ClassVar[int]
+    UNDER_REPLICATED_FIELD_NUMBER: _ClassVar[int]
+    UNDER_MIN_ISR_FIELD_NUMBER: _ClassVar[int]
+    REPLICATED_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    note: str
+    moves: _containers.RepeatedCompositeFieldContainer[RebalancingMove]
+    moves_total: int
+    failed_moves: _containers.RepeatedCompositeFieldContainer[FailedMove]
+    under_replicated: _containers.RepeatedCompositeFieldContainer[ReplicationIssue]
+    under_min_isr: _containers.RepeatedCompositeFieldContainer[ReplicationIssue]
+    replicated_topics: int
+    def __init__(self, mode: _Optional[str] = ..., note: _Optional[str] = ..., moves: _Optional[_Iterable[_Union[RebalancingMove, _Mapping]]] = ..., moves_total: _Optional[int] = ..., failed_moves: _Optional[_Iterable[_Union[FailedMove, _Mapping]]] = ..., under_replicated: _Optional[_Iterable[_Union[ReplicationIssue, _Mapping]]] = ..., under_min_isr: _Optional[_Iterable[_Union[ReplicationIssue, _Mapping]]] = ..., replicated_topics: _Optional[int] = ...) -> None: ...
+
 class SetLimitsRequest(_message.Message):
     __slots__ = ("namespace", "topic", "limits", "clear")
     class LimitsEntry(_message.Message):
