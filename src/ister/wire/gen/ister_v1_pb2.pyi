@@ -372,14 +372,16 @@ class PublishRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[PublishOpen, _Mapping]] = ..., batch: _Optional[_Union[PublishBatch, _Mapping]] = ...) -> None: ...
 
 class PublishOpen(_message.Message):
-    __slots__ = ("topic", "producer_name", "delivery")
+    __slots__ = ("topic", "producer_name", "delivery", "schema_subject")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_SUBJECT_FIELD_NUMBER: _ClassVar[int]
     topic: str
     producer_name: str
     delivery: Delivery
-    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, str]] = ...) -> None: ...
+    schema_subject: str
+    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, str]] = ..., schema_subject: _Optional[str] = ...) -> None: ...
 
 class PublishBatch(_message.Message):
     __slots__ = ("sequence", "records", "count", "producer_key", "first_sequence")
