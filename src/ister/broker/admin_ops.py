@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from ister.broker.admin_base import AdminBase
+from ister.broker.admin_listing import TopicListing
 from ister.broker.admin_namespaces import NamespaceAdmin
 from ister.broker.admin_subscriptions import SubscriptionAdmin
 from ister.broker.admin_values import (
@@ -60,7 +61,7 @@ log = logging.getLogger(__name__)
 NO_LEADER = "not_found"
 
 
-class AdminOps(SubscriptionAdmin, NamespaceAdmin, AdminBase):
+class AdminOps(TopicListing, SubscriptionAdmin, NamespaceAdmin, AdminBase):
     """Every admin operation; topics and brokers here, subscriptions and namespaces in their own modules."""
 
     # -- topics -------------------------------------------------------------------------------------------

@@ -141,6 +141,9 @@ class StandaloneAdmin:
     async def owners(self, names: list[TopicName]) -> dict[str, int | None]:
         return {n.full: STANDALONE_BROKER_ID for n in names}
 
+    async def owners_by_name(self, names: list[str]) -> dict[str, int | None]:
+        return dict.fromkeys(names, STANDALONE_BROKER_ID)
+
     def replica_lag(self, topic: str) -> dict[int, int] | None:
         return None  # one copy
 

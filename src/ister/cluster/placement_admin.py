@@ -51,8 +51,11 @@ class ClusterAdmin:
         return keys.assignments(kv.key for kv in await list_all(self.store, keys.BROKERS_PREFIX))
 
     async def owners(self, names: list[TopicName]) -> dict[str, int | None]:
+        return await self.owners_by_name([n.full for n in names])
+
+    async def owners_by_name(self, names: list[str]) -> dict[str, int | None]:
         assigned = await self._assignments()
-        return {n.full: assigned.get(n.full) for n in names}
+        return {n: assigned.get(n) for n in names}
 
     def replica_lag(self, topic: str) -> dict[int, int] | None:
         leader = self.replicated.manager.leaders.get(topic)

@@ -73,6 +73,9 @@ class PlacementAdmin(Protocol):
     async def owners(self, names: list[TopicName]) -> dict[str, int | None]:
         """Owner broker of each topic (None: waiting for an owner)."""
 
+    async def owners_by_name(self, names: list[str]) -> dict[str, int | None]:
+        """As `owners`, for full names already checked (the topic listing's 100,000 names)."""
+
     async def owner(self, name: TopicName) -> int | None: ...
 
     def replica_lag(self, topic: str) -> dict[int, int] | None:

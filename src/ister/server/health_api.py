@@ -1,7 +1,9 @@
-"""`IsterAdmin.GetClusterHealth`'s answer on the wire (core/cluster/health.py computes it)."""
+"""The answers of `IsterAdmin.GetClusterHealth` (core/cluster/health.py computes it) and `ListTopics`
+(broker/admin_listing.py) on the wire."""
 
 from __future__ import annotations
 
+from ister.broker.admin_listing import TopicPage
 from ister.core.cluster.health import ClusterHealth, ReplicationIssue
 from ister.core.replication import NO_LEADER
 from ister.wire.gen import ister_v1_pb2 as ipb
@@ -55,3 +57,18 @@ def health_pb(h: ClusterHealth) -> ipb.ClusterHealthResponse:
         under_min_isr=[_issue(i) for i in h.under_min_isr],
         replicated_topics=h.replicated_topics,
     )
+
+
+def topic_page_pb(page: TopicPage) -> ipb.ListTopicsResponse:
+    out = ipb.ListTopicsResponse(
+        total=page.total,
+        matched=page.matched,
+        per_broker=page.per_broker,
+        unassigned=page.unassigned,
+        namespaces=page.namespaces,
+    )
+    for t in page.topics:
+        row = out.topics.add(name=t.name, delivery=t.delivery)
+        if t.broker_id is not None:
+            row.broker_id = t.broker_id
+    return out

@@ -32,6 +32,55 @@ KEY_SHARED: SubscriptionType
 LATEST: InitialPosition
 EARLIEST: InitialPosition
 
+class ListTopicsRequest(_message.Message):
+    __slots__ = ("namespace", "name_filter", "sort", "descending", "offset", "limit")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FILTER_FIELD_NUMBER: _ClassVar[int]
+    SORT_FIELD_NUMBER: _ClassVar[int]
+    DESCENDING_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    name_filter: str
+    sort: str
+    descending: bool
+    offset: int
+    limit: int
+    def __init__(self, namespace: _Optional[str] = ..., name_filter: _Optional[str] = ..., sort: _Optional[str] = ..., descending: _Optional[bool] = ..., offset: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListedTopic(_message.Message):
+    __slots__ = ("name", "broker_id", "delivery")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    broker_id: int
+    delivery: str
+    def __init__(self, name: _Optional[str] = ..., broker_id: _Optional[int] = ..., delivery: _Optional[str] = ...) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("topics", "total", "matched", "per_broker", "unassigned", "namespaces")
+    class PerBrokerEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_FIELD_NUMBER: _ClassVar[int]
+    PER_BROKER_FIELD_NUMBER: _ClassVar[int]
+    UNASSIGNED_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[ListedTopic]
+    total: int
+    matched: int
+    per_broker: _containers.ScalarMap[int, int]
+    unassigned: int
+    namespaces: int
+    def __init__(self, topics: _Optional[_Iterable[_Union[ListedTopic, _Mapping]]] = ..., total: _Optional[int] = ..., matched: _Optional[int] = ..., per_broker: _Optional[_Mapping[int, int]] = ..., unassigned: _Optional[int] = ..., namespaces: _Optional[int] = ...) -> None: ...
+
 class ClusterHealthRequest(_message.Message):
     __slots__ = ("max_moves",)
     MAX_MOVES_FIELD_NUMBER: _ClassVar[int]
