@@ -188,6 +188,11 @@ async def test_moves_failed_moves_and_replication_on_a_cluster(tmp_path: Path, e
             assert REP2 in _table(body, "under-replicated") and REP3 in _table(body, "under-min-isr")
             assert STUCK in _table(body, "failed-moves") and "no durable tier" in _table(body, "failed-moves")
             assert 'id="count-under-replicated">1<' in body and 'id="count-failed-moves">1<' in body
+            # The topics page on a cluster: the broker's page, with the owners.
+            status, body = await asyncio.to_thread(get, base + "/topics?sort=broker&size=500")
+            assert status == 200 and "9 topics match" in body
+            owner = cluster.broker_id(entry)
+            assert f'<a href="/topic{STUCK}">{STUCK}</a></td><td>{owner}</td>' in body
             status, body = await asyncio.to_thread(get, base + "/rebalancing")
             assert status == 200 and "LoadImbalance" in _table(body, "recent-moves")
             assert STUCK in _table(body, "failed-moves")
