@@ -1,16 +1,17 @@
-"""The web console at many topics (issue 42): how long the topics list page and a search take at 10,000
-and 100,000 topics, against a real broker and a real `ister console` process.
+"""The web console at many topics (issue 42): how long the topics page, a search and the overview take at
+10,000 and 100,000 topics, against a real broker and a real `ister console` process.
 
 usage: python bench/console_bench.py [--topics 10000 100000] [--runs 5] [--json]
 
 * setup: one standalone `ister broker` (topic limit raised above N) holding N non-reliable topics, made as
   N/1000 partitioned topics of 1,000 partitions each (every partition is a topic of its own in the
   listing: the fastest real way to make them), 4 creations at a time; then `ister console` on it.
-* cold: GET /topics (first page of 50, sorted by name) right after the console's topic cache expired
-  (3 s, or 10 times as long as the last listing took, whichever is longer):
-  the console lists every namespace's topics from the admin API, then searches, sorts and renders.
-  warm: the same within the cache's life (search, sort and render only).
-* search: GET /topics?q=<substring matching 11 topics>, cold and warm likewise.
+* page: GET /topics (the first page of 50, by name); deep: page 1,000 of it; search: GET
+  /topics?q=<substring matching 11 topics>; by_broker and by_delivery: the first page sorted so. Each is
+  one IsterAdmin.ListTopics call: the broker filters, sorts and pages, and the console keeps nothing.
+* overview: GET /fragments/overview right after the console's topic counts expired (3 s, or 10 times as
+  long as counting took): ListTopics with no page, plus the broker list, rates and health.
+* the RPCs alone: ListTopics for the counts, for the first page, and the old full ListNamespaceTopics.
 Times are HTTP round trips seen by a client on the same machine (urllib, a new connection each), the
 median of `--runs`. Not a test; numbers depend on the machine and its load. Results: docs/benchmarks.md.
 """
@@ -29,13 +30,16 @@ from pathlib import Path
 
 import grpc
 
-from ister.console.source import CHANNEL_OPTIONS, LIST_SHARE, TOPIC_CACHE_SECONDS
+from ister.console.source import COUNTS_CACHE_SECONDS, LIST_SHARE
 from ister.devcluster.broker import BrokerNode
 from ister.devcluster.ports import free_port, wait_port
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
+from ister.wire.gen import ister_v1_pb2 as ipb
 
 PARTITIONS = 1000
+# The old full listing is ~46 bytes a topic: 4.6 MB at 100,000, above gRPC's 4 MiB default receive limit.
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
 
 
 def make_topics(admin_addr: str, count: int) -> float:
@@ -64,22 +68,50 @@ def fetch(url: str) -> tuple[float, str]:
 
 
 def measure(base: str, runs: int, count: int) -> dict[str, float]:
-    cases = {"page": "/topics", "search": "/topics?q=fleet-3-part-41"}
-    expected = {"page": f"{count} topics match", "search": "11 topics match"}
-    times: dict[str, list[float]] = {f"{k}_{w}": [] for k in cases for w in ("cold", "warm")}
+    cases = {
+        "page": ("/topics", f"{count} topics match"),
+        "deep": ("/topics?page=1000&size=10", f"page 1000 of {count // 10}"),
+        "search": ("/topics?q=fleet-3-part-41", "11 topics match"),
+        "by_broker": ("/topics?sort=broker", f"{count} topics match"),
+        "by_delivery": ("/topics?sort=delivery", f"{count} topics match"),
+        "overview": ("/fragments/overview", f'id="total-topics">{count}<'),
+    }
+    times: dict[str, list[float]] = {k: [] for k in cases}
     slowest = 0.0
     for _ in range(runs):
-        for key, path in cases.items():
-            # Let the console's topic list expire: it keeps it max(3 s, 10 x the listing's time), and the
-            # listing took less than the slowest cold page so far.
-            time.sleep(max(TOPIC_CACHE_SECONDS, slowest / LIST_SHARE) + 0.2)
-            cold, body = fetch(base + path)
-            slowest = max(slowest, cold)
-            assert expected[key] in body, body[:2000]
-            warm, _ = fetch(base + path)
-            times[f"{key}_cold"].append(cold)
-            times[f"{key}_warm"].append(warm)
+        for key, (path, expected) in cases.items():
+            if key == "overview":
+                # Let the console's counts expire: it keeps them max(3 s, 10 x the time counting took).
+                time.sleep(max(COUNTS_CACHE_SECONDS, slowest / LIST_SHARE) + 0.2)
+            took, body = fetch(base + path)
+            if key == "overview":
+                slowest = max(slowest, took)
+            assert expected in body, (key, body[:2000])
+            times[key].append(took)
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+def rpcs(admin_addr: str, count: int, runs: int) -> dict[str, float]:
+    """ListTopics for the counts and for a first page, and the old full listing, each the median."""
+    out: dict[str, list[float]] = {"counts_rpc_s": [], "page_rpc_s": [], "full_list_rpc_s": []}
+    with grpc.insecure_channel(admin_addr, options=CHANNEL_OPTIONS) as channel:
+        list_topics = channel.unary_unary(
+            "/ister.v1.IsterAdmin/ListTopics",
+            request_serializer=ipb.ListTopicsRequest.SerializeToString,
+            response_deserializer=ipb.ListTopicsResponse.FromString,
+        )
+        full = apb_grpc.TopicAdminStub(channel).ListNamespaceTopics
+        for _ in range(runs):
+            for key, call in (
+                ("counts_rpc_s", lambda: list_topics(ipb.ListTopicsRequest(limit=0), timeout=120)),
+                ("page_rpc_s", lambda: list_topics(ipb.ListTopicsRequest(limit=50), timeout=120)),
+                ("full_list_rpc_s", lambda: full(apb.NamespaceRequest(name="default"), timeout=120)),
+            ):
+                started = time.monotonic()
+                answer = call()
+                out[key].append(time.monotonic() - started)
+                assert getattr(answer, "total", count) == count
+    return {k: statistics.median(v) for k, v in out.items()}
 
 
 def run(count: int, runs: int) -> dict[str, float]:
@@ -94,20 +126,8 @@ def run(count: int, runs: int) -> dict[str, float]:
         cmd = [sys.executable, "-m", "ister.cli", "console", "--admin-addr", broker.admin_addr]
         console = subprocess.Popen([*cmd, "--listen", f"127.0.0.1:{port}"])
         wait_port(port, console, 60, "console")
-        with grpc.insecure_channel(broker.admin_addr, options=CHANNEL_OPTIONS) as channel:
-            raw = channel.unary_unary(
-                "/danube_admin.TopicAdmin/ListNamespaceTopics",
-                request_serializer=apb.NamespaceRequest.SerializeToString,
-                response_deserializer=None,  # bytes: the broker's part and the transport, without parsing
-            )
-            started = time.monotonic()
-            payload = raw(apb.NamespaceRequest(name="default"), timeout=120)
-            list_rpc = time.monotonic() - started
-            listed = apb.TopicInfoListResponse.FromString(payload)
-            parse = time.monotonic() - started - list_rpc
-        assert len(listed.topics) == count
-        result = {"topics": count, "create_s": created, "list_rpc_s": list_rpc, "parse_s": parse}
-        result["list_mb"] = len(payload) / 1e6
+        result: dict[str, float] = {"topics": count, "create_s": created}
+        result.update(rpcs(broker.admin_addr, count, runs))
         result.update(measure(f"http://127.0.0.1:{port}", runs, count))
         return result
     finally:
@@ -131,17 +151,9 @@ def main() -> None:
         if args.json:
             print(json.dumps(result))
         else:
-            ms = {
-                k: f"{v * 1000:.0f} ms"
-                for k, v in result.items()
-                if k.endswith(("cold", "warm", "rpc_s", "parse_s"))
-            }
-            print(
-                f"{count:>7} topics: made in {result['create_s']:.1f} s; ListNamespaceTopics "
-                f"{ms['list_rpc_s']} ({result['list_mb']:.1f} MB, parsed in {ms['parse_s']}); "
-                f"topics page cold {ms['page_cold']}, warm {ms['page_warm']}; "
-                f"search cold {ms['search_cold']}, warm {ms['search_warm']}"
-            )
+            ms = {k: f"{v * 1000:.0f} ms" for k, v in result.items() if k not in ("topics", "create_s")}
+            shown = ", ".join(f"{k} {v}" for k, v in ms.items())
+            print(f"{count:>7} topics: made in {result['create_s']:.1f} s; {shown}")
 
 
 if __name__ == "__main__":

@@ -72,6 +72,17 @@ def test_vendored_files_match_their_recorded_checksums_and_are_served(
             assert resp.read() == data
 
 
+def test_the_browser_tests_axe_core_matches_its_recorded_checksums() -> None:
+    """axe-core (tests/console/vendor/, the browser tests' contrast and label checks) is what was vendored."""
+    vendor = Path(__file__).parent / "vendor"
+    table = re.findall(
+        r"\| `([^`]+)` \|[^|]+\| 4\.\d+\.\d+ \| `([0-9a-f]{64})` \|", (vendor / "README.md").read_text()
+    )
+    assert {f for f, _ in table} == {"axe.min.js", "axe.LICENSE", "axe.LICENSE-3RD-PARTY.txt"}
+    for name, digest in table:
+        assert hashlib.sha256((vendor / name).read_bytes()).hexdigest() == digest, name
+
+
 def test_pages_with_charts_load_only_the_consoles_own_files(setup: tuple[BrokerProcess, str]) -> None:
     _, base = setup
     status, body = get(base + "/")

@@ -163,6 +163,33 @@ def test_the_message_browser_decodes_avro_and_moves_no_cursor(
     assert re.search(r'<code>\{"id": ?7, ?"v": ?2\.5\}</code>', html.unescape(body)), body
     assert "<td>k1</td>" in body and "(avro)" in body
     assert get(base + "/messages/default/readings?from=x")[0] == 400
+    # The topic `ister produce --schema-file` created is bound to the subject it registered (derived from the
+    # topic's name): the topic page and `ister admin topics describe` name it, with its latest version.
+    status, body = get(base + "/topic/default/readings")
+    assert status == 200 and '<dd id="schema">default-readings v1 (avro)</dd>' in body, body
+    described = subprocess.run(
+        [
+            *ISTER,
+            "admin",
+            "topics",
+            "describe",
+            "/default/readings",
+            "--admin-addr",
+            broker.admin_addr,
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    info = json.loads(described.stdout)
+    assert (info["schema_subject"], info["schema_version"], info["schema_type"]) == (
+        "default-readings",
+        1,
+        "avro",
+    )
 
 
 def test_the_banner_shows_while_the_broker_is_down_and_goes_when_it_is_back(

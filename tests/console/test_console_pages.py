@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import grpc
@@ -136,8 +138,28 @@ def test_rebalancing_on_a_standalone_broker_says_there_is_nothing_to_balance(
     _, base = setup
     status, body = get(base + "/rebalancing")
     assert status == 200 and 'id="standalone"' in body
+    # The cluster's health answers for one broker: nothing moves or is replicated, and it says so.
+    assert 'id="health-note"' in body and "cluster mode only" in body and 'id="recent-moves"' not in body
+    overview = get(base + "/fragments/overview")[1]
+    assert 'id="health-note"' in overview and "cluster mode only" in overview
     assert get(base + "/brokers/0/drain")[0] == 409  # standalone: FAILED_PRECONDITION, in words
     assert get(base + "/brokers/x/drain")[0] == 404
+
+
+def cli(admin_addr: str, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "ister.cli", "admin", *args, "--admin-addr", admin_addr]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_cluster_health_command_on_a_standalone_broker(setup: tuple[BrokerProcess, str]) -> None:
+    broker, _ = setup
+    table = cli(broker.admin_addr, "cluster", "health")
+    assert table.returncode == 0 and table.stdout.startswith("standalone: ")
+    assert "cluster mode only" in table.stdout
+    answer = json.loads(cli(broker.admin_addr, "cluster", "health", "-o", "json").stdout)
+    assert answer["mode"] == "standalone" and answer["replicated_topics"] == 0
+    for listed in ("moves", "failed_moves", "under_replicated", "under_min_isr"):
+        assert answer[listed] == []
 
 
 def test_every_new_page_shows_the_unreachable_banner_while_the_broker_is_down(
@@ -154,6 +176,8 @@ def test_every_new_page_shows_the_unreachable_banner_while_the_broker_is_down(
         status, body = post(base + "/brokers/1/activate", {"confirm": "yes"})
         assert status == 503 and 'id="unreachable"' in body
         until_sync(lambda: 'id="unreachable"' in get(base + "/fragments/overview")[1], "the banner")
+        down = cli(broker.admin_addr, "cluster", "health")  # the command line: one line, no traceback
+        assert down.returncode == 1 and down.stderr.startswith("error:") and "Traceback" not in down.stderr
     finally:
         broker.start()
     until_sync(lambda: get(base + "/schemas")[0] == 200, "the schemas page after the restart")

@@ -8,10 +8,13 @@ import io
 import json
 
 import fastavro
+import grpc
 import pytest
 
 from ister import errors
 from ister.client import Client
+from ister.wire.gen import DanubeAdmin_pb2 as apb
+from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
 from tests.integration.harness import BrokerProcess
 
 pytestmark = pytest.mark.integration
@@ -77,3 +80,28 @@ async def test_pinned_and_minimum_versions(shared_broker: BrokerProcess, topic: 
         assert [v["version"] for v in await c.schemas.versions(subject)] == [1, 2]
         incompatible = {**AVRO, "fields": [{"name": "id", "type": "string"}]}
         assert await c.schemas.check(subject, "avro", json.dumps(incompatible))
+
+
+async def test_a_producer_binds_an_unbound_topic_to_its_subject(
+    shared_broker: BrokerProcess, topic: str
+) -> None:
+    """As danube's CreateProducer with a schema_ref: the topic a producer with a subject creates names that
+    subject (DescribeTopic, the console's topic page); a producer naming another subject is refused."""
+    subject = "bound-" + topic.rsplit("/", 1)[1]
+    async with Client(shared_broker.url) as c:
+        reg = await c.schemas.register(subject, "avro", json.dumps(AVRO))
+        await c.schemas.register(subject + "-other", "avro", json.dumps(AVRO))
+        p = await c.producer(topic, "p", schema_subject=subject)
+        assert await p.send_batch([datum({"id": 1, "v": 0.5})]) == [0]
+        async with grpc.aio.insecure_channel(shared_broker.admin_addr) as channel:
+            described = await apb_grpc.TopicAdminStub(channel).DescribeTopic(
+                apb.DescribeTopicRequest(name=topic), timeout=10
+            )
+        assert (described.schema_subject, described.schema_id, described.schema_version) == (
+            subject,
+            reg.schema_id,
+            1,
+        )
+        assert described.schema_type == "avro"
+        with pytest.raises(errors.FailedPrecondition, match=f"uses schema subject '{subject}'"):
+            await c.producer(topic, "q", schema_subject=subject + "-other")

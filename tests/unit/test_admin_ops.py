@@ -21,6 +21,7 @@ from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.embedded import EmbeddedStore
 from ister.server.admin_api import add_admin_services, start_admin_server
+from ister.server.health_api import health_pb
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
 
@@ -485,6 +486,14 @@ async def test_drain_and_rebalance_need_cluster_mode(admin: Admin) -> None:
     # Ister's broker load view (IsterAdmin.ListBrokerLoads) reads the same cluster-only reports.
     with pytest.raises(FailedPrecondition, match="cluster mode"):
         await admin.ops.placement_admin.load_reports()
+
+
+async def test_cluster_health_on_a_standalone_broker_says_what_applies(admin: Admin) -> None:
+    await create(admin, "/default/one", reliable=True)
+    health = health_pb(await admin.ops.placement_admin.cluster_health(0))  # as GetClusterHealth answers
+    assert health.mode == "standalone" and "cluster mode only" in health.note
+    assert not health.moves and not health.failed_moves and health.replicated_topics == 0
+    assert not health.under_replicated and not health.under_min_isr
 
 
 async def test_start_admin_server_and_bind_errors(tmp_path: Path) -> None:

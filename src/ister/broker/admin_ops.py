@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from ister.broker.admin_base import AdminBase
+from ister.broker.admin_listing import TopicListing
 from ister.broker.admin_namespaces import NamespaceAdmin
 from ister.broker.admin_subscriptions import SubscriptionAdmin
 from ister.broker.admin_values import (
@@ -33,6 +34,7 @@ from ister.errors import (
     AlreadyExists,
     InvalidArgument,
     IsterError,
+    NotFound,
 )
 from ister.ids import TopicName
 from ister.metadata import keys
@@ -41,6 +43,7 @@ from ister.metadata.records import (
     NamespacePolicy,
 )
 from ister.ports.placement_admin import BrokerInfo
+from ister.schema.records import VersionView
 from ister.storage.objects import list_segments, topic_object_prefix
 
 __all__ = [
@@ -58,7 +61,7 @@ log = logging.getLogger(__name__)
 NO_LEADER = "not_found"
 
 
-class AdminOps(SubscriptionAdmin, NamespaceAdmin, AdminBase):
+class AdminOps(TopicListing, SubscriptionAdmin, NamespaceAdmin, AdminBase):
     """Every admin operation; topics and brokers here, subscriptions and namespaces in their own modules."""
 
     # -- topics -------------------------------------------------------------------------------------------
@@ -204,6 +207,7 @@ class AdminOps(SubscriptionAdmin, NamespaceAdmin, AdminBase):
         if targets == [name]:
             kv = await self.store.get(keys.topic_schema_subject(name))
             subject = kv.value if kv is not None and isinstance(kv.value, str) else None
+            schema = await self._latest_schema(subject) if subject else None
             replicas = await self.store.get(keys.replicas(name))
             record = ReplicaRecord.parse(replicas.value) if replicas is not None else None
             state = None
@@ -220,6 +224,7 @@ class AdminOps(SubscriptionAdmin, NamespaceAdmin, AdminBase):
                 replica_lag=self.placement_admin.replica_lag(name.full),
                 attached=self._attached(name.full),
                 replication_state=state,
+                schema=schema,
             )
         deliveries = set(await self._deliveries(targets))
         owners = {await self.placement_admin.owner(t) for t in targets}
@@ -231,6 +236,12 @@ class AdminOps(SubscriptionAdmin, NamespaceAdmin, AdminBase):
             partitions=[t.full for t in targets],
             attached=sorted({a for t in targets for a in self._attached(t.full)}),
         )
+
+    async def _latest_schema(self, subject: str) -> VersionView | None:
+        try:
+            return await self.broker.schemas.latest(subject)
+        except NotFound:
+            return None  # the subject lost its last version: the topic still names it
 
     def _attached(self, topic: str) -> list[tuple[str, str]]:
         """(subscription, consumer name) of each consumer whose stream is open here, sorted."""

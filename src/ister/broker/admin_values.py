@@ -16,6 +16,7 @@ from ister.ids import TopicName, shown
 from ister.limits import MAX_NAME_LEN, MAX_WINDOW, MIN_WINDOW
 from ister.metadata import keys
 from ister.metadata.records import TopicReplication
+from ister.schema.records import VersionView
 
 MAX_PARTITIONS = 1_000
 DLQ_SUFFIX_LEN = len("-DLQ")
@@ -40,6 +41,7 @@ class TopicDescription:
     replica_lag: dict[int, int] | None = None  # follower -> records it lacks (asked broker leads it)
     attached: list[tuple[str, str]] = field(default_factory=list)  # (subscription, consumer) streaming here
     replication_state: str | None = None  # core.replication.replication_state, for a replicated topic
+    schema: VersionView | None = None  # the subject's latest version (id, type, compatibility mode)
 
 
 @dataclass(frozen=True, slots=True)

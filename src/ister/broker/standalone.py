@@ -4,6 +4,7 @@ conflict, and a move is a seal followed by a reload here on next use. Its admin 
 from __future__ import annotations
 
 from ister.config import BrokerConfig, http_url
+from ister.core.cluster.health import ClusterHealth
 from ister.core.cluster.load import LoadReport
 from ister.core.replication import CopyEnd, Recovery, Survey
 from ister.errors import FailedPrecondition, Fenced, NotFound
@@ -140,6 +141,9 @@ class StandaloneAdmin:
     async def owners(self, names: list[TopicName]) -> dict[str, int | None]:
         return {n.full: STANDALONE_BROKER_ID for n in names}
 
+    async def owners_by_name(self, names: list[str]) -> dict[str, int | None]:
+        return dict.fromkeys(names, STANDALONE_BROKER_ID)
+
     def replica_lag(self, topic: str) -> dict[int, int] | None:
         return None  # one copy
 
@@ -199,6 +203,14 @@ class StandaloneAdmin:
 
     async def rebalance(self, dry_run: bool, max_moves: int | None) -> RebalanceResult:
         raise FailedPrecondition(f"{_STANDALONE}: rebalancing exists in cluster mode only")
+
+    async def cluster_health(self, max_moves: int) -> ClusterHealth:
+        # What applies to one broker holding one copy of every topic: nothing moves, nothing is replicated.
+        note = (
+            f"{_STANDALONE}: it holds the only copy of every topic, so no topic moves or is replicated; "
+            "rebalancing, failed moves and under-replicated topics exist in cluster mode only"
+        )
+        return ClusterHealth(mode="standalone", note=note)
 
     async def load_reports(self) -> list[LoadReport]:
         raise FailedPrecondition(

@@ -123,6 +123,11 @@ def _described_json(answer: Described) -> dict[str, Any]:
     }
     if described.HasField("schema_subject"):
         info["schema_subject"] = described.schema_subject
+    if described.HasField("schema_version"):
+        info["schema_id"] = str(described.schema_id)  # a u64 id: a string
+        info["schema_version"] = described.schema_version
+        info["schema_type"] = described.schema_type
+        info["compatibility_mode"] = described.compatibility_mode
     info.update(_replication_of(described)[0])
     if described.attached_consumers:
         info["attached_consumers"] = [
@@ -144,6 +149,9 @@ def _described_table(answer: Described) -> None:
     ]
     if described.HasField("schema_subject"):
         fields.append(("Schema subject", described.schema_subject))
+    if described.HasField("schema_version"):
+        latest = f"v{described.schema_version} ({described.schema_type}, {described.compatibility_mode})"
+        fields.append(("Latest schema", latest))
     fields += _replication_of(described)[1]
     if described.attached_consumers:
         streaming = ", ".join(f"{a.consumer_name} ({a.subscription})" for a in described.attached_consumers)

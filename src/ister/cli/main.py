@@ -148,6 +148,7 @@ def main() -> None:
 import ister.cli.clients  # noqa: E402,F401  (registers `ister produce` and `ister consume`)
 from ister.cli import admin as _admin  # noqa: E402,F401  (registers `ister admin`)
 from ister.cli import admin_brokers as _admin_brokers  # noqa: E402,F401  (`ister admin brokers ...`)
+from ister.cli import admin_cluster as _admin_cluster  # noqa: E402,F401  (`ister admin cluster health`)
 from ister.cli import admin_cursors as _admin_cursors  # noqa: E402,F401  (reset-cursor, peek)
 from ister.cli import admin_recovery as _admin_recovery  # noqa: E402,F401  (`topics recover`)
 from ister.cli import bench as _bench  # noqa: E402,F401  (registers `ister bench`)

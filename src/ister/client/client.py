@@ -288,6 +288,7 @@ class Client(ClientConnection):
             producer.schema = resolved
             for p in pubs:
                 p.schema = (resolved.schema_id, resolved.version)
+                p.schema_subject = schema_subject or ""
         producer._attach(pubs)
         results = await asyncio.gather(*(p.start() for p in pubs), return_exceptions=True)
         failure = next((r for r in results if isinstance(r, BaseException)), None)

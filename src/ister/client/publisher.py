@@ -97,6 +97,7 @@ class PartitionPublisher(ReconnectingStream):
         self._on_release = on_release
         self.overhead = RECORD_OVERHEAD + len(name.encode())
         self.schema: tuple[int | None, int | None] = (None, None)  # stamped on every record (id, version)
+        self.schema_subject = ""  # named at open: the broker binds an unbound topic to it
         self._loop = asyncio.get_running_loop()
         self._pid = 0
         self._seq = 0
@@ -314,7 +315,12 @@ class PartitionPublisher(ReconnectingStream):
         call: Any = stub.Publish()
         try:
             delivery = pb.RELIABLE if self._reliable else pb.NON_RELIABLE
-            opening = pb.PublishOpen(topic=self.topic, producer_name=self.name, delivery=delivery)
+            opening = pb.PublishOpen(
+                topic=self.topic,
+                producer_name=self.name,
+                delivery=delivery,
+                schema_subject=self.schema_subject,
+            )
             request = pb.PublishRequest(open=opening)
             self._opened(await self._open(call, request, url, "publish", "PublishOpen"))
             self._phase = "stream"

@@ -10,10 +10,18 @@ from ister.cluster import recovery
 from ister.cluster.balancer import set_broker_mode
 from ister.cluster.node import ClusterNode
 from ister.cluster.replicated import ReplicatedTopics
+from ister.core.cluster.health import (
+    ClusterHealth,
+    clamp_moves,
+    failed_moves,
+    recent_moves,
+    replication_issues,
+)
 from ister.core.cluster.load import LoadReport, imbalance, rank
+from ister.core.cluster.moves import MoveFailure
 from ister.core.cluster.ownership import OwnerRecord
 from ister.core.cluster.planner import ACTIVE, DRAINED, DRAINING
-from ister.core.replication import CopyEnd, Recovery, Survey
+from ister.core.replication import CopyEnd, Recovery, ReplicaRecord, Survey
 from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from ister.ids import TopicName, shown
 from ister.metadata import keys
@@ -43,8 +51,11 @@ class ClusterAdmin:
         return keys.assignments(kv.key for kv in await list_all(self.store, keys.BROKERS_PREFIX))
 
     async def owners(self, names: list[TopicName]) -> dict[str, int | None]:
+        return await self.owners_by_name([n.full for n in names])
+
+    async def owners_by_name(self, names: list[str]) -> dict[str, int | None]:
         assigned = await self._assignments()
-        return {n.full: assigned.get(n.full) for n in names}
+        return {n: assigned.get(n) for n in names}
 
     def replica_lag(self, topic: str) -> dict[int, int] | None:
         leader = self.replicated.manager.leaders.get(topic)
@@ -180,3 +191,31 @@ class ClusterAdmin:
         decision = await balancer.check(leader, now, manual=True)
         moves = [decision.move] if decision.move is not None else []
         return RebalanceResult(executed=len(moves), moves=moves, detail=decision.detail)
+
+    async def cluster_health(self, max_moves: int) -> ClusterHealth:
+        """From this broker's metadata cache (it follows the history, the move failures and the replica
+        records), so it costs no etcd listing at any topic count. One read of the leader key first: with
+        etcd unreachable the answer is UNAVAILABLE, not a picture that may be stale."""
+        await self.store.get(keys.LEADER)
+        cache = self.node.cache
+        moves, total = recent_moves((m for _, m in self.node.balancer.history()), clamp_moves(max_moves))
+        notes: list[tuple[str, MoveFailure]] = []
+        for kv in cache.list(keys.MOVE_FAILURES_PREFIX):
+            topic, note = keys.move_failure_topic_from_key(kv.key), MoveFailure.parse(kv.value)
+            if topic is not None and note is not None:
+                notes.append((topic, note))
+        records: list[tuple[str, ReplicaRecord]] = []
+        for kv in cache.list(keys.REPLICAS_PREFIX):
+            topic, record = keys.replicas_topic(kv.key), ReplicaRecord.parse(kv.value)
+            if topic is not None and record is not None:
+                records.append((topic, record))
+        under, below_min, replicated = replication_issues(records, set(self.node.live_brokers()))
+        return ClusterHealth(
+            mode="cluster",
+            moves=moves,
+            moves_total=total,
+            failed_moves=failed_moves(notes, time.time()),
+            under_replicated=under,
+            under_min_isr=below_min,
+            replicated_topics=replicated,
+        )

@@ -15,14 +15,14 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ister.console import cursors, live_rates, pagekit, pages_cluster, pages_schemas, pages_security
-from ister.console.paging import page_of
+from ister.console import cursors, health, live_rates, pagekit, pages_cluster, pages_schemas, pages_security
 from ister.console.source import AdminSource
 
 HERE = Path(__file__).parent
 REFRESH_SECONDS = 2.0
 
 _env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
+_env.globals.update(when=health.when, retry=health.retry)
 
 
 def _render(template: str, status: int = 200, **ctx: object) -> HTMLResponse:
@@ -79,13 +79,12 @@ def build_app(source: AdminSource) -> Starlette:
     async def topics(request: Request) -> Response:
         q = request.query_params
         try:
-            page = page_of(
-                await source.topics(),
-                query=q.get("q", ""),
-                sort=q.get("sort", "name"),
-                desc=q.get("desc", "") == "1",
-                page=int(q.get("page", "1")),
-                size=int(q.get("size", "50")),
+            page = await source.topic_page(
+                q.get("q", ""),
+                q.get("sort", "name"),
+                q.get("desc", "") == "1",
+                int(q.get("page", "1")),
+                int(q.get("size", "50")),
             )
         except ValueError as exc:
             return _render("error.html", 400, message=str(exc), nav="topics")

@@ -3,7 +3,8 @@
 Drain is BrokerAdmin.UnloadBroker and activate ActivateBroker, the calls `ister admin brokers drain` and
 `activate` make. The confirmation page shows the drain's dry run (how many topics would move). The broker
 decides RBAC: its PERMISSION_DENIED is the 403 page. The rebalancing page shows the balance and the moves a
-rebalancing check would make now, with their reasons (TriggerRebalance with dry_run, which moves nothing).
+rebalancing check would make now, with their reasons (TriggerRebalance with dry_run, which moves nothing),
+and from GetClusterHealth the moves made recently with their reasons and the moves that failed.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ister.console.health import health
 from ister.console.pagekit import Render, rpc_error
 from ister.console.source import CALL_TIMEOUT_SECONDS, AdminSource
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 
 Handler = Callable[[Request], Awaitable[Response]]
 ACTIONS = ("drain", "activate")
+MOVES_SHOWN = 50  # the rebalancing page's recent moves (the history keeps about 2 hours)
 
 
 def _broker_action(source: AdminSource, render: Render) -> Handler:
@@ -68,12 +71,13 @@ def _rebalancing(source: AdminSource, render: Render) -> Handler:
                 pb.RebalanceRequest(dry_run=True), timeout=CALL_TIMEOUT_SECONDS
             )
         except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:  # standalone: nothing to balance
-                return render(
-                    "rebalancing.html", balance=None, plan=None, note=exc.details(), nav="rebalancing"
-                )
-            return rpc_error(render, exc, "rebalancing", "rebalancing")
-        return render("rebalancing.html", balance=balance, plan=plan, note="", nav="rebalancing")
+            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                return rpc_error(render, exc, "rebalancing", "rebalancing")
+            balance, plan, note = None, None, exc.details()  # standalone: nothing to balance
+        else:
+            note = ""
+        h = await health(source.ister_admin, MOVES_SHOWN)
+        return render("rebalancing.html", balance=balance, plan=plan, note=note, h=h, nav="rebalancing")
 
     return rebalancing
 

@@ -1,5 +1,6 @@
 """The console's one source of truth: the broker's admin gRPC API (async channel, TLS and token as the
-CLI sets them), with the topic list cached briefly so paging 100,000 topics does not ask each time."""
+CLI sets them). Topic pages are the broker's (IsterAdmin.ListTopics: filtered, sorted and paged there);
+the overview's topic counts are kept briefly, so the live overview costs the broker little at any count."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 import grpc
 
 from ister.cli.security_opts import current
-from ister.console.paging import TopicRow
+from ister.console.health import Health, health
+from ister.console.paging import Page, TopicRow, check, pages_of
 from ister.console.rates import Rates, rates
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
@@ -20,17 +22,13 @@ from ister.wire.gen import ister_v1_pb2 as ister_pb
 from ister.wire.gen import ister_v1_pb2_grpc as ister_pb_grpc
 
 CALL_TIMEOUT_SECONDS = 5.0
-TOPIC_CACHE_SECONDS = 3.0
-# Listing 100,000 topics costs the broker about 1.5 s (bench/console_bench.py), and the live overview asks
-# every 2 s: the listing is kept at least 10 times as long as it took, so the console spends at most a
-# tenth of the broker's time on it, whatever the topic count (3 s up to about 25,000 topics, 15 to 20 s
-# at 100,000).
+COUNTS_CACHE_SECONDS = 3.0
+# Counting 100,000 topics costs the broker a listing of their names and owners (bench/console_bench.py),
+# and each open overview asks every 2 s: the counts are kept at least 10 times as long as they took, so
+# the console spends at most a tenth of the broker's time on them, whatever the topic count.
 LIST_SHARE = 0.1
 RESET_TIMEOUT_SECONDS = 60.0
-# One namespace's topic listing is ~46 bytes a topic: 4.6 MB at 100,000, above gRPC's 4 MiB default
-# receive limit (bench/console_bench.py found it), so the console takes up to 64 MiB.
 CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     # A restarted broker is seen within 2 s: gRPC's default reconnect backoff grows to 120 s while it is down.
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2_000),
@@ -53,6 +51,13 @@ class Broker:
         return self.status.lower() != "active"
 
 
+@dataclass(frozen=True)
+class TopicCounts:
+    total: int
+    per_broker: dict[str, int]  # broker id (decimal) -> topics it owns
+    namespaces: int | None = None  # None: not counted (a token that may not list topics)
+
+
 @dataclass
 class Overview:
     reachable: bool
@@ -63,6 +68,7 @@ class Overview:
     denied: str = ""
     rates: Rates | None = None
     may_manage: bool = False  # drain/activate buttons: the broker said this token may (a dry-run drain)
+    health: Health | None = None  # moves, failed moves, under-replicated and under-min-ISR topics
 
 
 class AdminSource:
@@ -70,8 +76,8 @@ class AdminSource:
         self.target = target
         self._tls = tls
         self._channel: Any = None
-        self._topics_cache: tuple[float, list[TopicRow]] | None = None
-        self._cache_seconds = TOPIC_CACHE_SECONDS
+        self._counts_cache: tuple[float, TopicCounts] | None = None
+        self._cache_seconds = COUNTS_CACHE_SECONDS
         self._lock = asyncio.Lock()
         self._manage_cache: tuple[float, bool] | None = None
 
@@ -103,47 +109,69 @@ class AdminSource:
         if self._channel is not None:
             await self._channel.close()
 
-    async def topics(self) -> list[TopicRow]:
-        """Every topic of every namespace; cached for TOPIC_CACHE_SECONDS, or longer when listing is slow."""
+    async def topic_page(self, query: str, sort: str, desc: bool, page: int, size: int) -> Page:
+        """One page of the topics whose name contains `query`, as the broker sorts and pages them; a page
+        past the end is the last one. ValueError for bad paging input (nothing is asked)."""
+        check(sort, page, size)
+
+        async def ask(number: int) -> Any:
+            request = ister_pb.ListTopicsRequest(
+                name_filter=query.strip(), sort=sort, descending=desc, offset=(number - 1) * size, limit=size
+            )
+            return await self._ister_admin.ListTopics(request, timeout=CALL_TIMEOUT_SECONDS)
+
+        answer = await ask(page)
+        pages = pages_of(answer.matched, size)
+        if page > pages:
+            page = pages
+            answer = await ask(page)
+        rows = [
+            TopicRow(t.name, str(t.broker_id) if t.HasField("broker_id") else "", t.delivery)
+            for t in answer.topics
+        ]
+        return Page(rows, answer.matched, page, pages)
+
+    async def topic_counts(self) -> TopicCounts:
+        """Every topic counted, and per owner (ListTopics with no page); kept COUNTS_CACHE_SECONDS, or
+        longer when counting is slow."""
         async with self._lock:
-            cached = self._topics_cache
+            cached = self._counts_cache
             if cached is not None and time.monotonic() - cached[0] < self._cache_seconds:
                 return cached[1]
             started = time.monotonic()
-            ns = await self._brokers.ListNamespaces(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
-            rows: list[TopicRow] = []
-            for name in ns.namespaces:
-                resp = await self._topic_admin.ListNamespaceTopics(
-                    pb.NamespaceRequest(name=name), timeout=CALL_TIMEOUT_SECONDS
-                )
-                rows.extend(TopicRow(t.name, t.broker_id, t.delivery) for t in resp.topics)
+            answer = await self._ister_admin.ListTopics(
+                ister_pb.ListTopicsRequest(limit=0), timeout=CALL_TIMEOUT_SECONDS
+            )
+            per_broker = {str(b): n for b, n in answer.per_broker.items()}
+            counts = TopicCounts(answer.total, per_broker, answer.namespaces)
             now = time.monotonic()
-            self._topics_cache = (now, rows)
-            self._cache_seconds = max(TOPIC_CACHE_SECONDS, (now - started) / LIST_SHARE)
-            return rows
+            self._counts_cache = (now, counts)
+            self._cache_seconds = max(COUNTS_CACHE_SECONDS, (now - started) / LIST_SHARE)
+            return counts
 
     async def overview(self) -> Overview:
         """Brokers, the leader and totals; `reachable=False` with the reason when the API does not answer."""
         try:
             listed = await self._brokers.ListBrokers(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
             leader = await self._brokers.GetLeaderBroker(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
-            ns = await self._brokers.ListNamespaces(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
             denied = ""
             try:
-                rows = await self.topics()
+                counts = await self.topic_counts()
             except grpc.RpcError as exc:
                 if exc.code() != grpc.StatusCode.PERMISSION_DENIED:
                     raise
-                rows, denied = [], f"this token may not list topics: {exc.details()}"
+                counts, denied = TopicCounts(0, {}), f"this token may not list topics: {exc.details()}"
+            namespaces = counts.namespaces
+            if namespaces is None:  # the count comes with the topics' (one listing at any topic count)
+                ns = await self._brokers.ListNamespaces(pb.Empty(), timeout=CALL_TIMEOUT_SECONDS)
+                namespaces = len(ns.namespaces)
             cluster_rates = await rates(self._brokers, self._ister_admin)
+            cluster_health = await health(self._ister_admin)
             may_manage = await self.may_manage([b.broker_id for b in listed.brokers])
         except grpc.RpcError as exc:
             code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
             details = exc.details() if hasattr(exc, "details") else str(exc)
             return Overview(False, f"{details} ({code})")
-        per_broker: dict[str, int] = {}
-        for r in rows:
-            per_broker[r.broker_id] = per_broker.get(r.broker_id, 0) + 1
         brokers = [
             Broker(
                 b.broker_id,
@@ -151,12 +179,14 @@ class AdminSource:
                 b.broker_role,
                 b.broker_status,
                 b.broker_id == leader.leader,
-                per_broker.get(b.broker_id, 0),
+                counts.per_broker.get(b.broker_id, 0),
             )
             for b in listed.brokers
         ]
-        topics = None if denied else len(rows)
-        return Overview(True, "", brokers, topics, len(ns.namespaces), denied, cluster_rates, may_manage)
+        topics = None if denied else counts.total
+        return Overview(
+            True, "", brokers, topics, namespaces, denied, cluster_rates, may_manage, cluster_health
+        )
 
     async def may_manage(self, broker_ids: list[str]) -> bool:
         """Whether the token may drain and activate brokers: a dry-run drain asks RBAC (the same rule,

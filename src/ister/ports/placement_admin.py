@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from ister.core.cluster.health import ClusterHealth
     from ister.core.cluster.load import LoadReport
     from ister.core.cluster.rebalance import Move
     from ister.core.replication import CopyEnd, Recovery, Survey
@@ -72,6 +73,9 @@ class PlacementAdmin(Protocol):
     async def owners(self, names: list[TopicName]) -> dict[str, int | None]:
         """Owner broker of each topic (None: waiting for an owner)."""
 
+    async def owners_by_name(self, names: list[str]) -> dict[str, int | None]:
+        """As `owners`, for full names already checked (the topic listing's 100,000 names)."""
+
     async def owner(self, name: TopicName) -> int | None: ...
 
     def replica_lag(self, topic: str) -> dict[int, int] | None:
@@ -110,3 +114,6 @@ class PlacementAdmin(Protocol):
         """Every live broker's latest load report, by id (an empty one where none was written yet)."""
 
     async def rebalance(self, dry_run: bool, max_moves: int | None) -> RebalanceResult: ...
+
+    async def cluster_health(self, max_moves: int) -> ClusterHealth:
+        """Recent moves, failed moves, under-replicated and under-min-ISR topics (core/cluster/health.py)."""

@@ -164,6 +164,11 @@ class TopicAdminServicer(pb_grpc.TopicAdminServicer):  # type: ignore[misc]
         )
         if d.schema_subject is not None:
             out.schema_subject = d.schema_subject
+        if d.schema is not None:
+            out.schema_id = d.schema.schema_id
+            out.schema_version = d.schema.version
+            out.schema_type = d.schema.schema.type.value
+            out.compatibility_mode = d.schema.compatibility_mode.value
         if d.replication is not None:
             out.replicas.extend(d.replication.replicas)
             out.in_sync_replicas.extend(d.replication.isr)

@@ -145,6 +145,7 @@ RULES[f"/{_IA}ListApiKeys"] = Rule("ManageCluster", _cluster)
 RULES[f"/{_IA}CreateToken"] = Rule("ManageCluster", _cluster, change=True, audited=_token_audit)
 RULES[f"/{_IA}ListPartitionAssignments"] = Rule("ManageTopic", T_TOPIC)
 RULES[f"/{_IA}ListBrokerLoads"] = Rule("ManageCluster", _cluster)  # as GetClusterBalance
+RULES[f"/{_IA}GetClusterHealth"] = Rule("ManageCluster", _cluster)  # moves, failures, replication
 # the namespace's policy record, as CreateNamespace writes it
 RULES[f"/{_IA}SetNamespaceReplication"] = Rule("ManageNamespace", _field_namespace, change=True)
 # retention: a topic's own limits are the topic's to manage, a namespace's its policy's
@@ -155,6 +156,8 @@ RULES[f"/{_IA}GetLimits"] = Rule("ManageNamespace", _topic_or_namespace)
 # stats: what DescribeTopic shows, in numbers; the listing over a namespace, or the cluster when none
 RULES[f"/{_IA}GetTopicStats"] = Rule("ManageTopic", T_TOPIC)
 RULES[f"/{_IA}ListSubscriptionStats"] = Rule("ManageTopic", _namespace_or_cluster)
+# a page of the topic listing: as ListNamespaceTopics for one namespace, the cluster's for every one
+RULES[f"/{_IA}ListTopics"] = Rule("ManageTopic", _namespace_or_cluster)
 for _m in ("CreateRole", "DeleteRole", "CreateBinding", "DeleteBinding"):
     RULES[f"/{_A}SecurityAdmin/{_m}"] = Rule("ManageCluster", _cluster, change=True)
 for _m in ("GetRole", "ListRoles", "GetBinding", "ListBindings", "ListAllBindings"):

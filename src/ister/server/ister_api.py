@@ -149,9 +149,13 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
         it = requests.__aiter__()
         first = await _first(it, "open")
         opened = first.open
+        if opened.schema_subject:
+            await self.broker.schemas.check_producer(opened.topic, opened.schema_subject)
         session = await self.broker.producer_session(
             opened.topic, opened.producer_name, reliable=reliable_from_wire(opened.delivery, "delivery")
         )
+        if opened.schema_subject:  # as danube's CreateProducer: an unbound topic takes the producer's subject
+            await self.broker.schemas.attach_producer(session.topic, opened.schema_subject)
         topic = await self.broker.get_topic(TopicName.parse(session.topic))
         session.connected(_peer(context))
         yield pb.PublishResponse(

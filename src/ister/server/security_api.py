@@ -18,6 +18,7 @@ from ister.security.rbac import Binding, Role
 from ister.security.rbac_store import RbacStore
 from ister.server.cursor_admin import CursorAdmin
 from ister.server.errors import unary
+from ister.server.health_api import health_pb, topic_page_pb
 from ister.server.recovery_api import RecoveryService
 from ister.server.stats_api import StatsService
 from ister.wire.admin_convert import replication_from_wire
@@ -149,6 +150,24 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
         self.cursors = CursorAdmin(ops) if ops is not None else None
         self.stats = StatsService(ops) if ops is not None else None
         self.recovery = RecoveryService(ops) if ops is not None else None
+
+    @unary
+    async def GetClusterHealth(
+        self, request: ipb.ClusterHealthRequest, context: Ctx
+    ) -> ipb.ClusterHealthResponse:
+        if self.ops is None:
+            raise FailedPrecondition("this server does not administer brokers")
+        return health_pb(await self.ops.placement_admin.cluster_health(request.max_moves))
+
+    @unary
+    async def ListTopics(self, request: ipb.ListTopicsRequest, context: Ctx) -> ipb.ListTopicsResponse:
+        if self.ops is None:
+            raise FailedPrecondition("this server does not administer topics")
+        r = request
+        page = await self.ops.list_topics(
+            r.namespace.strip("/"), r.name_filter, r.sort, r.descending, r.offset, r.limit
+        )
+        return topic_page_pb(page)
 
     # -- unclean recovery (issue 39) ----------------------------------------------------------------------
     @unary

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+from pathlib import Path
 from typing import Any
 
 from playwright.async_api import Locator, Page, ViewportSize
 
 from tests.console.console_support import ARTIFACTS
+
+AXE = Path(__file__).resolve().parents[1] / "vendor" / "axe.min.js"  # axe-core 4.14.1 (vendor/README.md)
+AXE_RULES = ["color-contrast", "label"]
+_AXE_RUN = """async (rules) => {
+  const only = {runOnly: {type: 'rule', values: rules}, resultTypes: ['violations']};
+  const found = await axe.run(document, only);
+  return found.violations.map(v => `${v.id}: ${v.help}\\n` +
+    v.nodes.map(n => `  ${n.target.join(' ')}: ${n.failureSummary.replace(/\\s+/g, ' ')}`).join('\\n'));
+}"""
 
 DESKTOP = ViewportSize(width=1280, height=800)
 NARROW = ViewportSize(width=420, height=800)
@@ -22,12 +33,28 @@ _A11Y = """() => {
 }"""
 
 
+@functools.cache
+def _axe_source() -> str:
+    return AXE.read_text()
+
+
+async def axe_violations(page: Page) -> list[str]:
+    """axe-core's color-contrast and label rules on the page as it is now, one text per failed rule."""
+    if not await page.evaluate("() => typeof axe !== 'undefined'"):
+        await page.add_script_tag(content=_axe_source())
+    found: list[str] = await page.evaluate(_AXE_RUN, AXE_RULES)
+    return found
+
+
 async def checked(page: Page, shot: str) -> None:
-    """The page has `lang`, exactly one <h1> and a label for each field; a full-page screenshot."""
+    """The page has `lang`, exactly one <h1> and a label for each field, and passes axe-core's contrast
+    and label rules; a full-page screenshot."""
     got: dict[str, Any] = await page.evaluate(_A11Y)
     assert got["lang"] == "en", f"{page.url}: no lang"
     assert got["h1"] == 1, f"{page.url}: {got['h1']} <h1> elements"
     assert got["unlabelled"] == [], f"{page.url}: fields without a label: {got['unlabelled']}"
+    violations = await axe_violations(page)
+    assert not violations, f"{page.url}: " + "\n".join(violations)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     await page.screenshot(path=ARTIFACTS / f"{shot}.png", full_page=True)
 

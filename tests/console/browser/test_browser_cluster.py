@@ -1,5 +1,6 @@
 """The console in a browser against a real 3-broker cluster on etcd: the overview lists the three brokers
-and one leader, and a replicated topic's page shows its three replicas in sync."""
+and one leader, a replicated topic's page shows its three replicas in sync, and with one broker gone the
+overview lists the topic as under-replicated (highlighted, and still passing the contrast checks)."""
 
 from __future__ import annotations
 
@@ -50,5 +51,18 @@ async def test_a_three_broker_cluster_overview_and_a_topics_replicas(
             owner_first = (await page.locator("#replicas").inner_text()).split(", ")[0]
             await expect(page.locator("#owner")).to_have_text(owner_first)
             await checked(page, "cluster-topic")
+            await page.goto(base + "/rebalancing")
+            await expect(page.locator("#recent-moves")).to_be_visible()
+            await checked(page, "cluster-rebalancing")
+
+            # A follower goes: the live overview shows the topic under-replicated, without a reload.
+            await page.goto(base + "/")
+            await expect(page.locator("#count-under-replicated")).to_have_text("0")
+            victim = next(b for b in cluster.brokers[1:] if str(cluster.broker_id(b)) != owner_first)
+            victim.kill9()
+            row = page.locator(f'#under-replicated tr[data-topic="{topic}"]')
+            await expect(row).to_be_visible(timeout=30_000)
+            await expect(page.locator("#count-under-replicated")).to_have_text("1")
+            await checked(page, "cluster-overview-under-replicated")
     finally:
         await cluster.stop()

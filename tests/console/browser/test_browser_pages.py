@@ -17,6 +17,8 @@ from playwright.async_api import Browser, Page, expect
 
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
+from ister.wire.gen import SchemaRegistry_pb2 as spb
+from ister.wire.gen import SchemaRegistry_pb2_grpc as spb_grpc
 from tests.console.browser.support import DESKTOP, NARROW, cell, checked, no_horizontal_scroll, reload_until
 from tests.console.console_support import console
 from tests.integration.harness import ISTER, BrokerProcess, client, consumer, producer, take
@@ -204,6 +206,42 @@ async def test_the_message_browser_shows_an_avro_message_decoded(
     assert cells[2] == "k1" and "(avro)" in cells[4], cells
     assert json.loads(cells[5]) == {"id": 7, "v": 2.5}
     await checked(page, "messages")
+
+
+async def test_every_other_page_passes_the_contrast_and_label_checks(
+    setup: tuple[BrokerProcess, str], page: Page
+) -> None:
+    """The pages the other tests do not visit, each checked as they are (axe-core's color-contrast and
+    label rules among them): schemas with a diff and the draft form, security, rebalancing and the
+    cluster's health on a standalone broker, a refusal and a bad request (the error page)."""
+    broker, base = setup
+    with grpc.insecure_channel(broker.admin_addr) as channel:
+        registry = spb_grpc.SchemaRegistryStub(channel)
+        for fields in (
+            READING["fields"],
+            [*READING["fields"], {"name": "unit", "type": "string", "default": ""}],
+        ):
+            definition = json.dumps({**READING, "fields": fields}).encode()
+            registry.RegisterSchema(
+                spb.RegisterSchemaRequest(subject="a11y", schema_type="avro", schema_definition=definition),
+                timeout=10,
+            )
+    pages = [
+        ("/schemas", "schemas", "Schemas"),
+        ("/schemas/a11y", "schema", "a11y"),
+        ("/security", "security", "Security"),
+        ("/rebalancing", "rebalancing", "Rebalancing"),
+        ("/brokers/0/drain", "refused", "Error"),
+        ("/messages/default/readings?from=x", "bad-request", "Error"),
+    ]
+    for path, shot, heading in pages:
+        await page.goto(base + path)
+        await expect(page.locator("h1")).to_contain_text(heading)
+        await checked(page, shot)
+    await page.goto(base + "/schemas/a11y")
+    await page.locator("#draft").fill(json.dumps(READING))
+    await page.locator("#check").click()
+    await checked(page, "schema-checked")
 
 
 @pytest.mark.parametrize("viewport", [DESKTOP, NARROW], ids=["1280x800", "420x800"])

@@ -32,6 +32,135 @@ KEY_SHARED: SubscriptionType
 LATEST: InitialPosition
 EARLIEST: InitialPosition
 
+class ListTopicsRequest(_message.Message):
+    __slots__ = ("namespace", "name_filter", "sort", "descending", "offset", "limit")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FILTER_FIELD_NUMBER: _ClassVar[int]
+    SORT_FIELD_NUMBER: _ClassVar[int]
+    DESCENDING_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    name_filter: str
+    sort: str
+    descending: bool
+    offset: int
+    limit: int
+    def __init__(self, namespace: _Optional[str] = ..., name_filter: _Optional[str] = ..., sort: _Optional[str] = ..., descending: _Optional[bool] = ..., offset: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListedTopic(_message.Message):
+    __slots__ = ("name", "broker_id", "delivery")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    broker_id: int
+    delivery: str
+    def __init__(self, name: _Optional[str] = ..., broker_id: _Optional[int] = ..., delivery: _Optional[str] = ...) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("topics", "total", "matched", "per_broker", "unassigned", "namespaces")
+    class PerBrokerEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_FIELD_NUMBER: _ClassVar[int]
+    PER_BROKER_FIELD_NUMBER: _ClassVar[int]
+    UNASSIGNED_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[ListedTopic]
+    total: int
+    matched: int
+    per_broker: _containers.ScalarMap[int, int]
+    unassigned: int
+    namespaces: int
+    def __init__(self, topics: _Optional[_Iterable[_Union[ListedTopic, _Mapping]]] = ..., total: _Optional[int] = ..., matched: _Optional[int] = ..., per_broker: _Optional[_Mapping[int, int]] = ..., unassigned: _Optional[int] = ..., namespaces: _Optional[int] = ...) -> None: ...
+
+class ClusterHealthRequest(_message.Message):
+    __slots__ = ("max_moves",)
+    MAX_MOVES_FIELD_NUMBER: _ClassVar[int]
+    max_moves: int
+    def __init__(self, max_moves: _Optional[int] = ...) -> None: ...
+
+class RebalancingMove(_message.Message):
+    __slots__ = ("topic", "from_broker", "to_broker", "reason", "estimated_load", "timestamp")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FROM_BROKER_FIELD_NUMBER: _ClassVar[int]
+    TO_BROKER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_LOAD_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    from_broker: int
+    to_broker: int
+    reason: str
+    estimated_load: float
+    timestamp: float
+    def __init__(self, topic: _Optional[str] = ..., from_broker: _Optional[int] = ..., to_broker: _Optional[int] = ..., reason: _Optional[str] = ..., estimated_load: _Optional[float] = ..., timestamp: _Optional[float] = ...) -> None: ...
+
+class FailedMove(_message.Message):
+    __slots__ = ("topic", "from_broker", "cause", "code", "at", "failures", "backing_off", "retry_at")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FROM_BROKER_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    BACKING_OFF_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    from_broker: int
+    cause: str
+    code: str
+    at: float
+    failures: int
+    backing_off: bool
+    retry_at: float
+    def __init__(self, topic: _Optional[str] = ..., from_broker: _Optional[int] = ..., cause: _Optional[str] = ..., code: _Optional[str] = ..., at: _Optional[float] = ..., failures: _Optional[int] = ..., backing_off: _Optional[bool] = ..., retry_at: _Optional[float] = ...) -> None: ...
+
+class ReplicationIssue(_message.Message):
+    __slots__ = ("topic", "state", "replicas", "in_sync_replicas", "live_in_sync", "min_insync_replicas", "leader")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    state: str
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    in_sync_replicas: _containers.RepeatedScalarFieldContainer[int]
+    live_in_sync: _containers.RepeatedScalarFieldContainer[int]
+    min_insync_replicas: int
+    leader: int
+    def __init__(self, topic: _Optional[str] = ..., state: _Optional[str] = ..., replicas: _Optional[_Iterable[int]] = ..., in_sync_replicas: _Optional[_Iterable[int]] = ..., live_in_sync: _Optional[_Iterable[int]] = ..., min_insync_replicas: _Optional[int] = ..., leader: _Optional[int] = ...) -> None: ...
+
+class ClusterHealthResponse(_message.Message):
+    __slots__ = ("mode", "note", "moves", "moves_total", "failed_moves", "under_replicated", "under_min_isr", "replicated_topics")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    MOVES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FAILED_MOVES_FIELD_NUMBER: _ClassVar[int]
+    UNDER_REPLICATED_FIELD_NUMBER: _ClassVar[int]
+    UNDER_MIN_ISR_FIELD_NUMBER: _ClassVar[int]
+    REPLICATED_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    note: str
+    moves: _containers.RepeatedCompositeFieldContainer[RebalancingMove]
+    moves_total: int
+    failed_moves: _containers.RepeatedCompositeFieldContainer[FailedMove]
+    under_replicated: _containers.RepeatedCompositeFieldContainer[ReplicationIssue]
+    under_min_isr: _containers.RepeatedCompositeFieldContainer[ReplicationIssue]
+    replicated_topics: int
+    def __init__(self, mode: _Optional[str] = ..., note: _Optional[str] = ..., moves: _Optional[_Iterable[_Union[RebalancingMove, _Mapping]]] = ..., moves_total: _Optional[int] = ..., failed_moves: _Optional[_Iterable[_Union[FailedMove, _Mapping]]] = ..., under_replicated: _Optional[_Iterable[_Union[ReplicationIssue, _Mapping]]] = ..., under_min_isr: _Optional[_Iterable[_Union[ReplicationIssue, _Mapping]]] = ..., replicated_topics: _Optional[int] = ...) -> None: ...
+
 class SetLimitsRequest(_message.Message):
     __slots__ = ("namespace", "topic", "limits", "clear")
     class LimitsEntry(_message.Message):
@@ -292,14 +421,16 @@ class PublishRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[PublishOpen, _Mapping]] = ..., batch: _Optional[_Union[PublishBatch, _Mapping]] = ...) -> None: ...
 
 class PublishOpen(_message.Message):
-    __slots__ = ("topic", "producer_name", "delivery")
+    __slots__ = ("topic", "producer_name", "delivery", "schema_subject")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_SUBJECT_FIELD_NUMBER: _ClassVar[int]
     topic: str
     producer_name: str
     delivery: Delivery
-    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, str]] = ...) -> None: ...
+    schema_subject: str
+    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, str]] = ..., schema_subject: _Optional[str] = ...) -> None: ...
 
 class PublishBatch(_message.Message):
     __slots__ = ("sequence", "records", "count", "producer_key", "first_sequence")

@@ -519,6 +519,16 @@ class IsterAdminStub:
                 request_serializer=ister__v1__pb2.GetLimitsRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.LimitsResponse.FromString,
                 _registered_method=True)
+        self.GetClusterHealth = channel.unary_unary(
+                '/ister.v1.IsterAdmin/GetClusterHealth',
+                request_serializer=ister__v1__pb2.ClusterHealthRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.ClusterHealthResponse.FromString,
+                _registered_method=True)
+        self.ListTopics = channel.unary_unary(
+                '/ister.v1.IsterAdmin/ListTopics',
+                request_serializer=ister__v1__pb2.ListTopicsRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.ListTopicsResponse.FromString,
+                _registered_method=True)
 
 
 class IsterAdminServicer:
@@ -676,6 +686,30 @@ class IsterAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetClusterHealth(self, request, context):
+        """-- the cluster's health (issue 42, docs/console.md) --
+        Recent rebalancing moves with their reasons (`/cluster/rebalancing_history/`, newest first), the topics
+        whose last move failed and why (`/ister/move-failures/`), and the replicated topics below their
+        replica count or below their minimum in-sync set, counting only registered brokers. Read from the
+        asked broker's metadata cache; UNAVAILABLE when etcd does not answer. A standalone broker answers
+        mode "standalone" with empty lists and a note saying why.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTopics(self, request, context):
+        """-- topics at scale (issue 42) --
+        One page of the topics of a namespace, or of every namespace: those whose full name contains
+        `name_filter` (case-insensitive), sorted, from `offset`, at most `limit` (1,000; 0: the counts only),
+        with the counts the caller pages by. Owners come from one listing, so a page sorted by name or broker
+        reads only its own rows' deliveries; sorting by delivery reads every matching topic's.
+        INVALID_ARGUMENT for an unknown sort or a limit above 1,000, NOT_FOUND for an unknown namespace.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -763,6 +797,16 @@ def add_IsterAdminServicer_to_server(servicer, server):
                     servicer.GetLimits,
                     request_deserializer=ister__v1__pb2.GetLimitsRequest.FromString,
                     response_serializer=ister__v1__pb2.LimitsResponse.SerializeToString,
+            ),
+            'GetClusterHealth': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetClusterHealth,
+                    request_deserializer=ister__v1__pb2.ClusterHealthRequest.FromString,
+                    response_serializer=ister__v1__pb2.ClusterHealthResponse.SerializeToString,
+            ),
+            'ListTopics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTopics,
+                    request_deserializer=ister__v1__pb2.ListTopicsRequest.FromString,
+                    response_serializer=ister__v1__pb2.ListTopicsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1225,6 +1269,60 @@ class IsterAdmin:
             '/ister.v1.IsterAdmin/GetLimits',
             ister__v1__pb2.GetLimitsRequest.SerializeToString,
             ister__v1__pb2.LimitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetClusterHealth(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/GetClusterHealth',
+            ister__v1__pb2.ClusterHealthRequest.SerializeToString,
+            ister__v1__pb2.ClusterHealthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTopics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/ListTopics',
+            ister__v1__pb2.ListTopicsRequest.SerializeToString,
+            ister__v1__pb2.ListTopicsResponse.FromString,
             options,
             channel_credentials,
             insecure,
