@@ -13,6 +13,7 @@ from typing import Annotated, TypeVar
 
 import msgspec
 
+from ister.core.compression import CompressionError, plain
 from ister.errors import InvalidArgument
 from ister.ids import clip
 from ister.limits import MAX_ATTRIBUTE_BYTES, MAX_ATTRIBUTES, MAX_ROUTING_KEY_CHARS, U32_MAX, U64_MAX
@@ -68,8 +69,8 @@ _stamp = msgspec.msgpack.Decoder(_Stamp)
 def publish_time_of(data: bytes | memoryview | msgspec.Raw) -> int | None:
     """A stored record's publish time (unix ms) without decoding the rest; None when it does not decode."""
     try:
-        return _stamp.decode(data).publish_time
-    except (msgspec.DecodeError, TypeError):
+        return _stamp.decode(plain(data)).publish_time
+    except (msgspec.DecodeError, TypeError, CompressionError):
         return None
 
 
@@ -81,8 +82,12 @@ def encode_message(message: StoredMessage) -> bytes:
 
 
 def decode_message(data: bytes | memoryview) -> StoredMessage:
-    """Decode a stored record; raises msgspec.DecodeError on garbage (callers map it to CorruptionError)."""
-    return _decoder.decode(data)
+    """Decode a stored record, plain or compressed; raises msgspec.DecodeError on garbage (callers map it to
+    CorruptionError), a compressed record that does not decompress included."""
+    try:
+        return _decoder.decode(plain(data))
+    except CompressionError as exc:
+        raise msgspec.DecodeError(str(exc)) from None
 
 
 # -- validation of published records -------------------------------------------------------------------------
@@ -257,6 +262,6 @@ def idem_tag_of(data: bytes | memoryview) -> tuple[int, int, int] | None:
     """A stored record's idempotence tag (producer_key, first_sequence, count), or None (untagged or not
     decodable)."""
     try:
-        return _tagged.decode(data).idem
-    except (msgspec.DecodeError, TypeError, ValueError):
+        return _tagged.decode(plain(data)).idem
+    except (msgspec.DecodeError, TypeError, ValueError, CompressionError):
         return None

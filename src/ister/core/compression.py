@@ -1,0 +1,159 @@
+"""Record compression: the codecs and the stored envelope of a compressed record (docs/compression.md).
+
+A stored record (a WAL frame's payload) is either a plain msgpack array (its first byte 0x90..0x9f, 0xdc or
+0xdd) or a compressed one:
+
+    0xC1 | codec u8 | uncompressed size u32 LE | the codec's bytes of the plain record
+
+0xC1 is the one byte msgpack never uses, so the first byte tells the two apart and every record written
+before compression existed reads as before. The frame's CRC-32C covers the envelope as stored.
+
+Codec ids follow Kafka's: none 0, gzip 1, snappy 2, lz4 3, zstd 4. lz4 is the block format and snappy the
+raw format (the envelope carries the size); zstd is a zstd frame, gzip an RFC 1952 member. Decompression
+is bounded: the declared size is checked against a limit first and the output buffer holds exactly it.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+
+import cramjam
+import msgspec
+
+from ister.core.frames import MAX_FRAME_PAYLOAD
+from ister.errors import InvalidArgument
+
+Buffer = bytes | memoryview | msgspec.Raw
+MARK = 0xC1
+ENVELOPE = struct.Struct("<BBI")  # mark, codec, uncompressed size
+ENVELOPE_SIZE = ENVELOPE.size  # 6
+ZSTD_LEVEL = 3  # zstd's own default; cramjam's default (11) is several times slower
+GZIP_LEVEL = 6  # zlib's default
+
+
+class Codec(enum.IntEnum):
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+NAMES = {c: c.name.lower() for c in Codec}
+
+
+class CompressionError(InvalidArgument):
+    """Compressed bytes that do not decompress to what their envelope says (corrupt, wrong size, unknown
+    codec). INVALID_ARGUMENT on publish; a reader treats such a stored record as corrupt."""
+
+
+def parse_codec(name: str) -> Codec:
+    """A codec by name (none, gzip, snappy, lz4, zstd; case-insensitive)."""
+    for codec, n in NAMES.items():
+        if n == name.strip().lower():
+            return codec
+    raise InvalidArgument(f"unknown compression {name!r}; one of: {', '.join(NAMES.values())}")
+
+
+def codec_of(value: int) -> Codec:
+    try:
+        return Codec(value)
+    except ValueError:
+        raise CompressionError(f"unknown codec id {value}") from None
+
+
+def _gzip(data: bytes | memoryview) -> bytes:
+    c = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # wbits 31: a gzip member
+    return c.compress(data) + c.flush()
+
+
+def compress(codec: Codec, data: bytes | memoryview) -> bytes:
+    """The codec's bytes of `data` (no envelope)."""
+    if codec is Codec.LZ4:
+        return bytes(cramjam.lz4.compress_block(data, store_size=False))
+    if codec is Codec.ZSTD:
+        return bytes(cramjam.zstd.compress(data, level=ZSTD_LEVEL))
+    if codec is Codec.SNAPPY:
+        return bytes(cramjam.snappy.compress_raw(data))
+    if codec is Codec.GZIP:
+        return _gzip(data)
+    return bytes(data)
+
+
+def decompress(codec: Codec, data: bytes | memoryview, size: int) -> bytes:
+    """`data` decompressed, which must be exactly `size` bytes; CompressionError otherwise. At most
+    `size + 1` bytes are ever produced, so a small input cannot expand past its declared size."""
+    if codec is Codec.NONE:
+        if len(data) != size:
+            raise CompressionError(f"{len(data)} bytes, the size says {size}")
+        return bytes(data)
+    out = bytearray(size + 1)  # one spare byte: an input that holds more than `size` shows itself
+    try:
+        if codec is Codec.LZ4:
+            n = cramjam.lz4.decompress_block_into(data, out)
+        elif codec is Codec.ZSTD:
+            n = cramjam.zstd.decompress_into(data, out)
+        elif codec is Codec.SNAPPY:
+            stated = cramjam.snappy.decompress_raw_len(data)
+            if stated != size:
+                raise CompressionError(f"snappy data of {stated} bytes, the size says {size}")
+            n = cramjam.snappy.decompress_raw_into(data, out)
+        else:
+            d = zlib.decompressobj(31)
+            got = d.decompress(data, size + 1)
+            if not d.eof or d.unused_data or d.unconsumed_tail:
+                raise CompressionError("gzip data is truncated, too long or followed by other bytes")
+            n = len(got)
+            out[:n] = got
+    except CompressionError:
+        raise
+    except Exception as exc:  # cramjam.DecompressionError, zlib.error, ValueError: the bytes are bad
+        raise CompressionError(f"{NAMES[codec]} data does not decompress: {exc}") from None
+    if n != size:
+        held = n if n <= size else "more than"
+        raise CompressionError(f"{NAMES[codec]} data holds {held} bytes, the size says {size}")
+    del out[size:]
+    return bytes(out)
+
+
+# -- the stored envelope -----------------------------------------------------------------------------------
+
+
+def is_compressed(record: bytes | memoryview) -> bool:
+    return len(record) > 0 and record[0] == MARK
+
+
+def wrap(codec: Codec, record: bytes | memoryview) -> bytes:
+    """A plain record as stored with `codec` (the record itself, as bytes, for Codec.NONE)."""
+    if codec is Codec.NONE:
+        return bytes(record)
+    return ENVELOPE.pack(MARK, codec, len(record)) + compress(codec, record)
+
+
+def envelope(record: bytes | memoryview) -> tuple[Codec, int]:
+    """(codec, uncompressed size) of a compressed record; CompressionError when it is not one."""
+    if len(record) < ENVELOPE_SIZE or record[0] != MARK:
+        raise CompressionError("not a compressed record")
+    _, codec, size = ENVELOPE.unpack_from(record)
+    return codec_of(codec), size
+
+
+def unwrap(record: bytes | memoryview, limit: int = MAX_FRAME_PAYLOAD) -> bytes:
+    """The plain record of a compressed one; its declared size must be at most `limit`."""
+    codec, size = envelope(record)
+    if codec is Codec.NONE:
+        raise CompressionError("a compressed record must name a codec")
+    if size > limit:
+        raise CompressionError(f"uncompressed size {size} exceeds the limit of {limit} bytes")
+    return decompress(codec, memoryview(record)[ENVELOPE_SIZE:], size)
+
+
+def plain(record: Buffer, limit: int = MAX_FRAME_PAYLOAD) -> Buffer:
+    """The record as a reader decodes it: itself when plain (no copy), else decompressed. Takes any buffer
+    (bytes, memoryview, a msgspec.Raw as some WAL readers hand records out)."""
+    view = record if isinstance(record, bytes | memoryview) else memoryview(record)
+    if len(view) and view[0] == MARK:
+        return unwrap(view, limit)
+    return record
