@@ -13,7 +13,7 @@ from typing import Annotated, TypeVar
 
 import msgspec
 
-from ister.core.compression import CompressionError, plain
+from ister.core.compression import MARK, CompressionError, envelope, plain, unwrap, wrap
 from ister.errors import InvalidArgument
 from ister.ids import clip
 from ister.limits import MAX_ATTRIBUTE_BYTES, MAX_ATTRIBUTES, MAX_ROUTING_KEY_CHARS, U32_MAX, U64_MAX
@@ -241,9 +241,13 @@ _tagged = msgspec.msgpack.Decoder(_Tagged)
 
 def tag_record(record: bytes | msgspec.Raw, key: int, first_seq: int, count: int) -> bytes:
     """A published record (a msgpack array of at most 8 elements, checked by `decode_published*`) with the
-    idempotence tag appended as its 9th element (missing optional fields padded with nil)."""
+    idempotence tag appended as its 9th element (missing optional fields padded with nil). A compressed
+    record is tagged inside and compressed again with its codec."""
     data = bytes(record)
     head = data[0]
+    if head == MARK:
+        codec, _ = envelope(data)
+        return wrap(codec, tag_record(unwrap(data), key, first_seq, count))
     if 0x90 <= head <= 0x9F:
         n, body = head & 0x0F, data[1:]
     elif head == 0xDC:
