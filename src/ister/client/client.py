@@ -157,8 +157,9 @@ class Client(ClientConnection):
         self, topic: str, start: int, end: int, *, max_records: int = 10_000
     ) -> AsyncIterator[list[tuple[int, bytes]]]:
         """The stored records of a reliable topic with offsets in [start, end), in offset order, in batches
-        of at most `max_records` (offset, record) pairs. A record is the msgpack record exactly as stored
-        (`ister.core.record.decode_message` decodes it); its CRC-32C was checked.
+        of at most `max_records` (offset, record) pairs. A record is the msgpack record as stored
+        (decompressed when stored compressed; `ister.core.record.decode_message` decodes it); its CRC-32C
+        was checked.
 
         Never waits for new messages: it ends at `end` or at the topic's head (`offsets().next`) when the
         read (or, after a retry, the retried read) started, whichever is lower. Offsets that are not stored

@@ -32,6 +32,34 @@ KEY_SHARED: SubscriptionType
 LATEST: InitialPosition
 EARLIEST: InitialPosition
 
+class SetCompressionRequest(_message.Message):
+    __slots__ = ("namespace", "topic", "compression", "clear")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    topic: str
+    compression: str
+    clear: bool
+    def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ..., compression: _Optional[str] = ..., clear: _Optional[bool] = ...) -> None: ...
+
+class GetCompressionRequest(_message.Message):
+    __slots__ = ("namespace", "topic")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    topic: str
+    def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class CompressionResponse(_message.Message):
+    __slots__ = ("compression", "source")
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    compression: str
+    source: str
+    def __init__(self, compression: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
 class SetLimitsRequest(_message.Message):
     __slots__ = ("namespace", "topic", "limits", "clear")
     class LimitsEntry(_message.Message):
