@@ -109,12 +109,22 @@ def _describe(name: str) -> Any:
         if any(r["name"] == name for r in _topic_rows(listing)):
             parts = []  # a plain topic; names that merely start like it are not its partitions
         parts.sort(key=lambda r: int(r["name"].rsplit("-part-", 1)[1]))
-        codec = s.ister_admin.GetCompression(
-            ister_pb.GetCompressionRequest(topic=name), timeout=CALL_TIMEOUT_SECONDS
-        )
-        return described, parts, codec
+        return described, parts, _compression(s, name)
 
     return ask
+
+
+def _compression(s: Stubs, name: str) -> Any:
+    """The topic's compression in effect; None from a server without the Ister admin service (an older
+    broker, a bare admin server)."""
+    try:
+        return s.ister_admin.GetCompression(
+            ister_pb.GetCompressionRequest(topic=name), timeout=CALL_TIMEOUT_SECONDS
+        )
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+            return None
+        raise
 
 
 def _described_json(answer: Described) -> dict[str, Any]:
@@ -124,9 +134,9 @@ def _described_json(answer: Described) -> dict[str, Any]:
         "broker_id": described.broker_id,
         "delivery": described.delivery,
         "subscriptions": list(described.subscriptions),
-        "compression": codec.compression,
-        "compression_source": codec.source,
     }
+    if codec is not None:
+        info |= {"compression": codec.compression, "compression_source": codec.source}
     if described.HasField("schema_subject"):
         info["schema_subject"] = described.schema_subject
     info.update(_replication_of(described)[0])
@@ -147,8 +157,9 @@ def _described_table(answer: Described) -> None:
         ("Broker", described.broker_id or ("-" if not parts else "(per partition)")),
         ("Delivery", described.delivery),
         ("Subscriptions", ", ".join(described.subscriptions) or "(none)"),
-        ("Compression", f"{codec.compression} ({codec.source})"),
     ]
+    if codec is not None:
+        fields.append(("Compression", f"{codec.compression} ({codec.source})"))
     if described.HasField("schema_subject"):
         fields.append(("Schema subject", described.schema_subject))
     fields += _replication_of(described)[1]
