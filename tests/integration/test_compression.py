@@ -91,6 +91,18 @@ async def test_a_consumer_of_the_ister_client_gets_plain_messages(fresh_broker: 
         await cons.close()
 
 
+async def test_a_non_reliable_topic_delivers_a_compressed_batch_plain(fresh_broker: BrokerProcess) -> None:
+    danube = await client(fresh_broker.url)
+    await producer(danube, "/default/volatile", "setup")
+    cons, queue = await consumer(danube, "/default/volatile", "danube", "s")
+    lines = log_lines(30)
+    async with Client(fresh_broker.url) as c:
+        p = await c.producer("/default/volatile", "p", reliable=False, compression="snappy")
+        await p.send_batch(lines)
+        await p.close()
+    assert [m.payload for m in await take(queue, 30, ack=cons)] == lines
+
+
 async def test_topic_and_namespace_policies_compress_what_a_producer_sent_plain(
     fresh_broker: BrokerProcess,
 ) -> None:
@@ -118,6 +130,9 @@ async def test_topic_and_namespace_policies_compress_what_a_producer_sent_plain(
     assert await stored_codecs(b.url, "/packed/own", 10, 20) == [Codec.GZIP] * 10
     assert await read_payloads(b.url, "/packed/own") == lines
     assert await read_payloads(b.url, "/packed/inherits") == lines
+    # peek (the console's and the CLI's) shows plain payloads
+    peeked = json.loads(cli(b, "admin", "topics", "peek", "/packed/own", "-n", "2", "--output", "json"))
+    assert [m["payload"].encode() for m in peeked] == lines[:2]
 
 
 def _records(pid: int, payloads: list[bytes]) -> list[bytes]:
