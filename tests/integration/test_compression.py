@@ -130,6 +130,11 @@ async def test_topic_and_namespace_policies_compress_what_a_producer_sent_plain(
     assert await stored_codecs(b.url, "/packed/own", 10, 20) == [Codec.GZIP] * 10
     assert await read_payloads(b.url, "/packed/own") == lines
     assert await read_payloads(b.url, "/packed/inherits") == lines
+    # `ister produce --compression`: the producer's codec wins over the namespace's
+    produce = [*ISTER, "produce", "-s", b.url, "-t", "/packed/cli", "-m", "hello", "--compression", "snappy"]
+    done = subprocess.run(produce, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert await stored_codecs(b.url, "/packed/cli", 0, 1) == [Codec.SNAPPY]
     # peek (the console's and the CLI's) shows plain payloads
     peeked = json.loads(cli(b, "admin", "topics", "peek", "/packed/own", "-n", "2", "--output", "json"))
     assert [m["payload"].encode() for m in peeked] == lines[:2]
