@@ -132,7 +132,9 @@ async def test_topic_and_namespace_policies_compress_what_a_producer_sent_plain(
     assert await read_payloads(b.url, "/packed/inherits") == lines
     # `ister produce --compression`: the producer's codec wins over the namespace's
     produce = [*ISTER, "produce", "-s", b.url, "-t", "/packed/cli", "-m", "hello", "--compression", "snappy"]
-    done = subprocess.run(produce, capture_output=True, text=True, timeout=60, check=False)
+    done = await asyncio.to_thread(
+        subprocess.run, produce, capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert await stored_codecs(b.url, "/packed/cli", 0, 1) == [Codec.SNAPPY]
     # peek (the console's and the CLI's) shows plain payloads
