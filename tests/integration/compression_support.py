@@ -25,12 +25,38 @@ async def stored_codecs(url: str, topic: str, start: int, end: int, accept: bool
         request = pb.ReadRequest(topic=topic, start=start, end=end, accept_compressed=accept)
         codecs: list[int] = []
         async for batch in stub.Read(request, timeout=30):
-            frames, pos = batch.frames, 0
-            while pos < len(frames):
-                length = int.from_bytes(frames[pos + 8 : pos + 12], "little")
-                record = frames[pos + 16 : pos + 16 + length]
-                codecs.append(ENVELOPE.unpack_from(record)[1] if record[0] == MARK else Codec.NONE)
-                pos += 16 + length
+            codecs += _codecs(batch.frames)
+        return codecs
+
+
+def _codecs(frames: bytes) -> list[int]:
+    codecs, pos = [], 0
+    while pos < len(frames):
+        length = int.from_bytes(frames[pos + 8 : pos + 12], "little")
+        record = frames[pos + 16 : pos + 16 + length]
+        codecs.append(ENVELOPE.unpack_from(record)[1] if record[0] == MARK else Codec.NONE)
+        pos += 16 + length
+    return codecs
+
+
+async def consumed_codecs(url: str, topic: str, subscription: str, n: int, accept: bool) -> list[int]:
+    """The codec of each of the first `n` records a new Consume stream gets (from the earliest offset)."""
+    async with grpc.aio.insecure_channel(url.removeprefix("http://")) as channel:
+        call = pb_grpc.IsterStub(channel).Consume()
+        opening = pb.ConsumeOpen(
+            topic=topic,
+            subscription=subscription,
+            consumer_name="raw",
+            initial_position=pb.EARLIEST,
+            window=max(n, 100),  # all of them without acks
+            accept_compressed=accept,
+        )
+        await call.write(pb.ConsumeRequest(open=opening))
+        assert (await asyncio.wait_for(call.read(), 30)).HasField("opened")
+        codecs: list[int] = []
+        while len(codecs) < n:
+            codecs += _codecs((await asyncio.wait_for(call.read(), 30)).batch.frames)
+        call.cancel()
         return codecs
 
 

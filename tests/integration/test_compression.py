@@ -20,6 +20,7 @@ from ister.core.record import StoredMessage, array_header, encode_message
 from ister.wire.gen import ister_v1_pb2 as pb
 from tests.integration.compression_support import (
     CODECS,
+    consumed_codecs,
     log_lines,
     publish_raw,
     read_payloads,
@@ -74,6 +75,9 @@ async def test_every_codec_round_trips_stored_compressed_through_a_restart(
         assert set(await stored_codecs(fresh_broker.url, topic, 0, 300)) == {parse_codec(codec)}
         # a consumer that did not say it decodes compressed records gets them plain
         assert set(await stored_codecs(fresh_broker.url, topic, 0, 300, accept=False)) == {Codec.NONE}
+    # the same on a Consume stream
+    assert set(await consumed_codecs(fresh_broker.url, "/default/c_gzip", "old", 300, False)) == {Codec.NONE}
+    assert set(await consumed_codecs(fresh_broker.url, "/default/c_gzip", "new", 300, True)) == {Codec.GZIP}
 
 
 async def test_a_consumer_of_the_ister_client_gets_plain_messages(fresh_broker: BrokerProcess) -> None:
