@@ -35,7 +35,7 @@ Buffer = bytes | memoryview | msgspec.Raw
 MARK = 0xC1
 ENVELOPE = struct.Struct("<BBI")  # mark, codec, uncompressed size
 ENVELOPE_SIZE = ENVELOPE.size  # 6
-ZSTD_LEVEL = 3  # zstd's own default; cramjam's default (11) is several times slower
+ZSTD_LEVEL = 3  # zstd's own default
 GZIP_LEVEL = 6  # zlib's default
 
 
