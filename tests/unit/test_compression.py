@@ -62,6 +62,22 @@ def test_corrupt_bytes_are_refused(codec: Codec) -> None:
 
 
 @pytest.mark.parametrize("codec", CODECS)
+def test_trailing_bytes_are_refused(codec: Codec) -> None:
+    data = compress(codec, TEXT)
+    for extra in (b"\x00", b"garbage!", data):
+        with pytest.raises(CompressionError):
+            decompress(codec, data + extra, len(TEXT))
+
+
+def test_a_zstd_frame_without_its_size_is_refused() -> None:
+    import zstandard
+
+    unsized = zstandard.ZstdCompressor(write_content_size=False).compress(TEXT)
+    with pytest.raises(CompressionError, match="states no size"):
+        decompress(Codec.ZSTD, unsized, len(TEXT))
+
+
+@pytest.mark.parametrize("codec", CODECS)
 def test_a_bomb_expands_no_further_than_its_declared_size(codec: Codec) -> None:
     bomb = compress(codec, bytes(10_000_000))
     with pytest.raises(CompressionError):

@@ -88,10 +88,13 @@ def _gzip(data: bytes | memoryview) -> bytes:
 
 
 def _unzstd(data: bytes | memoryview, size: int) -> bytes:
-    declared = zstandard.frame_content_size(data)  # -1: not in the frame; checked before any allocation
-    if declared not in (-1, size):
-        raise CompressionError(f"zstd frame says {declared} bytes, the size says {size}")
-    got: bytes = _ctx.zd.decompress(data, max_output_size=size + 1)
+    # One frame that states its content size (ours always do), checked before anything is allocated: the
+    # one-shot decompression then writes into exactly that many bytes, and no byte may follow the frame.
+    declared = zstandard.frame_content_size(data)
+    if declared != size:
+        stated = "no size" if declared == -1 else f"{declared} bytes"
+        raise CompressionError(f"zstd frame states {stated}, the size says {size}")
+    got: bytes = _ctx.zd.decompress(data, max_output_size=size, allow_extra_data=False)
     if len(got) != size:
         raise CompressionError(f"zstd data holds {len(got)} bytes, the size says {size}")
     return got
