@@ -405,7 +405,7 @@ async def test_a_danube_consumer_that_caught_up_keeps_none_of_its_messages(serve
     from ister.wire.gen import DanubeApi_pb2 as dpb
     from ister.wire.gen import DanubeApi_pb2_grpc as dpb_grpc
 
-    decoded_line = line_of(record.decode_message, "return _decoder.decode(data)")
+    decoded_line = line_of(record.decode_message, "return _decoder.decode(plain(data))")
     topic, count, size = "/default/idle-danube", 20, 10_000
     async with Client(served.url) as client:
         producer = await client.producer(topic, "p", reliable=True)

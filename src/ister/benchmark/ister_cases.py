@@ -60,9 +60,12 @@ async def publish(
     time_limit: float = 60.0,
     broker_cpu: CpuProbe | None = None,
     idempotent: bool = True,
+    payloads: list[bytes] | None = None,
+    compression: str = "none",
 ) -> dict[str, Any]:
     """Durable publish through send_batch with `workers` batches in flight. The subscription the consume
-    case reads is created first, so it holds every message published here."""
+    case reads is created first, so it holds every message published here. `payloads`: sent in turn
+    (default: the 100-byte PAYLOAD); `compression`: the producer's codec."""
     async with Client(url) as client:
         producer = await client.producer(
             topic,
@@ -72,10 +75,11 @@ async def publish(
             max_inflight_batches=workers,
             max_buffered_messages=max(262_144, 2 * batch * workers),
             idempotent=idempotent,
+            compression=compression,
         )
         consumer = await client.consumer(topic, SUBSCRIPTION, name=CONSUMER, window=MAX_WINDOW)
         await consumer.close()  # the subscription stays, its cursor at offset 0
-        chunk = [PAYLOAD] * batch
+        chunk = [PAYLOAD] * batch if payloads is None else (payloads * (batch // len(payloads) + 1))[:batch]
         await producer.send_batch(chunk)  # warm-up (read back by the consume case too)
         sent = 0
         rtts: list[float] = []

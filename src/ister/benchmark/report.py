@@ -10,6 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ister.benchmark import compression_cases
+
 WIDTH = 150  # when printing to a file or pipe (rich would wrap at 80 columns)
 TIMES = "\N{MULTIPLICATION SIGN}"
 
@@ -322,6 +324,9 @@ def _details(cases: dict[str, Any]) -> str:
             f"{off:,.0f} vs {on:,.0f} msg/s, cost {idem['cost_pct']:.1f} %; "
             f"broker CPU {cpu_off:.2f} vs {cpu_on:.2f} µs/msg"
         )
+    comp = cases.get("ister_compression")
+    if comp:
+        lines.append(compression_cases.render(comp))
     for key in ("ister_e2e", "danube_e2e"):
         e2e = cases.get(key)
         if e2e:

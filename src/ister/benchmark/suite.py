@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ister.benchmark import ister_cases, replication
+import uvloop
+
+from ister.benchmark import compression_cases, ister_cases, replication
 from ister.benchmark import nats as nats_peer
 from ister.benchmark.broker import BenchBroker
 from ister.benchmark.stats import host_cpu_share, host_cpu_ticks
@@ -78,7 +80,7 @@ def run_ister(opts: Options, progress: Progress) -> dict[str, Any]:
         return {}
     with BenchBroker(fsync=opts.fsync) as broker:
         progress(f"ister broker pid {broker.pid} on {broker.url} (fsync {opts.fsync})")
-        return ister_cases.run_all(
+        out = ister_cases.run_all(
             broker.url,
             messages=opts.messages,
             latency_seconds=opts.latency_seconds,
@@ -86,6 +88,12 @@ def run_ister(opts: Options, progress: Progress) -> dict[str, Any]:
             broker_cpu=broker.cpu_seconds,
             progress=progress,
         )
+        if "compression" in opts.cases:
+            n = max(1, opts.messages // 10)
+            progress(f"batch API: each codec on 1 KiB JSON and random payloads, {n:,} messages each")
+            case = compression_cases.run(broker.url, n, broker_cpu=broker.cpu_seconds, progress=progress)
+            out["ister_compression"] = uvloop.run(case)
+        return out
 
 
 def run_danube(opts: Options, progress: Progress) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 from ister.broker.admin_values import (
     TopicInfo,
 )
+from ister.broker.compression_admin import CompressionAdmin
 from ister.broker.limits_admin import LimitsAdmin
 from ister.broker.retention_admin import RetentionAdmin
 from ister.broker.service import BrokerService
@@ -45,6 +46,7 @@ class AdminBase:
         self._lock = asyncio.Lock()  # admin creations and deletions, one at a time
         self.retention = RetentionAdmin(self.store, self._resolve)
         self.limits = LimitsAdmin(self.store, self._resolve)
+        self.compression = CompressionAdmin(self.store, self._resolve)
 
     # -- lookups ------------------------------------------------------------------------------------------
     @property

@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from ister.broker import deadlines, metrics
+from ister.broker.compression_policy import compress_plain
 from ister.broker.nonreliable import NonReliableSubscription
 from ister.broker.reliable import ReliableSubscription
 from ister.broker.sessions import ProducerSession
 from ister.broker.subscription import Subscription
+from ister.core.compression import Codec
 from ister.core.lifecycle import TopicLifecycle
 from ister.core.missing_offsets import GapLedger
 from ister.core.record import StoredMessage, encode_message
@@ -25,6 +27,7 @@ from ister.limits import PUBLISH_TIMEOUT_SECONDS
 from ister.storage.wal import Wal
 
 if TYPE_CHECKING:
+    from ister.broker.compression_policy import TopicCompressionPolicy
     from ister.broker.dedup import TopicDedup
     from ister.broker.rate_limits import TopicLimits
     from ister.ports.claim import TopicClaim
@@ -81,6 +84,8 @@ class Topic:
         # Why publishes are refused or held: the slowest subscription is past the backlog quota
         self.quota_breach: str | None = None
         self.limits: TopicLimits | None = None  # its publish and dispatch rate limits (broker/rate_limits.py)
+        # the codec plain records are stored with (broker/compression_policy.py); None: always plain
+        self.compression: TopicCompressionPolicy | None = None
         self._quota_policy = "producer_error"
         self._quota_hold_s = 0.0
         self._quota_cleared: asyncio.Event | None = None
@@ -204,6 +209,7 @@ class Topic:
         self.messages_in += len(records)  # cumulative, for load reports (rates are deltas of these)
         self.bytes_in += payload_bytes
         if self.wal is not None:
+            records = self._stored_form(records)
             started = monotonic()
             try:
                 with self._publish_deadlines.guard():
@@ -241,6 +247,15 @@ class Topic:
             for sub in subs:
                 sub.dispatch(first + i, message, record)
         return first
+
+    def _stored_form(self, records: Sequence[bytes | msgspec.Raw]) -> Sequence[bytes | msgspec.Raw]:
+        """The records as the WAL stores them: compressed with the topic's codec when it has one
+        (docs/compression.md); as they are otherwise, without a copy."""
+        policy = self.compression
+        if policy is None:
+            return records
+        codec = policy.codec()
+        return records if codec is Codec.NONE else compress_plain(codec, records)
 
     async def wait_committed(self, end: int) -> None:
         """Wait until offsets below `end` are committed (a replicated topic: on enough replicas)."""

@@ -14,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from ister.broker import metrics
+from ister.broker.compression_policy import TopicCompressionPolicy
 from ister.broker.dedup import TopicDedup, rebuild_from_log
 from ister.broker.exports import ExportScheduler
 from ister.broker.namespace_limits import check_topic_room
@@ -250,6 +251,8 @@ class TopicRegistry:
                 topic.dedup = TopicDedup(name.full, self.config.idempotence)
             if self.rates is not None:
                 topic.limits = self.rates.for_topic(name)
+                if wal is not None:
+                    topic.compression = TopicCompressionPolicy(self.rates.cache, name)
             return topic
 
         owner: TopicOwner[Topic] = TopicOwner(name, self.placement, self.storage, self)

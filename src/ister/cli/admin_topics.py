@@ -93,7 +93,8 @@ def _replication_of(described: Any) -> tuple[dict[str, Any], list[tuple[str, str
     return info, fields
 
 
-Described = tuple[Any, list[dict[str, str]]]  # the topic, and its partitions (none for a plain topic)
+# the topic, its partitions (none for a plain topic), and its compression in effect
+Described = tuple[Any, list[dict[str, str]], Any]
 
 
 def _describe(name: str) -> Any:
@@ -108,19 +109,34 @@ def _describe(name: str) -> Any:
         if any(r["name"] == name for r in _topic_rows(listing)):
             parts = []  # a plain topic; names that merely start like it are not its partitions
         parts.sort(key=lambda r: int(r["name"].rsplit("-part-", 1)[1]))
-        return described, parts
+        return described, parts, _compression(s, name)
 
     return ask
 
 
+def _compression(s: Stubs, name: str) -> Any:
+    """The topic's compression in effect; None from a server without the Ister admin service (an older
+    broker, a bare admin server)."""
+    try:
+        return s.ister_admin.GetCompression(
+            ister_pb.GetCompressionRequest(topic=name), timeout=CALL_TIMEOUT_SECONDS
+        )
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+            return None
+        raise
+
+
 def _described_json(answer: Described) -> dict[str, Any]:
-    described, parts = answer
+    described, parts, codec = answer
     info: dict[str, Any] = {
         "name": described.name,
         "broker_id": described.broker_id,
         "delivery": described.delivery,
         "subscriptions": list(described.subscriptions),
     }
+    if codec is not None:
+        info |= {"compression": codec.compression, "compression_source": codec.source}
     if described.HasField("schema_subject"):
         info["schema_subject"] = described.schema_subject
     if described.HasField("schema_version"):
@@ -140,13 +156,15 @@ def _described_json(answer: Described) -> dict[str, Any]:
 
 
 def _described_table(answer: Described) -> None:
-    described, parts = answer
+    described, parts, codec = answer
     fields = [
         ("Topic", described.name),
         ("Broker", described.broker_id or ("-" if not parts else "(per partition)")),
         ("Delivery", described.delivery),
         ("Subscriptions", ", ".join(described.subscriptions) or "(none)"),
     ]
+    if codec is not None:
+        fields.append(("Compression", f"{codec.compression} ({codec.source})"))
     if described.HasField("schema_subject"):
         fields.append(("Schema subject", described.schema_subject))
     if described.HasField("schema_version"):

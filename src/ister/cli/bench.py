@@ -13,6 +13,7 @@ from ister.cli.security_opts import TlsCaOpt, TokenOpt, use
 
 CASES = ("publish", "consume", "latency")
 IDEMPOTENCE = "idempotence"  # only when asked
+COMPRESSION = "compression"  # only when asked: each codec on JSON and random payloads
 REPLICATED = "replicated"  # Ister clusters at RF 1 and RF 3 vs NATS JetStream R1 and R3 (issue 16)
 
 
@@ -36,7 +37,9 @@ def bench(
             "--cases",
             help="cases to run, comma-separated: publish,consume,latency (one broker) and/or replicated "
             "(3-broker Ister clusters at RF 1 and RF 3 vs 3-node JetStream R3 and 1-node R1) and/or "
-            "idempotence (batch publish with idempotence off vs on, 3 runs each; not in the default set)",
+            "idempotence (batch publish with idempotence off vs on, 3 runs each; not in the default set) "
+            "and/or compression (each codec on 1 KiB JSON and random payloads: ratio, publish and consume; "
+            "not in the default set)",
         ),
     ] = ",".join(CASES),
     token: TokenOpt = None,
@@ -58,10 +61,9 @@ def bench(
     if fsync not in ("always", "interval"):
         raise typer.BadParameter("--fsync must be always or interval")
     selected = frozenset(c.strip() for c in cases.split(",") if c.strip())
-    if not selected or not selected <= {*CASES, REPLICATED, IDEMPOTENCE}:
-        raise typer.BadParameter(
-            f"--cases takes a comma-separated subset of {','.join((*CASES, REPLICATED, IDEMPOTENCE))}"
-        )
+    known = (*CASES, REPLICATED, IDEMPOTENCE, COMPRESSION)
+    if not selected or not selected <= set(known):
+        raise typer.BadParameter(f"--cases takes a comma-separated subset of {','.join(known)}")
     if messages is not None and messages < 1:
         raise typer.BadParameter("--messages must be positive")
     overrides: dict[str, object] = {

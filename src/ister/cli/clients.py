@@ -116,6 +116,10 @@ def produce(
     schema_type: Annotated[
         str | None, typer.Option("--schema-type", help="avro|json_schema|protobuf (default: by suffix)")
     ] = None,
+    compression: Annotated[
+        str,
+        typer.Option("--compression", help="none|lz4|zstd|snappy|gzip: sent and stored compressed"),
+    ] = "none",
     token: TokenOpt = None,
     tls_ca: TlsCaOpt = None,
 ) -> None:
@@ -160,6 +164,7 @@ def produce(
                 key,
                 as_json,
                 schema,
+                compression,
             )
         )
     except (IsterError, OSError) as exc:
@@ -212,6 +217,7 @@ async def _produce(
     key: str | None,
     as_json: bool,
     schema: SchemaSpec | None = None,
+    compression: str = "none",
 ) -> None:
     async with Client(url, wait_for_broker=False) as client:
         if schema is not None:
@@ -222,6 +228,7 @@ async def _produce(
             reliable=reliable,
             partitions=partitions,
             schema_subject=schema.subject if schema is not None else None,
+            compression=compression,
         )
         pending: list[asyncio.Future[int]] = []
         started = time.perf_counter()

@@ -152,6 +152,7 @@ from ister.cli import admin_cluster as _admin_cluster  # noqa: E402,F401  (`iste
 from ister.cli import admin_cursors as _admin_cursors  # noqa: E402,F401  (reset-cursor, peek)
 from ister.cli import admin_recovery as _admin_recovery  # noqa: E402,F401  (`topics recover`)
 from ister.cli import bench as _bench  # noqa: E402,F401  (registers `ister bench`)
+from ister.cli import compression as _compression  # noqa: E402,F401  (compression commands of `ister admin`)
 from ister.cli import console as _console  # noqa: E402,F401  (registers `ister console`)
 from ister.cli import dev as _dev  # noqa: E402,F401  (registers `ister dev`)
 from ister.cli import limits as _limits  # noqa: E402,F401  (limit commands of `ister admin`)

@@ -28,6 +28,7 @@ from ister.client.producer import Producer
 from ister.client.publisher import PartitionPublisher
 from ister.client.records import new_producer_key
 from ister.client.subscriber import Subscriber
+from ister.core.compression import parse_codec
 from ister.ids import PARTITION_MARKER, TopicName, validate_client_name
 from ister.limits import MAX_READ_OFFSET, MAX_READ_RECORDS, MAX_WINDOW, MiB
 from ister.wire.gen import ister_v1_pb2 as pb
@@ -156,8 +157,9 @@ class Client(ClientConnection):
         self, topic: str, start: int, end: int, *, max_records: int = 10_000
     ) -> AsyncIterator[list[tuple[int, bytes]]]:
         """The stored records of a reliable topic with offsets in [start, end), in offset order, in batches
-        of at most `max_records` (offset, record) pairs. A record is the msgpack record exactly as stored
-        (`ister.core.record.decode_message` decodes it); its CRC-32C was checked.
+        of at most `max_records` (offset, record) pairs. A record is the msgpack record as stored
+        (decompressed when stored compressed; `ister.core.record.decode_message` decodes it); its CRC-32C
+        was checked.
 
         Never waits for new messages: it ends at `end` or at the topic's head (`offsets().next`) when the
         read (or, after a retry, the retried read) started, whichever is lower. Offsets that are not stored
@@ -174,7 +176,10 @@ class Client(ClientConnection):
         while at < end:
             try:
                 stub = await self.stub_for(topic)
-                call = stub.Read(pb.ReadRequest(topic=topic, start=at, end=end, max_records=max_records))
+                request = pb.ReadRequest(
+                    topic=topic, start=at, end=end, max_records=max_records, accept_compressed=True
+                )
+                call = stub.Read(request)
                 try:
                     while True:
                         try:
@@ -225,6 +230,7 @@ class Client(ClientConnection):
         schema_version: int | None = None,
         schema_min_version: int | None = None,
         idempotent: bool = True,
+        compression: str = "none",
     ) -> Producer:
         """A producer on `topic`, its stream(s) open when this returns.
 
@@ -234,8 +240,11 @@ class Client(ClientConnection):
         smaller of these and the broker's. `schema_subject` stamps every message with the subject's id and
         its latest version, or `schema_version` (pinned), or the latest if at least `schema_min_version`;
         `producer.schema` is then the resolved version (its `schema` validates and decodes).
-        `idempotent` (default): a retried batch is stored once (docs/idempotence.md); False: at-least-once."""
+        `idempotent` (default): a retried batch is stored once (docs/idempotence.md); False: at-least-once.
+        `compression`: none, lz4, zstd, snappy or gzip; each record is sent and stored compressed with it
+        (docs/compression.md; "none" lets the topic's compression policy decide)."""
         TopicName.parse(topic)
+        codec = parse_codec(compression)
         if name is not None:
             validate_client_name(name, "producer name")
         if max_batch_messages < 1 or max_batch_bytes < 1024 or max_buffered_messages < 1:
@@ -281,6 +290,7 @@ class Client(ClientConnection):
                 on_seal=on_seal(i),
                 on_release=producer._on_release,
                 producer_key=key,
+                codec=codec,
             )
             for i, part in enumerate(names)
         ]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from crc32c import crc32c
 
+from ister.core.compression import MARK, CompressionError, unwrap
 from ister.core.frames import HEADER, HEADER_SIZE, MAX_FRAME_PAYLOAD
 from ister.core.record import StoredMessage, array_header
 from ister.errors import CorruptionError
@@ -107,7 +108,7 @@ class Message(msgspec.Struct):
 
 def split_frames(frames: bytes, count: int) -> tuple[list[int], list[memoryview]]:
     """Offsets and record views of one MessageBatch, every record's CRC-32C checked (CorruptionError on a
-    torn or bad frame, or when the batch does not hold `count` frames)."""
+    torn or bad frame, or when the batch does not hold `count` frames); compressed records decompressed."""
     mv = memoryview(frames)
     n = len(mv)
     unpack = HEADER.unpack_from
@@ -126,11 +127,20 @@ def split_frames(frames: bytes, count: int) -> tuple[list[int], list[memoryview]
         record = mv[start:pos]
         if crc32c(record) != crc:
             raise CorruptionError(f"CRC mismatch in a message batch at offset {offset}")
+        if length and record[0] == MARK:  # stored compressed: the broker sends it as stored
+            record = _plain(record, offset)
         add_offset(offset)
         add_record(record)
     if len(offsets) != count:
         raise CorruptionError(f"message batch declares {count} messages but holds {len(offsets)}")
     return offsets, records
+
+
+def _plain(record: memoryview, offset: int) -> memoryview:
+    try:
+        return memoryview(unwrap(record))
+    except CompressionError as exc:
+        raise CorruptionError(f"compressed record at offset {offset} does not decompress: {exc}") from None
 
 
 def decode_batch(frames: bytes, count: int, sub: Subscriber, max_seen: int) -> tuple[list[Message], int]:

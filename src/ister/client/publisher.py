@@ -51,6 +51,7 @@ from ister.client.errors import ConnectionLost
 from ister.client.reconnect import ReconnectingStream
 from ister.client.records import RECORD_OVERHEAD, Batch, Payload, new_producer_key
 from ister.client.streams import raise_call_status, run_until_first_error
+from ister.core.compression import Codec
 from ister.wire.gen import ister_v1_pb2 as pb
 
 if TYPE_CHECKING:
@@ -79,9 +80,11 @@ class PartitionPublisher(ReconnectingStream):
         on_seal: Callable[[], None],
         on_release: Callable[[int, int], None],
         producer_key: int = 0,
+        codec: Codec = Codec.NONE,
     ) -> None:
         self.client = client
         self.producer_key = producer_key  # 0: not idempotent
+        self.codec = codec  # records are sent (and stored) compressed with it
         self._next_seq = 0  # the sequence of the next message sent for the first time
         self.topic = topic
         self.name = name
@@ -359,7 +362,7 @@ class PartitionPublisher(ReconnectingStream):
                 await wake.wait()
             b = queue.popleft()
             try:
-                records = b.encode(self._pid, self.name, self.schema)
+                records = b.encode(self._pid, self.name, self.schema, self.codec)
             except (TypeError, ValueError, OverflowError) as exc:  # a value msgpack cannot carry
                 self._release(b)
                 b.fail(errors.InvalidArgument(f"cannot encode the batch: {exc}"))
@@ -380,6 +383,8 @@ class PartitionPublisher(ReconnectingStream):
                     count=b.count,
                     producer_key=self.producer_key,
                     first_sequence=b.first_seq if self.producer_key else 0,
+                    codec=self.codec,
+                    uncompressed_size=b.plain_size,
                 )
                 await call.write(Request(batch=batch))
             except Exception:

@@ -18,6 +18,8 @@ from typing import Any
 
 import msgspec
 
+from ister.core.compressed_batch import compress_batch
+from ister.core.compression import Codec
 from ister.core.record import array_header
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -88,7 +90,18 @@ def attributes_size(attributes: dict[str, str] | None, key: str | None) -> int:
 class Batch:
     """Messages sealed together; `done` resolves to the first offset (or fails) when the broker answers."""
 
-    __slots__ = ("count", "done", "first_seq", "futs", "nbytes", "records", "records_pid", "segs", "seq")
+    __slots__ = (
+        "count",
+        "done",
+        "first_seq",
+        "futs",
+        "nbytes",
+        "plain_size",
+        "records",
+        "records_pid",
+        "segs",
+        "seq",
+    )
 
     def __init__(self, seq: int, loop: asyncio.AbstractEventLoop) -> None:
         self.seq = seq
@@ -99,13 +112,22 @@ class Batch:
         self.done: asyncio.Future[int] = loop.create_future()
         self.records: bytes | None = None
         self.records_pid = -1
+        self.plain_size = 0  # compressed records: the size of their plain msgpack array (0: plain)
         self.first_seq = -1  # idempotence: its first message's sequence, drawn when first sent
 
     def encode(
-        self, producer_id: int, producer_name: str, schema: tuple[int | None, int | None] = (None, None)
+        self,
+        producer_id: int,
+        producer_name: str,
+        schema: tuple[int | None, int | None] = (None, None),
+        codec: Codec = Codec.NONE,
     ) -> bytes:
+        """The batch's `records` (compressed with `codec`: see `plain_size`), encoded once per producer id."""
         if self.records is None or self.records_pid != producer_id:
-            self.records = encode_records(self.segs, self.count, producer_id, producer_name, schema)
+            records = encode_records(self.segs, self.count, producer_id, producer_name, schema)
+            if codec is not Codec.NONE:
+                records, self.plain_size = compress_batch(codec, records)
+            self.records = records
             self.records_pid = producer_id
         return self.records
 

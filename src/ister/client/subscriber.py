@@ -223,6 +223,7 @@ class Subscriber(ReconnectingStream):
                 key_filters=list(self._key_filters),
                 window=self._window,
                 initial_position=self._initial_position,  # type: ignore[arg-type]
+                accept_compressed=True,  # decompressed here (client/messages.py)
             )
             opened = await self._open(call, pb.ConsumeRequest(open=opening), url, "consume", "ConsumeOpen")
             epoch = int(opened.cursor_epoch)

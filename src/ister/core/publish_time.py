@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from ister.core.compression import MARK, CompressionError, unwrap
 from ister.core.frames import HEADER, HEADER_SIZE
 
 _U8 = struct.Struct(">B").unpack_from
@@ -72,7 +73,11 @@ def publish_time_of(record: bytes | memoryview | msgspec.Raw) -> int | None:
 
 def _slow(record: bytes | memoryview) -> int | None:
     try:
+        if record[0] == MARK:  # a compressed record: its header is inside the codec's bytes
+            record = unwrap(record)
         t = _head.decode(record).publish_time
+    except CompressionError:
+        return None
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
         return None
     return t if t >= 0 else None

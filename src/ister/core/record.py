@@ -13,6 +13,7 @@ from typing import Annotated, TypeVar
 
 import msgspec
 
+from ister.core.compression import MARK, CompressionError, envelope, plain, unwrap, wrap
 from ister.errors import InvalidArgument
 from ister.ids import clip
 from ister.limits import MAX_ATTRIBUTE_BYTES, MAX_ATTRIBUTES, MAX_ROUTING_KEY_CHARS, U32_MAX, U64_MAX
@@ -68,8 +69,8 @@ _stamp = msgspec.msgpack.Decoder(_Stamp)
 def publish_time_of(data: bytes | memoryview | msgspec.Raw) -> int | None:
     """A stored record's publish time (unix ms) without decoding the rest; None when it does not decode."""
     try:
-        return _stamp.decode(data).publish_time
-    except (msgspec.DecodeError, TypeError):
+        return _stamp.decode(plain(data)).publish_time
+    except (msgspec.DecodeError, TypeError, CompressionError):
         return None
 
 
@@ -81,8 +82,12 @@ def encode_message(message: StoredMessage) -> bytes:
 
 
 def decode_message(data: bytes | memoryview) -> StoredMessage:
-    """Decode a stored record; raises msgspec.DecodeError on garbage (callers map it to CorruptionError)."""
-    return _decoder.decode(data)
+    """Decode a stored record, plain or compressed; raises msgspec.DecodeError on garbage (callers map it to
+    CorruptionError), a compressed record that does not decompress included."""
+    try:
+        return _decoder.decode(plain(data))
+    except CompressionError as exc:
+        raise msgspec.DecodeError(str(exc)) from None
 
 
 # -- validation of published records -------------------------------------------------------------------------
@@ -236,9 +241,13 @@ _tagged = msgspec.msgpack.Decoder(_Tagged)
 
 def tag_record(record: bytes | msgspec.Raw, key: int, first_seq: int, count: int) -> bytes:
     """A published record (a msgpack array of at most 8 elements, checked by `decode_published*`) with the
-    idempotence tag appended as its 9th element (missing optional fields padded with nil)."""
+    idempotence tag appended as its 9th element (missing optional fields padded with nil). A compressed
+    record is tagged inside and compressed again with its codec."""
     data = bytes(record)
     head = data[0]
+    if head == MARK:
+        codec, _ = envelope(data)
+        return wrap(codec, tag_record(unwrap(data), key, first_seq, count))
     if 0x90 <= head <= 0x9F:
         n, body = head & 0x0F, data[1:]
     elif head == 0xDC:
@@ -257,6 +266,6 @@ def idem_tag_of(data: bytes | memoryview) -> tuple[int, int, int] | None:
     """A stored record's idempotence tag (producer_key, first_sequence, count), or None (untagged or not
     decodable)."""
     try:
-        return _tagged.decode(data).idem
-    except (msgspec.DecodeError, TypeError, ValueError):
+        return _tagged.decode(plain(data)).idem
+    except (msgspec.DecodeError, TypeError, ValueError, CompressionError):
         return None

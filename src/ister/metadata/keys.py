@@ -43,6 +43,8 @@ REPLICAS_PREFIX = "/ister/replicas/"
 RETENTION_PREFIX = "/ister/retention/"
 # /ister/rate-limits/{ns}/{topic}: a topic's own rate limits (absent fields: its namespace's policy)
 RATE_LIMITS_PREFIX = "/ister/rate-limits/"
+# /ister/compression/{ns}/{topic}: a topic's own compression (absent: its namespace policy's)
+COMPRESSION_PREFIX = "/ister/compression/"
 # /ister/start-offsets/{ns}/{topic}: the lowest offset retention keeps (never moves backwards)
 START_OFFSETS_PREFIX = "/ister/start-offsets/"
 # /ister/absent-brokers/{id}: {"since": wall-clock seconds} when a broker named by replica records was first
@@ -154,6 +156,10 @@ def topic_retention(topic: TopicLike) -> str:
 
 def topic_rate_limits(topic: TopicLike) -> str:
     return f"{RATE_LIMITS_PREFIX}{_topic(topic).path}"
+
+
+def topic_compression(topic: TopicLike) -> str:
+    return f"{COMPRESSION_PREFIX}{_topic(topic).path}"
 
 
 def start_offset(topic: TopicLike) -> str:

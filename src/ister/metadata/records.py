@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from ister.core.compression import NAMES
+
 R = TypeVar("R", bound="Record")
 
 
@@ -121,6 +123,9 @@ class NamespacePolicy(Record, frozen=True):
     backlog_quota_time_ms: int | None = None
     backlog_quota_policy: str | None = None  # producer_error (default) | producer_hold | consumer_eviction
     message_ttl_ms: int | None = None  # unacknowledged messages older than this are acknowledged for them
+    # Compression (Ister, docs/compression.md): the codec the broker stores records with when the producer
+    # sent them plain; None: none
+    compression: str | None = None
 
     @classmethod
     def lenient(cls, value: Any) -> NamespacePolicy:
@@ -136,6 +141,9 @@ class NamespacePolicy(Record, frozen=True):
         policy = value.get("backlog_quota_policy")
         if policy in QUOTA_POLICIES:
             fields["backlog_quota_policy"] = policy
+        codec = value.get("compression")
+        if codec in NAMES.values():
+            fields["compression"] = codec
         return cls(**fields)
 
 
@@ -158,6 +166,17 @@ class TopicRetention(Record, frozen=True):
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in msgspec.to_builtins(self).items() if v is not None}
+
+
+class TopicCompression(Record, frozen=True):
+    """`/ister/compression/{ns}/{topic}`: a topic's own compression codec (a name of core.compression)."""
+
+    compression: str
+
+    @classmethod
+    def lenient(cls, value: Any) -> TopicCompression | None:
+        codec = value.get("compression") if isinstance(value, dict) else None
+        return cls(compression=codec) if isinstance(codec, str) and codec in NAMES.values() else None
 
 
 class TopicRateLimits(Record, frozen=True):

@@ -40,6 +40,7 @@ async def erase_topic(store: MetadataStore, name: TopicName) -> None:
     await store.delete(keys.start_offset(name))
     await store.delete(keys.topic_retention(name))
     await store.delete(keys.topic_rate_limits(name))
+    await store.delete(keys.topic_compression(name))
     await _erase_consumer_index(store, name, None)
 
 

@@ -153,6 +153,8 @@ RULES[f"/{_IA}SetRetention"] = Rule("ManageNamespace", _topic_or_namespace, chan
 RULES[f"/{_IA}GetRetention"] = Rule("ManageNamespace", _topic_or_namespace)
 RULES[f"/{_IA}SetLimits"] = Rule("ManageNamespace", _topic_or_namespace, change=True)
 RULES[f"/{_IA}GetLimits"] = Rule("ManageNamespace", _topic_or_namespace)
+RULES[f"/{_IA}SetCompression"] = Rule("ManageNamespace", _topic_or_namespace, change=True)
+RULES[f"/{_IA}GetCompression"] = Rule("ManageNamespace", _topic_or_namespace)
 # stats: what DescribeTopic shows, in numbers; the listing over a namespace, or the cluster when none
 RULES[f"/{_IA}GetTopicStats"] = Rule("ManageTopic", T_TOPIC)
 RULES[f"/{_IA}ListSubscriptionStats"] = Rule("ManageTopic", _namespace_or_cluster)

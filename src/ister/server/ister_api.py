@@ -47,6 +47,7 @@ from ister.security.api_keys import ApiKeyStore
 from ister.server.cursor_convert import move_to_wire, position_from_wire
 from ister.server.errors import bidi_stream, server_stream, unary
 from ister.server.handlers import add_service
+from ister.server.ister_compressed import plain_frames, plain_record, unpack_compressed
 from ister.server.peers import peer_address as _peer
 from ister.server.security_api import exchange_api_key
 from ister.wire.enums import initial_position_from_wire, reliable_from_wire, sub_type_from_wire
@@ -69,7 +70,12 @@ OPEN_TIMEOUT_SECONDS = 30.0
 
 
 def decode_batch(
-    batch: pb.PublishBatch, producer: ProducerSession, max_message_size: int, *, messages: bool
+    batch: pb.PublishBatch,
+    producer: ProducerSession,
+    max_message_size: int,
+    *,
+    messages: bool,
+    plain: bytes | None = None,
 ) -> tuple[list[msgspec.Raw], list[PublishedMessage], int, Sequence[StoredMessage | LeanMessage]]:
     """Validate one PublishBatch completely before anything is stored; returns (records, messages, bytes,
     the decoded records: payloads and schema ids for the topic's schema policy).
@@ -78,15 +84,16 @@ def decode_batch(
     rules as the Danube API's SendMessage (`ister.core.record`). `messages`: also return the records as
     StoredMessage (non-reliable dispatch routes and sends them); a reliable topic stores the records' bytes
     as they came and gets []. Reliable publishes are checked on lean records: a dict of attributes per
-    record was a fifth of the work."""
+    record was a fifth of the work. `plain`: the records decompressed (a compressed batch)."""
+    records = batch.records if plain is None else plain
     try:
         checked: Sequence[StoredMessage | LeanMessage]
         decoded: list[PublishedMessage] = []
         if messages:
-            decoded, raws = decode_published(batch.records)
+            decoded, raws = decode_published(records)
             checked = decoded
         else:
-            checked, raws = decode_published_lean(batch.records)
+            checked, raws = decode_published_lean(records)
         n = len(checked)
         if n == 0 or n != batch.count or n > MAX_BATCH_COUNT:
             raise InvalidArgument(f"{n} records, count says {batch.count} (1..{MAX_BATCH_COUNT} allowed)")
@@ -112,7 +119,7 @@ def idempotent_append(
     topic: Topic,
     dedup: TopicDedup,
     batch: pb.PublishBatch,
-    raws: list[msgspec.Raw],
+    raws: Sequence[bytes | msgspec.Raw],
     messages: list[PublishedMessage],
     nbytes: int,
 ) -> asyncio.Future[int]:
@@ -225,17 +232,21 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
         batch = request.batch
         if batch.sequence <= last_sequence:
             raise InvalidArgument(f"batch sequence {batch.sequence} is not above {last_sequence}")
+        plain, stored = unpack_compressed(batch, MAX_BATCH_BYTES)
         raws, messages, nbytes, checked = decode_batch(
-            batch, session, topic.max_message_size, messages=not topic.reliable
+            batch, session, topic.max_message_size, messages=not topic.reliable, plain=plain
         )
+        records: Sequence[bytes | msgspec.Raw] = raws
+        if stored is not None and topic.reliable:  # stored as the producer compressed them
+            records = stored
         await self.validator.check(session.topic, checked)
         await topic.admit(len(raws), nbytes)  # a publish rate limit holds the stream here (back-pressure)
         session.sent(len(raws), nbytes)
         dedup = topic.dedup
         if batch.producer_key and dedup is not None:  # idempotent: a retry gets its original offsets
-            done = idempotent_append(topic, dedup, batch, raws, messages, nbytes)
+            done = idempotent_append(topic, dedup, batch, records, messages, nbytes)
         else:
-            done = asyncio.ensure_future(topic.publish_batch(raws, messages, nbytes))
+            done = asyncio.ensure_future(topic.publish_batch(records, messages, nbytes))
         # Looked at even when the stream ends before its answer is sent (an earlier batch failed, the
         # client went away): otherwise asyncio logs "Task exception was never retrieved" for it.
         done.add_done_callback(_seen)
@@ -264,8 +275,9 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
         try:
             opened = pb.ConsumeOpened(consumer_id=consumer_id, window=sub.window, cursor_epoch=acks.epoch)
             yield pb.ConsumeResponse(opened=opened)
+            accept = o.accept_compressed
             while True:
-                frame, count = await _next_frame(stream)
+                frame, count = await _next_frame(stream, accept)
                 if count == 0:
                     _raise_bad_request(acker)
                     return
@@ -332,8 +344,9 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
             request.topic, request.start, request.end, max_records, READ_MAX_BYTES
         )
         try:
+            accept = request.accept_compressed
             async for records in batches:
-                yield pb.MessageBatch(frames=pack_frames(records), count=len(records))
+                yield pb.MessageBatch(frames=pack_frames(records, accept), count=len(records))
         finally:
             await batches.aclose()
 
@@ -398,9 +411,10 @@ async def _first(it: AsyncIterator[Any], kind: str) -> Any:
     return request
 
 
-async def _next_frame(stream: ConsumerStream) -> tuple[bytes, int]:
+async def _next_frame(stream: ConsumerStream, accept: bool = True) -> tuple[bytes, int]:
     """Wait for at least one message, then take what is queued (bounded) as one frame of WAL frames. Chunks of
-    frames read from the durable tier go as they are; single records are framed here."""
+    frames read from the durable tier go as they are; single records are framed here. Not `accept`: every
+    compressed record goes decompressed (a consumer that cannot decode them)."""
     item = await stream.get()
     if item is None:
         return b"", 0
@@ -410,17 +424,19 @@ async def _next_frame(stream: ConsumerStream) -> tuple[bytes, int]:
     while True:
         if isinstance(item, OutChunk):
             if item.block is not None:
-                parts.append(item.block.frames())
+                parts.append(item.block.frames() if accept else plain_frames(item.block.frames()))
             else:
                 assert item.records is not None
                 for offset, record in zip(item.offsets, item.records, strict=True):
-                    parts.append(pack(offset, len(record), crc32c(record)))
-                    parts.append(record)
+                    out = record if accept else plain_record(record)
+                    parts.append(pack(offset, len(out), crc32c(out)))
+                    parts.append(out)
             count += item.count
             size += item.nbytes
         else:
-            parts.append(pack(item.offset, len(item.record), crc32c(item.record)))
-            parts.append(item.record)
+            out = item.record if accept else plain_record(item.record)
+            parts.append(pack(item.offset, len(out), crc32c(out)))
+            parts.append(out)
             count += 1
             size += HEADER_SIZE + len(item.record)
         nxt = stream.peek()
@@ -436,11 +452,13 @@ async def _next_frame(stream: ConsumerStream) -> tuple[bytes, int]:
     return b"".join(parts), count
 
 
-def pack_frames(records: list[tuple[int, bytes]]) -> bytes:
-    """(offset, record) pairs as back-to-back WAL frames (the MessageBatch layout)."""
+def pack_frames(records: list[tuple[int, bytes]], accept: bool = True) -> bytes:
+    """(offset, record) pairs as back-to-back WAL frames (the MessageBatch layout); not `accept`: compressed
+    records decompressed."""
     pack = HEADER.pack
-    parts: list[bytes] = []
-    for offset, record in records:
+    parts: list[bytes | memoryview] = []
+    for offset, stored in records:
+        record = stored if accept else plain_record(stored)
         parts.append(pack(offset, len(record), crc32c(record)))
         parts.append(record)
     return b"".join(parts)

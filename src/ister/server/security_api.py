@@ -280,6 +280,34 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
         return ipb.LimitsResponse(limits=found.limits, sources=found.sources)
 
     @unary
+    async def SetCompression(
+        self, request: ipb.SetCompressionRequest, context: Ctx
+    ) -> ipb.CompressionResponse:
+        if self.ops is None:
+            raise FailedPrecondition("this server does not administer compression")
+        admin = self.ops.compression
+        if request.topic:
+            found = await admin.set_topic(request.topic, request.compression, request.clear)
+        else:
+            if request.clear:
+                raise InvalidArgument("clear applies to a topic's own compression; give the topic")
+            found = await admin.set_namespace(request.namespace, request.compression)
+        return ipb.CompressionResponse(compression=found[0], source=found[1])
+
+    @unary
+    async def GetCompression(
+        self, request: ipb.GetCompressionRequest, context: Ctx
+    ) -> ipb.CompressionResponse:
+        if self.ops is None:
+            raise FailedPrecondition("this server does not administer compression")
+        admin = self.ops.compression
+        if request.topic:
+            found = await admin.get_topic(request.topic)
+        else:
+            found = await admin.get_namespace(request.namespace)
+        return ipb.CompressionResponse(compression=found[0], source=found[1])
+
+    @unary
     async def ListBrokerLoads(
         self, request: ipb.ListBrokerLoadsRequest, context: Ctx
     ) -> ipb.ListBrokerLoadsResponse:

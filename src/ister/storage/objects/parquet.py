@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ister.core.compression import CompressionError, plain
 from ister.core.frames import split_dense
 from ister.core.record import NO_ATTRIBUTES, LeanMessage, array_header
 from ister.errors import CorruptionError, InvalidArgument
@@ -77,7 +78,11 @@ def to_batch(
     (attributes left raw) and each column is built by C-level maps (this is the per-row cost of every
     Python reader, and of writing a Parquet copy)."""
     n = len(records)
-    messages: list[LeanMessage] = _decode_lean(array_header(n) + b"".join(records))
+    try:
+        plain_records = list(map(plain, records))  # records stored compressed: decompressed (no copy else)
+    except CompressionError as exc:
+        raise CorruptionError(f"{topic}: a stored compressed record does not decompress: {exc}") from None
+    messages: list[LeanMessage] = _decode_lean(array_header(n) + b"".join(plain_records))
     columns = [
         # str -> binary is a cast of the same UTF-8 bytes: no Python-level encode per key
         pa.array(list(map(_routing_key, messages)), pa.string()).cast(pa.binary()),

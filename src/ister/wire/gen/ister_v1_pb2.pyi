@@ -161,6 +161,34 @@ class ClusterHealthResponse(_message.Message):
     replicated_topics: int
     def __init__(self, mode: _Optional[str] = ..., note: _Optional[str] = ..., moves: _Optional[_Iterable[_Union[RebalancingMove, _Mapping]]] = ..., moves_total: _Optional[int] = ..., failed_moves: _Optional[_Iterable[_Union[FailedMove, _Mapping]]] = ..., under_replicated: _Optional[_Iterable[_Union[ReplicationIssue, _Mapping]]] = ..., under_min_isr: _Optional[_Iterable[_Union[ReplicationIssue, _Mapping]]] = ..., replicated_topics: _Optional[int] = ...) -> None: ...
 
+class SetCompressionRequest(_message.Message):
+    __slots__ = ("namespace", "topic", "compression", "clear")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    topic: str
+    compression: str
+    clear: bool
+    def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ..., compression: _Optional[str] = ..., clear: _Optional[bool] = ...) -> None: ...
+
+class GetCompressionRequest(_message.Message):
+    __slots__ = ("namespace", "topic")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    topic: str
+    def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class CompressionResponse(_message.Message):
+    __slots__ = ("compression", "source")
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    compression: str
+    source: str
+    def __init__(self, compression: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
 class SetLimitsRequest(_message.Message):
     __slots__ = ("namespace", "topic", "limits", "clear")
     class LimitsEntry(_message.Message):
@@ -433,18 +461,22 @@ class PublishOpen(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, str]] = ..., schema_subject: _Optional[str] = ...) -> None: ...
 
 class PublishBatch(_message.Message):
-    __slots__ = ("sequence", "records", "count", "producer_key", "first_sequence")
+    __slots__ = ("sequence", "records", "count", "producer_key", "first_sequence", "codec", "uncompressed_size")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_KEY_FIELD_NUMBER: _ClassVar[int]
     FIRST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    CODEC_FIELD_NUMBER: _ClassVar[int]
+    UNCOMPRESSED_SIZE_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     records: bytes
     count: int
     producer_key: int
     first_sequence: int
-    def __init__(self, sequence: _Optional[int] = ..., records: _Optional[bytes] = ..., count: _Optional[int] = ..., producer_key: _Optional[int] = ..., first_sequence: _Optional[int] = ...) -> None: ...
+    codec: int
+    uncompressed_size: int
+    def __init__(self, sequence: _Optional[int] = ..., records: _Optional[bytes] = ..., count: _Optional[int] = ..., producer_key: _Optional[int] = ..., first_sequence: _Optional[int] = ..., codec: _Optional[int] = ..., uncompressed_size: _Optional[int] = ...) -> None: ...
 
 class PublishResponse(_message.Message):
     __slots__ = ("opened", "ack")
@@ -487,7 +519,7 @@ class ConsumeRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[ConsumeOpen, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ...) -> None: ...
 
 class ConsumeOpen(_message.Message):
-    __slots__ = ("topic", "subscription", "consumer_name", "subscription_type", "key_filters", "window", "initial_position")
+    __slots__ = ("topic", "subscription", "consumer_name", "subscription_type", "key_filters", "window", "initial_position", "accept_compressed")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -495,6 +527,7 @@ class ConsumeOpen(_message.Message):
     KEY_FILTERS_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_COMPRESSED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     consumer_name: str
@@ -502,7 +535,8 @@ class ConsumeOpen(_message.Message):
     key_filters: _containers.RepeatedScalarFieldContainer[str]
     window: int
     initial_position: InitialPosition
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription_type: _Optional[_Union[SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ..., window: _Optional[int] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ...) -> None: ...
+    accept_compressed: bool
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription_type: _Optional[_Union[SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ..., window: _Optional[int] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., accept_compressed: _Optional[bool] = ...) -> None: ...
 
 class OffsetRange(_message.Message):
     __slots__ = ("first", "last")
@@ -575,16 +609,18 @@ class OffsetsResponse(_message.Message):
     def __init__(self, earliest: _Optional[int] = ..., next: _Optional[int] = ..., durable_url: _Optional[str] = ..., object_prefix: _Optional[str] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("topic", "start", "end", "max_records")
+    __slots__ = ("topic", "start", "end", "max_records", "accept_compressed")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
     MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_COMPRESSED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     start: int
     end: int
     max_records: int
-    def __init__(self, topic: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., max_records: _Optional[int] = ...) -> None: ...
+    accept_compressed: bool
+    def __init__(self, topic: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., max_records: _Optional[int] = ..., accept_compressed: _Optional[bool] = ...) -> None: ...
 
 class SetCursorRequest(_message.Message):
     __slots__ = ("topic", "subscription", "next")

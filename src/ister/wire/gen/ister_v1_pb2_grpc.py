@@ -529,6 +529,16 @@ class IsterAdminStub:
                 request_serializer=ister__v1__pb2.ListTopicsRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.ListTopicsResponse.FromString,
                 _registered_method=True)
+        self.SetCompression = channel.unary_unary(
+                '/ister.v1.IsterAdmin/SetCompression',
+                request_serializer=ister__v1__pb2.SetCompressionRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.CompressionResponse.FromString,
+                _registered_method=True)
+        self.GetCompression = channel.unary_unary(
+                '/ister.v1.IsterAdmin/GetCompression',
+                request_serializer=ister__v1__pb2.GetCompressionRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.CompressionResponse.FromString,
+                _registered_method=True)
 
 
 class IsterAdminServicer:
@@ -710,6 +720,23 @@ class IsterAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetCompression(self, request, context):
+        """-- compression (docs/compression.md) --
+        The codec the broker stores a topic's records with when their producer sent them plain: a namespace's
+        (a field of its policy) or one topic's own (`topic` given; every partition of a partitioned topic;
+        `clear` drops it, its namespace's applies). Applies to the next publish. Answers the codec in effect.
+        INVALID_ARGUMENT for an unknown codec; NOT_FOUND for an unknown namespace or topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCompression(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -807,6 +834,16 @@ def add_IsterAdminServicer_to_server(servicer, server):
                     servicer.ListTopics,
                     request_deserializer=ister__v1__pb2.ListTopicsRequest.FromString,
                     response_serializer=ister__v1__pb2.ListTopicsResponse.SerializeToString,
+            ),
+            'SetCompression': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetCompression,
+                    request_deserializer=ister__v1__pb2.SetCompressionRequest.FromString,
+                    response_serializer=ister__v1__pb2.CompressionResponse.SerializeToString,
+            ),
+            'GetCompression': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCompression,
+                    request_deserializer=ister__v1__pb2.GetCompressionRequest.FromString,
+                    response_serializer=ister__v1__pb2.CompressionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1323,6 +1360,60 @@ class IsterAdmin:
             '/ister.v1.IsterAdmin/ListTopics',
             ister__v1__pb2.ListTopicsRequest.SerializeToString,
             ister__v1__pb2.ListTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetCompression(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/SetCompression',
+            ister__v1__pb2.SetCompressionRequest.SerializeToString,
+            ister__v1__pb2.CompressionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCompression(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/GetCompression',
+            ister__v1__pb2.GetCompressionRequest.SerializeToString,
+            ister__v1__pb2.CompressionResponse.FromString,
             options,
             channel_credentials,
             insecure,
