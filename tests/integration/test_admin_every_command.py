@@ -128,6 +128,7 @@ def cases(broker_id: str, other_id: str, schema_file: Path) -> list[Case]:
         Case(("brokers", "balance"), True),
         Case(("brokers", "load"), True),
         Case(("brokers", "rebalance", "--dry-run"), True),
+        Case(("cluster", "health"), True),
         Case(("brokers", "rebalance", "--execute")),
         Case(("brokers", "drain", other_id, "--dry-run"), True),
         Case(("brokers", "drain", other_id, "--wait", "--timeout", "60")),
