@@ -143,6 +143,10 @@ async def test_a_gap_in_sequences_is_refused_and_stores_nothing(
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await s2.send([b"m1", b"m2"], key, 1)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "overlapping" in (err.value.details() or "")
+    s2 = await _stream(fresh_broker, topic, streams)
+    with pytest.raises(grpc.aio.AioRpcError) as err:  # inside what is stored: stored, offsets unknown
+        await s2.send([b"m1"], key, 1)
     assert "duplicate sequence" in (err.value.details() or "")
     s3 = await _stream(fresh_broker, topic, streams)
     assert (await s3.send([b"m2"], key, 2)).first_offset == 2
@@ -220,3 +224,29 @@ async def test_a_rejected_batch_gives_its_sequences_to_the_next_ones(
         if len(msgspec.msgpack.decode(r)) == 9
     ]
     assert tags == [[0, 1], [1, 2], [3, 1]]  # [first sequence, count]: no gap after the rejected batch
+
+
+async def test_a_fixed_key_makes_a_repeat_by_another_producer_a_retry(
+    fresh_broker: BrokerProcess, topic: str
+) -> None:
+    """The Spark sink's mechanism: a second producer object with the same `producer_key` sending the same
+    batches (`send_whole`) is answered with the first one's offsets and stores nothing; a repeat cut
+    otherwise is refused and that producer fails every later send instead of going on under a new key."""
+    key = 0x5EED_0001
+    batches = [[(f"m{i}".encode(), {"n": str(i)}, None) for i in range(j, j + 3)] for j in (0, 3, 6)]
+    async with Client(fresh_broker.url) as c:
+        first = await c.producer(topic, "first", producer_key=key)
+        assert [await first.send_whole(b) for b in batches[:2]] == [0, 3]  # a task killed after two
+        repeat = await c.producer(topic, "repeat", producer_key=key)
+        assert [await repeat.send_whole(b) for b in batches] == [0, 3, 6]  # its re-run: the third is new
+        assert first.batch_limits()[0] >= 3
+        cut_otherwise = await c.producer(topic, "cut", producer_key=key)
+        with pytest.raises(errors.DuplicateSequence):  # 0..1: inside what is stored, not a batch of it
+            await cut_otherwise.send_whole(batches[0][:2])
+        with pytest.raises(errors.OutOfOrderSequence, match="overlapping"):  # 2..9: part stored
+            await cut_otherwise.send_whole([*batches[0][2:], *batches[1], *batches[2], (b"m9", None, None)])
+        with pytest.raises(errors.IsterError):
+            await cut_otherwise.send_whole([(b"later", None, None)])  # stopped: not sent under a new key
+        with pytest.raises(errors.InvalidArgument, match="producer_key"):
+            await c.producer(topic, "zero", producer_key=0)
+    assert [p for _, p in await _stored(fresh_broker.url, topic)] == [f"m{i}".encode() for i in range(9)]

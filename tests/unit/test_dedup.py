@@ -34,6 +34,8 @@ def test_new_duplicate_gap_and_overlap() -> None:
         t.check(9, 6, 1, 1)
     with pytest.raises(DuplicateSequence, match="not as a batch remembered"):
         t.check(9, 1, 3, 1)
+    with pytest.raises(OutOfOrderSequence, match="overlapping"):  # part stored, part not
+        t.check(9, 4, 2, 1)
     assert t.check(9, 5, 1, 1).duplicate is None
     assert t.check(10, 77, 1, 1).duplicate is None  # an unknown key starts anywhere
 

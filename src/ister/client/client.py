@@ -29,7 +29,7 @@ from ister.client.publisher import PartitionPublisher
 from ister.client.records import new_producer_key
 from ister.client.subscriber import Subscriber
 from ister.ids import PARTITION_MARKER, TopicName, validate_client_name
-from ister.limits import MAX_READ_OFFSET, MAX_READ_RECORDS, MAX_WINDOW, MiB
+from ister.limits import MAX_READ_OFFSET, MAX_READ_RECORDS, MAX_WINDOW, U64_MAX, MiB
 from ister.wire.gen import ister_v1_pb2 as pb
 
 T = TypeVar("T")
@@ -225,6 +225,7 @@ class Client(ClientConnection):
         schema_version: int | None = None,
         schema_min_version: int | None = None,
         idempotent: bool = True,
+        producer_key: int | None = None,
     ) -> Producer:
         """A producer on `topic`, its stream(s) open when this returns.
 
@@ -234,7 +235,10 @@ class Client(ClientConnection):
         smaller of these and the broker's. `schema_subject` stamps every message with the subject's id and
         its latest version, or `schema_version` (pinned), or the latest if at least `schema_min_version`;
         `producer.schema` is then the resolved version (its `schema` validates and decodes).
-        `idempotent` (default): a retried batch is stored once (docs/idempotence.md); False: at-least-once."""
+        `idempotent` (default): a retried batch is stored once (docs/idempotence.md); False: at-least-once.
+        `producer_key`: the idempotence key chosen by the caller instead of a random one, for sends that are
+        repeated by another producer object with the same batches (`Producer.send_whole`): the repeat is
+        stored once; such a producer stops at its first failure (every later send fails)."""
         TopicName.parse(topic)
         if name is not None:
             validate_client_name(name, "producer name")
@@ -244,6 +248,10 @@ class Client(ClientConnection):
             raise errors.InvalidArgument("partitions must be in 1..100000")
         if linger_ms < 0:
             raise errors.InvalidArgument("linger_ms must be >= 0")
+        if producer_key is not None and not (idempotent and 0 < producer_key <= U64_MAX):
+            raise errors.InvalidArgument(
+                f"producer_key must be in 1..2**64-1 with idempotent=True, got {producer_key}"
+            )
         name = name or f"ister-producer-{secrets.token_hex(6)}"
         resolved = None
         if schema_subject is not None:
@@ -263,7 +271,8 @@ class Client(ClientConnection):
             max_buffered_bytes=max(max_buffered_bytes, max_batch_bytes),
         )
 
-        key = new_producer_key() if idempotent else 0  # one per producer object; sequences per partition
+        # one per producer object, unless given; sequences per partition
+        key = producer_key or (new_producer_key() if idempotent else 0)
 
         def on_seal(index: int) -> Any:
             return lambda: producer._on_seal(index)
@@ -281,6 +290,7 @@ class Client(ClientConnection):
                 on_seal=on_seal(i),
                 on_release=producer._on_release,
                 producer_key=key,
+                fixed_key=producer_key is not None,
             )
             for i, part in enumerate(names)
         ]

@@ -79,9 +79,15 @@ class PartitionPublisher(ReconnectingStream):
         on_seal: Callable[[], None],
         on_release: Callable[[int, int], None],
         producer_key: int = 0,
+        fixed_key: bool = False,
     ) -> None:
         self.client = client
         self.producer_key = producer_key  # 0: not idempotent
+        # A key chosen by the caller (the Spark sink's, derived from its micro-batch): never replaced and no
+        # sequence renumbered, so a re-run of the same sends maps onto the same sequences; after a failure
+        # every batch fails (`_broken`) instead of going on under a new key.
+        self._fixed_key = fixed_key
+        self._broken: errors.IsterError | None = None
         self._next_seq = 0  # the sequence of the next message sent for the first time
         self.topic = topic
         self.name = name
@@ -155,6 +161,10 @@ class PartitionPublisher(ReconnectingStream):
         if b is None:
             return
         self.open = None
+        if self._broken is not None:
+            self._release(b)
+            b.fail(self._broken)
+            return
         self._queue.append(b)
         self._wake.set()
         self._work.set()
@@ -236,7 +246,9 @@ class PartitionPublisher(ReconnectingStream):
         )
 
     async def _rejected(self, err: errors.IsterError) -> None:
-        if isinstance(err, errors.OutOfOrderSequence):
+        if isinstance(err, errors.OutOfOrderSequence) or (
+            self._fixed_key and not isinstance(err, errors.DuplicateSequence)
+        ):
             await self._give_up(err)
             return
         if self._phase == "stream" and self._inflight:
@@ -280,6 +292,11 @@ class PartitionPublisher(ReconnectingStream):
             self._closing = True
             return
         log.warning("%s: publishing failed: %s", self.topic, err)
+        if self._fixed_key:  # the caller's numbering must hold: stop here, every later batch fails
+            self._broken = err
+            self._fail_all(err)
+            self._closing = True
+            return
         if self.producer_key:
             # Whether the broker stored the failed batches is unknown: go on as a new producer, so that
             # the next batch is neither taken for a retry nor refused as out of order.

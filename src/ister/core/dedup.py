@@ -12,6 +12,8 @@ for each recent producer, the last sequence it accepted and its newest batches w
   refused with `OutOfOrderSequence`;
 - a batch inside the stored range that is not a remembered batch (different boundaries, or older than the
   remembered ones): refused with `DuplicateSequence` (its messages are stored, their offsets unknown);
+- a batch that starts inside the stored range and ends past it (cut otherwise than the stored batches):
+  refused with `OutOfOrderSequence` (part of it is stored, the rest is not);
 - an unknown key: accepted whatever its first sequence (a new producer, or one evicted from the window).
 
 Bounded: at most `max_producers` keys (least recently used evicted first), a key idle for `window_ms` is
@@ -112,6 +114,13 @@ class DedupTable:
                 return Verdict(b)
             if b.first_seq < first_seq:
                 break
+        end = first_seq + count
+        if end > st.next_seq:  # some of it stored, the rest not: storing the rest alone has no one offset
+            raise OutOfOrderSequence(
+                f"out of order sequence: producer {key:#x} sent sequences {first_seq}..{end - 1} overlapping "
+                f"what is stored (up to {st.next_seq - 1}, in batches cut otherwise: a re-sent batch must be "
+                "cut as it first was)"
+            )
         raise DuplicateSequence(
             f"duplicate sequence: producer {key:#x} sent sequences {first_seq}..{first_seq + count - 1}, "
             f"stored up to {st.next_seq - 1}, not as a batch remembered (offsets unknown)"
