@@ -54,7 +54,7 @@ def test_a_retried_task_and_a_killed_driver_store_each_row_once(
             # 100 rows before it were stored (publish batches of 50): kill the driver there.
             until_sync(
                 lambda: stored(broker.url, target) >= 500 or driver.poll() is not None,
-                lambda: "the query holding in its second micro-batch; driver log: " + log_path.read_text()[-2000:],
+                lambda: "the query holding in batch 2; driver log: " + log_path.read_text()[-2000:],
                 240,
             )
             assert driver.poll() is None, log_path.read_text()[-3000:]
@@ -95,4 +95,3 @@ def test_a_retried_task_and_a_killed_driver_store_each_row_once(
     got = values(spark, broker, target)
     assert len(got) == 1000 and sorted(got) == sorted(f"m{i:06d}".encode() + b"x" * 90 for i in range(1000))
     assert duplicates(broker) - after_retry >= 100  # rows 400..499 were stored before the kill
-

@@ -20,7 +20,7 @@ from ister.broker import metrics
 from ister.config import IdempotenceSettings
 from ister.core.dedup import DedupTable, StoredBatch
 from ister.core.record import idem_tag_of, publish_time_of, tag_record
-from ister.errors import InvalidArgument, IsterError, Unavailable
+from ister.errors import InvalidArgument, IsterError, StorageExhausted, Unavailable
 from ister.ids import TopicName
 from ister.storage.objects.tiered import TieredReader
 from ister.storage.time_lookup import wal_offset_for_time
@@ -136,8 +136,17 @@ class TopicDedup:
     def _done(self, k: tuple[int, int], key: int, batch: StoredBatch, fut: asyncio.Future[int]) -> None:
         if self._inflight.get(k) is fut:
             del self._inflight[k]
-        failed = fut.cancelled() or fut.exception() is not None
-        if failed and batch.first_offset is None:  # failed before the WAL took it: nothing stored
+        if fut.cancelled():
+            exc: BaseException | None = asyncio.CancelledError()
+        else:
+            exc = fut.exception()
+        if exc is None:
+            return
+        # Nothing stored: failed before the WAL took the offsets, or refused by its writer for want of
+        # space (which hands the offsets back). Otherwise (a timeout, the caller gone) the WAL still writes
+        # the records: the batch stays, and its retry waits for them to be committed.
+        if batch.first_offset is None or isinstance(exc, StorageExhausted):
+            batch.first_offset = None
             self.table.failed(key, batch)
 
     def _original(
