@@ -20,7 +20,7 @@ from tests.spark.sink_driver import FAIL_AFTER, stored
 from tests.spark.test_spark_source import new_topic, produce
 from tests.support import until_sync
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(400)
 
 DUPLICATES = "ister_publish_duplicates_total"
 
@@ -55,7 +55,7 @@ def test_a_retried_task_and_a_killed_driver_store_each_row_once(
             until_sync(
                 lambda: stored(broker.url, target) >= 500 or driver.poll() is not None,
                 lambda: "the query holding in batch 2; driver log: " + log_path.read_text()[-2000:],
-                240,
+                300,
             )
             assert driver.poll() is None, log_path.read_text()[-3000:]
             driver.send_signal(signal.SIGKILL)

@@ -11,7 +11,8 @@ the publisher looks the topic up again, opens a new stream and re-sends every ba
 in the original order. With idempotence (the default; docs/idempotence.md) every batch carries the
 producer's key and its first message's sequence (drawn when the batch is first sent, kept on re-sends), so
 a batch whose ack was lost is answered with its original offsets and stored once; without it, such a batch
-may be stored twice (at-least-once).
+may be stored twice (at-least-once). With a key given by the caller (`fixed_key`, the Spark sink's) the
+publisher never renumbers and never changes key: its first failure fails every later batch.
 
 When the topic's owner dies, the lookups name it until the cluster reassigns the topic
 (its lease TTL plus about a second); opening a stream to it fails at once (connection refused) or within
