@@ -1,9 +1,11 @@
 """A Spark driver for tests/spark/test_spark_exactly_once.py, run as its own process (the test kills it):
 
-1. a batch write whose one task fails on its first attempt after part of its rows are stored (Spark retries
-   it: `local[2,2]` allows two attempts);
+1. a batch write whose one task fails on its first attempt at row FAIL_AT, once the 200 rows before it are
+   stored (Spark retries it: `local[2,2]` allows two attempts);
 2. a streaming query from `source` into `target` that holds at row HOLD_AT of its second micro-batch,
-   after the rows before it are stored, until the test kills this process.
+   once the 100 rows before it are stored, until the test kills this process.
+
+The failure and the hold are placed in the sink's workers by tests/spark/inject/sitecustomize.py.
 
 python -m tests.spark.sink_driver URL RETRY_TOPIC SOURCE TARGET CHECKPOINT
 """
@@ -12,11 +14,10 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from typing import Any
 
-FAIL_AT = 250  # the batch write's first attempt fails at this row, once FAIL_AFTER rows are stored
-FAIL_AFTER = 200
+FAIL_AT = b"r250"  # the batch write's first attempt fails at this row
+FAIL_AFTER = 200  # rows stored by then (publish batches of 50)
 HOLD_AT = b"m000500"  # the streaming query holds at this row (of its second micro-batch)
 CHUNK = "50"  # messages per publish batch: several batches stored before the failure or the hold
 
@@ -28,35 +29,30 @@ def stored(url: str, topic: str) -> int:
         return sum(client.offsets(p).next for p in client.partitions(topic))
 
 
+def environment() -> dict[str, str]:
+    """The driver's environment: the injection on the workers' path, and what it injects."""
+    inject = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inject")
+    path = os.pathsep.join(p for p in (inject, os.environ.get("PYTHONPATH", "")) if p)
+    return {
+        **os.environ,
+        "PYTHONPATH": path,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "ISTER_TEST_SINK_FAIL": FAIL_AT.decode(),
+        "ISTER_TEST_SINK_HOLD": HOLD_AT.decode(),
+    }
+
+
 def main(url: str, retry_topic: str, source: str, target: str, checkpoint: str) -> None:
-    from pyspark import TaskContext
     from pyspark.sql import functions as F
 
     from ister.spark.pipeline import local_session
 
     spark = local_session("local[2,2]", **{"spark.sql.execution.arrow.maxRecordsPerBatch": CHUNK})
 
-    def fail_once(i: int) -> str:
-        ctx = TaskContext.get()
-        if i == FAIL_AT and ctx is not None and ctx.attemptNumber() == 0:
-            deadline = time.monotonic() + 60
-            while stored(url, retry_topic) < FAIL_AFTER and time.monotonic() < deadline:
-                time.sleep(0.1)
-            raise RuntimeError(f"injected failure at row {i} (first attempt)")
-        return f"r{i}"
-
-    rows = spark.range(0, 600, numPartitions=1).select(F.udf(fail_once)("id").alias("value"))
+    rows = spark.range(0, 600, numPartitions=1).select(F.concat(F.lit("r"), F.col("id")).alias("value"))
     sink: dict[str, Any] = {"ister.service.url": url, "topic": retry_topic, "batchMaxMessages": CHUNK}
     rows.write.format("ister").options(**sink).mode("append").save()
     print("batch write done", flush=True)
-
-    def hold(value: bytes) -> bool:
-        if value.startswith(HOLD_AT):
-            parent = os.getppid()
-            deadline = time.monotonic() + 120
-            while os.getppid() == parent and time.monotonic() < deadline:  # until Spark is killed
-                time.sleep(0.2)
-        return True
 
     query = (
         spark.readStream.format("ister")
@@ -65,7 +61,6 @@ def main(url: str, retry_topic: str, source: str, target: str, checkpoint: str) 
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "400")
         .load()
-        .where(F.udf(hold, "boolean")("value"))
         .select("value", "key")
         .writeStream.format("ister")
         .options(**{**sink, "topic": target})

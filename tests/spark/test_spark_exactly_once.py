@@ -5,7 +5,6 @@ and the first run of the query, which the test kills; the restart runs in this w
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import pytest
 
 from ister.client.blocking import BlockingClient
 from tests.integration.harness import BrokerProcess, broker_metric
-from tests.spark.sink_driver import FAIL_AFTER, stored
+from tests.spark.sink_driver import FAIL_AFTER, environment, stored
 from tests.spark.test_spark_source import new_topic, produce
 from tests.support import until_sync
 
@@ -45,7 +44,7 @@ def test_a_retried_task_and_a_killed_driver_store_each_row_once(
     log_path = tmp_path / "driver.log"
     cmd = [sys.executable, "-m", "tests.spark.sink_driver", broker.url, retried, source, target]
     cmd.append(str(checkpoint))
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = environment()
     before = duplicates(broker)
     with open(log_path, "wb") as log:
         driver = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -66,7 +65,7 @@ def test_a_retried_task_and_a_killed_driver_store_each_row_once(
                 driver.wait()
     text = log_path.read_text()
     assert "batch write done" in text, text[-3000:]
-    assert "injected failure at row 250" in text  # the retry happened
+    assert "injected failure at b'r250'" in text  # the retry happened
     # The retried task: its first attempt had stored at least FAIL_AFTER rows, answered again, not stored.
     assert sorted(values(spark, broker, retried)) == sorted(f"r{i}".encode() for i in range(600))
     after_retry = duplicates(broker)
