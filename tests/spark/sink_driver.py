@@ -3,7 +3,7 @@
 1. a batch write whose one task fails on its first attempt at row FAIL_AT, once the 200 rows before it are
    stored (Spark retries it: `local[2,2]` allows two attempts);
 2. a streaming query from `source` into `target` that holds at row HOLD_AT of its second micro-batch,
-   once the 100 rows before it are stored, until the test kills this process.
+   once the publish batches its rows before it filled are stored, until the test kills this process.
 
 The failure and the hold are placed in the sink's workers by tests/spark/inject/sitecustomize.py.
 
@@ -18,7 +18,7 @@ from typing import Any
 
 FAIL_AT = b"r250"  # the batch write's first attempt fails at this row
 FAIL_AFTER = 200  # rows stored by then (publish batches of 50)
-HOLD_AT = b"m000500"  # the streaming query holds at this row (of its second micro-batch)
+HOLD_AT = b"m000700"  # the streaming query holds at this row (of its second micro-batch)
 CHUNK = "50"  # messages per publish batch: several batches stored before the failure or the hold
 
 
@@ -29,8 +29,9 @@ def stored(url: str, topic: str) -> int:
         return sum(client.offsets(p).next for p in client.partitions(topic))
 
 
-def environment() -> dict[str, str]:
-    """The driver's environment: the injection on the workers' path, and what it injects."""
+def environment(held: str) -> dict[str, str]:
+    """The driver's environment: the injection on the workers' path, and what it injects (`held`: the file
+    the hold creates)."""
     inject = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inject")
     path = os.pathsep.join(p for p in (inject, os.environ.get("PYTHONPATH", "")) if p)
     return {
@@ -39,6 +40,7 @@ def environment() -> dict[str, str]:
         "SPARK_LOCAL_IP": "127.0.0.1",
         "ISTER_TEST_SINK_FAIL": FAIL_AT.decode(),
         "ISTER_TEST_SINK_HOLD": HOLD_AT.decode(),
+        "ISTER_TEST_SINK_HELD": held,
     }
 
 

@@ -4,7 +4,8 @@ failure after given rows are stored: its worker holds its results in a buffer un
 
 ISTER_TEST_SINK_FAIL=VALUE: on a task's first attempt, the row whose value is VALUE fails the task once
 every batch sent before it is stored. ISTER_TEST_SINK_HOLD=VALUE: at that row, once every batch before it
-is stored, the task waits until its worker's parent is gone (the test kills the driver)."""
+is stored, the task creates the file ISTER_TEST_SINK_HELD and waits until its worker's parent is gone (the
+test kills the driver)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ if _FAIL or _HOLD:
                 raise RuntimeError(f"injected failure at {value!r} (first attempt)")
         if _HOLD and value.startswith(_HOLD):
             _drain(self)
+            with open(os.environ["ISTER_TEST_SINK_HELD"], "w"):
+                pass
             parent = os.getppid()
             deadline = time.monotonic() + 300
             while os.getppid() == parent and time.monotonic() < deadline:
