@@ -143,6 +143,16 @@ def test_a_failed_append_before_a_stored_one_leaves_a_hole_its_retry_fills() -> 
             u.failed(3, pair[i])
         assert u.snapshot()[3][0] == 2
         assert u.check(3, 2, 2, 1).duplicate is None
+    # A's re-send fails again, in two parts: the hole is whole again.
+    h = DedupTable()
+    a = h.accept(3, 0, 4, 0)
+    h.accept(3, 4, 1, 0)
+    h.failed(3, a)
+    parts = [h.accept(3, 0, 2, 0), h.accept(3, 2, 2, 0)]
+    for p in parts:
+        h.failed(3, p)
+    assert h.state(3) is not None and h.state(3).holes == [(0, 4)]  # type: ignore[union-attr]
+    assert h.check(3, 0, 4, 1).duplicate is None
     # Rebuilt from the log (B's tag, then A's re-sent copy after it): the same answers.
     r = DedupTable()
     r.restore(3, 0, 2, 10, 0)

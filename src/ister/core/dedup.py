@@ -187,8 +187,12 @@ class DedupTable:
             return
         st.batches.remove(batch)
         if batch.end_seq < st.next_seq:
-            st.holes.append((batch.first_seq, batch.end_seq))
-            st.holes.sort()
+            merged: list[tuple[int, int]] = []
+            for a, e in sorted([*st.holes, (batch.first_seq, batch.end_seq)]):
+                if merged and merged[-1][1] == a:  # a hole's re-send failed again: one hole, as before
+                    a = merged.pop()[0]
+                merged.append((a, e))
+            st.holes = merged
             return
         st.next_seq = batch.first_seq
         while st.holes and st.holes[-1][1] >= st.next_seq:  # holes now at the end are no holes
