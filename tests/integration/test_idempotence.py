@@ -13,6 +13,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 import msgspec
@@ -250,3 +251,24 @@ async def test_a_fixed_key_makes_a_repeat_by_another_producer_a_retry(
         with pytest.raises(errors.InvalidArgument, match="producer_key"):
             await c.producer(topic, "zero", producer_key=0)
     assert [p for _, p in await _stored(fresh_broker.url, topic)] == [f"m{i}".encode() for i in range(9)]
+
+
+async def test_keys_past_max_producers_are_forgotten_and_counted(tmp_path: Path, topic: str) -> None:
+    """The LRU bound: with `max_producers: 1` a second key evicts the first, the metric counts it, and the
+    first key's retry is stored again (the documented cost of the bound)."""
+    config = tmp_path / "ister.yml"
+    config.write_text("idempotence:\n  max_producers: 1\n")
+    broker = BrokerProcess(tmp_path / "data", "--config-file", str(config))
+    broker.start()
+    opened: list[Stream] = []
+    try:
+        s = await _stream(broker, topic, opened)
+        assert (await s.send([b"a"], 21, 0)).first_offset == 0
+        assert (await s.send([b"b"], 22, 0)).first_offset == 1
+        assert broker_metric(broker.metrics_url, "ister_idempotence_evicted_producers_total") == 1
+        assert (await s.send([b"b"], 22, 0)).first_offset == 1  # remembered
+        assert (await s.send([b"a"], 21, 0)).first_offset == 2  # forgotten: stored again
+    finally:
+        for st in opened:
+            await st.close()
+        broker.stop()

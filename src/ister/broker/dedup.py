@@ -51,6 +51,7 @@ class TopicDedup:
         self.table = DedupTable(
             settings.max_producers, int(settings.window_seconds * 1000), settings.max_batches
         )
+        self._evicted = 0  # the table's evictions counted in the metric so far
         self.ready = asyncio.Event()
         # (key, first sequence) -> the append of a batch still in flight: its retries wait for it
         self._inflight: dict[tuple[int, int], asyncio.Future[int]] = {}
@@ -126,6 +127,10 @@ class TopicDedup:
             metrics.idempotent_duplicates.inc(count)
             return self._original(key, dup, committed)
         batch = self.table.accept(key, first_seq, count, now_ms())
+        evicted = self.table.evicted
+        if evicted > self._evicted:
+            metrics.idempotent_evicted.inc(evicted - self._evicted)
+        self._evicted = evicted
         records[0] = tag_record(records[0], key, first_seq, count)
         fut = asyncio.ensure_future(publish(records, lambda offset: self.table.stored(batch, offset)))
         k = (key, first_seq)
