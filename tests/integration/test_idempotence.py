@@ -22,8 +22,10 @@ import pytest
 from ister import errors
 from ister.client import Client
 from ister.core.record import StoredMessage, array_header, decode_message, encode_message
+from ister.limits import PUBLISH_TIMEOUT_SECONDS
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
+from tests.integration.diskfault import DiskFault, build_library
 from tests.integration.harness import BrokerProcess, broker_metric, client, consumer, take
 
 pytestmark = pytest.mark.integration
@@ -46,7 +48,9 @@ class Stream:
         self.pid = resp.opened.producer_id
         return self
 
-    async def send(self, payloads: list[bytes], key: int, first_seq: int, age_ms: int = 0) -> pb.PublishAck:
+    async def send(
+        self, payloads: list[bytes], key: int, first_seq: int, age_ms: int = 0, wait: float = 30
+    ) -> pb.PublishAck:
         self.stream_seq += 1
         now = time.time_ns() // 1_000_000 - age_ms  # the window is measured in publish time
         recs = [encode_message(StoredMessage(p, now, self.pid, self.name)) for p in payloads]
@@ -59,7 +63,7 @@ class Stream:
             first_sequence=first_seq,
         )
         await self.call.write(pb.PublishRequest(batch=batch))
-        resp = await asyncio.wait_for(self.call.read(), 30)
+        resp = await asyncio.wait_for(self.call.read(), wait)
         if resp is grpc.aio.EOF:
             raise await _status(self.call)
         return resp.ack
@@ -268,6 +272,40 @@ async def test_keys_past_max_producers_are_forgotten_and_counted(tmp_path: Path,
         assert broker_metric(broker.metrics_url, "ister_idempotence_evicted_producers_total") == 1
         assert (await s.send([b"b"], 22, 0)).first_offset == 1  # remembered
         assert (await s.send([b"a"], 21, 0)).first_offset == 2  # forgotten: stored again
+    finally:
+        for st in opened:
+            await st.close()
+        broker.stop()
+
+
+async def test_a_publish_timed_out_on_a_slow_disk_is_stored_once_when_retried(
+    tmp_path: Path, topic: str
+) -> None:
+    """The WAL took the batch's offsets, then its fsync outlasted the publish deadline (30 s): the broker
+    answers a timeout, yet the WAL still writes the records. The retry must wait for them and get their
+    offsets; it used to be taken for new (the table rolled the key back) and stored a second time."""
+    library = build_library(tmp_path)
+    if library is None:
+        pytest.skip("no C compiler (gcc) to build the disk-fault library")
+    broker = BrokerProcess(tmp_path / "data")
+    disk = DiskFault(library, tmp_path / "disk.ctl", broker.data_dir)
+    broker.env = {**broker.env, **disk.env()}
+    broker.start()
+    opened: list[Stream] = []
+    try:
+        s = await _stream(broker, topic, opened)
+        assert (await s.send([b"a"], 31, 0)).first_offset == 0
+        # The deadline is the fault: waited for in real time. The library reads its command every 50 ms.
+        disk.slow(int(PUBLISH_TIMEOUT_SECONDS * 1000) + 3_000)
+        await asyncio.sleep(0.2)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await s.send([b"b"], 31, 1, wait=PUBLISH_TIMEOUT_SECONDS + 20)
+        assert "did not make the message durable" in (err.value.details() or "")
+        disk.heal()
+        retry = await _stream(broker, topic, opened)
+        assert (await retry.send([b"b"], 31, 1)).first_offset == 1  # the first copy's offset
+        assert (await retry.send([b"c"], 31, 2)).first_offset == 2
+        assert [p for _, p in await _stored(broker.url, topic)] == [b"a", b"b", b"c"]
     finally:
         for st in opened:
             await st.close()
