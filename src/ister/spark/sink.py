@@ -234,6 +234,7 @@ class _Publisher:
         partitions = _column(batch, names, "partition")
         by_topic: dict[str, list[Outgoing]] = {}
         exact = self.exact
+        routed: list[tuple[str, Outgoing]] = []  # exactly once: added once the whole Arrow batch is checked
         for i, value in enumerate(values):
             topic = self.opts.topic or (topics[i] if topics is not None else None)
             if not topic:
@@ -247,12 +248,15 @@ class _Publisher:
             attributes = _headers(headers[i]) if headers is not None else {}
             if self.opts.idempotency_header:
                 attributes[BATCH_HEADER] = f"{self.mark}{self.count + i}"
-            message = (_bytes(value), attributes, key)
+            message: Outgoing = (_bytes(value), attributes, key)
             if exact is not None:
-                exact.add(topic, message)
+                routed.append((topic, message))
             else:
                 by_topic.setdefault(topic, []).append(message)
         self.count += len(values)
+        if exact is not None:
+            for destination, outgoing in routed:
+                exact.add(destination, outgoing)
         for topic, messages in by_topic.items():
             self.in_flight.append(self.producer(topic).send_each_async(messages))
         while len(self.in_flight) > IN_FLIGHT:
