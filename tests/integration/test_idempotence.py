@@ -13,6 +13,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 import msgspec
@@ -21,8 +22,10 @@ import pytest
 from ister import errors
 from ister.client import Client
 from ister.core.record import StoredMessage, array_header, decode_message, encode_message
+from ister.limits import PUBLISH_TIMEOUT_SECONDS
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
+from tests.integration.diskfault import DiskFault, build_library
 from tests.integration.harness import BrokerProcess, broker_metric, client, consumer, take
 
 pytestmark = pytest.mark.integration
@@ -45,7 +48,9 @@ class Stream:
         self.pid = resp.opened.producer_id
         return self
 
-    async def send(self, payloads: list[bytes], key: int, first_seq: int, age_ms: int = 0) -> pb.PublishAck:
+    async def send(
+        self, payloads: list[bytes], key: int, first_seq: int, age_ms: int = 0, wait: float = 30
+    ) -> pb.PublishAck:
         self.stream_seq += 1
         now = time.time_ns() // 1_000_000 - age_ms  # the window is measured in publish time
         recs = [encode_message(StoredMessage(p, now, self.pid, self.name)) for p in payloads]
@@ -58,7 +63,7 @@ class Stream:
             first_sequence=first_seq,
         )
         await self.call.write(pb.PublishRequest(batch=batch))
-        resp = await asyncio.wait_for(self.call.read(), 30)
+        resp = await asyncio.wait_for(self.call.read(), wait)
         if resp is grpc.aio.EOF:
             raise await _status(self.call)
         return resp.ack
@@ -143,6 +148,10 @@ async def test_a_gap_in_sequences_is_refused_and_stores_nothing(
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await s2.send([b"m1", b"m2"], key, 1)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "overlapping" in (err.value.details() or "")
+    s2 = await _stream(fresh_broker, topic, streams)
+    with pytest.raises(grpc.aio.AioRpcError) as err:  # inside what is stored: stored, offsets unknown
+        await s2.send([b"m1"], key, 1)
     assert "duplicate sequence" in (err.value.details() or "")
     s3 = await _stream(fresh_broker, topic, streams)
     assert (await s3.send([b"m2"], key, 2)).first_offset == 2
@@ -220,3 +229,84 @@ async def test_a_rejected_batch_gives_its_sequences_to_the_next_ones(
         if len(msgspec.msgpack.decode(r)) == 9
     ]
     assert tags == [[0, 1], [1, 2], [3, 1]]  # [first sequence, count]: no gap after the rejected batch
+
+
+async def test_a_fixed_key_makes_a_repeat_by_another_producer_a_retry(
+    fresh_broker: BrokerProcess, topic: str
+) -> None:
+    """The Spark sink's mechanism: a second producer object with the same `producer_key` sending the same
+    batches (`send_whole`) is answered with the first one's offsets and stores nothing; a repeat cut
+    otherwise is refused and that producer fails every later send instead of going on under a new key."""
+    key = 0x5EED_0001
+    batches = [[(f"m{i}".encode(), {"n": str(i)}, None) for i in range(j, j + 3)] for j in (0, 3, 6)]
+    async with Client(fresh_broker.url) as c:
+        first = await c.producer(topic, "first", producer_key=key)
+        assert [await first.send_whole(b) for b in batches[:2]] == [0, 3]  # a task killed after two
+        repeat = await c.producer(topic, "repeat", producer_key=key)
+        assert [await repeat.send_whole(b) for b in batches] == [0, 3, 6]  # its re-run: the third is new
+        assert first.batch_limits()[0] >= 3
+        cut_otherwise = await c.producer(topic, "cut", producer_key=key)
+        with pytest.raises(errors.DuplicateSequence):  # 0..1: inside what is stored, not a batch of it
+            await cut_otherwise.send_whole(batches[0][:2])
+        with pytest.raises(errors.OutOfOrderSequence, match="overlapping"):  # 2..9: part stored
+            await cut_otherwise.send_whole([*batches[0][2:], *batches[1], *batches[2], (b"m9", None, None)])
+        with pytest.raises(errors.IsterError):
+            await cut_otherwise.send_whole([(b"later", None, None)])  # stopped: not sent under a new key
+        with pytest.raises(errors.InvalidArgument, match="producer_key"):
+            await c.producer(topic, "zero", producer_key=0)
+    assert [p for _, p in await _stored(fresh_broker.url, topic)] == [f"m{i}".encode() for i in range(9)]
+
+
+async def test_keys_past_max_producers_are_forgotten_and_counted(tmp_path: Path, topic: str) -> None:
+    """The LRU bound: with `max_producers: 1` a second key evicts the first, the metric counts it, and the
+    first key's retry is stored again (the documented cost of the bound)."""
+    config = tmp_path / "ister.yml"
+    config.write_text("idempotence:\n  max_producers: 1\n")
+    broker = BrokerProcess(tmp_path / "data", "--config-file", str(config))
+    broker.start()
+    opened: list[Stream] = []
+    try:
+        s = await _stream(broker, topic, opened)
+        assert (await s.send([b"a"], 21, 0)).first_offset == 0
+        assert (await s.send([b"b"], 22, 0)).first_offset == 1
+        assert broker_metric(broker.metrics_url, "ister_idempotence_evicted_producers_total") == 1
+        assert (await s.send([b"b"], 22, 0)).first_offset == 1  # remembered
+        assert (await s.send([b"a"], 21, 0)).first_offset == 2  # forgotten: stored again
+    finally:
+        for st in opened:
+            await st.close()
+        broker.stop()
+
+
+async def test_a_publish_timed_out_on_a_slow_disk_is_stored_once_when_retried(
+    tmp_path: Path, topic: str
+) -> None:
+    """The WAL took the batch's offsets, then its fsync outlasted the publish deadline (30 s): the broker
+    answers a timeout, yet the WAL still writes the records. The retry must wait for them and get their
+    offsets; it used to be taken for new (the table rolled the key back) and stored a second time."""
+    library = build_library(tmp_path)
+    if library is None:
+        pytest.skip("no C compiler (gcc) to build the disk-fault library")
+    broker = BrokerProcess(tmp_path / "data")
+    disk = DiskFault(library, tmp_path / "disk.ctl", broker.data_dir)
+    broker.env = {**broker.env, **disk.env()}
+    broker.start()
+    opened: list[Stream] = []
+    try:
+        s = await _stream(broker, topic, opened)
+        assert (await s.send([b"a"], 31, 0)).first_offset == 0
+        # The deadline is the fault: waited for in real time. The library reads its command every 50 ms.
+        disk.slow(int(PUBLISH_TIMEOUT_SECONDS * 1000) + 3_000)
+        await asyncio.sleep(0.2)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await s.send([b"b"], 31, 1, wait=PUBLISH_TIMEOUT_SECONDS + 20)
+        assert "did not make the message durable" in (err.value.details() or "")
+        disk.heal()
+        retry = await _stream(broker, topic, opened)
+        assert (await retry.send([b"b"], 31, 1)).first_offset == 1  # the first copy's offset
+        assert (await retry.send([b"c"], 31, 2)).first_offset == 2
+        assert [p for _, p in await _stored(broker.url, topic)] == [b"a", b"b", b"c"]
+    finally:
+        for st in opened:
+            await st.close()
+        broker.stop()

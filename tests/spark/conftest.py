@@ -19,7 +19,12 @@ from tests.integration.harness import BrokerProcess
 # Under `pytest -n`, the Spark tests run in two workers, each with one JVM for its share: in one worker
 # they were the suite's longest path (about 14 of its 17 minutes). The shares are by file, near equal in
 # time (the export pipeline starts Spark jobs of its own).
-_SPARK_GROUP_B = {"test_spark_kafka_habits.py", "test_spark_source.py", "test_spark_schema.py"}
+_SPARK_GROUP_B = {
+    "test_spark_kafka_habits.py",
+    "test_spark_source.py",
+    "test_spark_schema.py",
+    "test_spark_exactly_once.py",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

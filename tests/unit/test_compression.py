@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 
@@ -27,8 +28,12 @@ CODECS = [c for c in Codec if c is not Codec.NONE]
 TEXT = b'{"level":"info","msg":"request served","path":"/api/v1/items","status":200}\n' * 20
 
 
+# Seeded: pytest-xdist workers must collect the same parameters (and ids) as each other.
+RANDOM = random.Random(5000).randbytes(5000)
+
+
 @pytest.mark.parametrize("codec", list(Codec))
-@pytest.mark.parametrize("data", [b"", b"x", TEXT, os.urandom(5000)])
+@pytest.mark.parametrize("data", [b"", b"x", TEXT, RANDOM], ids=["empty", "one", "text", "random"])
 def test_round_trip(codec: Codec, data: bytes) -> None:
     assert decompress(codec, compress(codec, data), len(data)) == data
 

@@ -34,6 +34,8 @@ def test_new_duplicate_gap_and_overlap() -> None:
         t.check(9, 6, 1, 1)
     with pytest.raises(DuplicateSequence, match="not as a batch remembered"):
         t.check(9, 1, 3, 1)
+    with pytest.raises(OutOfOrderSequence, match="overlapping"):  # part stored, part not
+        t.check(9, 4, 2, 1)
     assert t.check(9, 5, 1, 1).duplicate is None
     assert t.check(10, 77, 1, 1).duplicate is None  # an unknown key starts anywhere
 
@@ -76,8 +78,11 @@ def test_a_failed_append_rolls_the_producer_back() -> None:
     t = DedupTable()
     stored(t, 1, 0, 2, 0)
     a = t.accept(1, 2, 1, 0)
-    t.accept(1, 3, 1, 0)
-    t.failed(1, a)
+    b = t.accept(1, 3, 1, 0)
+    t.failed(1, a)  # b, in flight, may still be stored: a is a hole until b's append ends too
+    assert t.snapshot()[1] == (4, [(0, 2, 0), (3, 1, None)])
+    assert t.check(1, 2, 1, 0).duplicate is None
+    t.failed(1, b)
     assert t.snapshot()[1] == (2, [(0, 2, 0)])
     assert t.check(1, 2, 1, 0).duplicate is None
 
@@ -111,3 +116,50 @@ def test_tag_record_pads_a_short_record() -> None:
     assert idem_tag_of(tagged) == (1, 0, 1)
     with pytest.raises(InvalidArgument):
         tag_record(msgspec.msgpack.encode({"a": 1}), 1, 0, 1)
+
+
+def test_a_failed_append_before_a_stored_one_leaves_a_hole_its_retry_fills() -> None:
+    """Batch A's append fails with nothing stored while B, sent after it, is stored (the disk was full for A
+    alone): the re-sent A is stored, the re-sent B is answered with its offsets, not stored again."""
+    t = DedupTable()
+    stored(t, 3, 0, 2, 10)
+    a = t.accept(3, 2, 2, 0)
+    b = t.accept(3, 4, 3, 0)
+    t.failed(3, a)
+    t.stored(b, 12)
+    assert t.check(3, 2, 2, 1).duplicate is None  # A again: new
+    t.stored(t.accept(3, 2, 2, 1), 15)
+    dup = t.check(3, 4, 3, 1).duplicate  # B again: the original offsets
+    assert dup is not None and dup.first_offset == 12
+    assert t.check(3, 7, 1, 1).duplicate is None  # the next batch follows B
+    with pytest.raises(DuplicateSequence):
+        t.check(3, 2, 1, 1)  # A is stored now: part of it is a duplicate
+    # Both fail, the later one first or last: the key falls back to A's first sequence, no hole left.
+    for order in ((0, 1), (1, 0)):
+        u = DedupTable()
+        stored(u, 3, 0, 2, 10)
+        pair = [u.accept(3, 2, 2, 0), u.accept(3, 4, 3, 0)]
+        for i in order:
+            u.failed(3, pair[i])
+        assert u.snapshot()[3][0] == 2
+        assert u.check(3, 2, 2, 1).duplicate is None
+    # A's re-send fails again, in two parts: the hole is whole again.
+    h = DedupTable()
+    a = h.accept(3, 0, 4, 0)
+    h.accept(3, 4, 1, 0)
+    h.failed(3, a)
+    parts = [h.accept(3, 0, 2, 0), h.accept(3, 2, 2, 0)]
+    for p in parts:
+        h.failed(3, p)
+    assert h.state(3) is not None and h.state(3).holes == [(0, 4)]  # type: ignore[union-attr]
+    assert h.check(3, 0, 4, 1).duplicate is None
+    # Rebuilt from the log (B's tag, then A's re-sent copy after it): the same answers.
+    r = DedupTable()
+    r.restore(3, 0, 2, 10, 0)
+    r.restore(3, 4, 3, 12, 0)
+    assert r.check(3, 2, 2, 1).duplicate is None  # the hole, learnt from the log: A's retry is stored
+    r.restore(3, 2, 2, 15, 0)
+    dup = r.check(3, 2, 2, 1).duplicate
+    assert dup is not None and dup.first_offset == 15
+    dup = r.check(3, 4, 3, 1).duplicate
+    assert dup is not None and dup.first_offset == 12

@@ -75,6 +75,33 @@ async def test_append_returns_dense_offsets_from_zero(tmp_path: Path) -> None:
         await wal.close()
 
 
+async def test_assigned_names_the_offsets_and_a_caller_gone_after_it_still_gets_them_written(
+    tmp_path: Path,
+) -> None:
+    """What idempotence relies on (broker/dedup.py): once `assigned` is called the records are written even
+    if the caller is cancelled (a publish timeout), so a retry must not store them again."""
+    wal = await Wal.open(tmp_path / "t", WalConfig())
+    try:
+        await wal.append([b"a"])
+        taken: list[int] = []
+        took = asyncio.Event()
+
+        def assigned(first: int) -> None:
+            taken.append(first)
+            took.set()
+
+        task = asyncio.ensure_future(wal.append([b"b", b"c"], assigned=assigned))
+        await took.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert taken == [1]
+        assert await wal.append([b"d"]) == 3
+        assert file_records(tmp_path / "t") == list(enumerate([b"a", b"b", b"c", b"d"]))
+    finally:
+        await wal.close()
+
+
 async def test_empty_or_oversize_append_is_rejected_without_consuming_offsets(tmp_path: Path) -> None:
     wal = await Wal.open(tmp_path, WalConfig())
     try:

@@ -20,7 +20,7 @@ from ister.broker import metrics
 from ister.config import IdempotenceSettings
 from ister.core.dedup import DedupTable, StoredBatch
 from ister.core.record import idem_tag_of, publish_time_of, tag_record
-from ister.errors import InvalidArgument, IsterError, Unavailable
+from ister.errors import InvalidArgument, IsterError, StorageExhausted, Unavailable
 from ister.ids import TopicName
 from ister.storage.objects.tiered import TieredReader
 from ister.storage.time_lookup import wal_offset_for_time
@@ -51,6 +51,7 @@ class TopicDedup:
         self.table = DedupTable(
             settings.max_producers, int(settings.window_seconds * 1000), settings.max_batches
         )
+        self._evicted = 0  # the table's evictions counted in the metric so far
         self.ready = asyncio.Event()
         # (key, first sequence) -> the append of a batch still in flight: its retries wait for it
         self._inflight: dict[tuple[int, int], asyncio.Future[int]] = {}
@@ -126,6 +127,10 @@ class TopicDedup:
             metrics.idempotent_duplicates.inc(count)
             return self._original(key, dup, committed)
         batch = self.table.accept(key, first_seq, count, now_ms())
+        evicted = self.table.evicted
+        if evicted > self._evicted:
+            metrics.idempotent_evicted.inc(evicted - self._evicted)
+        self._evicted = evicted
         records[0] = tag_record(records[0], key, first_seq, count)
         fut = asyncio.ensure_future(publish(records, lambda offset: self.table.stored(batch, offset)))
         k = (key, first_seq)
@@ -136,8 +141,17 @@ class TopicDedup:
     def _done(self, k: tuple[int, int], key: int, batch: StoredBatch, fut: asyncio.Future[int]) -> None:
         if self._inflight.get(k) is fut:
             del self._inflight[k]
-        failed = fut.cancelled() or fut.exception() is not None
-        if failed and batch.first_offset is None:  # failed before the WAL took it: nothing stored
+        if fut.cancelled():
+            exc: BaseException | None = asyncio.CancelledError()
+        else:
+            exc = fut.exception()
+        if exc is None:
+            return
+        # Nothing stored: failed before the WAL took the offsets, or refused by its writer for want of
+        # space (which hands the offsets back). Otherwise (a timeout, the caller gone) the WAL still writes
+        # the records: the batch stays, and its retry waits for them to be committed.
+        if batch.first_offset is None or isinstance(exc, StorageExhausted):
+            batch.first_offset = None
             self.table.failed(key, batch)
 
     def _original(

@@ -339,6 +339,11 @@ idempotent_refused = Counter(
     "ister_publish_sequence_refusals",
     "Idempotent batches refused for their sequence (a gap, or a duplicate no longer remembered)",
 )
+idempotent_evicted = Counter(
+    "ister_idempotence_evicted_producers",
+    "Producer keys a topic's idempotence table forgot (idle past the window, or least recently used past "
+    "max_producers): their retries would be stored again",
+)
 partition_handoffs = Counter("ister_partition_handoffs", "Partitions switched to another consumer")
 partition_handoff_seconds = Histogram(
     "ister_partition_handoff_seconds",

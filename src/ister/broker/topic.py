@@ -214,9 +214,9 @@ class Topic:
             try:
                 with self._publish_deadlines.guard():
                     # msgspec.Raw is a buffer over the client's record bytes: framed without a copy
-                    offset = await self.wal.append(records)
-                    if on_offset is not None:  # in the WAL: an idempotent retry must not store it again
-                        on_offset(offset)
+                    # on_offset once the WAL took the offsets: from then on the records are written even if
+                    # this call times out, so an idempotent retry must not store them again
+                    offset = await self.wal.append(records, assigned=on_offset)
                     done = monotonic()
                     metrics.publish_durable.observe(done - started)
                     claim.appended()

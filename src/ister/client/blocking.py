@@ -228,6 +228,10 @@ class BlockingProducer:
         answered. Calls from one thread keep their order; pipeline a few to keep the broker busy."""
         return asyncio.run_coroutine_threadsafe(self.producer.send_each(messages), self._owner._runner.loop)
 
+    def send_whole_async(self, messages: Sequence[Outgoing]) -> concurrent.futures.Future[int]:
+        """`Producer.send_whole` without waiting: the future resolves to the batch's first offset."""
+        return asyncio.run_coroutine_threadsafe(self.producer.send_whole(messages), self._owner._runner.loop)
+
     def flush(self) -> None:
         self._owner._run(self.producer.flush())
 

@@ -30,7 +30,7 @@ from ister.client.records import new_producer_key
 from ister.client.subscriber import Subscriber
 from ister.core.compression import parse_codec
 from ister.ids import PARTITION_MARKER, TopicName, validate_client_name
-from ister.limits import MAX_READ_OFFSET, MAX_READ_RECORDS, MAX_WINDOW, MiB
+from ister.limits import MAX_READ_OFFSET, MAX_READ_RECORDS, MAX_WINDOW, U64_MAX, MiB
 from ister.wire.gen import ister_v1_pb2 as pb
 
 T = TypeVar("T")
@@ -231,6 +231,7 @@ class Client(ClientConnection):
         schema_min_version: int | None = None,
         idempotent: bool = True,
         compression: str = "none",
+        producer_key: int | None = None,
     ) -> Producer:
         """A producer on `topic`, its stream(s) open when this returns.
 
@@ -242,7 +243,10 @@ class Client(ClientConnection):
         `producer.schema` is then the resolved version (its `schema` validates and decodes).
         `idempotent` (default): a retried batch is stored once (docs/idempotence.md); False: at-least-once.
         `compression`: none, lz4, zstd, snappy or gzip; each record is sent and stored compressed with it
-        (docs/compression.md; "none" lets the topic's compression policy decide)."""
+        (docs/compression.md; "none" lets the topic's compression policy decide).
+        `producer_key`: the idempotence key chosen by the caller instead of a random one, for sends that are
+        repeated by another producer object with the same batches (`Producer.send_whole`): the repeat is
+        stored once; such a producer stops at its first failure (every later send fails)."""
         TopicName.parse(topic)
         codec = parse_codec(compression)
         if name is not None:
@@ -253,6 +257,10 @@ class Client(ClientConnection):
             raise errors.InvalidArgument("partitions must be in 1..100000")
         if linger_ms < 0:
             raise errors.InvalidArgument("linger_ms must be >= 0")
+        if producer_key is not None and not (idempotent and 0 < producer_key <= U64_MAX):
+            raise errors.InvalidArgument(
+                f"producer_key must be in 1..2**64-1 with idempotent=True, got {producer_key}"
+            )
         name = name or f"ister-producer-{secrets.token_hex(6)}"
         resolved = None
         if schema_subject is not None:
@@ -272,7 +280,8 @@ class Client(ClientConnection):
             max_buffered_bytes=max(max_buffered_bytes, max_batch_bytes),
         )
 
-        key = new_producer_key() if idempotent else 0  # one per producer object; sequences per partition
+        # one per producer object, unless given; sequences per partition
+        key = producer_key or (new_producer_key() if idempotent else 0)
 
         def on_seal(index: int) -> Any:
             return lambda: producer._on_seal(index)
@@ -291,6 +300,7 @@ class Client(ClientConnection):
                 on_release=producer._on_release,
                 producer_key=key,
                 codec=codec,
+                fixed_key=producer_key is not None,
             )
             for i, part in enumerate(names)
         ]

@@ -214,6 +214,53 @@ class Producer:
         await asyncio.wait([b.done for b in dict.fromkeys(b for b, _ in placed)])
         return [batch.done.result() + index for batch, index in placed]
 
+    def batch_limits(self) -> tuple[int, int]:
+        """(messages, bytes) one batch may hold (the smaller of this producer's and the broker's limits);
+        a message takes `message_size` bytes of it."""
+        return min(p.max_count for p in self._pubs), min(p.max_bytes for p in self._pubs)
+
+    def message_size(self, payload: Payload, attributes: dict[str, str] | None, key: str | None) -> int:
+        """What a message counts against `batch_limits`' bytes."""
+        extra = attributes_size(attributes, key) if attributes or key is not None else 0
+        return len(payload) + extra + max(p.overhead for p in self._pubs)
+
+    async def send_whole(self, messages: Sequence[Outgoing]) -> int:
+        """Publish `messages` as one batch of their own (nothing before or after them in it) and return its
+        first offset. The caller cuts its messages into batches (within `batch_limits`), so the same messages
+        cut the same way make the same batches and sequences again: what a fixed `producer_key` needs for a
+        repeat to be recognised (the Spark sink's exactly-once). One topic or partition only."""
+        self._check_open()
+        if len(self._pubs) != 1:
+            raise errors.InvalidArgument(f"send_whole publishes to one partition; {self.topic} has several")
+        if not messages:
+            raise errors.InvalidArgument("send_whole needs at least one message")
+        pub = self._pubs[0]
+        sized = []
+        for payload, attributes, key in messages:
+            if type(payload) not in _BYTES_TYPES:
+                raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+            if attributes or key is not None:
+                _check_message(attributes, key)
+            sized.append((payload, attributes or _NO_ATTRS, key, self.message_size(payload, attributes, key)))
+        total = sum(size for *_, size in sized)
+        if len(sized) > pub.max_count or total > pub.max_bytes:
+            raise errors.InvalidArgument(
+                f"{len(sized)} messages of {total} bytes do not fit one batch "
+                f"({pub.max_count} messages, {pub.max_bytes} bytes)"
+            )
+        async with self._each_order:
+            await self._wait_room(len(sized), total)
+            pub.seal()
+            ts = _now_ms()
+            self._buffered += len(sized)
+            self._buffered_bytes += total
+            # no await in between: neither linger nor another sender can cut or join this batch
+            batches = {pub.append(p, size, ts, attrs, key, None)[0] for p, attrs, key, size in sized}
+            pub.seal()
+        (batch,) = batches
+        await asyncio.wait([batch.done])
+        return batch.done.result()
+
     async def send_batch(
         self,
         payloads: Sequence[Payload],

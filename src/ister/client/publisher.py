@@ -11,7 +11,8 @@ the publisher looks the topic up again, opens a new stream and re-sends every ba
 in the original order. With idempotence (the default; docs/idempotence.md) every batch carries the
 producer's key and its first message's sequence (drawn when the batch is first sent, kept on re-sends), so
 a batch whose ack was lost is answered with its original offsets and stored once; without it, such a batch
-may be stored twice (at-least-once).
+may be stored twice (at-least-once). With a key given by the caller (`fixed_key`, the Spark sink's) the
+publisher never renumbers and never changes key: its first failure fails every later batch.
 
 When the topic's owner dies, the lookups name it until the cluster reassigns the topic
 (its lease TTL plus about a second); opening a stream to it fails at once (connection refused) or within
@@ -81,10 +82,16 @@ class PartitionPublisher(ReconnectingStream):
         on_release: Callable[[int, int], None],
         producer_key: int = 0,
         codec: Codec = Codec.NONE,
+        fixed_key: bool = False,
     ) -> None:
         self.client = client
         self.producer_key = producer_key  # 0: not idempotent
         self.codec = codec  # records are sent (and stored) compressed with it
+        # A key chosen by the caller (the Spark sink's, derived from its micro-batch): never replaced and no
+        # sequence renumbered, so a re-run of the same sends maps onto the same sequences; after a failure
+        # every batch fails (`_broken`) instead of going on under a new key.
+        self._fixed_key = fixed_key
+        self._broken: errors.IsterError | None = None
         self._next_seq = 0  # the sequence of the next message sent for the first time
         self.topic = topic
         self.name = name
@@ -159,6 +166,10 @@ class PartitionPublisher(ReconnectingStream):
         if b is None:
             return
         self.open = None
+        if self._broken is not None:
+            self._release(b)
+            b.fail(self._broken)
+            return
         self._queue.append(b)
         self._wake.set()
         self._work.set()
@@ -240,7 +251,9 @@ class PartitionPublisher(ReconnectingStream):
         )
 
     async def _rejected(self, err: errors.IsterError) -> None:
-        if isinstance(err, errors.OutOfOrderSequence):
+        if isinstance(err, errors.OutOfOrderSequence) or (
+            self._fixed_key and not isinstance(err, errors.DuplicateSequence)
+        ):
             await self._give_up(err)
             return
         if self._phase == "stream" and self._inflight:
@@ -284,6 +297,11 @@ class PartitionPublisher(ReconnectingStream):
             self._closing = True
             return
         log.warning("%s: publishing failed: %s", self.topic, err)
+        if self._fixed_key:  # the caller's numbering must hold: stop here, every later batch fails
+            self._broken = err
+            self._fail_all(err)
+            self._closing = True
+            return
         if self.producer_key:
             # Whether the broker stored the failed batches is unknown: go on as a new producer, so that
             # the next batch is neither taken for a retry nor refused as out of order.

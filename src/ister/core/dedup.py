@@ -12,6 +12,8 @@ for each recent producer, the last sequence it accepted and its newest batches w
   refused with `OutOfOrderSequence`;
 - a batch inside the stored range that is not a remembered batch (different boundaries, or older than the
   remembered ones): refused with `DuplicateSequence` (its messages are stored, their offsets unknown);
+- a batch that starts inside the stored range and ends past it (cut otherwise than the stored batches):
+  refused with `OutOfOrderSequence` (part of it is stored, the rest is not);
 - an unknown key: accepted whatever its first sequence (a new producer, or one evicted from the window).
 
 Bounded: at most `max_producers` keys (least recently used evicted first), a key idle for `window_ms` is
@@ -49,7 +51,16 @@ class StoredBatch:
 class ProducerState:
     next_seq: int  # the first sequence of the next new batch
     seen_ms: int
-    batches: deque[StoredBatch] = field(default_factory=deque)
+    batches: deque[StoredBatch] = field(default_factory=deque)  # in sequence order
+    # [first, end) ranges below next_seq with nothing stored: a batch whose append failed while a later
+    # one of the key was stored (or in flight). Their re-sent batches are new.
+    holes: list[tuple[int, int]] = field(default_factory=list)
+
+    def hole_of(self, first: int, end: int) -> int | None:
+        for i, (a, b) in enumerate(self.holes):
+            if a <= first and end <= b:
+                return i
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +113,8 @@ class DedupTable:
         st = self._producers.get(key)
         if st is None or first_seq == st.next_seq:
             return NEW
+        if st.holes and st.hole_of(first_seq, first_seq + count) is not None:
+            return NEW  # the re-send of a batch whose append failed
         if first_seq > st.next_seq:
             raise OutOfOrderSequence(
                 f"out of order sequence: producer {key:#x} sent sequence {first_seq}, "
@@ -112,6 +125,13 @@ class DedupTable:
                 return Verdict(b)
             if b.first_seq < first_seq:
                 break
+        end = first_seq + count
+        if end > st.next_seq:  # some of it stored, the rest not: storing the rest alone has no one offset
+            raise OutOfOrderSequence(
+                f"out of order sequence: producer {key:#x} sent sequences {first_seq}..{end - 1} overlapping "
+                f"what is stored (up to {st.next_seq - 1}, in batches cut otherwise: a re-sent batch must be "
+                "cut as it first was)"
+            )
         raise DuplicateSequence(
             f"duplicate sequence: producer {key:#x} sent sequences {first_seq}..{first_seq + count - 1}, "
             f"stored up to {st.next_seq - 1}, not as a batch remembered (offsets unknown)"
@@ -130,8 +150,11 @@ class DedupTable:
             st = producers[key] = ProducerState(b.end_seq, now_ms)
         else:
             producers.move_to_end(key)
-            st.next_seq = b.end_seq
             st.seen_ms = max(st.seen_ms, now_ms)
+            if b.first_seq < st.next_seq:  # into a hole
+                self._fill(st, b)
+                return
+            st.next_seq = b.end_seq
         st.batches.append(b)
         if len(st.batches) > self.max_batches:
             st.batches.popleft()
@@ -139,23 +162,42 @@ class DedupTable:
             self.expire(now_ms)
 
     @staticmethod
+    def _fill(st: ProducerState, b: StoredBatch) -> None:
+        """`b` takes (part of) a hole: the hole shrinks, `b` joins the batches in sequence order."""
+        i = st.hole_of(b.first_seq, b.end_seq)
+        if i is not None:
+            a, e = st.holes.pop(i)
+            st.holes[i:i] = [r for r in ((a, b.first_seq), (b.end_seq, e)) if r[0] < r[1]]
+        batches = st.batches
+        at = len(batches)
+        while at and batches[at - 1].first_seq > b.first_seq:
+            at -= 1
+        batches.insert(at, b)
+
+    @staticmethod
     def stored(batch: StoredBatch, first_offset: int) -> None:
         batch.first_offset = first_offset
 
     def failed(self, key: int, batch: StoredBatch) -> None:
-        """The append of `batch` failed with nothing stored: forget it and every later batch of the key (the
-        stream that carried them ends; the client re-sends them from `batch` on)."""
+        """The append of `batch` failed with nothing stored: forget it. Its sequences are taken again by its
+        re-send: as the key's next ones when no later batch is stored or in flight, else as a hole (a later
+        batch of the stream may still be stored: forgetting it would store its re-send twice)."""
         st = self._producers.get(key)
-        if st is None:
+        if st is None or batch not in st.batches:
             return
-        batches = st.batches
-        if batch not in batches:
+        st.batches.remove(batch)
+        if batch.end_seq < st.next_seq:
+            merged: list[tuple[int, int]] = []
+            for a, e in sorted([*st.holes, (batch.first_seq, batch.end_seq)]):
+                if merged and merged[-1][1] == a:  # a hole's re-send failed again: one hole, as before
+                    a = merged.pop()[0]
+                merged.append((a, e))
+            st.holes = merged
             return
-        while batches and batches[-1] is not batch:
-            batches.pop()
-        batches.pop()
         st.next_seq = batch.first_seq
-        if not batches and st.next_seq == 0:
+        while st.holes and st.holes[-1][1] >= st.next_seq:  # holes now at the end are no holes
+            st.next_seq = min(st.next_seq, st.holes.pop()[0])
+        if not st.batches and st.next_seq == 0:
             del self._producers[key]
 
     def restore(self, key: int, first_seq: int, count: int, first_offset: int, publish_ms: int) -> None:
@@ -164,7 +206,11 @@ class DedupTable:
             return  # a tag that does not make sense is ignored: dedup is lost for it, nothing else
         st = self._producers.get(key)
         if st is not None and first_seq < st.next_seq:
-            return  # a batch the log holds twice (stored before idempotence, or from an older owner)
+            if st.hole_of(first_seq, first_seq + count) is not None:  # a re-send after a failed append
+                self._add(key, StoredBatch(first_seq, count, first_offset), publish_ms)
+            return  # otherwise a batch the log holds twice (stored before idempotence, or an older owner)
+        if st is not None and first_seq > st.next_seq:  # appends that failed before a later one stored
+            st.holes.append((st.next_seq, first_seq))
         self._add(key, StoredBatch(first_seq, count, first_offset), publish_ms)
 
     def snapshot(self) -> dict[int, tuple[int, list[tuple[int, int, int | None]]]]:

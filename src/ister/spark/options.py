@@ -42,7 +42,8 @@ SOURCE_OPTIONS = {
 VALUE_SCHEMA_OPTIONS = ("schemasubject", "schemaversion", "mode", "columnnameofcorruptrecord")
 SINK_OPTIONS = {
     SERVICE_URL, CONNECT_TIMEOUT, "topic", "producername", "dispatchstrategy", "writeidempotencyheader",
-    AUTH_TOKEN, TLS_CA, "schemasubject", "schematype", "schemaversion", "schemarecordname",
+    "exactlyonce", "batchmaxmessages", AUTH_TOKEN, TLS_CA, "schemasubject", "schematype", "schemaversion",
+    "schemarecordname",
 }  # fmt: skip
 READ_MODES = ("permissive", "dropmalformed", "failfast")
 SINK_SCHEMA_TYPES = {"avro": "avro", "json": "json_schema", "json_schema": "json_schema"}
@@ -378,6 +379,8 @@ class SinkOptions:
     producer_name: str | None
     reliable: bool
     idempotency_header: bool
+    exactly_once: bool = True  # deterministic producer keys and batches (ister.spark.once)
+    batch_max_messages: int = 4096  # messages per publish batch (the broker's limit may be lower)
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     schema: SinkSchemaOptions | None = None
     auth: ClientAuth = field(default_factory=ClientAuth)
@@ -390,12 +393,21 @@ class SinkOptions:
         strategy = opts.get("dispatchstrategy", "reliable").lower()
         if strategy not in ("reliable", "non_reliable"):
             raise InvalidArgument(f"option dispatchStrategy: reliable or non_reliable, got {strategy!r}")
+        reliable = strategy == "reliable"
+        exactly_once = _bool(opts, "exactlyOnce", reliable)
+        if exactly_once and not reliable:
+            raise InvalidArgument(
+                "option exactlyOnce needs dispatchStrategy reliable (a non-reliable topic stores nothing a "
+                "retry could be recognised by)"
+            )
         return cls(
             service_url=_service_url(opts),
             topic=TopicName.parse(topic).full if topic else None,
             producer_name=opts.get("producername") or None,
-            reliable=strategy == "reliable",
+            reliable=reliable,
             idempotency_header=_bool(opts, "writeIdempotencyHeader", True),
+            exactly_once=exactly_once,
+            batch_max_messages=_positive(opts, "batchMaxMessages") or 4096,
             connect_timeout=_connect_timeout(opts),
             schema=SinkSchemaOptions.parse(opts),
             auth=ClientAuth.parse(opts),

@@ -3,10 +3,11 @@
 Columns: `value` (required, binary or string), `key` (routing key), `headers` (array of key/value structs
 or a map), `topic` (unless the `topic` option is set, which wins), `partition` (an existing partition's
 index; null or -1 → the producer's routing; a partition is never created). Their types are checked on
-the driver before any task runs; other columns are ignored (as by Kafka's sink). At-least-once, as
-Kafka's and Pulsar's sinks: a task retried by Spark sends its rows again. Every message carries
-`x-ister-spark-batch` = `{queryId}:{batchId}:{partitionId}:{seq}` (unless writeIdempotencyHeader=false),
-so readers can drop the duplicates of a retried task.
+the driver before any task runs; other columns are ignored (as by Kafka's sink). Exactly once by default
+(`ister.spark.once`): a retried task or a micro-batch replayed from the checkpoint stores nothing twice;
+`exactlyOnce=false` (or a non-reliable topic) is at-least-once, as Kafka's and Pulsar's sinks. Every
+message carries `x-ister-spark-batch` = `{queryId}:{batchId}:{partitionId}:{seq}` (unless
+writeIdempotencyHeader=false), which names the row a message came from.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from ister.core.stream_offsets import NOT_PARTITIONED, TopicPartition
 from ister.errors import InvalidArgument
 from ister.ids import TopicName
 from ister.spark.derive import ValueEncoder
+from ister.spark.once import ExactSends
 from ister.spark.options import BATCH_HEADER, SinkOptions
 from ister.spark.registry import SinkSchema, sink_schema
 from ister.spark.shared import shared_client
@@ -170,15 +172,27 @@ class _Publisher:
         self.partitions: dict[str, list[int]] = {}  # a destination topic's partition indexes
         self.in_flight: deque[concurrent.futures.Future[list[int]]] = deque()
         self.count = 0
+        self.exact: ExactSends | None = None
+        if opts.exactly_once:
+            self.exact = ExactSends(
+                self.producer, self.client.partitions, query_id, batch_id, self.partition_id, IN_FLIGHT
+            )
 
-    def producer(self, topic: str) -> BlockingProducer:
+    def producer(self, topic: str, key: int | None = None) -> BlockingProducer:
         producer = self.producers.get(topic)
         if producer is None:
             name = f"{self.name}-{len(self.producers)}"
             stamp: dict[str, Any] = {}
             if self.schema is not None:  # every message carries the schema's id and version
                 stamp = {"schema_subject": self.schema.subject, "schema_version": self.schema.version}
-            producer = self.client.producer(topic, name, reliable=self.opts.reliable, **stamp)
+            producer = self.client.producer(
+                topic,
+                name,
+                reliable=self.opts.reliable,
+                max_batch_messages=self.opts.batch_max_messages,
+                producer_key=key,
+                **stamp,
+            )
             self.producers[topic] = producer
         return producer
 
@@ -219,18 +233,30 @@ class _Publisher:
         topics = None if self.opts.topic else _column(batch, names, "topic")
         partitions = _column(batch, names, "partition")
         by_topic: dict[str, list[Outgoing]] = {}
+        exact = self.exact
+        routed: list[tuple[str, Outgoing]] = []  # exactly once: added once the whole Arrow batch is checked
         for i, value in enumerate(values):
             topic = self.opts.topic or (topics[i] if topics is not None else None)
             if not topic:
                 raise InvalidArgument("a row without topic (and no 'topic' option)")
-            if partitions is not None:
-                topic = self.destination(topic, partitions[i])
+            key = None if keys is None or keys[i] is None else _text(keys[i], "key")
+            part = NOT_PARTITIONED if partitions is None else partitions[i]
+            if part is not None and part != NOT_PARTITIONED:
+                topic = self.destination(topic, part)
+            elif exact is not None:
+                topic = exact.route(topic, key)
             attributes = _headers(headers[i]) if headers is not None else {}
             if self.opts.idempotency_header:
                 attributes[BATCH_HEADER] = f"{self.mark}{self.count + i}"
-            key = None if keys is None or keys[i] is None else _text(keys[i], "key")
-            by_topic.setdefault(topic, []).append((_bytes(value), attributes, key))
+            message: Outgoing = (_bytes(value), attributes, key)
+            if exact is not None:
+                routed.append((topic, message))
+            else:
+                by_topic.setdefault(topic, []).append(message)
         self.count += len(values)
+        if exact is not None:
+            for destination, outgoing in routed:
+                exact.add(destination, outgoing)
         for topic, messages in by_topic.items():
             self.in_flight.append(self.producer(topic).send_each_async(messages))
         while len(self.in_flight) > IN_FLIGHT:
@@ -247,6 +273,8 @@ class _Publisher:
 
     def finish(self) -> Written:
         """Wait until every row is acknowledged (durable, for reliable topics)."""
+        if self.exact is not None:
+            self.exact.finish()
         while self.in_flight:
             self.in_flight.popleft().result()
         return Written(self.partition_id, self.count)
@@ -313,4 +341,5 @@ class IsterStreamWriter(DataSourceStreamArrowWriter):
         """Every row is acknowledged when its task ends; nothing is left to do per batch."""
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Messages already sent stay (at-least-once); the batch id header marks them."""
+        """Messages already sent stay: a re-run of the batch finds them stored (exactly once), or sends
+        them again (exactlyOnce=false); the batch id header marks them."""

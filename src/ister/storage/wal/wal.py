@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ister.core.frames import HEADER_SIZE, encode_frames
@@ -123,7 +123,13 @@ class Wal(WalFiles, WalCuts, WalCompletions):
 
     # ---- writing ---------------------------------------------------------------------------------
 
-    async def append(self, payloads: Sequence[bytes], *, at: int | None = None) -> int:
+    async def append(
+        self,
+        payloads: Sequence[bytes],
+        *,
+        at: int | None = None,
+        assigned: Callable[[int], None] | None = None,
+    ) -> int:
         """Append records with consecutive offsets; returns the first offset once they are committed.
 
         Offsets are assigned when the call starts (after waiting for queue space, if the writer is more than
@@ -135,6 +141,8 @@ class Wal(WalFiles, WalCuts, WalCompletions):
         handed back (never acknowledged, they go to later appends). If the caller is
         cancelled after the offsets were assigned, the records are still written. With `at` (a follower
         copying its leader's offsets), StorageError unless the records get exactly offsets from `at`.
+        `assigned(first)` is called once the offsets are taken: from then on the records are written even if
+        the caller goes away (unless the writer refuses them with DiskFull / StorageExhausted).
         """
         count = len(payloads)
         if count == 0:
@@ -165,7 +173,7 @@ class Wal(WalFiles, WalCuts, WalCompletions):
                     self._space.release(size)
                     raise
                 data = encode_frames(first, items)
-        return await self._submit(first, count, data, items, reserved)
+        return await self._submit(first, count, data, items, reserved, assigned)
 
     async def append_frames(self, first: int, count: int, frames: bytes) -> int:
         """Append `count` frames already encoded (a follower's copy of its leader's, offsets from `first`);
@@ -189,7 +197,13 @@ class Wal(WalFiles, WalCuts, WalCompletions):
         return await self._submit(first, count, frames, None, reserved)
 
     async def _submit(
-        self, first: int, count: int, data: bytes, payloads: list[bytes] | None, reserved: bool
+        self,
+        first: int,
+        count: int,
+        data: bytes,
+        payloads: list[bytes] | None,
+        reserved: bool,
+        assigned: Callable[[int], None] | None = None,
     ) -> int:
         """Hand the frames to the writer, take their offsets, and wait until they are committed."""
         size = len(data)
@@ -203,6 +217,8 @@ class Wal(WalFiles, WalCuts, WalCompletions):
         self._next_offset = first + count
         if not reserved:
             self._space.add(size)
+        if assigned is not None:
+            assigned(first)
         return await future
 
     def _check_at(self, first: int) -> None:
