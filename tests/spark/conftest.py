@@ -22,6 +22,10 @@ from tests.integration.harness import BrokerProcess
 _SPARK_GROUP_B = {"test_spark_kafka_habits.py", "test_spark_source.py", "test_spark_schema.py"}
 
 
+# tryfirst: xdist's worker turns xdist_group marks into the nodeid's @group suffix in its own hook; when
+# this directory is named on the command line its conftest is loaded before that plugin, and without
+# tryfirst its hook ran after it: no group, a JVM (or browser) on every worker.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
