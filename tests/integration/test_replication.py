@@ -173,7 +173,9 @@ async def test_publishes_fail_fast_below_min_insync(cluster: Cluster) -> None:
     assert got == acked  # nothing of the refused publish is visible
 
 
-ROUNDS = int(os.environ.get("ISTER_REPLICATION_ROUNDS", "6"))
+# Four rounds in the gate (about 6 s each): each case, the killed leader's WAL kept or deleted, twice; rounds
+# beyond repeat them (ISTER_REPLICATION_ROUNDS=12 for a longer run).
+ROUNDS = int(os.environ.get("ISTER_REPLICATION_ROUNDS", "4"))
 
 
 async def test_kill_rounds_during_traffic_lose_nothing_acknowledged(cluster: Cluster) -> None:

@@ -27,6 +27,10 @@ _SPARK_GROUP_B = {
 }
 
 
+# tryfirst: xdist's worker turns xdist_group marks into the nodeid's @group suffix in its own hook; when
+# this directory is named on the command line its conftest is loaded before that plugin, and without
+# tryfirst its hook ran after it: no group, a JVM (or browser) on every worker.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:

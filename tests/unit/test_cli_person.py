@@ -58,7 +58,14 @@ def test_version_without_a_known_commit(monkeypatch: pytest.MonkeyPatch) -> None
 
 @pytest.mark.skipif(not ISTER_SCRIPT.exists(), reason="the ister console script is not installed")
 def test_bash_completion_installs_and_completes(tmp_path: Path) -> None:
-    env = {**os.environ, "HOME": str(tmp_path), "SHELL": "/bin/bash"}
+    # Typer's own switch for tests: the shell is the one named, not detected from the parent processes (which
+    # failed, "Shell None is not supported", when no shell was among the test run's ancestors).
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "SHELL": "/bin/bash",
+        "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1",
+    }
     done = subprocess.run(
         [str(ISTER_SCRIPT), "--install-completion", "bash"],
         env=env,

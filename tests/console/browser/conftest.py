@@ -17,6 +17,8 @@ from tests.console.browser.support import DESKTOP
 HERE = Path(__file__).parent
 
 
+# tryfirst: before xdist's hook reads the marks (tests/spark/conftest.py says why).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # One xdist worker runs them all: one browser for the session, and the broker processes of the modules
     # do not start beside each other on the 2-core gate.
