@@ -89,9 +89,7 @@ def test_bash_completion_installs_and_completes(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["produce", "consume"])
-def test_a_refused_connection_fails_in_under_a_second_with_the_address(
-    command: str, refused_port: int
-) -> None:
+def test_a_refused_connection_fails_at_once_with_the_address(command: str, refused_port: int) -> None:
     url = f"http://127.0.0.1:{refused_port}"
     args = [command, "-s", url, "-t", "/default/t", "-m", "x"]
     started = time.monotonic()
@@ -101,7 +99,9 @@ def test_a_refused_connection_fails_in_under_a_second_with_the_address(
     assert result.stderr == (
         f"error: cannot connect to {url}: connection refused or failed (is a broker listening there?)\n"
     )
-    assert took < 1.0, took
+    # The message is the not-waiting client's (a waiting one says "within N s"); the bound only catches a
+    # return to the library's 10 s wait, loose enough for a loaded machine (it took 1 s under load once).
+    assert took < 5.0, took
 
 
 async def test_the_library_client_still_waits_for_a_broker_by_default(refused_port: int) -> None:
