@@ -45,6 +45,8 @@ RETENTION_PREFIX = "/ister/retention/"
 RATE_LIMITS_PREFIX = "/ister/rate-limits/"
 # /ister/start-offsets/{ns}/{topic}: the lowest offset retention keeps (never moves backwards)
 START_OFFSETS_PREFIX = "/ister/start-offsets/"
+# /ister/tables/{ns}/{topic}: a topic's own table policy (absent fields: its namespace's; docs/tables.md)
+TABLES_PREFIX = "/ister/tables/"
 # /ister/absent-brokers/{id}: {"since": wall-clock seconds} when a broker named by replica records was first
 # seen unregistered; a lost replica is replaced this long after it, whichever broker leads its topic then.
 # The broker deletes its own key when it registers again.
@@ -154,6 +156,10 @@ def topic_retention(topic: TopicLike) -> str:
 
 def topic_rate_limits(topic: TopicLike) -> str:
     return f"{RATE_LIMITS_PREFIX}{_topic(topic).path}"
+
+
+def topic_table(topic: TopicLike) -> str:
+    return f"{TABLES_PREFIX}{_topic(topic).path}"
 
 
 def start_offset(topic: TopicLike) -> str:
