@@ -44,6 +44,7 @@ from ister.schema.validation import PayloadValidator
 from ister.storage.objects import ObjectStore
 from ister.storage.topic_storage import StoredOffsets, TopicStorage
 from ister.storage.wal import WriterPool
+from ister.tables.catalog import CatalogSpec, spec_for
 from ister.tasks import TaskSupervisor
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,11 @@ class BrokerService:
         """Topics loaded now plus segment pieces exported so far: what leaves long-lived objects behind
         (broker/heap.py freezes them out of the garbage collector's walks)."""
         return len(self.registry.topics) + self.exports.exported
+
+    @property
+    def table_catalog(self) -> CatalogSpec:
+        """The Iceberg catalog topics' tables go to (docs/tables.md)."""
+        return spec_for(self.config, self.data_dir)
 
     @property
     def objects(self) -> ObjectStore | None:

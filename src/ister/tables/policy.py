@@ -82,23 +82,22 @@ def _valid_interval(v: object) -> bool:
 
 
 def parse_setting(fmt: str | None, partition: str | None, interval: str | None) -> TableSetting:
-    """A setting from the CLI's or the API's text (InvalidArgument with what is wrong)."""
+    """A setting from the CLI's text (InvalidArgument with what is wrong)."""
+    return checked(fmt, partition, parse_duration_ms(interval) if interval is not None else None)
+
+
+def checked(fmt: str | None, partition: str | None, interval_ms: int | None) -> TableSetting:
+    """A setting whose every given field is valid (InvalidArgument naming the first that is not)."""
     if fmt is not None and fmt not in FORMATS:
         raise InvalidArgument(f"unknown table format {shown(fmt)}: expected iceberg or none")
     if partition is not None and partition not in PARTITIONS:
         raise InvalidArgument(f"unknown table partitioning {shown(partition)}: expected day or hour")
-    interval_ms = None
-    if interval is not None:
-        interval_ms = parse_duration_ms(interval)
-        if not _valid_interval(interval_ms):
-            raise InvalidArgument(
-                f"table commit interval {shown(interval)} is out of range: between "
-                f"{format_duration_ms(MIN_INTERVAL_MS)} and {format_duration_ms(MAX_INTERVAL_MS)}"
-            )
-    setting = TableSetting(fmt, partition, interval_ms)
-    if setting.empty:
-        raise InvalidArgument("nothing to set: give --format, --partition and/or --interval")
-    return setting
+    if interval_ms is not None and not _valid_interval(interval_ms):
+        raise InvalidArgument(
+            f"table commit interval {format_duration_ms(interval_ms)} is out of range: between "
+            f"{format_duration_ms(MIN_INTERVAL_MS)} and {format_duration_ms(MAX_INTERVAL_MS)}"
+        )
+    return TableSetting(fmt, partition, interval_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +140,7 @@ __all__ = [
     "PARTITIONS",
     "TablePolicy",
     "TableSetting",
+    "checked",
     "in_effect",
     "parse_setting",
 ]
