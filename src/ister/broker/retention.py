@@ -61,7 +61,13 @@ class RetentionView:
         self.store = store
         self.cache = LocalCache(
             store,
-            [keys.RETENTION_PREFIX, keys.START_OFFSETS_PREFIX, keys.RATE_LIMITS_PREFIX, NAMESPACES_PREFIX],
+            [
+                keys.RETENTION_PREFIX,
+                keys.START_OFFSETS_PREFIX,
+                keys.RATE_LIMITS_PREFIX,
+                keys.TABLES_PREFIX,
+                NAMESPACES_PREFIX,
+            ],
         )
 
     async def start(self) -> None:

@@ -26,6 +26,7 @@ from ister.cli.main import app
 from ister.cli.security_opts import ApiKeyOpt, TlsCaOpt, TokenOpt, use
 from ister.core.retention import format_duration_ms
 from ister.errors import InvalidArgument
+from ister.tables.catalog import CATALOG_NAME
 from ister.tables.policy import parse_setting
 from ister.wire.gen import ister_v1_pb2 as ister_pb
 
@@ -208,8 +209,11 @@ def table_command(
             "catalog_uri": r.catalog_uri,
             "table": tables[0] if len(tables) == 1 else tables,
         }
-        emit_json({**out, "properties": props})
+        # SQL catalogs keep tables per catalog name: readers load it as "ister"
+        emit_json({**out, "catalog_name": CATALOG_NAME, "properties": props})
         return
-    emit_fields([("catalog_uri", r.catalog_uri), ("table", ", ".join(tables))])
+    emit_fields(
+        [("catalog_uri", r.catalog_uri), ("catalog_name", CATALOG_NAME), ("table", ", ".join(tables))]
+    )
     for engine, code in snippets(r.catalog_uri, tables[0], props).items():
         typer.echo(f"\n# {engine}\n{code}")
