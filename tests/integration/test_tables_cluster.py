@@ -72,7 +72,8 @@ def cli(*args: str) -> str:
 def catalog(cluster: Cluster) -> Any:
     from pyiceberg.catalog import load_catalog
 
-    found = json.loads(cli("table", TOPIC, "--admin-addr", cluster.brokers[0].admin_addr, "-o", "json"))
+    running = next(b for b in cluster.brokers if b.running)  # the killed leader's admin API is gone
+    found = json.loads(cli("table", TOPIC, "--admin-addr", running.admin_addr, "-o", "json"))
     assert found["table"] == "default.lake" and found["properties"]["warehouse"].startswith("s3://")
     assert "s3.secret-access-key" not in found["properties"]  # no secrets printed
     props = {**found["properties"], "s3.secret-access-key": cluster.secret}  # type: ignore[attr-defined]
