@@ -67,5 +67,5 @@ def test_catalog_defaults_and_config_checks(tmp_path: Path) -> None:
     assert spec.warehouse == "s3://b/p/tables"
     assert spec.properties == {"s3.endpoint": "http://h:1", "s3.secret-access-key": "s", "s3.region": "r"}
     assert "s3.secret-access-key" not in spec.public_properties()
-    with pytest.raises(ConfigError, match="tables.catalog_uri"):
+    with pytest.raises(ConfigError, match=r"tables\.catalog_uri"):
         check(msgspec.convert({"tables": {"catalog_uri": "mysql://x"}}, BrokerConfig))
