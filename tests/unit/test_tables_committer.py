@@ -124,3 +124,31 @@ def test_hour_partitioning_and_duckdb_reads_the_files(tmp_path: Path) -> None:
     paths = [f.path.removeprefix("file://") for f in w.files()]
     count = duckdb.sql(f'select count(*), min("offset"), max("offset") from read_parquet({paths!r})')
     assert count.fetchall() == [(7300, 0, 7299)]
+
+
+def test_schema_evolution_adds_an_optional_column(tmp_path: Path) -> None:
+    """A shape with one more optional column (what `typed.evolve` gives for an added field) evolves the
+    table in place: old rows read it as null, field ids of the envelope kept."""
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from ister.tables.envelope import ENVELOPE
+
+    class Wider:
+        arrow_schema = ENVELOPE.append(pa.field("amount", pa.int64()))
+
+        def iceberg_schema(self) -> Schema:
+            base = BYTES_SHAPE.iceberg_schema()
+            return Schema(*base.fields, NestedField(20, "amount", LongType(), required=False))
+
+    w = writer(tmp_path)
+    append(w, 0, 5)
+    before = {f.name: f.field_id for f in w.table.schema().fields}
+    w.evolve_to(Wider())  # type: ignore[arg-type]
+    rows = to_arrow(BYTES_SHAPE, records(5, 5))
+    rows = rows.append_column("amount", pa.array(range(5), pa.int64()))
+    assert w.append(rows, 5, 10, 1) == 5
+    got = read_rows(w.table).to_pylist()
+    assert [r["amount"] for r in got] == [None] * 5 + list(range(5))
+    assert {k: v for k, v in ((f.name, f.field_id) for f in w.table.schema().fields) if k in before} == before

@@ -24,7 +24,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from prometheus_client import Counter
@@ -71,6 +71,7 @@ class TableKeeper:
         spec: Callable[[], CatalogSpec],
         settings: TablesSettings,
         clock: Clock = REAL_CLOCK,
+        schema_of: Callable[[Topic], Awaitable[Any]] | None = None,
     ) -> None:
         self.cache = cache
         self.storage = storage
@@ -78,6 +79,8 @@ class TableKeeper:
         self._spec = spec
         self.settings = settings
         self._clock = clock
+        # the registry schema a topic's records follow (None: a bytes topic); the table's typed columns
+        self.schema_of = schema_of
         self._catalog: Any = None
         self._catalog_lock = asyncio.Lock()
         self.committers: dict[Topic, TopicCommitter] = {}
@@ -197,13 +200,19 @@ class TopicCommitter:
             self.done = True
 
     async def _table(self) -> Any:
+        catalog = await self.keeper.catalog()  # imports the modules below in a thread
+        from ister.tables.envelope import evolve, table_shape
+
+        schema = await self.keeper.schema_of(self.topic) if self.keeper.schema_of is not None else None
+        shape = table_shape(schema)
+        if self._writer is not None and shape != self._writer.shape:
+            # a schema evolution the registry accepted: the table's schema follows (InvalidArgument: the
+            # change cannot be made to the table; the pass fails and says why until it is resolved)
+            await asyncio.to_thread(self._writer.evolve_to, evolve(self._writer.shape, shape))
         if self._writer is None or self._partition != self.policy.partition:
-            catalog = await self.keeper.catalog()  # imports the modules below in a thread
             from ister.tables.committer import open_writer
-            from ister.tables.envelope import table_shape
 
             ident = table_ident(self.topic.name)
-            shape = table_shape(None)
             self._writer = await asyncio.to_thread(
                 open_writer, lambda: catalog, ident, shape, self.policy.partition
             )

@@ -100,6 +100,9 @@ class TableWriter:
             properties=TABLE_PROPERTIES,
         )
         self._respec(table)
+        if {f.name for f in table.schema().fields} != {f.name for f in schema.fields}:
+            with table.update_schema() as update:  # the topic's schema evolved while no one committed
+                update.union_by_name(schema)
         return table
 
     def _respec(self, table: Any) -> None:
@@ -115,6 +118,13 @@ class TableWriter:
                 update.remove_field(f.name)
             transform: Any = HourTransform() if self.partition == "hour" else DayTransform()
             update.add_field("publish_time", transform, name)
+
+    def evolve_to(self, shape: TableShape) -> None:
+        """Take a new shape (the registry accepted a schema evolution: `evolve` checked it); the table's
+        schema gains its columns and widenings, field ids kept."""
+        with self.table.update_schema() as update:
+            update.union_by_name(shape.iceberg_schema())
+        self.shape = shape
 
     # ---- state -----------------------------------------------------------------------------------
 
