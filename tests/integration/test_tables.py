@@ -41,6 +41,14 @@ def cli(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     return done
 
 
+def run_snippet(code: str) -> str:
+    ran = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout.strip()
+
+
 def load_table(broker: BrokerProcess, topic: str) -> Any:
     from pyiceberg.catalog import load_catalog
 
@@ -49,23 +57,28 @@ def load_table(broker: BrokerProcess, topic: str) -> Any:
     return catalog.load_table(found["table"])
 
 
-def table_rows(broker: BrokerProcess, topic: str) -> pa.Table:
-    return load_table(broker, topic).scan().to_arrow().sort_by("offset")
-
-
 _LOADED: dict[tuple[str, str], Any] = {}
 
 
-def count_rows(broker: BrokerProcess, topic: str) -> int:
-    """The rows of the table's current snapshot (its summary's total; the table is looked up once)."""
+def handle(broker: BrokerProcess, topic: str) -> Any:
+    """The topic's table, looked up through `ister table` once per broker and topic, then refreshed."""
     key = (broker.admin_addr, topic)
+    if key not in _LOADED:
+        _LOADED[key] = load_table(broker, topic)
+    table = _LOADED[key]
+    table.refresh()
+    return table
+
+
+def table_rows(broker: BrokerProcess, topic: str) -> pa.Table:
+    return handle(broker, topic).scan().to_arrow().sort_by("offset")
+
+
+def count_rows(broker: BrokerProcess, topic: str) -> int:
+    """The rows of the table's current snapshot (its summary's total)."""
     try:
-        if key not in _LOADED:
-            _LOADED[key] = load_table(broker, topic)
-        table = _LOADED[key]
-        table.refresh()
+        table = handle(broker, topic)
     except Exception:  # no table yet (NoSuchTableError)
-        _LOADED.pop(key, None)
         return -1
     snap = table.current_snapshot()
     return int(snap.summary["total-records"]) if snap is not None else 0
@@ -146,7 +159,7 @@ async def test_policy_rows_duckdb_freshness_and_compaction(tmp_path: Path) -> No
             expected = await topic_rows(client, topic)
         got = table_rows(broker, topic)
         assert got.num_rows == 20_000 and got.equals(expected)
-        tbl = load_table(broker, topic)
+        tbl = handle(broker, topic)
         paths = [t.file.file_path.removeprefix("file://") for t in tbl.scan().plan_files()]
         via_duck = duckdb.sql(
             f'select "offset", value from read_parquet({paths!r}) order by "offset"'
@@ -165,7 +178,7 @@ async def test_policy_rows_duckdb_freshness_and_compaction(tmp_path: Path) -> No
                 await until(lambda n=n: count_rows(broker, topic) == n, "a tail commit", 30)
 
             def compacted() -> bool:
-                snaps = load_table(broker, topic).snapshots()
+                snaps = handle(broker, topic).snapshots()
                 return "compact" in [s.summary.additional_properties.get("ister.op") for s in snaps]
 
             await until(compacted, "a compaction", 60)
@@ -175,6 +188,8 @@ async def test_policy_rows_duckdb_freshness_and_compaction(tmp_path: Path) -> No
         assert "Table:" in described and "iceberg lake.events" in described, described
         text = cli("table", topic, "--admin-addr", broker.admin_addr).stdout
         assert "load_catalog" in text and "# duckdb" in text and "# spark" in text
+        duck = text.split("# duckdb\n", 1)[1].split("\n# spark", 1)[0]  # the printed snippet, run as is
+        assert run_snippet(duck) == f"[({expected.num_rows}, {expected.num_rows - 1})]"
         cli("admin", "topics", "set-table", topic, "--format", "none", "--admin-addr", broker.admin_addr)
         off = cli("table", topic, "--admin-addr", broker.admin_addr, ok=False)
         assert off.returncode == 1 and "not kept as a table" in off.stderr
@@ -243,7 +258,7 @@ async def test_retention_removes_rows_and_files(tmp_path: Path) -> None:
         async with Client(broker.url) as client:
             await publish(client, topic, 3_000)
             await until(lambda: count_rows(broker, topic) == 3_000, "committed", 60)
-            first_files = {t.file.file_path for t in load_table(broker, topic).scan().plan_files()}
+            first_files = {t.file.file_path for t in handle(broker, topic).scan().plan_files()}
             cli("admin", "topics", "set-retention", topic, "--time", "1s", "--admin-addr", broker.admin_addr)
 
             async def moved() -> bool:

@@ -151,6 +151,13 @@ def topics_table(
     _emit_policy(output, name, r)
 
 
+def _jdbc(uri: str) -> str:
+    """The JDBC URL of a SQL catalog's URI (Iceberg's JdbcCatalog keeps tables in the same layout)."""
+    if uri.startswith("sqlite:///"):
+        return "jdbc:sqlite:/" + uri.removeprefix("sqlite:///").lstrip("/")
+    return "jdbc:postgresql://" + uri.split("://", 1)[1].rsplit("@", 1)[-1]  # credentials go in jdbc.user
+
+
 def snippets(catalog_uri: str, table: str, properties: dict[str, str]) -> dict[str, str]:
     """Ready-to-run code reading `table` with pyiceberg, DuckDB and Spark."""
     props = {"uri": catalog_uri, **properties}
@@ -177,7 +184,7 @@ def snippets(catalog_uri: str, table: str, properties: dict[str, str]) -> dict[s
             f'  .config("spark.sql.catalog.ister.uri", "{catalog_uri}")\n'
             if catalog_uri.startswith("http")
             else '  .config("spark.sql.catalog.ister.catalog-impl", "org.apache.iceberg.jdbc.JdbcCatalog")\n'
-            f'  .config("spark.sql.catalog.ister.uri", "jdbc:{catalog_uri}")\n'
+            f'  .config("spark.sql.catalog.ister.uri", "{_jdbc(catalog_uri)}")\n'
         )
         + f'  .config("spark.sql.catalog.ister.warehouse", "{properties.get("warehouse", "")}")\n'
         "  .getOrCreate())\n"
