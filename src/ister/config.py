@@ -154,6 +154,9 @@ class TablesSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     catalog_properties: dict[str, str] = msgspec.field(default_factory=dict)  # more pyiceberg properties
     snapshot_keep_seconds: float = 3_600.0  # older snapshots expire; files only they name are deleted
     max_commit_records: int = 100_000  # records per commit at most (a backlog is committed in steps)
+    # the conversion, Parquet writes and catalog calls run in one worker process per broker (off: a thread
+    # of the broker, which then shares its interpreter with publishes)
+    worker_process: bool = True
 
 
 class StorageSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -20,11 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import itertools
 import logging
+import multiprocessing
+import os
 import random
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from prometheus_client import Counter
@@ -37,7 +43,7 @@ from ister.errors import Fenced
 from ister.metadata import keys
 from ister.metadata.cache import LocalCache
 from ister.storage.topic_storage import TopicStorage
-from ister.tables.catalog import CatalogSpec, open_catalog, table_ident
+from ister.tables.catalog import CatalogSpec, table_ident
 from ister.tables.policy import TablePolicy, TableSetting, in_effect
 from ister.tasks import TaskSupervisor
 
@@ -81,8 +87,7 @@ class TableKeeper:
         self._clock = clock
         # the registry schema a topic's records follow (None: a bytes topic); the table's typed columns
         self.schema_of = schema_of
-        self._catalog: Any = None
-        self._catalog_lock = asyncio.Lock()
+        self._pool: ProcessPoolExecutor | None = None
         self.committers: dict[Topic, TopicCommitter] = {}
         self._tasks = TaskSupervisor("tables")
         self._task: asyncio.Task[None] | None = None
@@ -96,13 +101,25 @@ class TableKeeper:
         for c in list(self.committers.values()):
             c.stop()
         await self._tasks.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
-    async def catalog(self) -> Any:
-        """The broker's one catalog client, opened on first use (in a thread: it may connect)."""
-        async with self._catalog_lock:
-            if self._catalog is None:
-                self._catalog = await asyncio.to_thread(_open, self._spec())
-            return self._catalog
+    async def run(self, *args: Any) -> Any:
+        """`tables.worker.dispatch(*args)` in the broker's table worker process (started on first use), or
+        in a thread when `tables.worker_process` is off. A worker that died is replaced at the next call."""
+        loop = asyncio.get_running_loop()
+        if not self.settings.worker_process:
+            return await asyncio.to_thread(_dispatch, *args)  # imports pyiceberg there, not on the loop
+        if self._pool is None:
+            self._pool = await asyncio.to_thread(_start_pool)
+        try:
+            return await loop.run_in_executor(self._pool, _dispatch, *args)
+        except BrokenProcessPool:
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
     async def _run(self) -> None:
         while True:
@@ -132,13 +149,22 @@ class TableKeeper:
             self.committers.pop(topic).stop()
 
 
-def _open(spec: CatalogSpec) -> Any:
-    """Import pyiceberg (about a second of module loading: never on the event loop) and open the
-    catalog."""
-    import ister.tables.committer
-    import ister.tables.envelope  # noqa: F401
+def _start_pool() -> ProcessPoolExecutor:
+    """One worker process, started by spawn (a fork would copy the broker's gRPC and loop state)."""
+    from ister.tables import worker
 
-    return open_catalog(spec)
+    return ProcessPoolExecutor(
+        max_workers=1,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=worker.init_worker,
+        initargs=(os.getpid(),),
+    )
+
+
+def _dispatch(*args: Any) -> Any:
+    from ister.tables import worker
+
+    return worker.dispatch(*args)
 
 
 def _forget(topic: Topic, task: asyncio.Task[None]) -> None:
@@ -158,8 +184,9 @@ class TopicCommitter:
         self.failures = 0
         self.last_error: BaseException | None = None
         self.committed_end = 0  # the table's end offset after the last pass
-        self._writer: Any = None
-        self._partition = ""
+        self._shape: Any = None
+        self._reopen = False  # the next call reloads the table (after a failure: its metadata may have moved)
+        self._opened = False
         self._compacted: set[tuple[int, int]] = set()
         self._last_expiry = time.monotonic()
         self._backoff = Backoff(first=1.0, cap=30.0, jitter=0.25)
@@ -185,7 +212,7 @@ class TopicCommitter:
                 except Exception as exc:  # the catalog or the store is down: wait, then start from the table
                     self.failures += 1
                     self.last_error = exc
-                    self._writer = None  # reload the table: its metadata may have moved meanwhile
+                    self._reopen = True
                     delay = self._backoff.delay(self.failures, random.random())
                     table_commits.labels("append", "failed").inc()
                     log.warning(
@@ -199,40 +226,36 @@ class TopicCommitter:
         finally:
             self.done = True
 
-    async def _table(self) -> Any:
-        catalog = await self.keeper.catalog()  # imports the modules below in a thread
-        from ister.tables.envelope import evolve, table_shape
-
-        schema = await self.keeper.schema_of(self.topic) if self.keeper.schema_of is not None else None
-        shape = table_shape(schema)
-        if self._writer is not None and shape != self._writer.shape:
-            # a schema evolution the registry accepted: the table's schema follows (InvalidArgument: the
-            # change cannot be made to the table; the pass fails and says why until it is resolved)
-            await asyncio.to_thread(self._writer.evolve_to, evolve(self._writer.shape, shape))
-        if self._writer is None or self._partition != self.policy.partition:
-            from ister.tables.committer import open_writer
-
-            ident = table_ident(self.topic.name)
-            self._writer = await asyncio.to_thread(
-                open_writer, lambda: catalog, ident, shape, self.policy.partition
-            )
-            self._partition = self.policy.partition
-            log.info("%s: committing to Iceberg table %s", self.topic.name, ".".join(ident))
-        return self._writer
+    async def _call(self, op: str, *args: Any) -> Any:
+        """One operation on the topic's table, wherever the keeper runs table work."""
+        reopen, self._reopen = self._reopen, False
+        return await self.keeper.run(
+            self.keeper._spec(),
+            table_ident(self.topic.name),
+            self._shape,
+            self.policy.partition,
+            reopen,
+            op,
+            *args,
+        )
 
     async def run_once(self) -> int:
         """One pass; returns the rows added."""
         topic, wal = self.topic, self.topic.wal
         assert wal is not None
-        writer = await self._table()
-        from ister.tables.envelope import to_arrow
+        schema = await self.keeper.schema_of(topic) if self.keeper.schema_of is not None else None
+        if "ister.tables.envelope" not in sys.modules:  # pyarrow and pyiceberg: never imported on the loop
+            await asyncio.to_thread(importlib.import_module, "ister.tables.envelope")
+        from ister.tables.envelope import table_shape
 
+        self._shape = table_shape(schema)
         epoch = topic.claim.epoch
-        state = await asyncio.to_thread(writer.state)
+        state = await self._call("state")
+        if not self._opened:
+            self._opened = True
+            log.info("%s: committing to Iceberg table %s", topic.name, ".".join(table_ident(topic.name)))
         if state.epoch > epoch:
-            raise Fenced(
-                f"table of {topic.name} was committed at epoch {state.epoch}, this owner's is {epoch}"
-            )
+            raise Fenced(f"table of {topic.name} was committed at epoch {state.epoch}, this owner's: {epoch}")
         start_offset = topic.start_offset
         earliest = await self.keeper.storage.earliest(topic.name, wal)
         start = max(state.end, start_offset, earliest)
@@ -244,34 +267,33 @@ class TopicCommitter:
             records, end = await self._read(start, stop)
             if end <= start:
                 break  # nothing readable now (the next pass tries again)
-            rows = await asyncio.to_thread(to_arrow, writer.shape, records)
-            n = await asyncio.to_thread(writer.append, rows, start, end, epoch)
+            n = await self._call("append_records", records, start, end, epoch)
             table_commits.labels("append", "ok").inc()
             table_rows.inc(n)
             added += n
             start = end
         self.committed_end = start
-        await self._maintain(writer, epoch, start_offset)
+        await self._maintain(epoch, start_offset)
         return added
 
-    async def _maintain(self, writer: Any, epoch: int, start_offset: int) -> None:
-        files = await asyncio.to_thread(writer.files)
+    async def _maintain(self, epoch: int, start_offset: int) -> None:
+        files = await self._call("files")
         if files and files[0].first < start_offset:
-            await asyncio.to_thread(writer.drop_below, start_offset, epoch)
+            await self._call("drop_below", start_offset, epoch)
             table_commits.labels("retention", "ok").inc()
-            files = await asyncio.to_thread(writer.files)
+            files = await self._call("files")
         for first, last in self._segment_ranges():
             if (first, last) in self._compacted or last >= self.committed_end:
                 continue
             inside = [f for f in files if first <= f.first and f.last <= last]
             if len(inside) >= 2:
-                await asyncio.to_thread(writer.compact, first, last, epoch)
+                await self._call("compact", first, last, epoch)
                 table_commits.labels("compact", "ok").inc()
             self._compacted.add((first, last))
         keep = self.keeper.settings.snapshot_keep_seconds
         if time.monotonic() - self._last_expiry >= min(EXPIRE_EVERY_SECONDS, max(1.0, keep)):
             self._last_expiry = time.monotonic()
-            gone = await asyncio.to_thread(writer.expire, keep)
+            gone = await self._call("expire", keep)
             if gone:
                 log.info("%s: table snapshots expired, %d data files deleted", self.topic.name, len(gone))
 

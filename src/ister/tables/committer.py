@@ -42,13 +42,15 @@ TABLE_PROPERTIES = {
     # Merge manifests as appends come, so a table committed every few seconds keeps few of them.
     "commit.manifest-merge.enabled": "true",
 }
-FAULT_ENV = "ISTER_TABLES_FAULT"  # tests: kill -9 this process at a commit step (after-write, after-commit)
+FAULT_ENV = "ISTER_TABLES_FAULT"  # tests: kill -9 the broker at a commit step (after-write, after-commit)
+FAULT_KILLS: tuple[int, ...] = ()  # in a table worker process: the broker, killed first
 
 
 def _fault(step: str) -> None:
     if os.environ.get(FAULT_ENV) == step:
         log.error("fault injection: kill -9 at %s", step)
-        os.kill(os.getpid(), signal.SIGKILL)
+        for pid in (*FAULT_KILLS, os.getpid()):
+            os.kill(pid, signal.SIGKILL)
 
 
 @dataclass(frozen=True, slots=True)
