@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -71,6 +72,18 @@ async def publish(
     return acks
 
 
+def _cpu_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu(pid: int | None) -> dict[str, float]:
+    """CPU seconds so far of the broker and of its child processes (the table worker)."""
+    assert pid is not None
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return {"broker": _cpu_of(pid), "worker": sum(_cpu_of(int(c)) for c in children)}
+
+
 def table(broker: BrokerNode, topic: str) -> Any:
     found = json.loads(cli(broker, "table", topic, "-o", "json"))
     return load_catalog(found["catalog_name"], uri=found["catalog_uri"], **found["properties"]).load_table(
@@ -105,17 +118,26 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "--interval",
             f"{args.interval}s",
         )
-        # off, on, off again: the mean of the two runs without a table is the baseline (order effects)
+        # off, on (then its table catches up), off again: the mean of the runs without a table is the
+        # baseline (order effects); CPU seconds of the broker and of its table worker per phase
         for name, topic in (("off", "/plain/t"), ("on", "/lake/t"), ("off2", "/plain/t2")):
-            t0 = time.monotonic()
+            cpu0, t0 = cpu(broker.pid), time.monotonic()
             await publish(broker.url, topic, args.records, args.batch)
             out[f"publish_{name}_rps"] = round(args.records / (time.monotonic() - t0))
+            if name == "on":
+                await until(
+                    lambda: committed(broker, "/lake/t") == args.records, "the backlog committed", 600
+                )
+                out["backlog_committed_after_s"] = round(
+                    time.monotonic() - t0 - args.records / out["publish_on_rps"], 1
+                )
+            cpu1 = cpu(broker.pid)
+            out[f"cpu_us_per_record_{name}"] = {
+                k: round((cpu1[k] - cpu0[k]) / args.records * 1e6, 2) for k in cpu1
+            }
         print(out, file=sys.stderr, flush=True)
         baseline = (out["publish_off_rps"] + out["publish_off2_rps"]) / 2
         out["publish_cost_pct"] = round(100 * (1 - out["publish_on_rps"] / baseline), 1)
-        t0 = time.monotonic()
-        await until(lambda: committed(broker, "/lake/t") == args.records, "the backlog committed", 600)
-        out["backlog_committed_after_s"] = round(time.monotonic() - t0, 1)
 
         n = min(args.records, int(args.rate * args.paced_seconds))
         acks = await publish(broker.url, "/lake/f", n, args.batch // 10 or 1, args.rate)
