@@ -69,3 +69,11 @@ def test_catalog_defaults_and_config_checks(tmp_path: Path) -> None:
     assert "s3.secret-access-key" not in spec.public_properties()
     with pytest.raises(ConfigError, match=r"tables\.catalog_uri"):
         check(msgspec.convert({"tables": {"catalog_uri": "mysql://x"}}, BrokerConfig))
+
+
+def test_packed_records_round_trip() -> None:
+    from ister.tables.packing import pack, unpack
+
+    records = [(5, b"ab"), (7, b""), (9, b"xyz"), (1 << 40, bytes(range(256)))]
+    assert unpack(*pack(records)) == records
+    assert unpack(*pack([])) == []

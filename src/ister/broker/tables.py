@@ -44,6 +44,7 @@ from ister.metadata import keys
 from ister.metadata.cache import LocalCache
 from ister.storage.topic_storage import TopicStorage
 from ister.tables.catalog import CatalogSpec, table_ident
+from ister.tables.packing import pack
 from ister.tables.policy import TablePolicy, TableSetting, in_effect
 from ister.tasks import TaskSupervisor
 
@@ -267,7 +268,7 @@ class TopicCommitter:
             records, end = await self._read(start, stop)
             if end <= start:
                 break  # nothing readable now (the next pass tries again)
-            n = await self._call("append_records", records, start, end, epoch)
+            n = await self._call("append_packed", *pack(records), start, end, epoch)
             table_commits.labels("append", "ok").inc()
             table_rows.inc(n)
             added += n
@@ -309,7 +310,7 @@ class TopicCommitter:
                 got = await reader.read(min(READ_CHUNK, stop - reader.next_offset), timeout=1.0)
                 if not got:
                     break
-                records += [r for r in got if r[0] < stop]
+                records += got if got[-1][0] < stop else [r for r in got if r[0] < stop]
         finally:
             reader.close()
         if reader.next_offset >= stop:

@@ -20,6 +20,7 @@ from . import committer
 from .catalog import CatalogSpec, open_catalog
 from .committer import TableWriter
 from .envelope import Records, TableShape, evolve, to_arrow
+from .packing import unpack
 
 _catalogs: dict[tuple[str, str, tuple[tuple[str, str], ...]], Any] = {}
 _writers: dict[tuple[str, str, str, str], TableWriter] = {}
@@ -67,12 +68,15 @@ def dispatch(
     op: str,
     *args: Any,
 ) -> Any:
-    """Run one operation of the table's writer: `append_records(records, start, end, epoch)`, or any
+    """Run one operation of the table's writer: `append_records(records, start, end, epoch)`,
+    `append_packed(offsets, lengths, blob, start, end, epoch)` (`pack`'s form), or any
     `TableWriter` method by name (state, files, compact, drop_below, expire)."""
     w = _writer(spec, ident, shape, partition, reopen)
     if op == "append_records":
         records: Records = args[0]
         return w.append(to_arrow(w.shape, records), *args[1:])
+    if op == "append_packed":
+        return w.append(to_arrow(w.shape, unpack(*args[:3])), *args[3:])
     return getattr(w, op)(*args)
 
 
