@@ -124,7 +124,7 @@ class TableWriter:
     def evolve_to(self, shape: TableShape) -> None:
         """Take a new shape (the registry accepted a schema evolution: `evolve` checked it); the table's
         schema gains its columns and widenings, field ids kept."""
-        with self.table.update_schema() as update:
+        with self.table.update_schema() as update:  # called only when the shape's columns changed
             update.union_by_name(shape.iceberg_schema())
         self.shape = shape
 

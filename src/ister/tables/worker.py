@@ -53,7 +53,7 @@ def _writer(
         if w is None or reopen or w.partition != partition:
             w = TableWriter(_catalogs[ckey], ident, shape, partition)
             _writers[wkey] = w
-        elif w.shape != shape:
+        elif not w.shape.arrow_schema.equals(shape.arrow_schema):  # by content: shapes may not define ==
             # a schema evolution the registry accepted; InvalidArgument when the table cannot follow
             w.evolve_to(evolve(w.shape, shape))
         return w
