@@ -143,6 +143,22 @@ class RetentionSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
     producer_hold_seconds: float = 10.0
 
 
+class TablesSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Topics as Iceberg tables (docs/tables.md): where the catalog and the table files are."""
+
+    # sqlite:///abs/path.db or postgresql://... (a SQL catalog), http(s)://... (a REST catalog); None: a
+    # SQLite file beside the data directory (<data_dir>/tables/catalog.db)
+    catalog_uri: str | None = None
+    # where table files go; None: the durable tier's location + /tables (else <data_dir>/tables/warehouse)
+    warehouse: str | None = None
+    catalog_properties: dict[str, str] = msgspec.field(default_factory=dict)  # more pyiceberg properties
+    snapshot_keep_seconds: float = 3_600.0  # older snapshots expire; files only they name are deleted
+    max_commit_records: int = 100_000  # records per commit at most (a backlog is committed in steps)
+    # the conversion, Parquet writes and catalog calls run in one worker process per broker (off: a thread
+    # of the broker, which then shares its interpreter with publishes)
+    worker_process: bool = True
+
+
 class StorageSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     durable: DurableSettings = msgspec.field(default_factory=DurableSettings)
     retention: RetentionSettings = msgspec.field(default_factory=RetentionSettings)
@@ -313,6 +329,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     bootstrap_namespaces: list[str] = msgspec.field(default_factory=lambda: ["default"])
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     wal: WalSettings = msgspec.field(default_factory=WalSettings)
+    tables: TablesSettings = msgspec.field(default_factory=TablesSettings)
     dispatch: DispatchSettings = msgspec.field(default_factory=DispatchSettings)
     policies: Policies = msgspec.field(default_factory=Policies)
     cluster: ClusterSettings = msgspec.field(default_factory=ClusterSettings)

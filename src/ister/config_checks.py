@@ -55,7 +55,21 @@ def check(cfg: BrokerConfig) -> BrokerConfig:
     _check_dispatch_upper_bounds(d)
     _check_security(cfg.security)
     cfg.idempotence.check()
+    _check_tables(cfg)
     return cfg
+
+
+def _check_tables(cfg: BrokerConfig) -> None:
+    t = cfg.tables
+    uri = t.catalog_uri
+    if uri is not None and not uri.startswith(
+        ("sqlite:///", "postgresql://", "postgresql+", "http://", "https://")
+    ):
+        raise ConfigError(
+            f"tables.catalog_uri: expected sqlite:///path, postgresql://... or http(s)://..., got {uri!r}"
+        )
+    if t.snapshot_keep_seconds < 0 or t.max_commit_records < 1:
+        raise ConfigError("tables: snapshot_keep_seconds must be >= 0 and max_commit_records >= 1")
 
 
 def _check_security(sec: SecuritySettings) -> None:

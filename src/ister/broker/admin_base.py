@@ -14,6 +14,7 @@ from ister.broker.compression_admin import CompressionAdmin
 from ister.broker.limits_admin import LimitsAdmin
 from ister.broker.retention_admin import RetentionAdmin
 from ister.broker.service import BrokerService
+from ister.broker.table_admin import TableAdmin
 from ister.broker.topic import NON_RELIABLE, RELIABLE
 from ister.core.replication import MAX_REPLICATION_FACTOR
 from ister.core.replication_policy import ReplicationSetting, resolve
@@ -47,6 +48,7 @@ class AdminBase:
         self.retention = RetentionAdmin(self.store, self._resolve)
         self.limits = LimitsAdmin(self.store, self._resolve)
         self.compression = CompressionAdmin(self.store, self._resolve)
+        self.tables = TableAdmin(self.store, self._resolve, lambda: broker.table_catalog)
 
     # -- lookups ------------------------------------------------------------------------------------------
     @property

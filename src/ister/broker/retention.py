@@ -66,6 +66,7 @@ class RetentionView:
                 keys.START_OFFSETS_PREFIX,
                 keys.RATE_LIMITS_PREFIX,
                 keys.COMPRESSION_PREFIX,
+                keys.TABLES_PREFIX,
                 NAMESPACES_PREFIX,
             ],
         )

@@ -25,6 +25,7 @@ from ister.broker.retention import RetentionKeeper, RetentionView
 from ister.broker.sessions import ConsumerStream, ProducerSession
 from ister.broker.standalone import StandaloneAdmin, StandalonePlacement
 from ister.broker.stats_rates import RateKeeper
+from ister.broker.tables import TableKeeper
 from ister.broker.topic import Topic
 from ister.broker.topics import TopicRegistry
 from ister.clock import REAL_CLOCK, Clock
@@ -44,6 +45,7 @@ from ister.schema.validation import PayloadValidator
 from ister.storage.objects import ObjectStore
 from ister.storage.topic_storage import StoredOffsets, TopicStorage
 from ister.storage.wal import WriterPool
+from ister.tables.catalog import CatalogSpec, spec_for
 from ister.tasks import TaskSupervisor
 
 log = logging.getLogger(__name__)
@@ -111,6 +113,14 @@ class BrokerService:
                 topic, sub, Position("offset", offset), create=False
             ),
         )
+        self.tables = TableKeeper(
+            self.retention_view.cache,
+            self.storage,
+            lambda: self.registry.topics.values(),
+            lambda: self.table_catalog,
+            config.tables,
+            clock,
+        )
         self.schemas = SchemaRegistry(
             store, self.topic_exists, json_rules=JsonRules(config.schema.json_compatibility)
         )
@@ -145,6 +155,11 @@ class BrokerService:
         return len(self.registry.topics) + self.exports.exported
 
     @property
+    def table_catalog(self) -> CatalogSpec:
+        """The Iceberg catalog topics' tables go to (docs/tables.md)."""
+        return spec_for(self.config, self.data_dir)
+
+    @property
     def objects(self) -> ObjectStore | None:
         return self.storage.objects
 
@@ -166,6 +181,7 @@ class BrokerService:
         await self.schemas.start()
         await self.retention_view.start()
         self.retention.start()
+        self.tables.start()
         self.rates.start()
 
     async def close(self) -> None:
@@ -173,6 +189,7 @@ class BrokerService:
         await self._tasks.close()
         await self.rates.close()
         await self.schemas.close()
+        await self.tables.close()
         await self.retention.close()
         await self.retention_view.close()
         await self.registry.close()

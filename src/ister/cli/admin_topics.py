@@ -29,6 +29,7 @@ from ister.cli.admin import (
 from ister.cli.admin_call import CALL_TIMEOUT_SECONDS
 from ister.cli.admin_show import emit_fields, emit_table
 from ister.cli.admin_spec import Spec, admin_command, done, listing, rpc
+from ister.core.retention import format_duration_ms
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import ister_v1_pb2 as ister_pb
 
@@ -93,8 +94,9 @@ def _replication_of(described: Any) -> tuple[dict[str, Any], list[tuple[str, str
     return info, fields
 
 
-# the topic, its partitions (none for a plain topic), and its compression in effect
-Described = tuple[Any, list[dict[str, str]], Any]
+# the topic, its partitions (none for a plain topic), its compression in effect, and its table policy
+# (None: not asked or not known)
+Described = tuple[Any, list[dict[str, str]], Any, Any]
 
 
 def _describe(name: str) -> Any:
@@ -109,7 +111,15 @@ def _describe(name: str) -> Any:
         if any(r["name"] == name for r in _topic_rows(listing)):
             parts = []  # a plain topic; names that merely start like it are not its partitions
         parts.sort(key=lambda r: int(r["name"].rsplit("-part-", 1)[1]))
-        return described, parts, _compression(s, name)
+        table = None
+        if described.delivery == "Reliable" or parts:
+            try:
+                table = s.ister_admin.GetTablePolicy(
+                    ister_pb.GetTablePolicyRequest(topic=name), timeout=CALL_TIMEOUT_SECONDS
+                )
+            except grpc.RpcError:  # an older broker, or no right to see policies: describe without it
+                table = None
+        return described, parts, _compression(s, name), table
 
     return ask
 
@@ -128,7 +138,7 @@ def _compression(s: Stubs, name: str) -> Any:
 
 
 def _described_json(answer: Described) -> dict[str, Any]:
-    described, parts, codec = answer
+    described, parts, codec, table = answer
     info: dict[str, Any] = {
         "name": described.name,
         "broker_id": described.broker_id,
@@ -152,11 +162,13 @@ def _described_json(answer: Described) -> dict[str, Any]:
         ]
     if parts:
         info["partitions"] = parts
+    if table is not None:
+        info["table"] = {"format": table.format, "tables": list(table.tables), "partition": table.partition}
     return info
 
 
 def _described_table(answer: Described) -> None:
-    described, parts, codec = answer
+    described, parts, codec, table = answer
     fields = [
         ("Topic", described.name),
         ("Broker", described.broker_id or ("-" if not parts else "(per partition)")),
@@ -176,6 +188,8 @@ def _described_table(answer: Described) -> None:
         fields.append(("Consumers streaming here", streaming))
     if parts:
         fields.append(("Partitions", str(len(parts))))
+    if table is not None:
+        fields += table_rows(table)
     emit_fields(fields)
     if parts:
         typer.echo("")
@@ -183,6 +197,14 @@ def _described_table(answer: Described) -> None:
             ["PARTITION", "BROKER", "DELIVERY"],
             [[p["name"], p["broker_id"] or "-", p["delivery"]] for p in parts],
         )
+
+
+def table_rows(r: Any) -> list[tuple[str, str]]:
+    """The line `describe` adds for a reliable topic's table policy (docs/tables.md)."""
+    if r.format != "iceberg":
+        return [("Table", f"none ({r.format_source})")]
+    every = format_duration_ms(r.interval_ms)
+    return [("Table", f"iceberg {', '.join(r.tables)}, by publish {r.partition}, every {every}")]
 
 
 @admin_command(topics_app, "describe")

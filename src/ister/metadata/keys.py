@@ -47,6 +47,8 @@ RATE_LIMITS_PREFIX = "/ister/rate-limits/"
 COMPRESSION_PREFIX = "/ister/compression/"
 # /ister/start-offsets/{ns}/{topic}: the lowest offset retention keeps (never moves backwards)
 START_OFFSETS_PREFIX = "/ister/start-offsets/"
+# /ister/tables/{ns}/{topic}: a topic's own table policy (absent fields: its namespace's; docs/tables.md)
+TABLES_PREFIX = "/ister/tables/"
 # /ister/absent-brokers/{id}: {"since": wall-clock seconds} when a broker named by replica records was first
 # seen unregistered; a lost replica is replaced this long after it, whichever broker leads its topic then.
 # The broker deletes its own key when it registers again.
@@ -160,6 +162,10 @@ def topic_rate_limits(topic: TopicLike) -> str:
 
 def topic_compression(topic: TopicLike) -> str:
     return f"{COMPRESSION_PREFIX}{_topic(topic).path}"
+
+
+def topic_table(topic: TopicLike) -> str:
+    return f"{TABLES_PREFIX}{_topic(topic).path}"
 
 
 def start_offset(topic: TopicLike) -> str:

@@ -151,6 +151,8 @@ RULES[f"/{_IA}SetNamespaceReplication"] = Rule("ManageNamespace", _field_namespa
 # retention: a topic's own limits are the topic's to manage, a namespace's its policy's
 RULES[f"/{_IA}SetRetention"] = Rule("ManageNamespace", _topic_or_namespace, change=True)
 RULES[f"/{_IA}GetRetention"] = Rule("ManageNamespace", _topic_or_namespace)
+RULES[f"/{_IA}SetTablePolicy"] = Rule("ManageNamespace", _topic_or_namespace, change=True)
+RULES[f"/{_IA}GetTablePolicy"] = Rule("ManageNamespace", _topic_or_namespace)
 RULES[f"/{_IA}SetLimits"] = Rule("ManageNamespace", _topic_or_namespace, change=True)
 RULES[f"/{_IA}GetLimits"] = Rule("ManageNamespace", _topic_or_namespace)
 RULES[f"/{_IA}SetCompression"] = Rule("ManageNamespace", _topic_or_namespace, change=True)

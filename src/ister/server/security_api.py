@@ -10,6 +10,7 @@ from typing import Any
 from ister.broker.admin_ops import AdminOps
 from ister.broker.partition_groups import PartitionGroups
 from ister.broker.retention_admin import BacklogSettings, RetentionInEffect
+from ister.broker.table_admin import TableInEffect
 from ister.core.replication_policy import ReplicationSetting
 from ister.errors import FailedPrecondition, InvalidArgument
 from ister.ids import TopicName
@@ -21,6 +22,7 @@ from ister.server.errors import unary
 from ister.server.health_api import health_pb, topic_page_pb
 from ister.server.recovery_api import RecoveryService
 from ister.server.stats_api import StatsService
+from ister.tables.policy import checked
 from ister.wire.admin_convert import replication_from_wire
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as pb_grpc
@@ -257,6 +259,35 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
         return _retention(await self.ops.retention.get_namespace(request.namespace))
 
     @unary
+    async def SetTablePolicy(
+        self, request: ipb.SetTablePolicyRequest, context: Ctx
+    ) -> ipb.TablePolicyResponse:
+        if self.ops is None:
+            raise FailedPrecondition("this server does not administer tables")
+        setting = checked(
+            request.format or None,
+            request.partition or None,
+            request.interval_ms if request.HasField("interval_ms") else None,
+        )
+        if request.topic:
+            found = await self.ops.tables.set_topic(request.topic, setting, request.clear)
+        else:
+            if request.clear:
+                raise InvalidArgument("clear applies to a topic's own table policy; give the topic")
+            found = await self.ops.tables.set_namespace(request.namespace, setting)
+        return _table(found)
+
+    @unary
+    async def GetTablePolicy(
+        self, request: ipb.GetTablePolicyRequest, context: Ctx
+    ) -> ipb.TablePolicyResponse:
+        if self.ops is None:
+            raise FailedPrecondition("this server does not administer tables")
+        if request.topic:
+            return _table(await self.ops.tables.get_topic(request.topic))
+        return _table(await self.ops.tables.get_namespace(request.namespace))
+
+    @unary
     async def SetLimits(self, request: ipb.SetLimitsRequest, context: Ctx) -> ipb.LimitsResponse:
         if self.ops is None:
             raise FailedPrecondition("this server does not administer limits")
@@ -373,6 +404,21 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
     async def RevokeApiKey(self, request: ipb.RevokeApiKeyRequest, context: Ctx) -> ipb.RevokeApiKeyResponse:
         await self.api_keys.revoke(request.id)
         return ipb.RevokeApiKeyResponse()
+
+
+def _table(found: TableInEffect) -> ipb.TablePolicyResponse:
+    p = found.policy
+    return ipb.TablePolicyResponse(
+        format=p.format,
+        partition=p.partition,
+        interval_ms=p.interval_ms,
+        format_source=p.format_source,
+        partition_source=p.partition_source,
+        interval_source=p.interval_source,
+        catalog_uri=found.catalog_uri,
+        tables=found.tables,
+        properties=found.properties,
+    )
 
 
 def _retention(found: RetentionInEffect) -> ipb.RetentionResponse:

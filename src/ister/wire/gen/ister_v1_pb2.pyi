@@ -780,6 +780,59 @@ class RetentionResponse(_message.Message):
     message_ttl_ms: int
     def __init__(self, time_ms: _Optional[int] = ..., size_bytes: _Optional[int] = ..., time_source: _Optional[str] = ..., size_source: _Optional[str] = ..., start_offset: _Optional[int] = ..., backlog_quota_size_bytes: _Optional[int] = ..., backlog_quota_time_ms: _Optional[int] = ..., backlog_quota_policy: _Optional[str] = ..., message_ttl_ms: _Optional[int] = ...) -> None: ...
 
+class SetTablePolicyRequest(_message.Message):
+    __slots__ = ("namespace", "topic", "format", "partition", "interval_ms", "clear")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    topic: str
+    format: str
+    partition: str
+    interval_ms: int
+    clear: bool
+    def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ..., format: _Optional[str] = ..., partition: _Optional[str] = ..., interval_ms: _Optional[int] = ..., clear: _Optional[bool] = ...) -> None: ...
+
+class GetTablePolicyRequest(_message.Message):
+    __slots__ = ("namespace", "topic")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    topic: str
+    def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class TablePolicyResponse(_message.Message):
+    __slots__ = ("format", "partition", "interval_ms", "format_source", "partition_source", "interval_source", "catalog_uri", "tables", "properties")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CATALOG_URI_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    format: str
+    partition: str
+    interval_ms: int
+    format_source: str
+    partition_source: str
+    interval_source: str
+    catalog_uri: str
+    tables: _containers.RepeatedScalarFieldContainer[str]
+    properties: _containers.ScalarMap[str, str]
+    def __init__(self, format: _Optional[str] = ..., partition: _Optional[str] = ..., interval_ms: _Optional[int] = ..., format_source: _Optional[str] = ..., partition_source: _Optional[str] = ..., interval_source: _Optional[str] = ..., catalog_uri: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class ResetCursorRequest(_message.Message):
     __slots__ = ("topic", "subscription", "earliest", "latest", "offset", "time_ms", "dry_run")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

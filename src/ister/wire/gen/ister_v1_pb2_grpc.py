@@ -479,6 +479,16 @@ class IsterAdminStub:
                 request_serializer=ister__v1__pb2.GetRetentionRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.RetentionResponse.FromString,
                 _registered_method=True)
+        self.SetTablePolicy = channel.unary_unary(
+                '/ister.v1.IsterAdmin/SetTablePolicy',
+                request_serializer=ister__v1__pb2.SetTablePolicyRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.TablePolicyResponse.FromString,
+                _registered_method=True)
+        self.GetTablePolicy = channel.unary_unary(
+                '/ister.v1.IsterAdmin/GetTablePolicy',
+                request_serializer=ister__v1__pb2.GetTablePolicyRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.TablePolicyResponse.FromString,
+                _registered_method=True)
         self.ResetCursor = channel.unary_unary(
                 '/ister.v1.IsterAdmin/ResetCursor',
                 request_serializer=ister__v1__pb2.ResetCursorRequest.SerializeToString,
@@ -615,6 +625,25 @@ class IsterAdminServicer:
 
     def GetRetention(self, request, context):
         """The limits in effect for a namespace or a topic, where each comes from, and a topic's start offset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetTablePolicy(self, request, context):
+        """Topics as Iceberg tables (docs/tables.md): the table policy of a namespace (the default of its topics)
+        or of one topic (`topic` given: every partition; its fields override the namespace's). A field given
+        replaces the stored one, absent keeps it; `clear` drops a topic's own. Off by default. Answers the
+        policy in effect, the catalog URI and the topic's tables. INVALID_ARGUMENT for nothing to set or a bad
+        value (nothing is written), NOT_FOUND for an unknown namespace or topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTablePolicy(self, request, context):
+        """The table policy in effect for a namespace or a topic, where each field comes from, the catalog URI
+        (one pyiceberg's load_catalog accepts) and the topic's tables (`namespace.table`, one per partition).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -784,6 +813,16 @@ def add_IsterAdminServicer_to_server(servicer, server):
                     servicer.GetRetention,
                     request_deserializer=ister__v1__pb2.GetRetentionRequest.FromString,
                     response_serializer=ister__v1__pb2.RetentionResponse.SerializeToString,
+            ),
+            'SetTablePolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTablePolicy,
+                    request_deserializer=ister__v1__pb2.SetTablePolicyRequest.FromString,
+                    response_serializer=ister__v1__pb2.TablePolicyResponse.SerializeToString,
+            ),
+            'GetTablePolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTablePolicy,
+                    request_deserializer=ister__v1__pb2.GetTablePolicyRequest.FromString,
+                    response_serializer=ister__v1__pb2.TablePolicyResponse.SerializeToString,
             ),
             'ResetCursor': grpc.unary_unary_rpc_method_handler(
                     servicer.ResetCursor,
@@ -1090,6 +1129,60 @@ class IsterAdmin:
             '/ister.v1.IsterAdmin/GetRetention',
             ister__v1__pb2.GetRetentionRequest.SerializeToString,
             ister__v1__pb2.RetentionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTablePolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/SetTablePolicy',
+            ister__v1__pb2.SetTablePolicyRequest.SerializeToString,
+            ister__v1__pb2.TablePolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTablePolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.IsterAdmin/GetTablePolicy',
+            ister__v1__pb2.GetTablePolicyRequest.SerializeToString,
+            ister__v1__pb2.TablePolicyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,226 @@
+"""Topics as Iceberg tables (docs/tables.md): `ister admin namespaces set-table|table`, `ister admin
+topics set-table|table`, and `ister table TOPIC` (where a topic's table is and how each engine reads it)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from ister.cli.admin import (
+    DEFAULT_ADMIN_ADDR,
+    AdminAddr,
+    Output,
+    OutputOpt,
+    TopicArg,
+    call,
+    emit_fields,
+    emit_json,
+    fail,
+    namespaces_app,
+    topic_name,
+    topics_app,
+)
+from ister.cli.main import app
+from ister.cli.security_opts import ApiKeyOpt, TlsCaOpt, TokenOpt, use
+from ister.core.retention import format_duration_ms
+from ister.errors import InvalidArgument
+from ister.tables.catalog import CATALOG_NAME
+from ister.tables.policy import parse_setting
+from ister.wire.gen import ister_v1_pb2 as ister_pb
+
+FormatOpt = Annotated[
+    str | None, typer.Option("--format", help="iceberg: keep the topic as an Iceberg table; none: stop")
+]
+PartitionOpt = Annotated[
+    str | None, typer.Option("--partition", help="partition the table by publish day or hour: day|hour")
+]
+IntervalOpt = Annotated[
+    str | None,
+    typer.Option("--interval", help="how often the unexported tail is committed: 10s (1s .. 1d)"),
+]
+
+
+def _request(
+    fmt: str | None, partition: str | None, interval: str | None, **target: Any
+) -> ister_pb.SetTablePolicyRequest:
+    try:
+        setting = parse_setting(fmt, partition, interval)
+    except InvalidArgument as exc:
+        fail(str(exc))
+    request = ister_pb.SetTablePolicyRequest(
+        format=setting.format or "", partition=setting.partition or "", **target
+    )
+    if setting.interval_ms is not None:
+        request.interval_ms = setting.interval_ms
+    return request
+
+
+def _policy_json(what: str, r: ister_pb.TablePolicyResponse) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": what,
+        "format": r.format,
+        "partition": r.partition,
+        "interval_ms": r.interval_ms,
+        "format_from": r.format_source,
+        "partition_from": r.partition_source,
+        "interval_from": r.interval_source,
+        "catalog_uri": r.catalog_uri,
+    }
+    if r.tables:
+        out["tables"] = list(r.tables)
+    return out
+
+
+def _emit_policy(output: Output, what: str, r: ister_pb.TablePolicyResponse) -> None:
+    if output == Output.json:
+        emit_json(_policy_json(what, r))
+        return
+    rows = [
+        ("name", what),
+        ("table format", f"{r.format} ({r.format_source})"),
+        ("partitioned by", f"publish {r.partition} ({r.partition_source})"),
+        ("commit interval", f"{format_duration_ms(r.interval_ms)} ({r.interval_source})"),
+        ("catalog", r.catalog_uri),
+    ]
+    if r.tables:
+        rows.append(("tables", ", ".join(r.tables)))
+    emit_fields(rows)
+
+
+@namespaces_app.command("set-table")
+def namespaces_set_table(
+    namespace: Annotated[str, typer.Argument(help="namespace")],
+    fmt: FormatOpt = None,
+    partition: PartitionOpt = None,
+    interval: IntervalOpt = None,
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Keep every reliable topic of a namespace as an Iceberg table (its topics' own setting overrides
+    this). Off by default; a field not given stays as it is."""
+    request = _request(fmt, partition, interval, namespace=namespace)
+    r = call(admin_addr, lambda s: s.ister_admin.SetTablePolicy(request, timeout=30.0))
+    _emit_policy(output, namespace, r)
+
+
+@namespaces_app.command("table")
+def namespaces_table(
+    namespace: Annotated[str, typer.Argument(help="namespace")],
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """A namespace's table policy and the catalog."""
+    request = ister_pb.GetTablePolicyRequest(namespace=namespace)
+    r = call(admin_addr, lambda s: s.ister_admin.GetTablePolicy(request, timeout=30.0))
+    _emit_policy(output, namespace, r)
+
+
+@topics_app.command("set-table")
+def topics_set_table(
+    topic: TopicArg,
+    fmt: FormatOpt = None,
+    partition: PartitionOpt = None,
+    interval: IntervalOpt = None,
+    clear: Annotated[bool, typer.Option("--clear", help="drop the topic's own setting")] = False,
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Set a topic's own table policy (every partition of a partitioned topic), overriding its
+    namespace's; `--clear` goes back to the namespace's."""
+    name = topic_name(topic)
+    if clear:
+        if fmt is not None or partition is not None or interval is not None:
+            fail("give --format/--partition/--interval or --clear, not both")
+        request = ister_pb.SetTablePolicyRequest(topic=name, clear=True)
+    else:
+        request = _request(fmt, partition, interval, topic=name)
+    r = call(admin_addr, lambda s: s.ister_admin.SetTablePolicy(request, timeout=30.0))
+    _emit_policy(output, name, r)
+
+
+@topics_app.command("table")
+def topics_table(
+    topic: TopicArg, admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR, output: OutputOpt = Output.table
+) -> None:
+    """A topic's table policy in effect and where each field comes from."""
+    name = topic_name(topic)
+    request = ister_pb.GetTablePolicyRequest(topic=name)
+    r = call(admin_addr, lambda s: s.ister_admin.GetTablePolicy(request, timeout=30.0))
+    _emit_policy(output, name, r)
+
+
+def _jdbc(uri: str) -> str:
+    """The JDBC URL of a SQL catalog's URI (Iceberg's JdbcCatalog keeps tables in the same layout)."""
+    if uri.startswith("sqlite:///"):
+        return "jdbc:sqlite:/" + uri.removeprefix("sqlite:///").lstrip("/")
+    return "jdbc:postgresql://" + uri.split("://", 1)[1].rsplit("@", 1)[-1]  # credentials go in jdbc.user
+
+
+def snippets(catalog_uri: str, table: str, properties: dict[str, str]) -> dict[str, str]:
+    """Ready-to-run code reading `table` with pyiceberg, DuckDB and Spark."""
+    props = {"uri": catalog_uri, **properties}
+    kwargs = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in props.items())
+    pyiceberg = (
+        "from pyiceberg.catalog import load_catalog\n"
+        f'catalog = load_catalog("ister", **{{{kwargs}}})\n'
+        f'table = catalog.load_table("{table}")\n'
+        "df = table.scan().to_arrow()  # .to_pandas(), .to_polars(), .to_duckdb('t')"
+    )
+    duckdb = (
+        pyiceberg.rsplit("\n", 1)[0] + "\n"
+        "import duckdb\n"
+        'con = table.scan().to_duckdb(table_name="t")  # or: INSTALL iceberg; iceberg_scan(metadata)\n'
+        'print(con.sql("select count(*), max(\\"offset\\") from t").fetchall())'
+    )
+    ns, name = table.split(".", 1)
+    spark = (
+        "spark = (SparkSession.builder\n"
+        '  .config("spark.jars.packages", "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.0")\n'
+        '  .config("spark.sql.catalog.ister", "org.apache.iceberg.spark.SparkCatalog")\n'
+        + (
+            '  .config("spark.sql.catalog.ister.type", "rest")\n'
+            f'  .config("spark.sql.catalog.ister.uri", "{catalog_uri}")\n'
+            if catalog_uri.startswith("http")
+            else '  .config("spark.sql.catalog.ister.catalog-impl", "org.apache.iceberg.jdbc.JdbcCatalog")\n'
+            f'  .config("spark.sql.catalog.ister.uri", "{_jdbc(catalog_uri)}")\n'
+        )
+        + f'  .config("spark.sql.catalog.ister.warehouse", "{properties.get("warehouse", "")}")\n'
+        "  .getOrCreate())\n"
+        f'spark.table("ister.`{ns}`.`{name}`").show()'
+    )
+    return {"pyiceberg": pyiceberg, "duckdb": duckdb, "spark": spark}
+
+
+@app.command("table")
+def table_command(
+    topic: TopicArg,
+    admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
+    output: OutputOpt = Output.table,
+    token: TokenOpt = None,
+    tls_ca: TlsCaOpt = None,
+    api_key_value: ApiKeyOpt = None,
+) -> None:
+    """Where a topic's Iceberg table is: the catalog URI, the table name (one per partition) and a ready
+    snippet for pyiceberg, DuckDB and Spark. `-o json`: {"catalog_uri": ..., "table": ...}."""
+    use(token, tls_ca, api_key_value)
+    name = topic_name(topic)
+    request = ister_pb.GetTablePolicyRequest(topic=name)
+    r = call(admin_addr, lambda s: s.ister_admin.GetTablePolicy(request, timeout=30.0))
+    if r.format != "iceberg":
+        fail(f"{name} is not kept as a table: `ister admin topics set-table {name} --format iceberg`")
+    tables, props = list(r.tables), dict(r.properties)
+    if output == Output.json:
+        out: dict[str, Any] = {
+            "catalog_uri": r.catalog_uri,
+            "table": tables[0] if len(tables) == 1 else tables,
+        }
+        # SQL catalogs keep tables per catalog name: readers load it as "ister"
+        emit_json({**out, "catalog_name": CATALOG_NAME, "properties": props})
+        return
+    emit_fields(
+        [("catalog_uri", r.catalog_uri), ("catalog_name", CATALOG_NAME), ("table", ", ".join(tables))]
+    )
+    for engine, code in snippets(r.catalog_uri, tables[0], props).items():
+        typer.echo(f"\n# {engine}\n{code}")

@@ -1,0 +1,295 @@
+"""One topic's Iceberg table, written exactly once (docs/tables.md, "Exactly once").
+
+Every snapshot Ister commits carries in its summary `ister.offset.end` (one past the highest offset the
+table then holds), `ister.offset.start` (the first offset it adds; appends only) and `ister.epoch` (the
+committing owner's epoch). Before each commit the writer reads them from the table's current snapshot:
+what is at or below the end is already there and is not added again, whatever crashed where before; an
+owner whose epoch is below the table's is deposed and refused. The commit itself is conditional on that
+snapshot (pyiceberg's requirement on the branch head, with its own commit retries turned off), so two
+writers that read the same state cannot both land.
+
+Blocking (pyiceberg does file and catalog I/O): the broker calls these methods from a worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ister.errors import Fenced, InvalidArgument
+
+from .envelope import TableShape
+
+log = logging.getLogger(__name__)
+
+END = "ister.offset.end"
+START = "ister.offset.start"
+EPOCH = "ister.epoch"
+OP = "ister.op"
+TABLE_PROPERTIES = {
+    "format-version": "2",
+    # A commit is refused rather than replayed on a newer head: the offset check must run again first.
+    "commit.retry.num-retries": "0",
+    # Merge manifests as appends come, so a table committed every few seconds keeps few of them.
+    "commit.manifest-merge.enabled": "true",
+}
+FAULT_ENV = "ISTER_TABLES_FAULT"  # tests: kill -9 the broker at a commit step (after-write, after-commit)
+FAULT_KILLS: tuple[int, ...] = ()  # in a table worker process: the broker, killed first
+
+
+def _fault(step: str) -> None:
+    if os.environ.get(FAULT_ENV) == step:
+        log.error("fault injection: kill -9 at %s", step)
+        for pid in (*FAULT_KILLS, os.getpid()):
+            os.kill(pid, signal.SIGKILL)
+
+
+@dataclass(frozen=True, slots=True)
+class TableState:
+    end: int  # one past the highest offset committed (0: nothing yet)
+    epoch: int  # the highest owner epoch that committed
+    snapshot_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DataFileRange:
+    path: str
+    first: int
+    last: int
+    rows: int
+
+
+def partition_spec(partition: str, schema: Any) -> Any:
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import DayTransform, HourTransform
+
+    source = schema.find_field("publish_time").field_id
+    transform: Any = HourTransform() if partition == "hour" else DayTransform()
+    return PartitionSpec(
+        PartitionField(source_id=source, field_id=1000, transform=transform, name=f"publish_{partition}")
+    )
+
+
+class TableWriter:
+    """Writes one topic's table (blocking methods)."""
+
+    def __init__(self, catalog: Any, ident: tuple[str, str], shape: TableShape, partition: str) -> None:
+        self.catalog = catalog
+        self.ident = ident
+        self.shape = shape
+        self.partition = partition
+        self.table = self._ensure()
+
+    def _ensure(self) -> Any:
+        from pyiceberg.exceptions import NamespaceAlreadyExistsError
+
+        with contextlib.suppress(NamespaceAlreadyExistsError):
+            self.catalog.create_namespace(self.ident[0])
+        schema = self.shape.iceberg_schema()
+        table = self.catalog.create_table_if_not_exists(
+            self.ident,
+            schema=schema,
+            partition_spec=partition_spec(self.partition, schema),
+            properties=TABLE_PROPERTIES,
+        )
+        self._respec(table)
+        if {f.name for f in table.schema().fields} != {f.name for f in schema.fields}:
+            with table.update_schema() as update:  # the topic's schema evolved while no one committed
+                update.union_by_name(schema)
+        return table
+
+    def _respec(self, table: Any) -> None:
+        """A changed partitioning applies to files written from now on (Iceberg partition evolution)."""
+        name = f"publish_{self.partition}"
+        fields = table.spec().fields
+        if [f.name for f in fields] == [name]:
+            return
+        from pyiceberg.transforms import DayTransform, HourTransform
+
+        with table.update_spec() as update:
+            for f in fields:
+                update.remove_field(f.name)
+            transform: Any = HourTransform() if self.partition == "hour" else DayTransform()
+            update.add_field("publish_time", transform, name)
+
+    def evolve_to(self, shape: TableShape) -> None:
+        """Take a new shape (the registry accepted a schema evolution: `evolve` checked it); the table's
+        schema gains its columns and widenings, field ids kept."""
+        with self.table.update_schema() as update:  # called only when the shape's columns changed
+            update.union_by_name(shape.iceberg_schema())
+        self.shape = shape
+
+    # ---- state -----------------------------------------------------------------------------------
+
+    def state(self) -> TableState:
+        """The committed end offset and epoch, as the table's current snapshot says (fresh read)."""
+        self.table.refresh()
+        snap = self.table.current_snapshot()
+        while snap is not None:  # a snapshot another tool committed carries no offsets: look further back
+            props = snap.summary.additional_properties if snap.summary is not None else {}
+            if END in props:
+                return TableState(int(props[END]), int(props.get(EPOCH, 0)), snap.snapshot_id)
+            parent = snap.parent_snapshot_id
+            snap = self.table.snapshot_by_id(parent) if parent is not None else None
+        current = self.table.current_snapshot()
+        return TableState(0, 0, current.snapshot_id if current is not None else None)
+
+    def files(self) -> list[DataFileRange]:
+        """The current snapshot's data files and the offsets each holds (from its column bounds)."""
+        from pyiceberg.conversions import from_bytes
+        from pyiceberg.types import LongType
+
+        field_id = self.table.schema().find_field("offset").field_id
+        out = []
+        for task in self.table.scan().plan_files():
+            f = task.file
+            lo, hi = f.lower_bounds.get(field_id), f.upper_bounds.get(field_id)
+            if lo is None or hi is None:
+                continue
+            out.append(
+                DataFileRange(
+                    f.file_path,
+                    int(from_bytes(LongType(), lo)),
+                    int(from_bytes(LongType(), hi)),
+                    f.record_count,
+                )
+            )
+        return sorted(out, key=lambda d: d.first)
+
+    def _check(self, epoch: int) -> TableState:
+        state = self.state()
+        if state.epoch > epoch:
+            raise Fenced(
+                f"table {'.'.join(self.ident)} was committed at epoch {state.epoch}; this owner's is {epoch}"
+            )
+        return state
+
+    def _props(self, op: str, end: int, epoch: int, **more: int) -> dict[str, str]:
+        return {OP: op, END: str(end), EPOCH: str(epoch), **{k: str(v) for k, v in more.items()}}
+
+    # ---- commits ---------------------------------------------------------------------------------
+
+    def append(self, rows: pa.Table, start: int, end: int, epoch: int) -> int:
+        """Commit the rows of offsets start..end-1 (some offsets may be missing: holes); only those above
+        the table's end are added. Returns the rows added (0: already committed)."""
+        state = self._check(epoch)
+        if state.end >= end:
+            return 0
+        if state.end > start:
+            rows = rows.filter(pc.greater_equal(rows.column("offset"), pa.scalar(state.end, pa.int64())))
+            start = state.end
+        tx = self.table.transaction()
+        tx.append(rows, snapshot_properties=self._props("append", end, epoch, **{START: start}))
+        _fault("after-write")  # the data file is written; the catalog does not name it yet
+        tx.commit_transaction()
+        _fault("after-commit")  # committed; the broker has not seen the answer
+        return int(rows.num_rows)
+
+    def compact(self, first: int, last: int, epoch: int) -> int:
+        """Replace the data files holding offsets first..last (an exported segment's range) by one file
+        per partition, in one commit; returns the files replaced (0: nothing to do)."""
+        from pyiceberg import expressions as ex
+
+        e: Any = ex  # pyiceberg's predicates are pydantic models that mypy's view does not call
+
+        inside = [f for f in self.files() if first <= f.first and f.last <= last]
+        if len(inside) < 2:
+            return 0
+        state = self._check(epoch)
+        where = e.And(e.GreaterThanOrEqual("offset", first), e.LessThanOrEqual("offset", last))
+        rows = self.table.scan(row_filter=where).to_arrow().sort_by("offset")
+        tx = self.table.transaction()
+        tx.overwrite(
+            rows, overwrite_filter=where, snapshot_properties=self._props("compact", state.end, epoch)
+        )
+        tx.commit_transaction()
+        return len(inside)
+
+    def drop_below(self, start: int, epoch: int) -> int:
+        """Delete the rows below `start` (what retention deleted from the topic); returns files touched."""
+        from pyiceberg import expressions as ex
+
+        e: Any = ex
+
+        doomed = [f for f in self.files() if f.first < start]
+        if not doomed:
+            return 0
+        state = self._check(epoch)
+        tx = self.table.transaction()
+        tx.delete(e.LessThan("offset", start), snapshot_properties=self._props("retention", state.end, epoch))
+        tx.commit_transaction()
+        return len(doomed)
+
+    def expire(self, keep_seconds: float, now: datetime | None = None) -> list[str]:
+        """Expire snapshots older than `keep_seconds` (never the current one) and delete the data files
+        that only they named; returns the files deleted."""
+        now = now or datetime.now(UTC)
+        self.table.refresh()
+        current = self.table.current_snapshot()
+        cutoff_ms = int((now - timedelta(seconds=keep_seconds)).timestamp() * 1000)
+        old = [
+            s.snapshot_id
+            for s in self.table.snapshots()
+            if s.timestamp_ms < cutoff_ms and (current is None or s.snapshot_id != current.snapshot_id)
+        ]
+        if not old:
+            return []
+        before = self._all_files()
+        self.table.maintenance.expire_snapshots().by_ids(old).commit()
+        self.table.refresh()
+        gone = sorted(before - self._all_files())
+        for path in gone:
+            with contextlib.suppress(FileNotFoundError):
+                self.table.io.delete(path)
+        return gone
+
+    def _all_files(self) -> set[str]:
+        """Data files named by any snapshot the table keeps."""
+        io = self.table.io
+        seen_manifests: set[str] = set()
+        paths: set[str] = set()
+        for snap in self.table.snapshots():
+            for manifest in snap.manifests(io):
+                if manifest.manifest_path in seen_manifests:
+                    continue
+                seen_manifests.add(manifest.manifest_path)
+                for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                    paths.add(entry.data_file.file_path)
+        return paths
+
+
+def open_writer(
+    open_catalog: Callable[[], Any], ident: tuple[str, str], shape: TableShape, partition: str
+) -> TableWriter:
+    if partition not in ("day", "hour"):
+        raise InvalidArgument(f"unknown partitioning {partition!r}")
+    return TableWriter(open_catalog(), ident, shape, partition)
+
+
+def read_rows(table: Any, columns: Iterable[str] | None = None) -> pa.Table:
+    """The table's current rows in offset order (tests and `ister table --check`)."""
+    scan = table.scan(selected_fields=tuple(columns)) if columns is not None else table.scan()
+    return scan.to_arrow().sort_by("offset")
+
+
+__all__ = [
+    "END",
+    "EPOCH",
+    "FAULT_ENV",
+    "START",
+    "DataFileRange",
+    "TableState",
+    "TableWriter",
+    "open_writer",
+    "partition_spec",
+    "read_rows",
+]

@@ -1,0 +1,83 @@
+"""Where a broker's table work runs: by default one worker process per broker (`tables.worker_process`), so
+the per-record decoding, the Parquet writes and pyiceberg's Python run outside the broker's interpreter and
+do not take the GIL from publishes (docs/benchmarks.md, "Topics as Iceberg tables"); else a thread.
+
+`dispatch` is the one entry point, the same in both: it keeps one catalog client per catalog and one
+`TableWriter` per table, and runs one operation of the writer. Everything it takes and returns is
+picklable: the catalog spec, the table's name, shape and partitioning, the operation's arguments (stored
+records for an append).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from . import committer
+from .catalog import CatalogSpec, open_catalog
+from .committer import TableWriter
+from .envelope import Records, TableShape, evolve, to_arrow
+from .packing import unpack
+
+_catalogs: dict[tuple[str, str, tuple[tuple[str, str], ...]], Any] = {}
+_writers: dict[tuple[str, str, str, str], TableWriter] = {}
+_lock = threading.Lock()
+PARENT_POLL_SECONDS = 1.0
+
+
+def init_worker(parent: int) -> None:
+    """A worker process's start: its faults kill the broker too, and it ends when the broker is gone."""
+    committer.FAULT_KILLS = (parent,)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the broker, which stops us
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_SECONDS)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _writer(
+    spec: CatalogSpec, ident: tuple[str, str], shape: TableShape, partition: str, reopen: bool
+) -> TableWriter:
+    with _lock:
+        ckey = (spec.uri, spec.warehouse, tuple(sorted(spec.properties.items())))
+        if ckey not in _catalogs:
+            _catalogs[ckey] = open_catalog(spec)
+        wkey = (spec.uri, spec.warehouse, *ident)
+        w = _writers.get(wkey)
+        if w is None or reopen or w.partition != partition:
+            w = TableWriter(_catalogs[ckey], ident, shape, partition)
+            _writers[wkey] = w
+        elif not w.shape.arrow_schema.equals(shape.arrow_schema):  # by content: shapes may not define ==
+            # a schema evolution the registry accepted; InvalidArgument when the table cannot follow
+            w.evolve_to(evolve(w.shape, shape))
+        return w
+
+
+def dispatch(
+    spec: CatalogSpec,
+    ident: tuple[str, str],
+    shape: TableShape,
+    partition: str,
+    reopen: bool,
+    op: str,
+    *args: Any,
+) -> Any:
+    """Run one operation of the table's writer: `append_records(records, start, end, epoch)`,
+    `append_packed(offsets, lengths, blob, start, end, epoch)` (`pack`'s form), or any
+    `TableWriter` method by name (state, files, compact, drop_below, expire)."""
+    w = _writer(spec, ident, shape, partition, reopen)
+    if op == "append_records":
+        records: Records = args[0]
+        return w.append(to_arrow(w.shape, records), *args[1:])
+    if op == "append_packed":
+        return w.append(to_arrow(w.shape, unpack(*args[:3])), *args[3:])
+    return getattr(w, op)(*args)
+
+
+__all__ = ["dispatch", "init_worker"]
