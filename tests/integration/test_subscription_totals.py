@@ -1,0 +1,152 @@
+"""`ListSubscriptionStats` with `totals_only` (the console overview's dispatch rates and lagging count,
+issue 42): the figures against what the test did and against the full listing they replace, on a real
+standalone broker and a real 2-broker cluster; then etcd down during the call."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from ister.client import Client
+from ister.wire.gen import ister_v1_pb2 as pb
+from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
+from tests.etcd_server import EtcdServer, etcd_binary
+from tests.integration.cluster import Cluster
+from tests.integration.harness import BrokerProcess
+from tests.support import until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+PACE = 20 / 0.05  # messages/s the pump sends at most (20 every 50 ms)
+
+
+async def ask(addr: str, **fields: object) -> pb.ListSubscriptionStatsResponse:
+    async with grpc.aio.insecure_channel(addr) as channel:
+        answer: pb.ListSubscriptionStatsResponse = await pb_grpc.IsterAdminStub(
+            channel
+        ).ListSubscriptionStats(pb.ListSubscriptionStatsRequest(**fields), timeout=30)
+        return answer
+
+
+@contextlib.asynccontextmanager
+async def traffic(url: str, flowing: str, stuck: str) -> AsyncIterator[None]:
+    """A pump into `flowing` with a consumer acknowledging all; 5 records on `stuck` whose consumer
+    acknowledges none (its subscription lags)."""
+    stop = asyncio.Event()
+    async with Client(url) as client:
+        producer = await client.producer(flowing, "pump")
+        reader = await client.consumer(flowing, "reader", type="exclusive", name="r1")
+        once = await client.producer(stuck, "once")  # makes the topic
+        lazy = await client.consumer(stuck, "lazy", type="exclusive", name="l1")
+        await once.send_batch([b"z" * 10 for _ in range(5)])
+
+        async def pump() -> None:
+            while not stop.is_set():
+                await producer.send_batch([b"y" * 50 for _ in range(20)])
+                await asyncio.sleep(0.05)
+
+        async def drain() -> None:
+            async for m in reader:
+                await m.ack()
+
+        tasks = [asyncio.create_task(pump()), asyncio.create_task(drain())]
+        try:
+            yield
+        finally:
+            stop.set()
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            await lazy.close()
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 0.1 * max(a, b)
+
+
+async def totals_match_the_listing(addr: str) -> pb.SubscriptionTotals | None:
+    """Totals and the full listing asked back to back until both show traffic and agree (a rate tick
+    between the two calls moves both figures; the next try does not straddle one)."""
+    t = (await ask(addr, totals_only=True)).totals
+    listed = await ask(addr)
+    rate = sum(e.msg_rate_out for e in listed.subscriptions)
+    size = sum(e.byte_rate_out for e in listed.subscriptions)
+    lagging = sum(1 for e in listed.subscriptions if e.backlog_messages > 0)
+    if t.msg_rate_out <= 0 or not _close(t.msg_rate_out, rate) or not _close(t.byte_rate_out, size):
+        return None
+    return t if (t.subscriptions, t.lagging) == (len(listed.subscriptions), lagging) else None
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("totals") / "data")
+    b.start()
+    yield b
+    b.stop()
+
+
+async def test_standalone_totals_are_the_listings_sums(broker: BrokerProcess) -> None:
+    flowing, stuck = "/default/totals_flowing", "/default/totals_stuck"
+    async with traffic(broker.url, flowing, stuck):
+        t = await until(lambda: totals_match_the_listing(broker.admin_addr), "totals = listing", within=60)
+        assert (t.subscriptions, t.lagging) == (2, 1)  # `lazy` holds 5 unacknowledged records
+        assert 0 < t.msg_rate_out <= PACE * 1.5  # the pump's pace at most
+        assert t.byte_rate_out / t.msg_rate_out >= 50  # records as stored: payload and headers
+        other = (await ask(broker.admin_addr, totals_only=True, namespace="default")).totals
+        assert (other.subscriptions, other.lagging) == (2, 1)
+        assert not (await ask(broker.admin_addr, totals_only=True)).subscriptions  # totals only
+
+    async def quiet() -> bool:
+        t = (await ask(broker.admin_addr, totals_only=True)).totals
+        return t.msg_rate_out == 0 and t.byte_rate_out == 0
+
+    await until(quiet, "dispatch rates back to 0 once traffic stopped", within=30)
+
+
+async def test_an_unknown_namespace_is_refused(broker: BrokerProcess) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await ask(broker.admin_addr, totals_only=True, namespace="no_such_space")
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND, caught.value.details()
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
+    """An etcd of this test alone: it is stopped while the cluster runs."""
+    if etcd_binary() is None:
+        pytest.skip("etcd is not installed: apt-get install etcd-server")
+    server = EtcdServer(tmp_path / "etcd")
+    server.start()
+    yield server
+    server.stop()
+
+
+async def test_cluster_totals_sum_every_broker_then_etcd_down(tmp_path: Path, etcd: EtcdServer) -> None:
+    cluster = Cluster(tmp_path, etcd.endpoint, 2, 2)
+    try:
+        await cluster.start()
+        entry = cluster.brokers[0]
+        flowing, stuck = "/default/ctotals_flowing", "/default/ctotals_stuck"
+        async with traffic(entry.url, flowing, stuck):
+            t = await until(lambda: totals_match_the_listing(entry.admin_addr), "totals = listing", within=60)
+            assert (t.subscriptions, t.lagging) == (2, 1)
+            assert 0 < t.msg_rate_out <= PACE * 1.5
+            # The cluster's totals are the brokers' own (each asked for its loaded topics only).
+            parts = [(await ask(b.admin_addr, totals_only=True, local=True)).totals for b in cluster.brokers]
+            assert sum(p.subscriptions for p in parts) == 2 and sum(p.lagging for p in parts) == 1
+            assert not (await ask(entry.admin_addr, totals_only=True)).failed_brokers
+
+            # etcd down: the broker list cannot be read, so a clear UNAVAILABLE, not totals of part of
+            # the cluster shown as the whole.
+            etcd.stop()
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await ask(entry.admin_addr, totals_only=True)
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE, caught.value.details()
+            assert "etcd" in (caught.value.details() or ""), caught.value.details()
+    finally:
+        await cluster.stop()
