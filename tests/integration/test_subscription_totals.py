@@ -1,6 +1,7 @@
-"""`ListSubscriptionStats` with `totals_only` (the console overview's dispatch rates and lagging count,
-issue 42): the figures against what the test did and against the full listing they replace, on a real
-standalone broker and a real 2-broker cluster; then etcd down during the call."""
+"""What the console's overview asks at any topic count (issue 42): `ListSubscriptionStats` with
+`totals_only` (dispatch rates and the lagging count) against what the test did and against the full
+listing it replaces, and `ListTopics` from the broker's name and owner indexes, on a real standalone
+broker and a real 2-broker cluster; then etcd down during both calls."""
 
 from __future__ import annotations
 
@@ -126,7 +127,15 @@ def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
     server.stop()
 
 
-async def test_cluster_totals_sum_every_broker_then_etcd_down(tmp_path: Path, etcd: EtcdServer) -> None:
+async def topics(addr: str, **fields: object) -> pb.ListTopicsResponse:
+    async with grpc.aio.insecure_channel(addr) as channel:
+        answer: pb.ListTopicsResponse = await pb_grpc.IsterAdminStub(channel).ListTopics(
+            pb.ListTopicsRequest(**fields), timeout=30
+        )
+        return answer
+
+
+async def test_cluster_totals_and_topic_counts_then_etcd_down(tmp_path: Path, etcd: EtcdServer) -> None:
     cluster = Cluster(tmp_path, etcd.endpoint, 2, 2)
     try:
         await cluster.start()
@@ -141,6 +150,19 @@ async def test_cluster_totals_sum_every_broker_then_etcd_down(tmp_path: Path, et
             assert sum(p.subscriptions for p in parts) == 2 and sum(p.lagging for p in parts) == 1
             assert not (await ask(entry.admin_addr, totals_only=True)).failed_brokers
 
+            # The topic listing from the indexes: both topics, each with its owner, on any broker.
+            async def both_owned(addr: str) -> pb.ListTopicsResponse | None:
+                r = await topics(addr, limit=10)
+                owned = all(t.HasField("broker_id") for t in r.topics)
+                return r if r.total == 2 and owned and sum(r.per_broker.values()) == 2 else None
+
+            ids = {cluster.broker_id(b) for b in cluster.brokers}
+            for b in cluster.brokers:
+                r = await until(lambda b=b: both_owned(b.admin_addr), "both topics owned")
+                assert [t.name for t in r.topics] == [flowing, stuck] and r.unassigned == 0
+                assert {t.broker_id for t in r.topics} <= ids and r.namespaces >= 1
+                assert [t.name for t in (await topics(b.admin_addr, limit=1, offset=1)).topics] == [stuck]
+
             # etcd down: the broker list cannot be read, so a clear UNAVAILABLE, not totals of part of
             # the cluster shown as the whole.
             etcd.stop()
@@ -148,5 +170,9 @@ async def test_cluster_totals_sum_every_broker_then_etcd_down(tmp_path: Path, et
                 await ask(entry.admin_addr, totals_only=True)
             assert caught.value.code() == grpc.StatusCode.UNAVAILABLE, caught.value.details()
             assert "etcd" in (caught.value.details() or ""), caught.value.details()
+            # Nor the topic list the broker's mirror still holds.
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await topics(entry.admin_addr, limit=10)
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE, caught.value.details()
     finally:
         await cluster.stop()

@@ -27,6 +27,7 @@ from ister.ids import TopicName, shown
 from ister.metadata import keys
 from ister.metadata.records import BrokerRegistration
 from ister.metadata.store import MetadataStore, list_all
+from ister.metadata.topic_index import Assignments
 from ister.ports.placement_admin import (
     FOLLOWER_ROLE,
     LEADER_ROLE,
@@ -44,6 +45,7 @@ class ClusterAdmin:
         self.node = node
         self.store = store
         self.replicated = replicated
+        self._owner_index: Assignments | None = None
 
     # -- the admin API's view ---------------------------------------------------------------------------
     async def _assignments(self) -> dict[str, int]:
@@ -56,6 +58,11 @@ class ClusterAdmin:
     async def owners_by_name(self, names: list[str]) -> dict[str, int | None]:
         assigned = await self._assignments()
         return {n: assigned.get(n) for n in names}
+
+    def owner_index(self) -> Assignments | None:
+        if self._owner_index is None:  # made on first use: its feed starts with a rebuild
+            self._owner_index = Assignments(self.node.cache)
+        return self._owner_index
 
     def replica_lag(self, topic: str) -> dict[int, int] | None:
         leader = self.replicated.manager.leaders.get(topic)
