@@ -64,7 +64,7 @@ class TopicNames:
         if touched:
             spaces = set(self._spaces)
             for namespace in touched:
-                if self._cache.count(keys.namespace_prefix(namespace)):
+                if self._cache.count(f"{keys.NAMESPACES_PREFIX}{namespace}/"):  # as stored: no re-validation
                     spaces.add(namespace)
                 else:
                     spaces.discard(namespace)
