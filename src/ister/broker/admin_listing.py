@@ -18,7 +18,7 @@ from ister.broker.admin_values import TopicInfo
 from ister.errors import InvalidArgument
 from ister.ids import TopicName
 from ister.metadata import keys
-from ister.metadata.topic_index import Assignments, TopicNames
+from ister.metadata.topic_index import Assignments
 
 SORTS = ("name", "broker", "delivery")
 MAX_LIMIT = 1_000
@@ -35,13 +35,6 @@ class TopicPage:
 
 
 class TopicListing(AdminBase):
-    _names: TopicNames | None = None
-
-    def _index(self) -> TopicNames:
-        if self._names is None:  # made on first use: its feed starts with a rebuild
-            self._names = TopicNames(self.broker.retention_view.cache)
-        return self._names
-
     async def list_topics(
         self,
         namespace: str = "",
@@ -64,7 +57,7 @@ class TopicListing(AdminBase):
             await self._require_namespace(namespace)
         else:
             await self.store.get(keys.LEADER)
-        index = self._index()
+        index = self.broker.topic_names
         spaces = 1 if namespace else len(index.namespaces())
         total = index.count(namespace)
         assigned = self.placement_admin.owner_index()

@@ -27,12 +27,13 @@ class SubscriptionTotals:
 
 
 def local_totals(broker: BrokerService, namespace: str | None) -> SubscriptionTotals:
-    """Totals over the topics served here (of `namespace` only, when given). One pass over the loaded
-    topics that does no work for a topic without subscriptions: about 10 ms at 100,000 loaded topics."""
+    """Totals over the topics served here (of `namespace` only, when given): those the rate keeper saw
+    with subscriptions at its last tick (every 5 s; a subscription's rate is 0 until then anyway)."""
     out = SubscriptionTotals()
     serves = broker.placement.serves
-    for full, topic in list(broker.topics.items()):
-        if not topic.subscriptions and not topic.cursors:
+    for full in broker.rates.subscribed:
+        topic = broker.topics.get(full)
+        if topic is None:
             continue
         if (namespace and topic.name.namespace != namespace) or topic.closing or not serves(full):
             continue

@@ -10,6 +10,7 @@ behind the store (the watch's delay).
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 from collections import Counter
 from collections.abc import Iterator
@@ -19,6 +20,8 @@ from ister.metadata.cache import LocalCache
 
 # Past this many changed keys, rebuilding (one sort) is cheaper than inserting each name into its list.
 REBUILD_AFTER = 2_000
+# `follow` applies changes at most this often: a burst of creations is applied in a few batches.
+FOLLOW_PAUSE_SECONDS = 0.2
 
 
 def _topic_of(key: str) -> tuple[str, str] | None:
@@ -84,6 +87,15 @@ class TopicNames:
         for listed in names.values():
             listed.sort()
         self._names, self._spaces = names, sorted(spaces, key=_space_order)
+
+    async def follow(self) -> None:
+        """Apply the mirror's changes as they come (a task of the broker's), so a listing seldom has any
+        left to apply: at 100,000 topics the first build takes about 0.4 s, which no request should wait."""
+        while True:
+            changed = self._cache.change_event()
+            self._refresh()
+            await changed.wait()
+            await asyncio.sleep(FOLLOW_PAUSE_SECONDS)
 
     def namespaces(self) -> list[str]:
         self._refresh()
