@@ -45,7 +45,6 @@ class ClusterAdmin:
         self.node = node
         self.store = store
         self.replicated = replicated
-        self._owner_index: Assignments | None = None
 
     # -- the admin API's view ---------------------------------------------------------------------------
     async def _assignments(self) -> dict[str, int]:
@@ -60,9 +59,7 @@ class ClusterAdmin:
         return {n: assigned.get(n) for n in names}
 
     def owner_index(self) -> Assignments | None:
-        if self._owner_index is None:  # made on first use: its feed starts with a rebuild
-            self._owner_index = Assignments(self.node.cache)
-        return self._owner_index
+        return self.node.assignments
 
     def replica_lag(self, topic: str) -> dict[int, int] | None:
         leader = self.replicated.manager.leaders.get(topic)

@@ -37,10 +37,29 @@ def _space_order(namespace: str) -> str:
     return namespace + "/"
 
 
-class TopicNames:
-    def __init__(self, cache: LocalCache) -> None:
+class _Index:
+    """An index kept from the keys of one prefix of a mirror that changed since it last looked."""
+
+    def __init__(self, cache: LocalCache, prefix: str) -> None:
         self._cache = cache
-        self._feed = cache.feed(keys.NAMESPACES_PREFIX)
+        self._feed = cache.feed(prefix)
+
+    def _refresh(self) -> None:
+        raise NotImplementedError
+
+    async def follow(self) -> None:
+        """Apply the mirror's changes as they come (a task of the broker's), so a listing seldom has any
+        left to apply: at 100,000 topics a build takes about 0.4 s, which no request should wait for."""
+        while True:
+            changed = self._cache.change_event()
+            self._refresh()
+            await changed.wait()
+            await asyncio.sleep(FOLLOW_PAUSE_SECONDS)
+
+
+class TopicNames(_Index):
+    def __init__(self, cache: LocalCache) -> None:
+        super().__init__(cache, keys.NAMESPACES_PREFIX)
         self._names: dict[str, list[str]] = {}  # namespace -> its topics' full names, sorted
         self._spaces: list[str] = []  # namespaces with any key, in `_space_order`
 
@@ -88,15 +107,6 @@ class TopicNames:
             listed.sort()
         self._names, self._spaces = names, sorted(spaces, key=_space_order)
 
-    async def follow(self) -> None:
-        """Apply the mirror's changes as they come (a task of the broker's), so a listing seldom has any
-        left to apply: at 100,000 topics the first build takes about 0.4 s, which no request should wait."""
-        while True:
-            changed = self._cache.change_event()
-            self._refresh()
-            await changed.wait()
-            await asyncio.sleep(FOLLOW_PAUSE_SECONDS)
-
     def namespaces(self) -> list[str]:
         self._refresh()
         return list(self._spaces)
@@ -142,12 +152,11 @@ def _take(lists: Iterator[list[str]], offset: int, limit: int, reverse: bool) ->
     return out
 
 
-class Assignments:
+class Assignments(_Index):
     """topic -> owner broker, and how many topics each broker owns per namespace."""
 
     def __init__(self, cache: LocalCache) -> None:
-        self._cache = cache
-        self._feed = cache.feed(keys.BROKERS_PREFIX)
+        super().__init__(cache, keys.BROKERS_PREFIX)
         self._owner: dict[str, int] = {}
         self._counts: Counter[tuple[str, int]] = Counter()
 
