@@ -4,8 +4,9 @@ Names and owners come from indexes the broker keeps from its watches of the meta
 (metadata/topic_index.py), not from listing the store per call. A page in name order, without a search,
 costs O(namespaces + page) at any topic count: the counts are the indexes' and only the page's rows have
 their delivery read (one metadata read per topic not loaded here). A search scans the names in memory, a
-sort by owner sorts them in memory, and a sort by delivery reads every matching topic's delivery: those
-stay linear in the topic count (docs/console.md).
+sort by owner sorts them in memory, and a sort by delivery reads a topic's delivery the first time only
+(it is written once, when the topic is made) and then sorts in memory: linear in the topic count, with no
+store read after the first (docs/console.md).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class TopicPage:
 
 
 class TopicListing(AdminBase):
+    # full name -> (revision of its `/namespaces/` key, delivery): a topic's delivery is written once, when
+    # it is made, so a sort by delivery reads each topic's once; a topic made again has a new revision.
+    _delivery_memo: dict[str, tuple[int, str]] | None = None
+
     async def list_topics(
         self,
         namespace: str = "",
@@ -83,7 +88,7 @@ class TopicListing(AdminBase):
             # Unassigned topics last (first when descending); owners compare as the console shows them.
             matched.sort(key=lambda n: (_owner_key(owners[n]), n), reverse=descending)
         else:
-            every = dict(zip(matched, await self._deliveries([_name(n) for n in matched]), strict=True))
+            every = await self._remembered_deliveries(matched)
             matched.sort(key=lambda n: (every[n], n), reverse=descending)
         chosen = matched[offset : offset + limit]
         if sort == "delivery":
@@ -94,10 +99,39 @@ class TopicListing(AdminBase):
         unassigned = len(owners) - counts.total()
         return TopicPage(page, total, len(matched), dict(counts), unassigned, spaces)
 
+    async def _remembered_deliveries(self, names: list[str]) -> dict[str, str]:
+        """Each topic's delivery, read from the store only the first time (or after it was made again)."""
+        memo = self._delivery_memo
+        if memo is None or len(memo) > 2 * max(self.broker.topic_names.count(), 1_000):
+            memo = self._delivery_memo = {}  # dropped topics' entries go, now and then
+        cache = self.broker.retention_view.cache
+        out: dict[str, str] = {}
+        missing: list[tuple[str, int]] = []
+        for n in names:
+            kv = cache.get(_index_key(n))
+            revision = kv.version if kv is not None else -1
+            known = memo.get(n)
+            if known is not None and known[0] == revision:
+                out[n] = known[1]
+            else:
+                missing.append((n, revision))
+        read = await self._deliveries([_name(n) for n, _ in missing])
+        for (n, revision), delivery in zip(missing, read, strict=True):
+            out[n] = delivery
+            if revision >= 0:
+                memo[n] = (revision, delivery)
+        return out
+
     def _owners(self, assigned: Assignments | None, names: list[str]) -> dict[str, int | None]:
         if assigned is None:  # standalone: this broker owns every topic
             return dict.fromkeys(names, self.broker_id)
         return assigned.owners(names)
+
+
+def _index_key(full: str) -> str:
+    """A listed name's `/namespaces/{ns}/topics/{ns}/{topic}` key, as stored (not validated again)."""
+    _, namespace, topic = full.split("/")
+    return f"{keys.NAMESPACES_PREFIX}{namespace}/topics/{namespace}/{topic}"
 
 
 def _name(full: str) -> TopicName:
