@@ -9,9 +9,11 @@ usage: python bench/console_bench.py [--topics 10000 100000] [--runs 5] [--json]
 * page: GET /topics (the first page of 50, by name); deep: page 1,000 of it; search: GET
   /topics?q=<substring matching 11 topics>; by_broker and by_delivery: the first page sorted so. Each is
   one IsterAdmin.ListTopics call: the broker filters, sorts and pages, and the console keeps nothing.
-* overview: GET /fragments/overview right after the console's topic counts expired (3 s, or 10 times as
-  long as counting took): ListTopics with no page, plus the broker list, rates and health.
-* the RPCs alone: ListTopics for the counts, for the first page, and the old full ListNamespaceTopics.
+* overview_cold: the console's first GET /fragments/overview (nothing kept yet); overview: the same right
+  after the console's topic counts expired (3 s, or 10 times as long as counting took): ListTopics with no
+  page, plus the broker list, rates (ListSubscriptionStats with totals_only) and health.
+* the RPCs alone: ListTopics for the counts, for the first page, and the old full ListNamespaceTopics;
+  ListSubscriptionStats with totals_only (the overview's since issue 42) and the full listing it replaced.
 Times are HTTP round trips seen by a client on the same machine (urllib, a new connection each), the
 median of `--runs`. Not a test; numbers depend on the machine and its load. Results: docs/benchmarks.md.
 """
@@ -36,6 +38,7 @@ from ister.devcluster.ports import free_port, wait_port
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
 from ister.wire.gen import ister_v1_pb2 as ipb
+from ister.wire.gen import ister_v1_pb2_grpc as ipb_grpc
 
 PARTITIONS = 1000
 # The old full listing is ~46 bytes a topic: 4.6 MB at 100,000, above gRPC's 4 MiB default receive limit.
@@ -93,7 +96,8 @@ def measure(base: str, runs: int, count: int) -> dict[str, float]:
 
 def rpcs(admin_addr: str, count: int, runs: int) -> dict[str, float]:
     """ListTopics for the counts and for a first page, and the old full listing, each the median."""
-    out: dict[str, list[float]] = {"counts_rpc_s": [], "page_rpc_s": [], "full_list_rpc_s": []}
+    keys = ("counts_rpc_s", "page_rpc_s", "full_list_rpc_s", "subs_totals_rpc_s", "subs_full_rpc_s")
+    out: dict[str, list[float]] = {k: [] for k in keys}
     with grpc.insecure_channel(admin_addr, options=CHANNEL_OPTIONS) as channel:
         list_topics = channel.unary_unary(
             "/ister.v1.IsterAdmin/ListTopics",
@@ -101,11 +105,17 @@ def rpcs(admin_addr: str, count: int, runs: int) -> dict[str, float]:
             response_deserializer=ipb.ListTopicsResponse.FromString,
         )
         full = apb_grpc.TopicAdminStub(channel).ListNamespaceTopics
+        subs = ipb_grpc.IsterAdminStub(channel).ListSubscriptionStats
         for _ in range(runs):
             for key, call in (
                 ("counts_rpc_s", lambda: list_topics(ipb.ListTopicsRequest(limit=0), timeout=120)),
                 ("page_rpc_s", lambda: list_topics(ipb.ListTopicsRequest(limit=50), timeout=120)),
                 ("full_list_rpc_s", lambda: full(apb.NamespaceRequest(name="default"), timeout=120)),
+                (
+                    "subs_totals_rpc_s",
+                    lambda: subs(ipb.ListSubscriptionStatsRequest(totals_only=True), timeout=120),
+                ),
+                ("subs_full_rpc_s", lambda: subs(ipb.ListSubscriptionStatsRequest(), timeout=120)),
             ):
                 started = time.monotonic()
                 answer = call()
@@ -127,6 +137,9 @@ def run(count: int, runs: int) -> dict[str, float]:
         console = subprocess.Popen([*cmd, "--listen", f"127.0.0.1:{port}"])
         wait_port(port, console, 60, "console")
         result: dict[str, float] = {"topics": count, "create_s": created}
+        took, body = fetch(f"http://127.0.0.1:{port}/fragments/overview")
+        assert f'id="total-topics">{count}<' in body, body[:2000]
+        result["overview_cold"] = took
         result.update(rpcs(broker.admin_addr, count, runs))
         result.update(measure(f"http://127.0.0.1:{port}", runs, count))
         return result

@@ -14,6 +14,7 @@ from ister.config import load_config
 from ister.errors import InvalidArgument, NotFound
 from ister.metadata.embedded import EmbeddedStore
 from ister.server.health_api import topic_page_pb
+from tests.support import until
 
 
 @pytest.fixture
@@ -64,6 +65,27 @@ async def test_sorted_by_delivery_then_name(ops: AdminOps) -> None:
     ]
     wire = topic_page_pb(page)
     assert wire.matched == 13 and wire.topics[0].broker_id == 0 and wire.topics[0].HasField("broker_id")
+
+
+async def test_a_topic_made_again_is_sorted_by_its_new_delivery(ops: AdminOps) -> None:
+    async def first_nonreliable() -> list[str]:
+        page = await ops.list_topics(sort="delivery", limit=13)
+        return [t.name for t in page.topics if t.delivery == "NonReliable"]
+
+    before = await first_nonreliable()
+    assert "/default/t01" in before and await first_nonreliable() == before  # the second from memory
+    await ops.delete_topic("/default/t01")
+    await ops.create_topic("/default/t01", reliable=True)
+
+    async def moved() -> list[str] | None:
+        after = await first_nonreliable()
+        return after if "/default/t01" not in after else None
+
+    # Once the broker's mirror has the new topic key (its watch), the old delivery is not used again.
+    after = await until(moved, "t01 sorted by its new delivery")
+    assert len(after) == len(before) - 1
+    page = await ops.list_topics(name_filter="default/t01", limit=5)
+    assert [(t.name, t.delivery) for t in page.topics] == [("/default/t01", "Reliable")]
 
 
 async def test_bad_requests_are_refused(ops: AdminOps) -> None:

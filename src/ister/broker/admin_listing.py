@@ -1,8 +1,12 @@
 """`IsterAdmin.ListTopics`: one page of the topic list, searched, sorted and counted on the broker.
 
-What costs at 100,000 topics is a topic's delivery: one metadata read per topic not loaded here. Names
-come from one listing per namespace and owners from one listing of the assignments, so a page sorted by
-name or owner reads the deliveries of its own rows only. Sorting by delivery reads every matching topic's.
+Names and owners come from indexes the broker keeps from its watches of the metadata store
+(metadata/topic_index.py), not from listing the store per call. A page in name order, without a search,
+costs O(namespaces + page) at any topic count: the counts are the indexes' and only the page's rows have
+their delivery read (one metadata read per topic not loaded here). A search scans the names in memory, a
+sort by owner sorts them in memory, and a sort by delivery reads a topic's delivery the first time only
+(it is written once, when the topic is made) and then sorts in memory: linear in the topic count, with no
+store read after the first (docs/console.md).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from ister.broker.admin_values import TopicInfo
 from ister.errors import InvalidArgument
 from ister.ids import TopicName
 from ister.metadata import keys
+from ister.metadata.topic_index import Assignments
 
 SORTS = ("name", "broker", "delivery")
 MAX_LIMIT = 1_000
@@ -31,6 +36,10 @@ class TopicPage:
 
 
 class TopicListing(AdminBase):
+    # full name -> (revision of its `/namespaces/` key, delivery): a topic's delivery is written once, when
+    # it is made, so a sort by delivery reads each topic's once; a topic made again has a new revision.
+    _delivery_memo: dict[str, tuple[int, str]] | None = None
+
     async def list_topics(
         self,
         namespace: str = "",
@@ -47,12 +56,31 @@ class TopicListing(AdminBase):
             raise InvalidArgument(f"sort must be one of {', '.join(SORTS)}, not {sort!r}")
         if not 0 <= limit <= MAX_LIMIT:
             raise InvalidArgument(f"limit must be 0..{MAX_LIMIT} (0: the counts only), not {limit}")
+        # One read of the store: names and owners come from its mirror, which would go on answering
+        # with the last it saw while the store is down; this makes such a listing fail instead.
         if namespace:
             await self._require_namespace(namespace)
-        spaces, names = await self._topic_names(namespace)
+        else:
+            await self.store.get(keys.LEADER)
+        index = self.broker.topic_names
+        spaces = 1 if namespace else len(index.namespaces())
+        total = index.count(namespace)
+        assigned = self.placement_admin.owner_index()
         needle = name_filter.strip().lower()
+        if not needle and sort == "name":  # the index's order: O(namespaces + page)
+            chosen = index.page(namespace, offset, limit, descending)
+            owners = self._owners(assigned, chosen)
+            if assigned is None:
+                per_broker = {self.broker_id: total} if total else {}
+            else:
+                per_broker = assigned.per_broker(namespace)
+            unassigned = max(0, total - sum(per_broker.values()))
+            deliveries = await self._deliveries([_name(n) for n in chosen])
+            page = [TopicInfo(n, owners[n], d) for n, d in zip(chosen, deliveries, strict=True)]
+            return TopicPage(page, total, total, per_broker, unassigned, spaces)
+        names = index.names(namespace)
         matched = [n for n in names if needle in n.lower()] if needle else names
-        owners = await self.placement_admin.owners_by_name(matched)
+        owners = self._owners(assigned, matched)
         counts = Counter(b for b in owners.values() if b is not None)
         if sort == "name":
             matched.sort(reverse=descending)
@@ -60,7 +88,7 @@ class TopicListing(AdminBase):
             # Unassigned topics last (first when descending); owners compare as the console shows them.
             matched.sort(key=lambda n: (_owner_key(owners[n]), n), reverse=descending)
         else:
-            every = dict(zip(matched, await self._deliveries([_name(n) for n in matched]), strict=True))
+            every = await self._remembered_deliveries(matched)
             matched.sort(key=lambda n: (every[n], n), reverse=descending)
         chosen = matched[offset : offset + limit]
         if sort == "delivery":
@@ -69,26 +97,41 @@ class TopicListing(AdminBase):
             deliveries = await self._deliveries([_name(n) for n in chosen])
         page = [TopicInfo(n, owners[n], d) for n, d in zip(chosen, deliveries, strict=True)]
         unassigned = len(owners) - counts.total()
-        return TopicPage(page, len(names), len(matched), dict(counts), unassigned, spaces)
+        return TopicPage(page, total, len(matched), dict(counts), unassigned, spaces)
 
-    async def _topic_names(self, namespace: str) -> tuple[int, list[str]]:
-        """(namespaces seen, their topics) from one listing: of `/namespaces/` (every namespace's keys,
-        which hold its topic keys anyway) or of one namespace's topics.
+    async def _remembered_deliveries(self, names: list[str]) -> dict[str, str]:
+        """Each topic's delivery, read from the store only the first time (or after it was made again)."""
+        memo = self._delivery_memo
+        if memo is None or len(memo) > 2 * max(self.broker.topic_names.count(), 1_000):
+            memo = self._delivery_memo = {}  # dropped topics' entries go, now and then
+        cache = self.broker.retention_view.cache
+        out: dict[str, str] = {}
+        missing: list[tuple[str, int]] = []
+        for n in names:
+            kv = cache.get(_index_key(n))
+            revision = kv.version if kv is not None else -1
+            known = memo.get(n)
+            if known is not None and known[0] == revision:
+                out[n] = known[1]
+            else:
+                missing.append((n, revision))
+        read = await self._deliveries([_name(n) for n, _ in missing])
+        for (n, revision), delivery in zip(missing, read, strict=True):
+            out[n] = delivery
+            if revision >= 0:
+                memo[n] = (revision, delivery)
+        return out
 
-        Names are taken as the broker wrote them, checked for shape only: validating 100,000 names again
-        costs more than the rest of a page, and every name here passed TopicName.parse when it was made.
-        """
-        prefix = keys.namespace_topics_prefix(namespace) if namespace else keys.NAMESPACES_PREFIX
-        spaces: set[str] = set()
-        found: list[str] = []
-        for kv in await self._list_all(prefix):
-            parts = kv.key[len(keys.NAMESPACES_PREFIX) :].split("/")
-            if parts[0]:
-                spaces.add(parts[0])
-            # /namespaces/{ns}/topics/{ns}/{topic} (Danube's layout, docs/metadata.md)
-            if len(parts) == 4 and parts[1] == "topics" and parts[0] and parts[2] == parts[0] and parts[3]:
-                found.append(f"/{parts[0]}/{parts[3]}")
-        return len(spaces), found
+    def _owners(self, assigned: Assignments | None, names: list[str]) -> dict[str, int | None]:
+        if assigned is None:  # standalone: this broker owns every topic
+            return dict.fromkeys(names, self.broker_id)
+        return assigned.owners(names)
+
+
+def _index_key(full: str) -> str:
+    """A listed name's `/namespaces/{ns}/topics/{ns}/{topic}` key, as stored (not validated again)."""
+    _, namespace, topic = full.split("/")
+    return f"{keys.NAMESPACES_PREFIX}{namespace}/topics/{namespace}/{topic}"
 
 
 def _name(full: str) -> TopicName:

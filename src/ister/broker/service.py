@@ -38,6 +38,7 @@ from ister.ids import TopicName, validate_segment
 from ister.metadata import keys
 from ister.metadata import topic_catalog as catalog
 from ister.metadata.store import MetadataStore
+from ister.metadata.topic_index import TopicNames
 from ister.ports.placement import Placement
 from ister.ports.placement_admin import PlacementAdmin
 from ister.schema.registry import SchemaRegistry
@@ -85,6 +86,8 @@ class BrokerService:
         # Every namespace policy, topic retention and rate limit, mirrored by watches: retention passes and
         # the rate limits of publishes and dispatch read them without a metadata round trip.
         self.retention_view = RetentionView(store)
+        # Every topic's name, sorted per namespace, from the same mirror: the admin API's topic listing.
+        self.topic_names = TopicNames(self.retention_view.cache)
         self.rate_source = RateSource(
             self.retention_view.cache, clock, config.limits.max_publish_wait_seconds
         )
@@ -128,7 +131,7 @@ class BrokerService:
         self.cursors = Cursors(self.consumer_refs, self.storage)
         self.peeker = Peeker(self.reads, self.cursors, self.schemas)
         self.rates = RateKeeper(lambda: self.registry.topics.values())  # the admin API's stats
-        self._tasks = TaskSupervisor("broker service")  # the session reaper
+        self._tasks = TaskSupervisor("broker service")  # the session reaper, the topic name index
         self.placement.bind(self)
 
     # -- views tests, the admin API and the heap keeper read ---------------------------------------------
@@ -180,6 +183,7 @@ class BrokerService:
         self._tasks.spawn(self._reap_loop(), "session-reaper")
         await self.schemas.start()
         await self.retention_view.start()
+        self._tasks.spawn(self.topic_names.follow(), "topic-name-index")
         self.retention.start()
         self.tables.start()
         self.rates.start()

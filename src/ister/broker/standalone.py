@@ -12,6 +12,7 @@ from ister.ids import TopicName
 from ister.metadata import keys
 from ister.metadata.records import SealedState
 from ister.metadata.store import KeyValue, MetadataStore, list_all
+from ister.metadata.topic_index import Assignments
 from ister.ports.health import ReadyProbe
 from ister.ports.host import TopicHost
 from ister.ports.placement import LogPlan
@@ -143,6 +144,9 @@ class StandaloneAdmin:
 
     async def owners_by_name(self, names: list[str]) -> dict[str, int | None]:
         return dict.fromkeys(names, STANDALONE_BROKER_ID)
+
+    def owner_index(self) -> Assignments | None:
+        return None
 
     def replica_lag(self, topic: str) -> dict[int, int] | None:
         return None  # one copy

@@ -62,6 +62,7 @@ class ClusterNode(NodeWatcher):
         self._tasks.spawn(self._run("leader", self._lead_once), "cluster leader")
         self._tasks.spawn(self._run("watcher", self._watch_once), "cluster watcher")
         self._tasks.spawn(self._report_loop(), "cluster load reports")
+        self._tasks.spawn(self.assignments.follow(), "assignment index")
 
     async def close(self) -> None:
         await self._tasks.close()

@@ -19,6 +19,7 @@ from ister.errors import Unavailable
 from ister.metadata import keys
 from ister.metadata.cache import LocalCache
 from ister.metadata.store import Compare, MetadataStore, Put
+from ister.metadata.topic_index import Assignments
 from ister.ports.host import TopicHost
 from ister.tasks import TaskSupervisor
 
@@ -57,6 +58,8 @@ class NodeBase:
         self._mine: set[str] = set()  # topics assigned to this broker
         self._mine_feed = self.cache.feed(keys.broker_topics_prefix(self.broker_id))
         self._owners_feed = self.cache.feed(keys.OWNERS_PREFIX)
+        # Each topic's owner and the counts per broker, for the admin API's topic listing.
+        self.assignments = Assignments(self.cache)
         self._swept = 0.0
         self._markers_feed = self.cache.feed(keys.UNASSIGNED_PREFIX)
 

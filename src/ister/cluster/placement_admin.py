@@ -27,6 +27,7 @@ from ister.ids import TopicName, shown
 from ister.metadata import keys
 from ister.metadata.records import BrokerRegistration
 from ister.metadata.store import MetadataStore, list_all
+from ister.metadata.topic_index import Assignments
 from ister.ports.placement_admin import (
     FOLLOWER_ROLE,
     LEADER_ROLE,
@@ -56,6 +57,9 @@ class ClusterAdmin:
     async def owners_by_name(self, names: list[str]) -> dict[str, int | None]:
         assigned = await self._assignments()
         return {n: assigned.get(n) for n in names}
+
+    def owner_index(self) -> Assignments | None:
+        return self.node.assignments
 
     def replica_lag(self, topic: str) -> dict[int, int] | None:
         leader = self.replicated.manager.leaders.get(topic)

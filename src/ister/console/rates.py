@@ -1,9 +1,10 @@
 """Cluster rates and load for the overview, from what the admin API exposes.
 
 Publish rates come from the brokers' load reports (IsterAdmin.ListBrokerLoads: messages/s and MB/s into the
-topics each leads), which only a cluster writes. Dispatch rates are the sum of every subscription's rate out
-(IsterAdmin.ListSubscriptionStats, gathered from every broker), which a standalone broker answers too. The
-load reports carry no dispatch rate and the subscription listing no publish rate, hence two sources.
+topics each leads), which only a cluster writes. Dispatch rates and the lagging count are the totals each
+broker keeps of its loaded topics' subscriptions (IsterAdmin.ListSubscriptionStats with `totals_only`, summed
+over every broker; no metadata read, so the same cost at any topic count), which a standalone broker answers
+too. The load reports carry no dispatch rate and the totals no publish rate, hence two sources.
 """
 
 from __future__ import annotations
@@ -100,14 +101,14 @@ async def rates(brokers: Any, ister_admin: Any) -> Rates:
         out.strategy = balance.assignment_strategy
     try:
         subs = await ister_admin.ListSubscriptionStats(
-            ister_pb.ListSubscriptionStatsRequest(), timeout=CALL_TIMEOUT_SECONDS
+            ister_pb.ListSubscriptionStatsRequest(totals_only=True), timeout=CALL_TIMEOUT_SECONDS
         )
     except grpc.RpcError as exc:
         out.notes.append(_why(exc, "subscription stats (dispatch rates)"))
     else:
-        out.dispatch_msgs = sum(e.msg_rate_out for e in subs.subscriptions)
-        out.dispatch_bytes = sum(e.byte_rate_out for e in subs.subscriptions)
-        out.lagging = sum(1 for e in subs.subscriptions if e.backlog_messages > 0)
+        out.dispatch_msgs = subs.totals.msg_rate_out
+        out.dispatch_bytes = subs.totals.byte_rate_out
+        out.lagging = subs.totals.lagging
         for f in subs.failed_brokers:
             out.notes.append(f"broker {f.broker_id} did not give its subscriptions: {f.error}")
     return out

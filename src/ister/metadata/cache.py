@@ -102,6 +102,12 @@ class LocalCache:
             index += 1
         return found
 
+    def count(self, prefix: str) -> int:
+        """How many cached keys start with `prefix` (non-empty): two bisections, whatever the count."""
+        start = bisect.bisect_left(self._keys, prefix)
+        end = bisect.bisect_left(self._keys, prefix[:-1] + chr(ord(prefix[-1]) + 1))
+        return end - start
+
     def feed(self, prefix: str) -> ChangeFeed:
         """A new feed of the keys changed under `prefix` (which must lie within a cached prefix)."""
         check_key(prefix, "prefix")

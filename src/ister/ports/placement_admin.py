@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from ister.core.cluster.load import LoadReport
     from ister.core.cluster.rebalance import Move
     from ister.core.replication import CopyEnd, Recovery, Survey
-    from ister.ids import TopicName
+    from ister.metadata.topic_index import Assignments
+from ister.ids import TopicName
 
 # Roles and the "no leader" answer of the admin API's broker listing (Danube's strings).
 LEADER_ROLE = "Cluster_Leader"
@@ -77,6 +78,10 @@ class PlacementAdmin(Protocol):
         """As `owners`, for full names already checked (the topic listing's 100,000 names)."""
 
     async def owner(self, name: TopicName) -> int | None: ...
+
+    def owner_index(self) -> Assignments | None:
+        """The owners as the broker's watch of the assignments mirrors them (cluster mode), for the topic
+        listing's pages and counts; None: standalone, where this broker owns every topic."""
 
     def replica_lag(self, topic: str) -> dict[int, int] | None:
         """Follower -> records it lacks, for a replicated topic this broker leads (else None)."""

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ister.broker.admin_ops import AdminOps
+from ister.broker.stats_totals import SubscriptionTotals, local_totals
 from ister.broker.topic_stats import StatsCollector, SubscriptionView, TopicStatsView
 from ister.errors import Unavailable
 from ister.ids import TopicName
@@ -252,6 +253,9 @@ class StatsService:
         if namespace:
             await self.ops.namespace_policies(namespace)  # checks the name; NotFound for an unknown one
         out = pb.ListSubscriptionStatsResponse()
+        if request.totals_only:
+            await self._totals(namespace, request.local, context, out)
+            return out
         found: list[pb.SubscriptionStatsEntry] = []
         if request.local or not self._cluster:
             views = await self.collector.local_subscriptions(namespace or None)
@@ -262,6 +266,36 @@ class StatsService:
             found = [e for e in found if e.backlog_messages > 0]
         out.subscriptions.extend(lag_order(found))
         return out
+
+    async def _totals(
+        self, namespace: str, local: bool, context: Any, out: pb.ListSubscriptionStatsResponse
+    ) -> None:
+        """This broker's totals, or (cluster) every live broker's summed; a broker that fails is listed
+        in `out.failed_brokers` and left out of the sums."""
+        if local or not self._cluster:
+            _add(out.totals, local_totals(self.broker, namespace or None))
+            return
+        brokers = await self.ops.list_brokers()
+        metadata = forwarded_metadata(context)
+        slots = asyncio.Semaphore(FAN_OUT)
+        me = self.ops.broker_id
+
+        async def part(broker_id: int, addr: str) -> SubscriptionTotals | pb.SubscriptionTotals:
+            async with slots:
+                if broker_id == me:
+                    return local_totals(self.broker, namespace or None)
+                return (await self.peers.totals(broker_id, addr, namespace, metadata)).totals
+
+        results = await asyncio.gather(
+            *(part(b.broker_id, b.admin_addr) for b in brokers), return_exceptions=True
+        )
+        for b, got in zip(brokers, results, strict=True):
+            if isinstance(got, BaseException):
+                if not isinstance(got, Exception):
+                    raise got
+                out.failed_brokers.append(pb.BrokerFailure(broker_id=str(b.broker_id), error=str(got)))
+            else:
+                _add(out.totals, got)
 
     async def _gather(
         self,
@@ -297,3 +331,10 @@ class StatsService:
                 if key not in seen or (e.live and not seen[key].live):  # a topic caught mid-move
                     seen[key] = e
         return list(seen.values())
+
+
+def _add(into: pb.SubscriptionTotals, part: SubscriptionTotals | pb.SubscriptionTotals) -> None:
+    into.msg_rate_out += part.msg_rate_out
+    into.byte_rate_out += part.byte_rate_out
+    into.subscriptions += part.subscriptions
+    into.lagging += part.lagging

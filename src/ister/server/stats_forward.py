@@ -85,6 +85,15 @@ class PeerAdmin:
         )
         return answer
 
+    async def totals(
+        self, broker: int, addr: str, namespace: str, metadata: Sequence[tuple[str, str]]
+    ) -> pb.ListSubscriptionStatsResponse:
+        request = pb.ListSubscriptionStatsRequest(namespace=namespace, local=True, totals_only=True)
+        answer: pb.ListSubscriptionStatsResponse = await self._call(
+            broker, addr, "ListSubscriptionStats", request, metadata
+        )
+        return answer
+
     async def local_copy(
         self, broker: int, addr: str, topic: str, metadata: Sequence[tuple[str, str]]
     ) -> pb.LocalCopyResponse:

@@ -1104,14 +1104,28 @@ class SubscriptionStatsEntry(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[str] = ..., cursor: _Optional[int] = ..., next_offset: _Optional[int] = ..., backlog_messages: _Optional[int] = ..., backlog_bytes: _Optional[int] = ..., lag_ms: _Optional[int] = ..., unacked_in_flight: _Optional[int] = ..., waiting_redelivery: _Optional[int] = ..., redeliveries_total: _Optional[int] = ..., dead_lettered_total: _Optional[int] = ..., msg_rate_out: _Optional[float] = ..., byte_rate_out: _Optional[float] = ..., consumers: _Optional[_Iterable[_Union[ConsumerStats, _Mapping]]] = ..., live: _Optional[bool] = ..., owner_broker_id: _Optional[str] = ..., delivery: _Optional[str] = ...) -> None: ...
 
 class ListSubscriptionStatsRequest(_message.Message):
-    __slots__ = ("namespace", "lagging", "local")
+    __slots__ = ("namespace", "lagging", "local", "totals_only")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     LAGGING_FIELD_NUMBER: _ClassVar[int]
     LOCAL_FIELD_NUMBER: _ClassVar[int]
+    TOTALS_ONLY_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     lagging: bool
     local: bool
-    def __init__(self, namespace: _Optional[str] = ..., lagging: _Optional[bool] = ..., local: _Optional[bool] = ...) -> None: ...
+    totals_only: bool
+    def __init__(self, namespace: _Optional[str] = ..., lagging: _Optional[bool] = ..., local: _Optional[bool] = ..., totals_only: _Optional[bool] = ...) -> None: ...
+
+class SubscriptionTotals(_message.Message):
+    __slots__ = ("msg_rate_out", "byte_rate_out", "subscriptions", "lagging")
+    MSG_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
+    BYTE_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    LAGGING_FIELD_NUMBER: _ClassVar[int]
+    msg_rate_out: float
+    byte_rate_out: float
+    subscriptions: int
+    lagging: int
+    def __init__(self, msg_rate_out: _Optional[float] = ..., byte_rate_out: _Optional[float] = ..., subscriptions: _Optional[int] = ..., lagging: _Optional[int] = ...) -> None: ...
 
 class BrokerFailure(_message.Message):
     __slots__ = ("broker_id", "error")
@@ -1122,9 +1136,11 @@ class BrokerFailure(_message.Message):
     def __init__(self, broker_id: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class ListSubscriptionStatsResponse(_message.Message):
-    __slots__ = ("subscriptions", "failed_brokers")
+    __slots__ = ("subscriptions", "failed_brokers", "totals")
     SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     FAILED_BROKERS_FIELD_NUMBER: _ClassVar[int]
+    TOTALS_FIELD_NUMBER: _ClassVar[int]
     subscriptions: _containers.RepeatedCompositeFieldContainer[SubscriptionStatsEntry]
     failed_brokers: _containers.RepeatedCompositeFieldContainer[BrokerFailure]
-    def __init__(self, subscriptions: _Optional[_Iterable[_Union[SubscriptionStatsEntry, _Mapping]]] = ..., failed_brokers: _Optional[_Iterable[_Union[BrokerFailure, _Mapping]]] = ...) -> None: ...
+    totals: SubscriptionTotals
+    def __init__(self, subscriptions: _Optional[_Iterable[_Union[SubscriptionStatsEntry, _Mapping]]] = ..., failed_brokers: _Optional[_Iterable[_Union[BrokerFailure, _Mapping]]] = ..., totals: _Optional[_Union[SubscriptionTotals, _Mapping]] = ...) -> None: ...
