@@ -19,7 +19,8 @@ import pyarrow as pa
 import pytest
 
 from ister.client import Client
-from ister.tables.envelope import BYTES_SHAPE, to_arrow
+from ister.tables.shapes import BYTES_SHAPE
+from ister.tables.typed import to_arrow
 from tests.integration.harness import BrokerProcess
 from tests.support import until
 
