@@ -179,7 +179,7 @@ class SubjectVersions:
 
     async def __call__(self, topic: Topic) -> ShapeSpec | None:
         registry = self._bindings()
-        binding = registry.binding(str(topic.name))
+        binding = await registry.topic_binding(str(topic.name))  # read afresh: no watch lag
         if binding is None:
             return None
         _, listed = await registry.list_versions(binding.subject)
@@ -273,6 +273,8 @@ class TopicCommitter:
         topic, wal = self.topic, self.topic.wal
         assert wal is not None
         target = wal.committed_offset  # before the schema: every record up to it has its version listed
+        if target == 0:
+            return 0  # no table before the first record: a producer binds the topic to its subject first
         # the table worker builds the shape (parsed schemas do not pickle): it gets the versions' records
         self._shape = await self.keeper.schema_of(topic) if self.keeper.schema_of is not None else None
         epoch = topic.claim.epoch

@@ -112,9 +112,7 @@ class TableWriter:
             properties=TABLE_PROPERTIES,
         )
         self._respec(table)
-        if table.schema().as_struct() != schema.as_struct():
-            with table.update_schema() as update:  # the topic's schema evolved while no one committed
-                update.union_by_name(schema)
+        _follow(table, shape)  # the topic's schema evolved (or was bound) while no one committed
         return table
 
     def _respec(self, table: Any) -> None:
@@ -136,9 +134,7 @@ class TableWriter:
         older versions'); the table's schema gains its columns and widenings, field ids kept, and the
         shape takes the ids the catalog gave the added columns."""
         self.table.refresh()
-        if self.table.schema().as_struct() != shape.iceberg_schema().as_struct():
-            with self.table.update_schema() as update:
-                update.union_by_name(shape.iceberg_schema())
+        _follow(self.table, shape)
         self.shape = adopt_ids(shape, self.table.schema())
         self.writers = writers or {}
 
@@ -283,6 +279,25 @@ class TableWriter:
                 for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
                     paths.add(entry.data_file.file_path)
         return paths
+
+
+def _follow(table: Any, shape: TableShape) -> None:
+    """The table's schema made to hold the shape's rows: its columns added or widened, and a required
+    column the shape lacks or leaves optional made optional (a bytes topic's `value` once the topic is
+    bound to a subject: its older rows keep their payloads there, newer ones have null)."""
+    schema = shape.iceberg_schema()
+    if table.schema().as_struct() == schema.as_struct():
+        return
+    wanted = {f.name: f for f in schema.fields}
+    loosen = [
+        f.name
+        for f in table.schema().fields
+        if f.required and (f.name not in wanted or not wanted[f.name].required)
+    ]
+    with table.update_schema() as update:
+        update.union_by_name(schema)
+        for name in loosen:
+            update.make_column_optional(name)
 
 
 def open_writer(
