@@ -169,3 +169,21 @@ def test_compressed_records_give_the_same_rows(tmp_path: Path) -> None:
     w = writer(tmp_path)
     assert w.append(w.rows(mixed), 0, 6, 1) == 6
     assert read_rows(w.table).equals(to_arrow(BYTES_SHAPE, plain))
+
+
+def test_a_bytes_table_bound_to_a_subject_later_takes_typed_rows(tmp_path: Path) -> None:
+    """A topic's table begun as bytes, then bound to a JSON Schema subject: the typed columns are added,
+    `value` becomes optional (older rows keep their payloads), and typed rows append."""
+    import json
+
+    from ister.core.schema import parse, parse_schema_type
+    from ister.tables.typed import table_shape
+
+    w = writer(tmp_path)
+    append(w, 0, 2)
+    doc = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    w.evolve_to(table_shape(parse(parse_schema_type("json_schema"), json.dumps(doc)), 1))
+    typed = [(2, encode_message(StoredMessage(b'{"n": 5}', T0_MS, 1, "p", {}, None, 0, 1)))]
+    assert w.append(w.rows(typed), 2, 3, 1) == 1
+    got = read_rows(w.table).to_pylist()
+    assert [(r["value"], r["n"]) for r in got] == [(b"v0", None), (b"v1", None), (None, 5)]

@@ -175,7 +175,7 @@ class SubjectVersions:
 
     def __init__(self, bindings: Callable[[], TopicBindings]) -> None:
         self._bindings = bindings
-        self._records: dict[tuple[str, int], Any] = {}
+        self._records: dict[tuple[str, int, str], Any] = {}
 
     async def __call__(self, topic: Topic) -> ShapeSpec | None:
         registry = self._bindings()
@@ -186,12 +186,14 @@ class SubjectVersions:
         versions: list[tuple[int, Any]] = []
         for entry in sorted(listed, key=lambda e: int(e.get("version", 0))):
             v = int(entry.get("version", 0))
-            record = self._records.get((binding.subject, v))
+            # with the fingerprint: a subject deleted and registered again reuses version numbers
+            key = (binding.subject, v, str(entry.get("fingerprint", "")))
+            record = self._records.get(key)
             if record is None:
                 kv = await registry.store.get(keys.schema_version(binding.subject, v))
                 if kv is None or not isinstance(kv.value, dict):
                     continue  # deleted
-                record = self._records[(binding.subject, v)] = kv.value
+                record = self._records[key] = kv.value
             versions.append((v, record))
         return ShapeSpec(binding.subject, tuple(versions)) if versions else None
 
