@@ -390,7 +390,7 @@ async def test_typed_avro_and_json_tables_evolution_and_zstd(tmp_path: Path) -> 
             zs = await client.producer(packed, compression="zstd")
             sent = [f"z{i}".encode() * 20 for i in range(300)]
             await zs.send_batch(sent)
-            await until(lambda: count_rows(broker, trades) == 200, "the v1 rows committed", 60)
+            await until(lambda: count_rows(broker, trades) == 200, "the v1 rows committed", 90)
 
             assert (await client.schemas.register("trades", "avro", json.dumps(TRADE_V2))).version == 2
             new = await client.producer(trades, schema_subject="trades")
