@@ -35,7 +35,8 @@ from pyiceberg.catalog import load_catalog
 from cluster_bench import until
 from ister.client import Client
 from ister.devcluster.broker import ISTER, BrokerNode
-from ister.tables.envelope import BYTES_SHAPE, to_arrow
+from ister.tables.shapes import BYTES_SHAPE
+from ister.tables.typed import to_arrow
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pytest
 
 from ister.client import Client
-from ister.tables.envelope import BYTES_SHAPE, to_arrow
+from ister.tables.shapes import BYTES_SHAPE
+from ister.tables.typed import to_arrow
 from tests.integration.harness import BrokerProcess
 from tests.support import until
 
@@ -343,3 +344,88 @@ def _failed(broker: BrokerProcess) -> float:
 
 with contextlib.suppress(ImportError):
     asyncio  # noqa: B018 (kept for the event loop fixtures' import)
+
+
+TRADE_V1 = {
+    "type": "record",
+    "name": "Trade",
+    "fields": [{"name": "id", "type": "long"}, {"name": "sym", "type": "string"}],
+}
+TRADE_V2 = {
+    **TRADE_V1,
+    "fields": [*TRADE_V1["fields"], {"name": "qty", "type": ["null", "int"], "default": None}],
+}
+READING = {"type": "object", "properties": {"n": {"type": "integer"}, "s": {"type": "string"}}}
+ENVELOPE_COLUMNS = ["offset", "publish_time", "key", "producer", "attributes"]
+
+
+def duck(broker: BrokerProcess, topic: str, columns: str) -> list[tuple[Any, ...]]:
+    files = [t.file.file_path.removeprefix("file://") for t in handle(broker, topic).scan().plan_files()]
+    query = f'select {columns} from read_parquet({files!r}, union_by_name = true) order by "offset"'
+    return duckdb.sql(query).fetchall()
+
+
+def envelope_equal(broker: BrokerProcess, topic: str, expected: pa.Table) -> bool:
+    return table_rows(broker, topic).select(ENVELOPE_COLUMNS).equals(expected.select(ENVELOPE_COLUMNS))
+
+
+async def test_typed_avro_and_json_tables_evolution_and_zstd(tmp_path: Path) -> None:
+    """Avro and JSON Schema topics get their fields as columns; an added optional field registered
+    mid-stream evolves the Avro table (older rows null there, a v1 record sent after v2 still typed); a
+    zstd-compressed topic's table holds its plain rows."""
+    broker = start(tmp_path)
+    trades, readings, packed = f"/{NS}/trades", f"/{NS}/readings", f"/{NS}/packed"
+    try:
+        cli("admin", "namespaces", "set-table", NS, "--format", "iceberg", "--interval", "1s",
+            "--admin-addr", broker.admin_addr)  # fmt: skip
+        async with Client(broker.url) as client:
+            await client.schemas.register("trades", "avro", json.dumps(TRADE_V1))
+            await client.schemas.register("readings", "json_schema", json.dumps(READING))
+            old = await client.producer(trades, schema_subject="trades")
+            assert old.schema is not None
+            enc1 = old.schema.schema.encode
+            await old.send_batch([enc1({"id": i, "sym": f"s{i}"}) for i in range(200)])
+            js = await client.producer(readings, schema_subject="readings")
+            await js.send_batch([json.dumps({"n": i, "s": f"r{i}"}).encode() for i in range(150)])
+            zs = await client.producer(packed, compression="zstd")
+            sent = [f"z{i}".encode() * 20 for i in range(300)]
+            await zs.send_batch(sent)
+            await until(lambda: count_rows(broker, trades) == 200, "the v1 rows committed", 90)
+
+            assert (await client.schemas.register("trades", "avro", json.dumps(TRADE_V2))).version == 2
+            new = await client.producer(trades, schema_subject="trades")
+            assert new.schema is not None and new.schema.version == 2
+            enc2 = new.schema.schema.encode
+            await new.send_batch([enc2({"id": i, "sym": f"s{i}", "qty": i}) for i in range(200, 300)])
+            await old.send_batch([enc1({"id": i, "sym": f"s{i}"}) for i in range(300, 350)])
+            for topic, n in ((trades, 350), (readings, 150), (packed, 300)):
+                await until(lambda t=topic, n=n: count_rows(broker, t) == n, f"{topic} committed", 60)
+            topic_of = {t: await topic_rows(client, t) for t in (trades, readings, packed)}
+
+        table = handle(broker, trades)
+        assert [f.name for f in table.schema().fields] == [
+            *ENVELOPE_COLUMNS,
+            "_raw",
+            "_error",
+            "id",
+            "sym",
+            "qty",
+        ]
+        expected = [(i, i, f"s{i}", i if 200 <= i < 300 else None) for i in range(350)]
+        got = table_rows(broker, trades)
+        assert got.column("_error").null_count == 350
+        assert (
+            list(zip(*(got.column(c).to_pylist() for c in ("offset", "id", "sym", "qty")), strict=True))
+            == expected
+        )
+        assert duck(broker, trades, '"offset", id, sym, qty') == expected
+        assert envelope_equal(broker, trades, topic_of[trades])
+
+        assert [f.name for f in handle(broker, readings).schema().fields][-2:] == ["n", "s"]
+        assert duck(broker, readings, '"offset", n, s') == [(i, i, f"r{i}") for i in range(150)]
+        assert envelope_equal(broker, readings, topic_of[readings])
+
+        rows = table_rows(broker, packed)
+        assert rows.equals(topic_of[packed]) and rows.column("value").to_pylist() == sent
+    finally:
+        broker.stop()

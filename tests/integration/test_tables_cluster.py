@@ -22,7 +22,8 @@ from ister.core.replication import ReplicaRecord
 from ister.errors import Fenced
 from ister.metadata import keys
 from ister.tables.committer import EPOCH, TableWriter
-from ister.tables.envelope import BYTES_SHAPE, to_arrow
+from ister.tables.shapes import BYTES_SHAPE
+from ister.tables.typed import to_arrow
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import Cluster
 from tests.seaweed_server import SeaweedServer

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -13,7 +14,8 @@ from ister.core.record import StoredMessage, encode_message
 from ister.errors import Fenced
 from ister.tables.catalog import CatalogSpec, open_catalog
 from ister.tables.committer import END, EPOCH, TableWriter, read_rows
-from ister.tables.envelope import BYTES_SHAPE, to_arrow
+from ister.tables.shapes import BYTES_SHAPE
+from ister.tables.typed import to_arrow
 
 T0_MS = 1_767_000_000_000
 
@@ -52,7 +54,7 @@ def test_rows_and_envelope_columns(tmp_path: Path) -> None:
     rows = read_rows(w.table).to_pylist()
     assert [r["offset"] for r in rows] == list(range(10))
     assert rows[1]["value"] == b"v1" and rows[1]["key"] == b"k1" and rows[0]["key"] is None
-    assert rows[1]["attributes"] == [("n", "1")] and rows[0]["attributes"] is None
+    assert rows[1]["attributes"] == [("n", "1")] and rows[0]["attributes"] == []
     assert rows[3]["publish_time"] == datetime.fromtimestamp((T0_MS + 3000) / 1000, UTC)
     assert rows[0]["producer"] == "prod"
     props = w.table.current_snapshot().summary.additional_properties
@@ -127,28 +129,61 @@ def test_hour_partitioning_and_duckdb_reads_the_files(tmp_path: Path) -> None:
 
 
 def test_schema_evolution_adds_an_optional_column(tmp_path: Path) -> None:
-    """A shape with one more optional column (what `typed.evolve` gives for an added field) evolves the
-    table in place: old rows read it as null, field ids of the envelope kept."""
-    import pyarrow as pa
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField
+    """A JSON Schema topic's table evolved to the subject's next version (an added optional field) keeps
+    its field ids; old rows read the new column as null, and records of either version append."""
+    import json
 
-    from ister.tables.envelope import ENVELOPE
+    from ister.core.schema import parse, parse_schema_type
+    from ister.tables.typed import evolve, table_shape
 
-    class Wider:
-        arrow_schema = ENVELOPE.append(pa.field("amount", pa.int64()))
+    def schema(*fields: str) -> Any:
+        doc = {"type": "object", "properties": {f: {"type": "integer"} for f in fields}}
+        return parse(parse_schema_type("json_schema"), json.dumps(doc))
 
-        def iceberg_schema(self) -> Schema:
-            base = BYTES_SHAPE.iceberg_schema()
-            return Schema(*base.fields, NestedField(20, "amount", LongType(), required=False))
+    def typed(first: int, values: list[dict[str, int]]) -> list[tuple[int, bytes]]:
+        return [
+            (first + i, encode_message(StoredMessage(json.dumps(v).encode(), T0_MS, 1, "p", {}, None, 0, 1)))
+            for i, v in enumerate(values)
+        ]
+
+    spec = CatalogSpec(f"sqlite:///{tmp_path / 'cat.db'}", (tmp_path / "wh").as_uri())
+    v1 = table_shape(schema("a"), 1)
+    w = TableWriter(open_catalog(spec), ("default", "typed"), v1, "day")
+    assert w.append(w.rows(typed(0, [{"a": 1}, {"a": 2}])), 0, 2, 1) == 2
+    before = {f.name: f.field_id for f in w.table.schema().fields}
+    w.evolve_to(evolve(v1, table_shape(schema("a", "b"), 2)))
+    assert w.append(w.rows(typed(2, [{"a": 3, "b": 30}])), 2, 3, 1) == 1
+    got = read_rows(w.table).to_pylist()
+    assert [(r["a"], r["b"]) for r in got] == [(1, None), (2, None), (3, 30)]
+    assert {k: v for k, v in ((f.name, f.field_id) for f in w.table.schema().fields) if k in before} == before
+
+
+def test_compressed_records_give_the_same_rows(tmp_path: Path) -> None:
+    """Records stored compressed (docs/compression.md: zstd and gzip envelopes) are decoded before their
+    rows are built: the table holds what the plain records give."""
+    from ister.core.compression import Codec, wrap
+
+    plain = records(0, 6)
+    mixed = [(o, wrap((Codec.ZSTD, Codec.GZIP, Codec.NONE)[o % 3], r)) for o, r in plain]
+    assert mixed[0][1] != plain[0][1]
+    w = writer(tmp_path)
+    assert w.append(w.rows(mixed), 0, 6, 1) == 6
+    assert read_rows(w.table).equals(to_arrow(BYTES_SHAPE, plain))
+
+
+def test_a_bytes_table_bound_to_a_subject_later_takes_typed_rows(tmp_path: Path) -> None:
+    """A topic's table begun as bytes, then bound to a JSON Schema subject: the typed columns are added,
+    `value` becomes optional (older rows keep their payloads), and typed rows append."""
+    import json
+
+    from ister.core.schema import parse, parse_schema_type
+    from ister.tables.typed import table_shape
 
     w = writer(tmp_path)
-    append(w, 0, 5)
-    before = {f.name: f.field_id for f in w.table.schema().fields}
-    w.evolve_to(Wider())  # type: ignore[arg-type]
-    rows = to_arrow(BYTES_SHAPE, records(5, 5))
-    rows = rows.append_column("amount", pa.array(range(5), pa.int64()))
-    assert w.append(rows, 5, 10, 1) == 5
+    append(w, 0, 2)
+    doc = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    w.evolve_to(table_shape(parse(parse_schema_type("json_schema"), json.dumps(doc)), 1))
+    typed = [(2, encode_message(StoredMessage(b'{"n": 5}', T0_MS, 1, "p", {}, None, 0, 1)))]
+    assert w.append(w.rows(typed), 2, 3, 1) == 1
     got = read_rows(w.table).to_pylist()
-    assert [r["amount"] for r in got] == [None] * 5 + list(range(5))
-    assert {k: v for k, v in ((f.name, f.field_id) for f in w.table.schema().fields) if k in before} == before
+    assert [(r["value"], r["n"]) for r in got] == [(b"v0", None), (b"v1", None), (None, 5)]

@@ -25,7 +25,7 @@ from ister.broker.retention import RetentionKeeper, RetentionView
 from ister.broker.sessions import ConsumerStream, ProducerSession
 from ister.broker.standalone import StandaloneAdmin, StandalonePlacement
 from ister.broker.stats_rates import RateKeeper
-from ister.broker.tables import TableKeeper
+from ister.broker.tables import SubjectVersions, TableKeeper
 from ister.broker.topic import Topic
 from ister.broker.topics import TopicRegistry
 from ister.clock import REAL_CLOCK, Clock
@@ -123,6 +123,7 @@ class BrokerService:
             lambda: self.table_catalog,
             config.tables,
             clock,
+            schema_of=SubjectVersions(lambda: self.schemas),
         )
         self.schemas = SchemaRegistry(
             store, self.topic_exists, json_rules=JsonRules(config.schema.json_compatibility)

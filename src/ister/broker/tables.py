@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib
 import itertools
 import logging
 import multiprocessing
 import os
 import random
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -42,10 +40,12 @@ from ister.core.backoff import Backoff
 from ister.errors import Fenced
 from ister.metadata import keys
 from ister.metadata.cache import LocalCache
+from ister.schema.bindings import TopicBindings
 from ister.storage.topic_storage import TopicStorage
 from ister.tables.catalog import CatalogSpec, table_ident
 from ister.tables.packing import pack
 from ister.tables.policy import TablePolicy, TableSetting, in_effect
+from ister.tables.shape_spec import ShapeSpec
 from ister.tasks import TaskSupervisor
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class TableKeeper:
         spec: Callable[[], CatalogSpec],
         settings: TablesSettings,
         clock: Clock = REAL_CLOCK,
-        schema_of: Callable[[Topic], Awaitable[Any]] | None = None,
+        schema_of: Callable[[Topic], Awaitable[ShapeSpec | None]] | None = None,
     ) -> None:
         self.cache = cache
         self.storage = storage
@@ -86,7 +86,7 @@ class TableKeeper:
         self._spec = spec
         self.settings = settings
         self._clock = clock
-        # the registry schema a topic's records follow (None: a bytes topic); the table's typed columns
+        # the registry versions a topic's records follow (None: a bytes topic): the table's typed columns
         self.schema_of = schema_of
         self._pool: ProcessPoolExecutor | None = None
         self.committers: dict[Topic, TopicCommitter] = {}
@@ -168,6 +168,36 @@ def _dispatch(*args: Any) -> Any:
     return worker.dispatch(*args)
 
 
+class SubjectVersions:
+    """`TableKeeper.schema_of` from the registry: the subject a topic is bound to and its versions' stored
+    records (immutable: kept once read; the subject's version list is read afresh each pass, so a record
+    committed before the pass began never names a version the spec lacks)."""
+
+    def __init__(self, bindings: Callable[[], TopicBindings]) -> None:
+        self._bindings = bindings
+        self._records: dict[tuple[str, int, str], Any] = {}
+
+    async def __call__(self, topic: Topic) -> ShapeSpec | None:
+        registry = self._bindings()
+        binding = await registry.topic_binding(str(topic.name))  # read afresh: no watch lag
+        if binding is None:
+            return None
+        _, listed = await registry.list_versions(binding.subject)
+        versions: list[tuple[int, Any]] = []
+        for entry in sorted(listed, key=lambda e: int(e.get("version", 0))):
+            v = int(entry.get("version", 0))
+            # with the fingerprint: a subject deleted and registered again reuses version numbers
+            key = (binding.subject, v, str(entry.get("fingerprint", "")))
+            record = self._records.get(key)
+            if record is None:
+                kv = await registry.store.get(keys.schema_version(binding.subject, v))
+                if kv is None or not isinstance(kv.value, dict):
+                    continue  # deleted
+                record = self._records[key] = kv.value
+            versions.append((v, record))
+        return ShapeSpec(binding.subject, tuple(versions)) if versions else None
+
+
 def _forget(topic: Topic, task: asyncio.Task[None]) -> None:
     if task in topic.tasks:
         topic.tasks.remove(task)
@@ -185,7 +215,7 @@ class TopicCommitter:
         self.failures = 0
         self.last_error: BaseException | None = None
         self.committed_end = 0  # the table's end offset after the last pass
-        self._shape: Any = None
+        self._shape: ShapeSpec | None = None
         self._reopen = False  # the next call reloads the table (after a failure: its metadata may have moved)
         self._opened = False
         self._compacted: set[tuple[int, int]] = set()
@@ -244,12 +274,11 @@ class TopicCommitter:
         """One pass; returns the rows added."""
         topic, wal = self.topic, self.topic.wal
         assert wal is not None
-        schema = await self.keeper.schema_of(topic) if self.keeper.schema_of is not None else None
-        if "ister.tables.envelope" not in sys.modules:  # pyarrow and pyiceberg: never imported on the loop
-            await asyncio.to_thread(importlib.import_module, "ister.tables.envelope")
-        from ister.tables.envelope import table_shape
-
-        self._shape = table_shape(schema)
+        target = wal.committed_offset  # before the schema: every record up to it has its version listed
+        if target == 0:
+            return 0  # no table before the first record: a producer binds the topic to its subject first
+        # the table worker builds the shape (parsed schemas do not pickle): it gets the versions' records
+        self._shape = await self.keeper.schema_of(topic) if self.keeper.schema_of is not None else None
         epoch = topic.claim.epoch
         state = await self._call("state")
         if not self._opened:
@@ -260,7 +289,6 @@ class TopicCommitter:
         start_offset = topic.start_offset
         earliest = await self.keeper.storage.earliest(topic.name, wal)
         start = max(state.end, start_offset, earliest)
-        target = wal.committed_offset
         added = 0
         max_records = self.keeper.settings.max_commit_records
         while start < target:

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,9 +25,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ister.core.schema import ParsedSchema
 from ister.errors import Fenced, InvalidArgument
 
-from .envelope import TableShape
+from .typed import Records, TableShape, adopt_ids, to_arrow
 
 log = logging.getLogger(__name__)
 
@@ -82,19 +83,28 @@ def partition_spec(partition: str, schema: Any) -> Any:
 class TableWriter:
     """Writes one topic's table (blocking methods)."""
 
-    def __init__(self, catalog: Any, ident: tuple[str, str], shape: TableShape, partition: str) -> None:
+    def __init__(
+        self,
+        catalog: Any,
+        ident: tuple[str, str],
+        shape: TableShape,
+        partition: str,
+        writers: Mapping[int, ParsedSchema] | None = None,
+    ) -> None:
         self.catalog = catalog
         self.ident = ident
-        self.shape = shape
         self.partition = partition
-        self.table = self._ensure()
+        self.writers: Mapping[int, ParsedSchema] = writers or {}
+        self.table = self._ensure(shape)
+        # the table's own field ids (a table evolved earlier may number added columns its own way)
+        self.shape = adopt_ids(shape, self.table.schema())
 
-    def _ensure(self) -> Any:
+    def _ensure(self, shape: TableShape) -> Any:
         from pyiceberg.exceptions import NamespaceAlreadyExistsError
 
         with contextlib.suppress(NamespaceAlreadyExistsError):
             self.catalog.create_namespace(self.ident[0])
-        schema = self.shape.iceberg_schema()
+        schema = shape.iceberg_schema()
         table = self.catalog.create_table_if_not_exists(
             self.ident,
             schema=schema,
@@ -102,9 +112,7 @@ class TableWriter:
             properties=TABLE_PROPERTIES,
         )
         self._respec(table)
-        if {f.name for f in table.schema().fields} != {f.name for f in schema.fields}:
-            with table.update_schema() as update:  # the topic's schema evolved while no one committed
-                update.union_by_name(schema)
+        _follow(table, shape)  # the topic's schema evolved (or was bound) while no one committed
         return table
 
     def _respec(self, table: Any) -> None:
@@ -121,12 +129,18 @@ class TableWriter:
             transform: Any = HourTransform() if self.partition == "hour" else DayTransform()
             update.add_field("publish_time", transform, name)
 
-    def evolve_to(self, shape: TableShape) -> None:
-        """Take a new shape (the registry accepted a schema evolution: `evolve` checked it); the table's
-        schema gains its columns and widenings, field ids kept."""
-        with self.table.update_schema() as update:  # called only when the shape's columns changed
-            update.union_by_name(shape.iceberg_schema())
-        self.shape = shape
+    def evolve_to(self, shape: TableShape, writers: Mapping[int, ParsedSchema] | None = None) -> None:
+        """Take a new shape (the registry accepted a schema evolution: `typed.evolve` merged it with the
+        older versions'); the table's schema gains its columns and widenings, field ids kept, and the
+        shape takes the ids the catalog gave the added columns."""
+        self.table.refresh()
+        _follow(self.table, shape)
+        self.shape = adopt_ids(shape, self.table.schema())
+        self.writers = writers or {}
+
+    def rows(self, records: Records) -> pa.Table:
+        """The table rows of stored records (plain or compressed), in the shape's columns."""
+        return to_arrow(self.shape, records, writers=self.writers)
 
     # ---- state -----------------------------------------------------------------------------------
 
@@ -265,6 +279,25 @@ class TableWriter:
                 for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
                     paths.add(entry.data_file.file_path)
         return paths
+
+
+def _follow(table: Any, shape: TableShape) -> None:
+    """The table's schema made to hold the shape's rows: its columns added or widened, and a required
+    column the shape lacks or leaves optional made optional (a bytes topic's `value` once the topic is
+    bound to a subject: its older rows keep their payloads there, newer ones have null)."""
+    schema = shape.iceberg_schema()
+    if table.schema().as_struct() == schema.as_struct():
+        return
+    wanted = {f.name: f for f in schema.fields}
+    loosen = [
+        f.name
+        for f in table.schema().fields
+        if f.required and (f.name not in wanted or not wanted[f.name].required)
+    ]
+    with table.update_schema() as update:
+        update.union_by_name(schema)
+        for name in loosen:
+            update.make_column_optional(name)
 
 
 def open_writer(

@@ -5,9 +5,9 @@
 for an Avro, JSON Schema or Protobuf topic the value's fields as top-level columns (a schema whose value
 is not a record: one typed `value` column) plus `_raw` and `_error`, which hold the payload and the reason
 for a record that does not decode by the schema (its typed columns are null: Spark's PERMISSIVE).
-`to_arrow` turns stored records into an Arrow table of that layout, `evolve` merges the layouts of two
-schema versions as the table can evolve (typed_evolve.py), and every column keeps an Iceberg field id
-(typed_types.py) that the Arrow schema carries as Parquet field ids. Pure: no I/O.
+`to_arrow` turns stored records (plain or compressed) into an Arrow table of that layout, `evolve` merges
+the layouts of two schema versions as the table can evolve (typed_evolve.py), and every column keeps an
+Iceberg field id (typed_types.py) that the Arrow schema carries as Parquet field ids. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from pyiceberg.schema import Schema
 from pyiceberg.types import IcebergType, ListType, MapType, StructType
 
+from ister.core.compression import CompressionError, plain
 from ister.core.record import NO_ATTRIBUTES, LeanMessage, array_header
 from ister.core.schema import ParsedSchema, SchemaType
 from ister.core.schema.shape_model import (
@@ -35,7 +36,7 @@ from ister.core.schema.shape_model import (
     Unreadable,
 )
 from ister.core.schema.shapes import shape_of
-from ister.errors import InvalidArgument
+from ister.errors import CorruptionError, InvalidArgument
 from ister.tables import typed_types as types
 from ister.tables.typed_evolve import merge_columns
 from ister.tables.typed_types import Ids, Path
@@ -166,7 +167,10 @@ def _messages(records: Records) -> list[LeanMessage]:
     stored = [r for _, r in records]
     if all(isinstance(r, LeanMessage) for r in stored):
         return stored  # type: ignore[return-value]
-    raw = [r if isinstance(r, bytes) else msgspec.msgpack.encode(r) for r in stored]
+    try:  # a record stored compressed (docs/compression.md) is decompressed; a plain one is not copied
+        raw = [plain(r) if isinstance(r, bytes) else msgspec.msgpack.encode(r) for r in stored]
+    except CompressionError as exc:
+        raise CorruptionError(f"a stored compressed record does not decompress: {exc}") from None
     return _decode_lean(array_header(len(raw)) + b"".join(raw))
 
 

@@ -4,8 +4,9 @@ do not take the GIL from publishes (docs/benchmarks.md, "Topics as Iceberg table
 
 `dispatch` is the one entry point, the same in both: it keeps one catalog client per catalog and one
 `TableWriter` per table, and runs one operation of the writer. Everything it takes and returns is
-picklable: the catalog spec, the table's name, shape and partitioning, the operation's arguments (stored
-records for an append).
+picklable: the catalog spec, the table's name, its `ShapeSpec` (the registry's version records: parsed
+schemas do not pickle; `shapes.build` parses them here) and partitioning, the operation's arguments
+(stored records for an append).
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ import threading
 import time
 from typing import Any
 
-from . import committer
+from . import committer, shapes
 from .catalog import CatalogSpec, open_catalog
 from .committer import TableWriter
-from .envelope import Records, TableShape, evolve, to_arrow
 from .packing import unpack
+from .shape_spec import ShapeSpec
+from .typed import Records
 
 _catalogs: dict[tuple[str, str, tuple[tuple[str, str], ...]], Any] = {}
-_writers: dict[tuple[str, str, str, str], TableWriter] = {}
+_writers: dict[tuple[str, str, str, str], tuple[TableWriter, ShapeSpec | None]] = {}
 _lock = threading.Lock()
 PARENT_POLL_SECONDS = 1.0
 
@@ -42,27 +44,30 @@ def init_worker(parent: int) -> None:
 
 
 def _writer(
-    spec: CatalogSpec, ident: tuple[str, str], shape: TableShape, partition: str, reopen: bool
+    spec: CatalogSpec, ident: tuple[str, str], shape: ShapeSpec | None, partition: str, reopen: bool
 ) -> TableWriter:
     with _lock:
         ckey = (spec.uri, spec.warehouse, tuple(sorted(spec.properties.items())))
         if ckey not in _catalogs:
             _catalogs[ckey] = open_catalog(spec)
         wkey = (spec.uri, spec.warehouse, *ident)
-        w = _writers.get(wkey)
-        if w is None or reopen or w.partition != partition:
-            w = TableWriter(_catalogs[ckey], ident, shape, partition)
-            _writers[wkey] = w
-        elif not w.shape.arrow_schema.equals(shape.arrow_schema):  # by content: shapes may not define ==
-            # a schema evolution the registry accepted; InvalidArgument when the table cannot follow
-            w.evolve_to(evolve(w.shape, shape))
+        hit = _writers.get(wkey)
+        if hit is None or reopen or hit[0].partition != partition:
+            built, writers = shapes.build(shape)
+            w = TableWriter(_catalogs[ckey], ident, built, partition, writers)
+        else:
+            w = hit[0]
+            if hit[1] != shape:
+                # the subject has a new version: InvalidArgument when the table cannot follow it
+                w.evolve_to(*shapes.build(shape))
+        _writers[wkey] = (w, shape)
         return w
 
 
 def dispatch(
     spec: CatalogSpec,
     ident: tuple[str, str],
-    shape: TableShape,
+    shape: ShapeSpec | None,
     partition: str,
     reopen: bool,
     op: str,
@@ -74,9 +79,9 @@ def dispatch(
     w = _writer(spec, ident, shape, partition, reopen)
     if op == "append_records":
         records: Records = args[0]
-        return w.append(to_arrow(w.shape, records), *args[1:])
+        return w.append(w.rows(records), *args[1:])
     if op == "append_packed":
-        return w.append(to_arrow(w.shape, unpack(*args[:3])), *args[3:])
+        return w.append(w.rows(unpack(*args[:3])), *args[3:])
     return getattr(w, op)(*args)
 
 
