@@ -83,6 +83,10 @@ async def test_created_topic_serves_danube_clients(admin_broker: BrokerProcess, 
         "delivery": "Reliable",
         "subscriptions": ["audit"],
         "attached_consumers": [{"subscription": "audit", "consumer": "c1"}],
+        "compression": "none",  # no policy: records stored as sent
+        "compression_source": "default",
+        # no table policy: the table it would have (docs/tables.md)
+        "table": {"format": "none", "partition": "day", "tables": [f"default.{topic.rsplit('/', 1)[1]}"]},
     }
     # The consumer is connected: the subscription stays.
     err = await admin(admin_broker, "topics", "unsubscribe", topic, "-s", "audit", code=1)
