@@ -171,9 +171,11 @@ async def test_policy_rows_duckdb_freshness_and_compaction(tmp_path: Path) -> No
         assert got.num_rows == 20_000 and got.equals(expected)
         tbl = handle(broker, topic)
         paths = [t.file.file_path.removeprefix("file://") for t in tbl.scan().plan_files()]
-        via_duck = duckdb.sql(
-            f'select "offset", value from read_parquet({paths!r}) order by "offset"'
-        ).fetchall()
+        via_duck = (
+            duckdb.connect()
+            .sql(f'select "offset", value from read_parquet({paths!r}) order by "offset"')
+            .fetchall()
+        )
         assert via_duck == list(
             zip(expected.column("offset").to_pylist(), expected.column("value").to_pylist(), strict=True)
         )
@@ -362,7 +364,7 @@ ENVELOPE_COLUMNS = ["offset", "publish_time", "key", "producer", "attributes"]
 def duck(broker: BrokerProcess, topic: str, columns: str) -> list[tuple[Any, ...]]:
     files = [t.file.file_path.removeprefix("file://") for t in handle(broker, topic).scan().plan_files()]
     query = f'select {columns} from read_parquet({files!r}, union_by_name = true) order by "offset"'
-    return duckdb.sql(query).fetchall()
+    return duckdb.connect().sql(query).fetchall()
 
 
 def envelope_equal(broker: BrokerProcess, topic: str, expected: pa.Table) -> bool:

@@ -70,7 +70,8 @@ def engines_agree(spark: Any, out: Path) -> list[tuple[str, int]]:
     assert sorted(zip(table["topic"].to_pylist(), table["offset"].to_pylist(), strict=True)) == got
     glob = f"{out}/*/*/*.parquet"  # topic=…/date=…/file, as the table is partitioned
     query = 'SELECT count(*), count(DISTINCT (topic, "offset")) FROM read_parquet(?, hive_partitioning=true)'
-    duck = duckdb.execute(query, [glob]).fetchone()
+    # Its own connection: fetchone leaves the result open, which the module's shared one would keep.
+    duck = duckdb.connect().execute(query, [glob]).fetchone()
     assert duck == (len(got), len(got))
     return got
 

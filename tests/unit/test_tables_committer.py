@@ -124,7 +124,8 @@ def test_hour_partitioning_and_duckdb_reads_the_files(tmp_path: Path) -> None:
     append(w, 0, 7300)  # two hours and a bit of records one second apart
     assert len(w.files()) >= 3
     paths = [f.path.removeprefix("file://") for f in w.files()]
-    count = duckdb.sql(f'select count(*), min("offset"), max("offset") from read_parquet({paths!r})')
+    query = f'select count(*), min("offset"), max("offset") from read_parquet({paths!r})'
+    count = duckdb.connect().sql(query)  # its own connection, not the module's shared one
     assert count.fetchall() == [(7300, 0, 7299)]
 
 

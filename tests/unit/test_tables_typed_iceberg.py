@@ -95,7 +95,7 @@ def evolve_table(table: Table, shape: TableShape) -> TableShape:
 def duck_rows(table: Table, columns: str) -> list[tuple[Any, ...]]:
     files = [task.file.file_path.removeprefix("file://") for task in table.scan().plan_files()]
     query = f'SELECT {columns} FROM read_parquet({files!r}, union_by_name = true) ORDER BY "offset"'
-    return duckdb.sql(query).fetchall()
+    return duckdb.connect().sql(query).fetchall()
 
 
 def test_avro_topic_table_appends_evolves_and_reads_back_in_pyiceberg_and_duckdb(tmp_path: Path) -> None:
