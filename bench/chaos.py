@@ -107,6 +107,9 @@ class Settings:
     gap: tuple[float, float] = (2.0, 8.0)  # seconds between faults
     network: bool = True  # brokers in network namespaces, so partitions can be made (where the machine can)
     idempotent: bool = True  # the producers' idempotence (issue 43): then a message stored twice is a failure
+    # Each wait after the heal (a topic's probe, delivery, a topic's read-back) gives up after this long, so a
+    # run inside a test's deadline ends in the check that says what is missing rather than in the timeout.
+    settle: float = SETTLE_SECONDS
 
 
 @dataclass
@@ -511,9 +514,9 @@ async def probe(chaos: Chaos, topic: str) -> bool:
     payload = f"probe-{topic}".encode()
     chaos.history.publishes.append(Publish(topic, payload, None, chaos.now()))
     try:
-        async with Client(chaos.urls, retry_timeout=SETTLE_SECONDS) as client:
+        async with Client(chaos.urls, retry_timeout=chaos.settings.settle) as client:
             pub = await client.producer(topic, f"chaos-probe-{topic.rsplit('_', 1)[-1]}")
-            offset = await asyncio.wait_for(pub.send(payload), SETTLE_SECONDS)
+            offset = await asyncio.wait_for(pub.send(payload), chaos.settings.settle)
     except (errors.IsterError, TimeoutError):
         return False
     chaos.history.acks.append(Acked(topic, payload, offset, chaos.now()))
@@ -538,7 +541,7 @@ async def read_back(chaos: Chaos, topic: str) -> None:
         return all(o in got for o in want if o >= start)
 
     with contextlib.suppress(AssertionError):
-        await until(everything, f"{topic} read back", SETTLE_SECONDS, poll=1.0)
+        await until(everything, f"{topic} read back", chaos.settings.settle, poll=1.0)
     chaos.history.reads[topic] = got
     chaos.history.start_offsets[topic] = start
 
@@ -633,7 +636,7 @@ async def run(settings: Settings, root: Path) -> Report:
             )
 
         with contextlib.suppress(AssertionError):
-            await until(all_delivered, "every subscription received everything", SETTLE_SECONDS, poll=0.5)
+            await until(all_delivered, "every subscription received everything", settings.settle, poll=0.5)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -33,7 +33,8 @@ async def test_a_short_chaos_run_loses_nothing(tmp_path: Path) -> None:
     if etcd_binary() is None:
         pytest.skip("etcd is not installed (apt-get install etcd-server)")
     chaos = chaos_module()
-    settings = chaos.Settings(minutes=0.75, seed=SEED, topics=2, rate=50.0)
+    # settle 40 s: the waits after the heal (2 probes, delivery, 2 read-backs) fit the 300 s deadline
+    settings = chaos.Settings(minutes=0.75, seed=SEED, topics=2, rate=50.0, settle=40.0)
     report = await chaos.run(settings, tmp_path)
     print(report.summary())
     result = report.check
