@@ -157,6 +157,8 @@ class TablesSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     # the conversion, Parquet writes and catalog calls run in one worker process per broker (off: a thread
     # of the broker, which then shares its interpreter with publishes)
     worker_process: bool = True
+    # added to the worker process's niceness (0..19): on a busy machine publishes get the CPU first
+    worker_nice: int = 10
 
 
 class StorageSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

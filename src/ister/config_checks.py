@@ -70,6 +70,8 @@ def _check_tables(cfg: BrokerConfig) -> None:
         )
     if t.snapshot_keep_seconds < 0 or t.max_commit_records < 1:
         raise ConfigError("tables: snapshot_keep_seconds must be >= 0 and max_commit_records >= 1")
+    if not 0 <= t.worker_nice <= 19:
+        raise ConfigError(f"tables.worker_nice: expected 0 to 19, got {t.worker_nice}")
 
 
 def _check_security(sec: SecuritySettings) -> None:

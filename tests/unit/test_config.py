@@ -165,11 +165,18 @@ def test_unset_flags_do_not_override(tmp_path: Path) -> None:
         ({"auto_create_topics": "perhaps"}, "auto_create_topics"),
         ({"broker_addr": 6650}, "broker_addr"),
         ({"bootstrap_namespaces": []}, "bootstrap_namespaces"),
+        ({"tables.worker_nice": 20}, "worker_nice"),
+        ({"tables.worker_nice": -1}, "worker_nice"),
     ],
 )
 def test_invalid_values_name_the_key(flags: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         _load(flags=flags)
+
+
+def test_table_worker_nice_defaults_to_10() -> None:
+    assert _load().tables.worker_nice == 10
+    assert _load(flags={"tables.worker_nice": 0}).tables.worker_nice == 0
 
 
 def test_window_bounds_are_inclusive() -> None:

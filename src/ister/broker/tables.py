@@ -42,6 +42,7 @@ from ister.metadata import keys
 from ister.metadata.cache import LocalCache
 from ister.schema.bindings import TopicBindings
 from ister.storage.topic_storage import TopicStorage
+from ister.storage.wal.runs import RunUnreadable, locate
 from ister.tables.catalog import CatalogSpec, table_ident
 from ister.tables.packing import pack
 from ister.tables.policy import TablePolicy, TableSetting, in_effect
@@ -52,6 +53,9 @@ log = logging.getLogger(__name__)
 
 table_commits = Counter("ister_table_commits", "Iceberg table commits (docs/tables.md)", ("op", "result"))
 table_rows = Counter("ister_table_rows", "Rows committed to topics' Iceberg tables")
+table_fallbacks = Counter(
+    "ister_table_wal_fallbacks", "Table appends the broker read after the worker could not read the WAL file"
+)
 
 TICK_SECONDS = 1.0  # how often policies are looked at (a committer's own pace is its interval)
 EXPIRE_EVERY_SECONDS = 60.0
@@ -113,7 +117,7 @@ class TableKeeper:
         if not self.settings.worker_process:
             return await asyncio.to_thread(_dispatch, *args)  # imports pyiceberg there, not on the loop
         if self._pool is None:
-            self._pool = await asyncio.to_thread(_start_pool)
+            self._pool = await asyncio.to_thread(_start_pool, self.settings.worker_nice)
         try:
             return await loop.run_in_executor(self._pool, _dispatch, *args)
         except BrokenProcessPool:
@@ -150,7 +154,7 @@ class TableKeeper:
             self.committers.pop(topic).stop()
 
 
-def _start_pool() -> ProcessPoolExecutor:
+def _start_pool(nice: int = 0) -> ProcessPoolExecutor:
     """One worker process, started by spawn (a fork would copy the broker's gRPC and loop state)."""
     from ister.tables import worker
 
@@ -158,7 +162,7 @@ def _start_pool() -> ProcessPoolExecutor:
         max_workers=1,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=worker.init_worker,
-        initargs=(os.getpid(),),
+        initargs=(os.getpid(), nice),
     )
 
 
@@ -293,10 +297,9 @@ class TopicCommitter:
         max_records = self.keeper.settings.max_commit_records
         while start < target:
             stop = min(target, start + max_records, _next_boundary(wal, start))
-            records, end = await self._read(start, stop)
+            n, end = await self._append(start, stop, epoch)
             if end <= start:
                 break  # nothing readable now (the next pass tries again)
-            n = await self._call("append_packed", *pack(records), start, end, epoch)
             table_commits.labels("append", "ok").inc()
             table_rows.inc(n)
             added += n
@@ -325,6 +328,24 @@ class TopicCommitter:
             gone = await self._call("expire", keep)
             if gone:
                 log.info("%s: table snapshots expired, %d data files deleted", self.topic.name, len(gone))
+
+    async def _append(self, start: int, stop: int, epoch: int) -> tuple[int, int]:
+        """Commit offsets start..stop-1 (or a first part of them); returns (rows added, the end reached).
+        The table worker reads them from their WAL segment file when one holds them all; else (below the
+        WAL, holes, the file gone) this broker reads them and sends them."""
+        wal = self.topic.wal
+        assert wal is not None
+        run = locate(wal, start, stop)
+        if run is not None:
+            try:
+                return await self._call("append_wal", run, epoch), run.end
+            except RunUnreadable as exc:
+                table_fallbacks.inc()
+                log.info("%s: table records read by the broker: %s", self.topic.name, exc)
+        records, end = await self._read(start, stop)
+        if end <= start:
+            return 0, end
+        return await self._call("append_packed", *pack(records), start, end, epoch), end
 
     async def _read(self, start: int, stop: int) -> tuple[list[tuple[int, bytes]], int]:
         """The records of offsets start..stop-1 (holes skipped) and the end they reach: `stop` when read

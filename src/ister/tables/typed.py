@@ -181,9 +181,32 @@ def to_arrow(
     LeanMessage), in `shape.arrow_schema`. An Avro record stamped with another registry version than
     `shape.version` is read by Avro schema resolution from that version's schema in `writers`; without
     it the record goes to `_raw` / `_error`. Every record gives one row, decodable or not."""
-    messages = _messages(records)
+    offsets = pa.array([o for o, _ in records], pa.int64())
+    return _rows(shape, offsets, _messages(records), writers or {})
+
+
+def run_to_arrow(
+    shape: TableShape,
+    first: int,
+    stored: Sequence[bytes],
+    *,
+    writers: Mapping[int, ParsedSchema] | None = None,
+) -> pa.Table:
+    """`to_arrow` of the stored records of offsets first, first+1, ... (a run read from a WAL segment):
+    plain records are decoded in one call, without a Python step per record."""
+    offsets = pa.array(range(first, first + len(stored)), pa.int64())
+    try:  # 0xC1, a compressed record's first byte, is no msgpack: one makes the bulk decode fail
+        messages = _decode_lean(array_header(len(stored)) + b"".join(stored))
+    except msgspec.DecodeError:
+        messages = _messages([(first + i, r) for i, r in enumerate(stored)])
+    return _rows(shape, offsets, messages, writers or {})
+
+
+def _rows(
+    shape: TableShape, offsets: pa.Array, messages: list[LeanMessage], writers: Mapping[int, ParsedSchema]
+) -> pa.Table:
     filled: dict[str, pa.Array] = {
-        "offset": pa.array([o for o, _ in records], pa.int64()),
+        "offset": offsets,
         "publish_time": pa.array([m.publish_time for m in messages], pa.int64())
         .cast(pa.timestamp("ms", tz="UTC"))
         .cast(pa.timestamp("us", tz="UTC")),
@@ -200,7 +223,7 @@ def to_arrow(
     if shape.schema is None:
         filled[VALUE] = pa.array([m.payload for m in messages], pa.binary())
     else:
-        filled.update(_typed(shape, messages, writers or {}))
+        filled.update(_typed(shape, messages, writers))
     arrays = [
         _cast(filled[f.name], f.type) if f.name in filled else pa.nulls(len(messages), f.type)
         for f in shape.arrow_schema

@@ -22,7 +22,7 @@ from .catalog import CatalogSpec, open_catalog
 from .committer import TableWriter
 from .packing import unpack
 from .shape_spec import ShapeSpec
-from .typed import Records
+from .typed import Records, run_to_arrow
 
 _catalogs: dict[tuple[str, str, tuple[tuple[str, str], ...]], Any] = {}
 _writers: dict[tuple[str, str, str, str], tuple[TableWriter, ShapeSpec | None]] = {}
@@ -30,9 +30,13 @@ _lock = threading.Lock()
 PARENT_POLL_SECONDS = 1.0
 
 
-def init_worker(parent: int) -> None:
-    """A worker process's start: its faults kill the broker too, and it ends when the broker is gone."""
+def init_worker(parent: int, nice: int = 0) -> None:
+    """A worker process's start: its faults kill the broker too, and it ends when the broker is gone. Its
+    niceness goes up by `nice` (`tables.worker_nice`): on a busy machine the broker's publishes get the
+    CPU first and the table catches up in the gaps."""
     committer.FAULT_KILLS = (parent,)
+    if nice > 0:
+        os.nice(nice)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the broker, which stops us
 
     def watch() -> None:
@@ -74,9 +78,17 @@ def dispatch(
     *args: Any,
 ) -> Any:
     """Run one operation of the table's writer: `append_records(records, start, end, epoch)`,
-    `append_packed(offsets, lengths, blob, start, end, epoch)` (`pack`'s form), or any
-    `TableWriter` method by name (state, files, compact, drop_below, expire)."""
+    `append_packed(offsets, lengths, blob, start, end, epoch)` (`pack`'s form), `append_wal(run, epoch)`
+    (the records read here from a WAL segment file: `storage/wal/runs.py`; RunUnreadable when they are
+    not there as expected), or any `TableWriter` method by name (state, files, compact, drop_below,
+    expire)."""
     w = _writer(spec, ident, shape, partition, reopen)
+    if op == "append_wal":
+        from ister.storage.wal.runs import WalRun, read_run
+
+        run: WalRun = args[0]
+        rows = run_to_arrow(w.shape, run.first, read_run(run), writers=w.writers)
+        return w.append(rows, run.first, run.end, *args[1:])
     if op == "append_records":
         records: Records = args[0]
         return w.append(w.rows(records), *args[1:])
