@@ -19,6 +19,8 @@ from ister.storage.wal import Wal, WalConfig
 from ister.tables.catalog import CatalogSpec, open_catalog
 from ister.tables.committer import read_rows
 from ister.tables.policy import TablePolicy
+from ister.tables.shapes import BYTES_SHAPE
+from ister.tables.typed import run_to_arrow, to_arrow
 
 T0_MS = 1_767_000_000_000
 N = 3_000
@@ -99,3 +101,13 @@ async def test_worker_reads_the_wal_files_and_the_broker_takes_over_when_one_is_
     finally:
         await keeper.close()
         await wal.close()
+
+
+def test_rows_of_a_run_equal_the_rows_of_its_records() -> None:
+    """`run_to_arrow` (bulk decode, attributes built flat) gives `to_arrow`'s rows: records with and
+    without attributes, compressed ones, none with attributes, all with them."""
+    for first, count in ((0, 40), (7, 1), (4, 1)):
+        runs = [stored(o) for o in range(first, first + count)]
+        expected = to_arrow(BYTES_SHAPE, [(first + i, r) for i, r in enumerate(runs)])
+        assert run_to_arrow(BYTES_SHAPE, first, runs).equals(expected)
+    assert run_to_arrow(BYTES_SHAPE, 0, []).num_rows == 0

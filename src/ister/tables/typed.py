@@ -13,16 +13,18 @@ Iceberg field id (typed_types.py) that the Arrow schema carries as Parquet field
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from pyiceberg.schema import Schema
 from pyiceberg.types import IcebergType, ListType, MapType, StructType
 
 from ister.core.compression import CompressionError, plain
-from ister.core.record import NO_ATTRIBUTES, LeanMessage, array_header
+from ister.core.record import LeanMessage, array_header
 from ister.core.schema import ParsedSchema, SchemaType
 from ister.core.schema.shape_model import (
     BINARY,
@@ -207,21 +209,15 @@ def _rows(
 ) -> pa.Table:
     filled: dict[str, pa.Array] = {
         "offset": offsets,
-        "publish_time": pa.array([m.publish_time for m in messages], pa.int64())
+        "publish_time": pa.array(list(map(_publish_time, messages)), pa.int64())
         .cast(pa.timestamp("ms", tz="UTC"))
         .cast(pa.timestamp("us", tz="UTC")),
-        "key": pa.array([m.routing_key for m in messages], pa.string()).cast(pa.binary()),
-        "producer": pa.array([m.producer_name for m in messages], pa.string()),
-        "attributes": pa.array(
-            [
-                [] if m.attributes == NO_ATTRIBUTES else list(_decode_attrs(m.attributes).items())
-                for m in messages
-            ],
-            pa.map_(pa.string(), pa.string()),
-        ),
+        "key": pa.array(list(map(_key, messages)), pa.string()).cast(pa.binary()),
+        "producer": pa.array(list(map(_producer, messages)), pa.string()),
+        "attributes": _attributes(messages),
     }
     if shape.schema is None:
-        filled[VALUE] = pa.array([m.payload for m in messages], pa.binary())
+        filled[VALUE] = pa.array(list(map(_payload, messages)), pa.binary())
     else:
         filled.update(_typed(shape, messages, writers))
     arrays = [
@@ -229,6 +225,31 @@ def _rows(
         for f in shape.arrow_schema
     ]
     return pa.Table.from_arrays(arrays, schema=shape.arrow_schema)
+
+
+_key = attrgetter("routing_key")
+_producer = attrgetter("producer_name")
+_payload = attrgetter("payload")
+_publish_time = attrgetter("publish_time")
+_ATTRIBUTES = pa.map_(pa.string(), pa.string())
+
+
+def _attributes(messages: list[LeanMessage]) -> pa.Array:
+    """The attributes column, built from flat keys and values: most records have none, and a Python step
+    per record (a list per row) cost as much as decoding the records."""
+    raws = [m.attributes for m in messages]
+    # the one 1-byte msgpack map is the empty one (NO_ATTRIBUTES); the broker stores no other 1-byte value
+    some = pc.indices_nonzero(pc.not_equal(pa.array(list(map(len, raws)), pa.int32()), 1)).to_pylist()
+    counts = [0] * (len(raws) + 1)
+    keys: list[str] = []
+    values: list[str] = []
+    for i in some:
+        found = _decode_attrs(raws[i])
+        counts[i + 1] = len(found)
+        keys += found.keys()
+        values += found.values()
+    offsets = pc.cumulative_sum(pa.array(counts, pa.int32()))
+    return pa.MapArray.from_arrays(offsets, pa.array(keys, pa.string()), pa.array(values, pa.string()))
 
 
 def _cast(array: pa.Array, to: pa.DataType) -> pa.Array:
