@@ -74,26 +74,29 @@ def sweep(
     now: float | None = None,
 ) -> SweepResult:
     """Delete the table's orphan data files (see the module's docstring). A listing failure raises (nothing
-    was deleted); a deletion failure stops the sweep and is reported in the result with what went before
-    it (those were orphans too)."""
+    was deleted); a file that cannot be deleted is reported in the result's `error` and left as it is, and
+    the sweep goes on with the others."""
     io = table.io
     listed = list_files(io, data_dir(table))
     table.refresh()
     named = {normal(io, p) for p in referenced()}
     doomed = orphans(listed, named, time.time() if now is None else now, min_age)
     deleted: list[str] = []
+    failed: list[str] = []
     for path in doomed:
         fs, _scheme, inner = _filesystem(io, path)
         try:
             fs.delete_file(inner)
         except FileNotFoundError:
             continue  # gone meanwhile (another sweep)
-        except OSError as exc:
-            log.warning("orphan sweep of %s: could not delete %s: %s", table.name(), path, exc)
-            return SweepResult(deleted, f"could not delete {path}: {exc}")
+        except OSError as exc:  # one file that will not go does not keep the others
+            failed.append(f"{path}: {exc}")
+            continue
         deleted.append(path)
     if deleted:
         log.info("orphan sweep of %s: deleted %d unreferenced data files", table.name(), len(deleted))
+    if failed:
+        return SweepResult(deleted, f"could not delete {len(failed)} of {len(doomed)} orphans, {failed[0]}")
     return SweepResult(deleted)
 
 
