@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,11 @@ import duckdb
 import pytest
 
 from ister.client import Client
+from ister.devcluster.ports import free_port
+from ister.tables.catalog import CatalogSpec, open_catalog
+from ister.tables.committer import TableWriter, read_rows
+from ister.tables.shapes import BYTES_SHAPE
+from ister.tables.typed import to_arrow
 from tests.integration.harness import BrokerProcess, broker_metric
 from tests.integration.test_tables import (
     NS,
@@ -28,7 +34,9 @@ from tests.integration.test_tables import (
     table_rows,
     topic_rows,
 )
+from tests.seaweed_server import ACCESS_KEY, REGION, SECRET_KEY, SeaweedServer
 from tests.support import until
+from tests.unit.test_tables_committer import records as unit_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -270,3 +278,47 @@ async def test_deleting_a_topic_keeps_its_table(tmp_path: Path) -> None:
         assert found["table"] == f"{NS}.churn"
     finally:
         broker.stop()
+
+
+async def test_orphan_sweep_on_s3(tmp_path: Path, seaweed: SeaweedServer) -> None:
+    """The sweep through the table's FileIO on S3 (SeaweedFS): strays deleted once old enough, every file a
+    snapshot names kept; a listing that fails (the store unreachable) raises and deletes nothing."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    props = {
+        "s3.endpoint": seaweed.endpoint,
+        "s3.region": REGION,
+        "s3.access-key-id": ACCESS_KEY,
+        "s3.secret-access-key": SECRET_KEY,
+    }
+    warehouse = f"{seaweed.url}/{uuid.uuid4().hex[:8]}/tables"
+    spec = CatalogSpec(f"sqlite:///{tmp_path / 'cat.db'}", warehouse, props)
+    w = TableWriter(open_catalog(spec), (NS, "remote"), BYTES_SHAPE, "day")
+    for first in (0, 100):
+        w.append(to_arrow(BYTES_SHAPE, unit_records(first, 100)), first, first + 100, 1)
+    named = w._all_files()
+    assert len(named) == 2 and all(p.startswith(warehouse) for p in named)
+    fs = w.table.io.fs_by_scheme("s3", seaweed.bucket)
+    source = next(iter(named)).removeprefix("s3://")
+    strays = [f"{source.rsplit('/', 1)[0]}/00000-0-stray{i}.parquet" for i in range(2)]
+    for path in strays:
+        fs.copy_file(source, path)
+
+    def exists(path: str) -> bool:
+        from pyarrow.fs import FileType
+
+        return bool(fs.get_file_info(path).type == FileType.File)
+
+    assert w.sweep(HOUR).deleted == []  # just written: younger than the minimum age
+    good_io = w.table.io
+    dead = {**props, "s3.endpoint": f"http://127.0.0.1:{free_port()}", "s3.connect-timeout": "1"}
+    w.table.io = PyArrowFileIO(dead)
+    with pytest.raises(OSError):
+        w.sweep(0, now=time.time() + 2 * HOUR)
+    assert all(exists(p) for p in strays)
+    w.table.io = good_io
+    result = w.sweep(HOUR, now=time.time() + 2 * HOUR)
+    assert result.error is None and sorted(result.deleted) == sorted(f"s3://{p}" for p in strays)
+    assert not any(exists(p) for p in strays)
+    assert all(exists(p.removeprefix("s3://")) for p in named)
+    assert read_rows(w.table).column("offset").to_pylist() == list(range(200))
