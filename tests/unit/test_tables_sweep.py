@@ -123,3 +123,15 @@ def test_a_table_of_an_earlier_topic_is_refused_then_renamed(tmp_path: Path) -> 
     # the new table's sweep never sees the old table's files: they live at the old table's location
     assert fresh.sweep(0, now=time.time() + 10 * HOUR).deleted == []
     assert read_rows(w.catalog.load_table(("default", "events-deleted-7"))).num_rows == 35
+
+
+def test_a_rename_that_fails_changes_nothing(tmp_path: Path) -> None:
+    from pyiceberg.exceptions import TableAlreadyExistsError
+
+    w = writer(tmp_path)
+    append(w, 0, 10, topic=3)
+    writer(tmp_path, "events-deleted-3")  # the name is taken
+    with pytest.raises(TableAlreadyExistsError):
+        w.retire("events-deleted-3")
+    again = writer(tmp_path)
+    assert again.state().topic == 3 and read_rows(again.table).num_rows == 10
