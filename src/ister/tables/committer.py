@@ -347,12 +347,14 @@ def _follow(table: Any, shape: TableShape) -> None:
 
 
 def new_location(catalog: Any, ident: tuple[str, str]) -> str | None:
-    """A location no other table has for a table a SQL catalog creates (the warehouse's default path plus a
-    random suffix): a table renamed or dropped without purging keeps its files at its own location, and a
-    new table of the same name must not share it (its orphan sweep would take the other's files). None:
-    the catalog chooses (a REST catalog assigns locations itself)."""
-    warehouse = getattr(catalog, "properties", {}).get("warehouse")
-    if not isinstance(warehouse, str) or not warehouse or catalog.__class__.__name__ != "SqlCatalog":
+    """A location no other table has, for a table a SQL (metastore) catalog creates: the warehouse's default
+    path plus a random suffix. A table renamed, or dropped without purging, keeps its files at its own
+    location, and a new table of the same name must not share it (its orphan sweep would take the other's
+    files). None: the catalog chooses (a REST catalog assigns locations itself)."""
+    from pyiceberg.catalog import MetastoreCatalog
+
+    warehouse = catalog.properties.get("warehouse") if isinstance(catalog, MetastoreCatalog) else None
+    if not isinstance(warehouse, str) or not warehouse:
         return None
     return f"{warehouse.rstrip('/')}/{ident[0]}/{ident[1]}-{uuid.uuid4().hex[:8]}"
 
