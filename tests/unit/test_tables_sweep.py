@@ -135,3 +135,18 @@ def test_a_rename_that_fails_changes_nothing(tmp_path: Path) -> None:
         w.retire("events-deleted-3")
     again = writer(tmp_path)
     assert again.state().topic == 3 and read_rows(again.table).num_rows == 10
+
+
+def test_every_snapshot_is_read_only_when_an_old_file_is_not_the_current_snapshots(tmp_path: Path) -> None:
+    from ister.tables.sweep import sweep
+
+    w = writer(tmp_path)
+    append(w, 0, 10)
+    append(w, 10, 10)
+
+    def every_snapshot() -> set[str]:
+        raise AssertionError("read every snapshot's manifests")
+
+    assert sweep(w.table, every_snapshot, HOUR, now=time.time() + 10 * HOUR).deleted == []
+    stray(w, "00000-9-orphan.parquet", 2 * HOUR)
+    assert len(sweep(w.table, w._all_files, HOUR).deleted) == 1

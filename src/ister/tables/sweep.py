@@ -67,6 +67,19 @@ def list_files(io: Any, directory: str) -> list[ListedFile]:
     ]
 
 
+def current_files(table: Any) -> list[str]:
+    """The data files the table's current snapshot names."""
+    snap = table.current_snapshot()
+    if snap is None:
+        return []
+    io = table.io
+    return [
+        entry.data_file.file_path
+        for manifest in snap.manifests(io)
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True)
+    ]
+
+
 def sweep(
     table: Any,
     referenced: Callable[[], Iterable[str]],
@@ -78,9 +91,16 @@ def sweep(
     the sweep goes on with the others."""
     io = table.io
     listed = list_files(io, data_dir(table))
+    now = time.time() if now is None else now
     table.refresh()
-    named = {normal(io, p) for p in referenced()}
-    doomed = orphans(listed, named, time.time() if now is None else now, min_age)
+    # Most old files are the current snapshot's: one manifest read rules them out, and every snapshot's
+    # manifests (hundreds, one per commit kept for time travel) are read only when something is left.
+    current = {normal(io, p) for p in current_files(table)}
+    candidates = set(orphans(listed, current, now, min_age))
+    doomed: list[str] = []
+    if candidates:
+        named = {normal(io, p) for p in referenced()}
+        doomed = orphans([f for f in listed if f.path in candidates], named, now, min_age)
     deleted: list[str] = []
     failed: list[str] = []
     for path in doomed:
@@ -100,4 +120,4 @@ def sweep(
     return SweepResult(deleted)
 
 
-__all__ = ["SweepResult", "data_dir", "list_files", "normal", "sweep"]
+__all__ = ["SweepResult", "current_files", "data_dir", "list_files", "normal", "sweep"]
