@@ -230,7 +230,6 @@ class TopicCommitter:
         self._backoff = Backoff(first=1.0, cap=30.0, jitter=0.25)
         self.wake = asyncio.Event()  # set: the next wait between passes ends at once
         self.sweeper = table_ops.OrphanSweeper(keeper.settings, keeper._clock)
-        self.topic_rev = 0  # the topic's incarnation, stamped on the table's snapshots (0: unknown)
 
     def stop(self) -> None:
         if self.task is not None:
@@ -306,7 +305,7 @@ class TopicCommitter:
             records, end = await self._read(start, stop)
             if end <= start:
                 break  # nothing readable now (the next pass tries again)
-            n = await self._call("append_packed", *pack(records), start, end, epoch, self.topic_rev)
+            n = await self._call("append_packed", *pack(records), start, end, epoch)
             table_commits.labels("append", "ok").inc()
             table_rows.inc(n)
             added += n
@@ -344,7 +343,8 @@ class TopicCommitter:
         if await table_ops.follow_incarnation(self._call, str(self.topic.name), table, rev, state):
             self._reopen = True  # the worker opens (creates) the topic's new table
             state = await self._call("state")
-        self.topic_rev = rev or 0
+        if rev is not None:
+            await self._call("stamp", rev)  # the writer records it in every snapshot it commits
         return state
 
     async def _read(self, start: int, stop: int) -> tuple[list[tuple[int, bytes]], int]:

@@ -100,6 +100,7 @@ class TableWriter:
         self.ident = ident
         self.partition = partition
         self.writers: Mapping[int, ParsedSchema] = writers or {}
+        self.topic = 0  # the topic's incarnation (`stamp`), recorded in the snapshots it commits
         self.table = self._ensure(shape)
         # the table's own field ids (a table evolved earlier may number added columns its own way)
         self.shape = adopt_ids(shape, self.table.schema())
@@ -220,7 +221,9 @@ class TableWriter:
     def append(self, rows: pa.Table, start: int, end: int, epoch: int, topic: int = 0) -> int:
         """Commit the rows of offsets start..end-1 (some offsets may be missing: holes); only those above
         the table's end are added. Returns the rows added (0: already committed). `topic`: the topic's
-        incarnation (0: unknown), recorded in the snapshot; another incarnation's table is refused."""
+        incarnation (0: the one `stamp` gave, if any), recorded in the snapshot; another incarnation's table
+        is refused."""
+        topic = topic or self.topic
         state = self._check(epoch, topic)
         if state.end >= end:
             return 0
@@ -297,6 +300,10 @@ class TableWriter:
             with contextlib.suppress(FileNotFoundError):
                 self.table.io.delete(path)
         return gone
+
+    def stamp(self, topic: int) -> None:
+        """The topic's incarnation (its metadata revision) for the appends that follow."""
+        self.topic = topic
 
     def sweep(self, min_age: float, now: float | None = None) -> Any:
         """Delete the data files no snapshot names that are older than `min_age` seconds (`tables/sweep.py`);
