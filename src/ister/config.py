@@ -154,6 +154,10 @@ class TablesSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     catalog_properties: dict[str, str] = msgspec.field(default_factory=dict)  # more pyiceberg properties
     snapshot_keep_seconds: float = 3_600.0  # older snapshots expire; files only they name are deleted
     max_commit_records: int = 100_000  # records per commit at most (a backlog is committed in steps)
+    # data files no snapshot names (a crash between writing and committing) are deleted once this old (a
+    # younger one may be a commit in flight), by a sweep at most this often per table
+    orphan_min_age_seconds: float = 86_400.0
+    orphan_sweep_interval_seconds: float = 3_600.0
     # the conversion, Parquet writes and catalog calls run in one worker process per broker (off: a thread
     # of the broker, which then shares its interpreter with publishes)
     worker_process: bool = True

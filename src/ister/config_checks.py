@@ -68,6 +68,8 @@ def _check_tables(cfg: BrokerConfig) -> None:
         raise ConfigError(
             f"tables.catalog_uri: expected sqlite:///path, postgresql://... or http(s)://..., got {uri!r}"
         )
+    if t.orphan_min_age_seconds < 0 or t.orphan_sweep_interval_seconds <= 0:
+        raise ConfigError("tables: orphan_min_age_seconds must be >= 0 and orphan_sweep_interval_seconds > 0")
     if t.snapshot_keep_seconds < 0 or t.max_commit_records < 1:
         raise ConfigError("tables: snapshot_keep_seconds must be >= 0 and max_commit_records >= 1")
     if not 0 <= t.worker_nice <= 19:

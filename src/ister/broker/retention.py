@@ -133,6 +133,7 @@ class RetentionKeeper:
         clock: Clock = REAL_CLOCK,
         hold_seconds: float = 10.0,
         move: Callable[[Topic, str, int], Awaitable[object]] | None = None,
+        trimmed: Callable[[Topic], object] | None = None,
     ) -> None:
         self.view = view
         self.store = view.store
@@ -142,6 +143,8 @@ class RetentionKeeper:
         self.interval = interval
         self.hold_seconds = hold_seconds  # producer_hold: how long a publish waits for room
         self._move = move  # moves a subscription forward, consumers attached or not (Cursors.seek)
+        # told when a pass moved a topic's start offset: its table's committer drops those rows now
+        self._trimmed = trimmed
         self._clock = clock
         self._tasks = TaskSupervisor("retention")  # its loop
         self._task: asyncio.Task[None] | None = None
@@ -207,6 +210,8 @@ class RetentionKeeper:
         if new_start > start:
             await self._advance(topic, new_start)
             topic.start_offset = new_start
+            if self._trimmed is not None:
+                self._trimmed(topic)
             log.info(
                 "%s: retention moved the start offset %d -> %d (%s)", name, start, new_start, _why(limits)
             )

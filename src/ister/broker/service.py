@@ -115,6 +115,7 @@ class BrokerService:
             move=lambda topic, sub, offset: self.cursors.seek(
                 topic, sub, Position("offset", offset), create=False
             ),
+            trimmed=lambda topic: self.tables.wake(topic),  # the table leaves with the records
         )
         self.tables = TableKeeper(
             self.retention_view.cache,

@@ -33,6 +33,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from ister.broker import table_ops
 from ister.broker.topic import Topic
 from ister.clock import REAL_CLOCK, Clock
 from ister.config import TablesSettings
@@ -153,6 +154,12 @@ class TableKeeper:
         for topic in [t for t in self.committers if t not in live]:
             self.committers.pop(topic).stop()
 
+    def wake(self, topic: Topic) -> None:
+        """Run the topic's committer now (retention moved its start offset: the table drops those rows)."""
+        c = self.committers.get(topic)
+        if c is not None:
+            c.wake.set()
+
 
 def _start_pool(nice: int = 0) -> ProcessPoolExecutor:
     """One worker process, started by spawn (a fork would copy the broker's gRPC and loop state)."""
@@ -225,6 +232,8 @@ class TopicCommitter:
         self._compacted: set[tuple[int, int]] = set()
         self._last_expiry = time.monotonic()
         self._backoff = Backoff(first=1.0, cap=30.0, jitter=0.25)
+        self.wake = asyncio.Event()  # set: the next wait between passes ends at once
+        self.sweeper = table_ops.OrphanSweeper(keeper.settings, keeper._clock)
 
     def stop(self) -> None:
         if self.task is not None:
@@ -257,7 +266,7 @@ class TopicCommitter:
                         delay,
                         exc,
                     )
-                await clock.sleep(delay)
+                await table_ops.nap(clock, self.wake, delay)
         finally:
             self.done = True
 
@@ -284,7 +293,7 @@ class TopicCommitter:
         # the table worker builds the shape (parsed schemas do not pickle): it gets the versions' records
         self._shape = await self.keeper.schema_of(topic) if self.keeper.schema_of is not None else None
         epoch = topic.claim.epoch
-        state = await self._call("state")
+        state = await self._follow_topic(await self._call("state"))
         if not self._opened:
             self._opened = True
             log.info("%s: committing to Iceberg table %s", topic.name, ".".join(table_ident(topic.name)))
@@ -328,6 +337,18 @@ class TopicCommitter:
             gone = await self._call("expire", keep)
             if gone:
                 log.info("%s: table snapshots expired, %d data files deleted", self.topic.name, len(gone))
+        await self.sweeper.maybe(self._call, str(self.topic.name))
+
+    async def _follow_topic(self, state: Any) -> Any:
+        """The table's state, after a table of an earlier topic of this name was renamed out of the way."""
+        rev = table_ops.topic_revision(self.keeper.cache, self.topic)
+        table = table_ident(self.topic.name)[1]
+        if await table_ops.follow_incarnation(self._call, str(self.topic.name), table, rev, state):
+            self._reopen = True  # the worker opens (creates) the topic's new table
+            state = await self._call("state")
+        if rev is not None:
+            await self._call("stamp", rev)  # the writer records it in every snapshot it commits
+        return state
 
     async def _append(self, start: int, stop: int, epoch: int) -> tuple[int, int]:
         """Commit offsets start..stop-1 (or a first part of them); returns (rows added, the end reached).

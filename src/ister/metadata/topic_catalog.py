@@ -32,7 +32,7 @@ async def create_topic(
 async def erase_topic(store: MetadataStore, name: TopicName) -> None:
     """Every metadata trace of a deleted topic, once it is gone for lookups (`namespace_topic` deleted) and
     away from its owner. A topic created again under this name starts at offset 0 with the namespace's
-    retention and finds none of this one's subscriptions."""
+    retention (and table policy) and finds none of this one's subscriptions."""
     await store.delete_prefix(keys.topic_prefix(name))
     await store.delete(keys.topic_root(name))
     await store.delete(keys.owner(name))
@@ -41,6 +41,7 @@ async def erase_topic(store: MetadataStore, name: TopicName) -> None:
     await store.delete(keys.topic_retention(name))
     await store.delete(keys.topic_rate_limits(name))
     await store.delete(keys.topic_compression(name))
+    await store.delete(keys.topic_table(name))  # its table stays in the catalog (docs/tables.md)
     await _erase_consumer_index(store, name, None)
 
 

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import signal
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -26,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ister.core.schema import ParsedSchema
-from ister.errors import Fenced, InvalidArgument
+from ister.errors import FailedPrecondition, Fenced, InvalidArgument
 
 from .typed import Records, TableShape, adopt_ids, to_arrow
 
@@ -36,6 +37,9 @@ END = "ister.offset.end"
 START = "ister.offset.start"
 EPOCH = "ister.epoch"
 OP = "ister.op"
+# the topic's incarnation (the metadata revision that created it): a topic deleted and created again under
+# the name has another, and must not continue the old one's table (its offsets start at 0 again)
+TOPIC = "ister.topic.revision"
 TABLE_PROPERTIES = {
     "format-version": "2",
     # A commit is refused rather than replayed on a newer head: the offset check must run again first.
@@ -59,6 +63,7 @@ class TableState:
     end: int  # one past the highest offset committed (0: nothing yet)
     epoch: int  # the highest owner epoch that committed
     snapshot_id: int | None
+    topic: int = 0  # the topic incarnation that committed (0: not recorded, a table older than the stamp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,22 +100,34 @@ class TableWriter:
         self.ident = ident
         self.partition = partition
         self.writers: Mapping[int, ParsedSchema] = writers or {}
+        self.topic = 0  # the topic's incarnation (`stamp`), recorded in the snapshots it commits
         self.table = self._ensure(shape)
         # the table's own field ids (a table evolved earlier may number added columns its own way)
         self.shape = adopt_ids(shape, self.table.schema())
 
     def _ensure(self, shape: TableShape) -> Any:
-        from pyiceberg.exceptions import NamespaceAlreadyExistsError
+        from pyiceberg.exceptions import (
+            NamespaceAlreadyExistsError,
+            NoSuchTableError,
+            TableAlreadyExistsError,
+        )
 
         with contextlib.suppress(NamespaceAlreadyExistsError):
             self.catalog.create_namespace(self.ident[0])
         schema = shape.iceberg_schema()
-        table = self.catalog.create_table_if_not_exists(
-            self.ident,
-            schema=schema,
-            partition_spec=partition_spec(self.partition, schema),
-            properties=TABLE_PROPERTIES,
-        )
+        try:  # loaded first: a create that loses to an existing table still writes a metadata file
+            table = self.catalog.load_table(self.ident)
+        except NoSuchTableError:
+            try:
+                table = self.catalog.create_table(
+                    self.ident,
+                    schema=schema,
+                    partition_spec=partition_spec(self.partition, schema),
+                    properties=TABLE_PROPERTIES,
+                    location=new_location(self.catalog, self.ident),
+                )
+            except TableAlreadyExistsError:  # another writer created it meanwhile
+                table = self.catalog.load_table(self.ident)
         self._respec(table)
         _follow(table, shape)  # the topic's schema evolved (or was bound) while no one committed
         return table
@@ -151,7 +168,8 @@ class TableWriter:
         while snap is not None:  # a snapshot another tool committed carries no offsets: look further back
             props = snap.summary.additional_properties if snap.summary is not None else {}
             if END in props:
-                return TableState(int(props[END]), int(props.get(EPOCH, 0)), snap.snapshot_id)
+                topic = int(props.get(TOPIC, 0))
+                return TableState(int(props[END]), int(props.get(EPOCH, 0)), snap.snapshot_id, topic)
             parent = snap.parent_snapshot_id
             snap = self.table.snapshot_by_id(parent) if parent is not None else None
         current = self.table.current_snapshot()
@@ -179,30 +197,42 @@ class TableWriter:
             )
         return sorted(out, key=lambda d: d.first)
 
-    def _check(self, epoch: int) -> TableState:
+    def _check(self, epoch: int, topic: int = 0) -> TableState:
         state = self.state()
+        if topic and state.topic and state.topic != topic:
+            raise FailedPrecondition(
+                f"table {'.'.join(self.ident)} holds the rows of an earlier topic of this name (revision "
+                f"{state.topic}); this topic's is {topic}"
+            )
         if state.epoch > epoch:
             raise Fenced(
                 f"table {'.'.join(self.ident)} was committed at epoch {state.epoch}; this owner's is {epoch}"
             )
         return state
 
-    def _props(self, op: str, end: int, epoch: int, **more: int) -> dict[str, str]:
-        return {OP: op, END: str(end), EPOCH: str(epoch), **{k: str(v) for k, v in more.items()}}
+    def _props(self, op: str, end: int, epoch: int, topic: int, **more: int) -> dict[str, str]:
+        props = {OP: op, END: str(end), EPOCH: str(epoch), **{k: str(v) for k, v in more.items()}}
+        if topic:
+            props[TOPIC] = str(topic)
+        return props
 
     # ---- commits ---------------------------------------------------------------------------------
 
-    def append(self, rows: pa.Table, start: int, end: int, epoch: int) -> int:
+    def append(self, rows: pa.Table, start: int, end: int, epoch: int, topic: int = 0) -> int:
         """Commit the rows of offsets start..end-1 (some offsets may be missing: holes); only those above
-        the table's end are added. Returns the rows added (0: already committed)."""
-        state = self._check(epoch)
+        the table's end are added. Returns the rows added (0: already committed). `topic`: the topic's
+        incarnation (0: the one `stamp` gave, if any), recorded in the snapshot; another incarnation's table
+        is refused."""
+        topic = topic or self.topic
+        state = self._check(epoch, topic)
         if state.end >= end:
             return 0
         if state.end > start:
             rows = rows.filter(pc.greater_equal(rows.column("offset"), pa.scalar(state.end, pa.int64())))
             start = state.end
         tx = self.table.transaction()
-        tx.append(rows, snapshot_properties=self._props("append", end, epoch, **{START: start}))
+        props = self._props("append", end, epoch, topic or state.topic, **{START: start})
+        tx.append(rows, snapshot_properties=props)
         _fault("after-write")  # the data file is written; the catalog does not name it yet
         tx.commit_transaction()
         _fault("after-commit")  # committed; the broker has not seen the answer
@@ -223,7 +253,9 @@ class TableWriter:
         rows = self.table.scan(row_filter=where).to_arrow().sort_by("offset")
         tx = self.table.transaction()
         tx.overwrite(
-            rows, overwrite_filter=where, snapshot_properties=self._props("compact", state.end, epoch)
+            rows,
+            overwrite_filter=where,
+            snapshot_properties=self._props("compact", state.end, epoch, state.topic),
         )
         tx.commit_transaction()
         return len(inside)
@@ -239,7 +271,10 @@ class TableWriter:
             return 0
         state = self._check(epoch)
         tx = self.table.transaction()
-        tx.delete(e.LessThan("offset", start), snapshot_properties=self._props("retention", state.end, epoch))
+        tx.delete(
+            e.LessThan("offset", start),
+            snapshot_properties=self._props("retention", state.end, epoch, state.topic),
+        )
         tx.commit_transaction()
         return len(doomed)
 
@@ -265,6 +300,24 @@ class TableWriter:
             with contextlib.suppress(FileNotFoundError):
                 self.table.io.delete(path)
         return gone
+
+    def stamp(self, topic: int) -> None:
+        """The topic's incarnation (its metadata revision) for the appends that follow."""
+        self.topic = topic
+
+    def sweep(self, min_age: float, now: float | None = None) -> Any:
+        """Delete the data files no snapshot names that are older than `min_age` seconds (`tables/sweep.py`);
+        returns its `SweepResult`."""
+        from .sweep import sweep
+
+        return sweep(self.table, self._all_files, min_age, now)
+
+    def retire(self, name: str) -> str:
+        """Rename the table to `name` (same namespace), out of the way of a new topic of this name; its
+        files stay where they are (every table Ister creates has a location of its own)."""
+        self.catalog.rename_table(self.ident, (self.ident[0], name))
+        log.info("table %s renamed %s.%s", ".".join(self.ident), self.ident[0], name)
+        return name
 
     def _all_files(self) -> set[str]:
         """Data files named by any snapshot the table keeps."""
@@ -298,6 +351,19 @@ def _follow(table: Any, shape: TableShape) -> None:
         update.union_by_name(schema)
         for name in loosen:
             update.make_column_optional(name)
+
+
+def new_location(catalog: Any, ident: tuple[str, str]) -> str | None:
+    """A location no other table has, for a table a SQL (metastore) catalog creates: the warehouse's default
+    path plus a random suffix. A table renamed, or dropped without purging, keeps its files at its own
+    location, and a new table of the same name must not share it (its orphan sweep would take the other's
+    files). None: the catalog chooses (a REST catalog assigns locations itself)."""
+    from pyiceberg.catalog import MetastoreCatalog
+
+    warehouse = catalog.properties.get("warehouse") if isinstance(catalog, MetastoreCatalog) else None
+    if not isinstance(warehouse, str) or not warehouse:
+        return None
+    return f"{warehouse.rstrip('/')}/{ident[0]}/{ident[1]}-{uuid.uuid4().hex[:8]}"
 
 
 def open_writer(
