@@ -12,6 +12,7 @@ import pytest
 
 from ister.core.record import StoredMessage, encode_message
 from ister.errors import Fenced
+from ister.tables import committer
 from ister.tables.catalog import CatalogSpec, open_catalog
 from ister.tables.committer import END, EPOCH, TableWriter, read_rows
 from ister.tables.shapes import BYTES_SHAPE
@@ -188,3 +189,24 @@ def test_a_bytes_table_bound_to_a_subject_later_takes_typed_rows(tmp_path: Path)
     assert w.append(w.rows(typed), 2, 3, 1) == 1
     got = read_rows(w.table).to_pylist()
     assert [(r["value"], r["n"]) for r in got] == [(b"v0", None), (b"v1", None), (None, 5)]
+
+
+def test_compaction_leaves_large_files_and_rewrites_the_small_ones_between(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(committer, "LARGE_FILE_ROWS", 10)
+    w = writer(tmp_path)
+    append(w, 0, 10)  # large
+    append(w, 10, 3)
+    append(w, 13, 10)  # large, between two small ones
+    append(w, 23, 4)
+    append(w, 27, 10)  # large
+    before = read_rows(w.table)
+    assert w.compact(0, 36, epoch=1) == 3
+    assert [(f.first, f.last) for f in w.files()] == [(0, 9), (10, 26), (27, 36)]
+    assert read_rows(w.table).equals(before)
+    assert w.compact(0, 36, epoch=1) == 0  # no two small files left: nothing to do
+    w2 = writer(tmp_path / "only-large")
+    append(w2, 0, 10)
+    append(w2, 10, 10)
+    assert w2.compact(0, 19, epoch=1) == 0 and len(w2.files()) == 2

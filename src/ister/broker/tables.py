@@ -327,8 +327,7 @@ class TopicCommitter:
             if (first, last) in self._compacted or last >= self.committed_end:
                 continue
             inside = [f for f in files if first <= f.first and f.last <= last]
-            if len(inside) >= 2:
-                await self._call("compact", first, last, epoch)
+            if len(inside) >= 2 and await self._call("compact", first, last, epoch):
                 table_commits.labels("compact", "ok").inc()
             self._compacted.add((first, last))
         keep = self.keeper.settings.snapshot_keep_seconds
