@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -13,13 +12,6 @@ from tests.seaweed_server import SeaweedServer, weed_binary
 # loaded 2-core machine (seen under xdist beside broker processes), so the gate runs without it.
 settings.register_profile("gate", deadline=None)
 settings.load_profile("gate")
-
-# The brokers the tests start run their table worker at the broker's own priority. `tables.worker_nice`
-# (default 10) lets a busy broker's publishes go first; on this 2-core machine at the suite's load (8 to 20
-# runnable processes) a worker at nice 10 got ~3 % of a core and took over 60 s just to import pyiceberg, so
-# table tests timed out. The tests check what the table holds, not scheduling; test_tables_walrun checks the
-# niceness is applied.
-os.environ.setdefault("ISTER_TABLES__WORKER_NICE", "0")
 
 
 @pytest.fixture(scope="session")

@@ -174,9 +174,9 @@ def test_invalid_values_name_the_key(flags: dict[str, Any], key: str) -> None:
         _load(flags=flags)
 
 
-def test_table_worker_nice_defaults_to_10() -> None:
-    assert _load().tables.worker_nice == 10
-    assert _load(flags={"tables.worker_nice": 0}).tables.worker_nice == 0
+def test_table_worker_nice_defaults_to_0() -> None:
+    assert _load().tables.worker_nice == 0
+    assert _load(flags={"tables.worker_nice": 10}).tables.worker_nice == 10
 
 
 def test_window_bounds_are_inclusive() -> None:
