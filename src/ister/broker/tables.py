@@ -1,15 +1,20 @@
 """Topics as Iceberg tables on the broker (docs/tables.md): a committer per reliable topic this broker
 owns whose table policy is on.
 
-Each committer pass, every `interval`:
-1. read the table's committed end offset and epoch from its current snapshot (`tables/committer.py`);
+Each committer pass, every `interval` (sooner when retention moved the topic's start: `TableKeeper.wake`):
+1. read the table's committed end offset and epoch from its current snapshot (`tables/committer.py`); a
+   table left by an earlier topic of this name is renamed out of the way, and the topic's incarnation is
+   stamped on the writer (`table_ops.follow_incarnation`, `stamp`);
 2. commit the records from there to the topic's committed offset, one commit per WAL segment's part
-   (so a tail file never straddles a segment) and at most `tables.max_commit_records` per commit;
+   (so a tail file never straddles a segment) and at most `tables.max_commit_records` per commit; the
+   worker reads them from the WAL segment file itself, the broker when it cannot (`_append`);
 3. retention: rows below the topic's start offset are deleted from the table;
 4. compaction: the files inside an exported segment's range (a closed WAL segment's when there is no
    durable tier) are replaced by one, in one commit;
 5. now and then, snapshots older than `tables.snapshot_keep_seconds` expire and the files only they
-   named are deleted.
+   named are deleted;
+6. every `tables.orphan_sweep_interval_seconds`, data files no snapshot names that are older than
+   `tables.orphan_min_age_seconds` are deleted (`table_ops.OrphanSweeper`, `tables/sweep.py`).
 A failed pass (catalog down, object store down) is retried after a backoff from the table's state: nothing
 is lost (the topic still holds the records) and nothing is added twice (the end offset says what is in).
 A pass refused as fenced (a newer owner committed) ends the committer. pyiceberg is blocking: its calls run

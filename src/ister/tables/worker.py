@@ -81,7 +81,7 @@ def dispatch(
     `append_packed(offsets, lengths, blob, start, end, epoch)` (`pack`'s form), `append_wal(run, epoch)`
     (the records read here from a WAL segment file: `storage/wal/runs.py`; RunUnreadable when they are
     not there as expected), or any `TableWriter` method by name (state, files, compact, drop_below,
-    expire)."""
+    expire, stamp, sweep, retire)."""
     w = _writer(spec, ident, shape, partition, reopen)
     if op == "append_wal":
         from ister.storage.wal.runs import WalRun, read_run
