@@ -340,7 +340,7 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
             found = await admin.get_topic(request.topic)
         else:
             found = await admin.get_namespace(request.namespace)
-        return ipb.CompressionResponse(compression=found[0], source=found[1])
+        return ipb.CompressionResponse(**found._asdict())
 
     @unary
     async def ListBrokerLoads(
