@@ -198,6 +198,18 @@ def uses_dictionary(record: Buffer) -> bool:
     )
 
 
+def missing_dictionary(record: Buffer, dicts: DictionaryRegistry = REGISTRY) -> bool:
+    """A record compressed with a zstd dictionary this process has not loaded (a reader outside the broker,
+    e.g. a Spark executor reading objects, then asks the broker, which has it)."""
+    if not uses_dictionary(record):
+        return False
+    view = record if isinstance(record, bytes | memoryview) else memoryview(record)
+    try:
+        return dict_id_of(memoryview(view)[ENVELOPE_SIZE:]) not in dicts
+    except ValueError:
+        return False  # damage: the reader's own error says so
+
+
 def envelope(record: bytes | memoryview) -> tuple[Codec, int]:
     """(codec, uncompressed size) of a compressed record; CompressionError when it is not one."""
     if len(record) < ENVELOPE_SIZE or record[0] != MARK:
