@@ -1,7 +1,7 @@
 """Compressed records in a cluster (docs/compression.md): three brokers on etcd, RF 3, a durable tier on
 SeaweedFS with Parquet copies. Followers get the leader's compressed frames as they are; exported objects
 hold them compressed, their Parquet copies hold plain payloads; after the leader dies the new leader (a
-former follower) serves the same records."""
+former follower) serves the same records. The same for records compressed with a zstd dictionary."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ister.benchmark.compression_cases import dictionary_topic
 from ister.client import Client
-from ister.core.compression import ENVELOPE, MARK, Codec
+from ister.core.compression import ENVELOPE, MARK, Codec, uses_dictionary
 from ister.storage.objects.catalog import list_descriptors
 from ister.storage.objects.parquet import read_table
 from ister.storage.objects.segment import list_topic_files, read_segment
@@ -100,3 +101,49 @@ async def test_compressed_records_replicate_export_and_survive_the_leaders_death
 
     assert await cluster.until(all_read, "every record read from the new leader", 60) == lines
     assert set(await stored_codecs(url, TOPIC, 0, 600)) == {Codec.ZSTD}
+
+
+async def test_records_with_a_dictionary_are_read_by_every_broker_and_in_parquet(
+    cluster: Cluster, seaweed: SeaweedServer
+) -> None:
+    """A dictionary trained by the leader reaches the other brokers through etcd: after the leader's death
+    the new leader reads every record; the exported Parquet copies hold plain payloads."""
+    topic = "/default/zdict"
+    warmup, lines = log_lines(600, seed=99), log_lines(600)
+    entry = cluster.brokers[0]
+    await dictionary_topic(entry.url, entry.admin_addr, topic, warmup)  # trained, stored, named
+    async with Client(entry.url) as c:
+        p = await c.producer(topic, "p", max_batch_messages=50)  # plain: the policy compresses
+        assert await p.send_batch(lines) == list(range(600, 1200))
+        await p.close()
+    record = await cluster.until(lambda: replica_record(cluster, topic), "a replica record")
+    store = open_store(cluster.durable_url, seaweed.options())  # type: ignore[attr-defined]
+
+    async def late_copy() -> tuple[int, int, str, str] | None:
+        objects, copies = await list_topic_files(store, topic.strip("/"))
+        for first, last, key in objects:
+            if first >= 600 and (first, last) in copies:
+                return first, last, key, copies[(first, last)]
+        return None
+
+    first, last, key, copy = await cluster.until(
+        late_copy, "an object of dictionary records and its copy", 90
+    )
+    records = [r async for batch in read_segment(store, key) for r in batch]
+    assert all(uses_dictionary(r) for _, r in records)
+    table = read_table(await store.get(copy), first, last)
+    assert table.column("value").to_pylist() == lines[first - 600 : last - 600 + 1]
+
+    cluster.process_of(record.leader).kill9()
+
+    async def new_leader() -> int | None:
+        rec = await replica_record(cluster, topic)
+        return rec.leader if rec is not None and rec.leader != record.leader else None
+
+    url = cluster.process_of(await cluster.until(new_leader, "a follower leads", 60)).url
+
+    async def all_read() -> list[bytes] | None:
+        got = await read_payloads(url, topic)
+        return got if len(got) == 1200 else None
+
+    assert await cluster.until(all_read, "every record read from the new leader", 60) == [*warmup, *lines]

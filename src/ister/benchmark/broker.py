@@ -27,6 +27,7 @@ class BenchBroker:
         self.env = env or {}  # extra environment, e.g. ISTER_LIMITS__MAX_TOPICS_PER_BROKER
         self.port = free_port()
         self.prom_port = free_port()
+        self.admin_addr = f"127.0.0.1:{free_port()}"
         self.tmp = Path(tempfile.mkdtemp(prefix="ister-bench-"))
         self.log_path = self.tmp / "broker.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -49,7 +50,7 @@ class BenchBroker:
             "--broker-addr",
             f"127.0.0.1:{self.port}",
             "--admin-addr",
-            f"127.0.0.1:{free_port()}",
+            self.admin_addr,
             "--prom-exporter",
             f"127.0.0.1:{self.prom_port}",
             "--fsync",

@@ -91,7 +91,9 @@ def run_ister(opts: Options, progress: Progress) -> dict[str, Any]:
         if "compression" in opts.cases:
             n = max(1, opts.messages // 10)
             progress(f"batch API: each codec on 1 KiB JSON and random payloads, {n:,} messages each")
-            case = compression_cases.run(broker.url, n, broker_cpu=broker.cpu_seconds, progress=progress)
+            case = compression_cases.run(
+                broker.url, n, broker_cpu=broker.cpu_seconds, progress=progress, admin_addr=broker.admin_addr
+            )
             out["ister_compression"] = uvloop.run(case)
         return out
 

@@ -66,6 +66,7 @@ class RetentionView:
                 keys.START_OFFSETS_PREFIX,
                 keys.RATE_LIMITS_PREFIX,
                 keys.COMPRESSION_PREFIX,
+                keys.COMPRESSION_DICTS_PREFIX,  # trained zstd dictionaries (broker/compression_dicts.py)
                 keys.TABLES_PREFIX,
                 NAMESPACES_PREFIX,
             ],

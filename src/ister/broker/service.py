@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
+from ister.broker.compression_dicts import DictionaryFollower
 from ister.broker.consumers import CONSUMER_IDLE_SECONDS, ConsumerRef, Consumers
 from ister.broker.cursors import CursorMove, Cursors, Position
 from ister.broker.exports import ExportScheduler
@@ -86,6 +87,7 @@ class BrokerService:
         # Every namespace policy, topic retention and rate limit, mirrored by watches: retention passes and
         # the rate limits of publishes and dispatch read them without a metadata round trip.
         self.retention_view = RetentionView(store)
+        self.dictionaries = DictionaryFollower(self.retention_view.cache)  # into core.zdict.REGISTRY
         # Every topic's name, sorted per namespace, from the same mirror: the admin API's topic listing.
         self.topic_names = TopicNames(self.retention_view.cache)
         self.rate_source = RateSource(
@@ -185,6 +187,8 @@ class BrokerService:
         self._tasks.spawn(self._reap_loop(), "session-reaper")
         await self.schemas.start()
         await self.retention_view.start()
+        self.dictionaries.sync()  # every stored dictionary before any topic loads (its records need them)
+        self._tasks.spawn(self.dictionaries.follow(), "compression-dictionaries")
         self._tasks.spawn(self.topic_names.follow(), "topic-name-index")
         self.retention.start()
         self.tables.start()

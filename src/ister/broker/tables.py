@@ -42,6 +42,7 @@ from ister.broker import table_ops
 from ister.broker.topic import Topic
 from ister.clock import REAL_CLOCK, Clock
 from ister.config import TablesSettings
+from ister.core import zdict
 from ister.core.backoff import Backoff
 from ister.errors import Fenced
 from ister.metadata import keys
@@ -99,6 +100,7 @@ class TableKeeper:
         # the registry versions a topic's records follow (None: a bytes topic): the table's typed columns
         self.schema_of = schema_of
         self._pool: ProcessPoolExecutor | None = None
+        self._pool_dicts: set[int] = set()  # compression dictionaries the worker process holds already
         self.committers: dict[Topic, TopicCommitter] = {}
         self._tasks = TaskSupervisor("tables")
         self._task: asyncio.Task[None] | None = None
@@ -124,13 +126,24 @@ class TableKeeper:
             return await asyncio.to_thread(_dispatch, *args)  # imports pyiceberg there, not on the loop
         if self._pool is None:
             self._pool = await asyncio.to_thread(_start_pool, self.settings.worker_nice)
+            self._pool_dicts = set()
+        # The worker decodes records itself: it gets the zstd dictionaries it does not hold yet with the
+        # operation (docs/compression.md, "Dictionaries"); ids are immutable: sending one twice is harmless.
+        new = {
+            i: d for i in zdict.REGISTRY.ids() if i not in self._pool_dicts and (d := zdict.REGISTRY.get(i))
+        }
         try:
-            return await loop.run_in_executor(self._pool, _dispatch, *args)
+            result = await loop.run_in_executor(self._pool, _dispatch_with, tuple(new.values()), *args)
         except BrokenProcessPool:
             pool, self._pool = self._pool, None
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
             raise
+        except Exception:
+            self._pool_dicts.update(new)  # the operation ran (and failed) after the worker loaded them
+            raise
+        self._pool_dicts.update(new)
+        return result
 
     async def _run(self) -> None:
         while True:
@@ -182,6 +195,13 @@ def _dispatch(*args: Any) -> Any:
     from ister.tables import worker
 
     return worker.dispatch(*args)
+
+
+def _dispatch_with(dicts: tuple[bytes, ...], *args: Any) -> Any:
+    """`_dispatch` in the worker process after loading the compression dictionaries it was sent."""
+    for d in dicts:
+        zdict.REGISTRY.add(d)
+    return _dispatch(*args)
 
 
 class SubjectVersions:

@@ -12,12 +12,10 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from ister.broker import deadlines, metrics
-from ister.broker.compression_policy import compress_plain
 from ister.broker.nonreliable import NonReliableSubscription
 from ister.broker.reliable import ReliableSubscription
 from ister.broker.sessions import ProducerSession
 from ister.broker.subscription import Subscription
-from ister.core.compression import Codec
 from ister.core.lifecycle import TopicLifecycle
 from ister.core.missing_offsets import GapLedger
 from ister.core.record import StoredMessage, encode_message
@@ -252,10 +250,7 @@ class Topic:
         """The records as the WAL stores them: compressed with the topic's codec when it has one
         (docs/compression.md); as they are otherwise, without a copy."""
         policy = self.compression
-        if policy is None:
-            return records
-        codec = policy.codec()
-        return records if codec is Codec.NONE else compress_plain(codec, records)
+        return records if policy is None else policy.stored_form(records)
 
     async def wait_committed(self, end: int) -> None:
         """Wait until offsets below `end` are committed (a replicated topic: on enough replicas)."""

@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from functools import partial
+from typing import Any
 
 from ister.broker import metrics
+from ister.broker.compression_dicts import DictionaryTrainer
 from ister.broker.compression_policy import TopicCompressionPolicy
 from ister.broker.dedup import TopicDedup, rebuild_from_log
 from ister.broker.exports import ExportScheduler
@@ -252,7 +255,8 @@ class TopicRegistry:
             if self.rates is not None:
                 topic.limits = self.rates.for_topic(name)
                 if wal is not None:
-                    topic.compression = TopicCompressionPolicy(self.rates.cache, name)
+                    trainer = DictionaryTrainer(self.store, name, partial(_spawn_into, topic))
+                    topic.compression = TopicCompressionPolicy(self.rates.cache, name, trainer)
             return topic
 
         owner: TopicOwner[Topic] = TopicOwner(name, self.placement, self.storage, self)
@@ -332,3 +336,10 @@ class TopicRegistry:
         owner = self._owners.get(topic)
         if owner is not None:
             await owner.seal(reason)
+
+
+def _spawn_into(topic: Topic, work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` as one of the topic's tasks (cancelled when it closes), off its list once done."""
+    task = asyncio.create_task(work, name=f"compression dictionary {topic.name}")
+    topic.tasks.append(task)
+    task.add_done_callback(lambda t: topic.tasks.remove(t) if t in topic.tasks else None)

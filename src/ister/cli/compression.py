@@ -27,10 +27,16 @@ CODECS = "none, lz4, zstd, snappy or gzip"
 
 
 def _emit(output: Output, what: str, r: ister_pb.CompressionResponse) -> None:
+    shown = f"{r.compression} ({r.source})"
+    if r.dictionary:  # a topic's trained zstd dictionary (docs/compression.md)
+        shown += f", dictionary {r.dictionary_id}" if r.dictionary_id else ", dictionary (sampling)"
     if output == Output.json:
-        emit_json({"name": what, "compression": r.compression, "source": r.source})
+        fields: dict[str, object] = {"name": what, "compression": r.compression, "source": r.source}
+        if r.dictionary:
+            fields |= {"dictionary": True, "dictionary_id": r.dictionary_id}
+        emit_json(fields)
         return
-    emit_fields([("name", what), ("compression", f"{r.compression} ({r.source})")])
+    emit_fields([("name", what), ("compression", shown)])
 
 
 @namespaces_app.command("set-compression")
@@ -61,6 +67,9 @@ def topics_set_compression(
     topic: TopicArg,
     compression: Annotated[str | None, typer.Argument(help=CODECS)] = None,
     clear: Annotated[bool, typer.Option("--clear", help="drop the topic's own codec")] = False,
+    dictionary: Annotated[
+        bool, typer.Option("--dictionary", help="zstd: train a dictionary on the topic's first records")
+    ] = False,
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
     output: OutputOpt = Output.table,
 ) -> None:
@@ -68,7 +77,9 @@ def topics_set_compression(
     if (compression is None) != clear:
         fail("give a compression, or --clear")
     name = topic_name(topic)
-    request = ister_pb.SetCompressionRequest(topic=name, compression=compression or "", clear=clear)
+    request = ister_pb.SetCompressionRequest(
+        topic=name, compression=compression or "", clear=clear, dictionary=dictionary
+    )
     _emit(output, name, call(admin_addr, lambda s: s.ister_admin.SetCompression(request, timeout=30.0)))
 
 

@@ -29,6 +29,7 @@ import msgspec
 import zstandard
 
 from ister.core.frames import MAX_FRAME_PAYLOAD
+from ister.core.zdict import REGISTRY, DictionaryRegistry, dict_id_of
 from ister.errors import InvalidArgument
 
 Buffer = bytes | memoryview | msgspec.Raw
@@ -87,14 +88,21 @@ def _gzip(data: bytes | memoryview) -> bytes:
     return c.compress(data) + c.flush()
 
 
-def _unzstd(data: bytes | memoryview, size: int) -> bytes:
+def _unzstd(data: bytes | memoryview, size: int, dicts: DictionaryRegistry) -> bytes:
     # One frame that states its content size (ours always do), checked before anything is allocated: the
     # one-shot decompression then writes into exactly that many bytes, and no byte may follow the frame.
     declared = zstandard.frame_content_size(data)
     if declared != size:
         stated = "no size" if declared == -1 else f"{declared} bytes"
         raise CompressionError(f"zstd frame states {stated}, the size says {size}")
-    got: bytes = _ctx.zd.decompress(data, max_output_size=size, allow_extra_data=False)
+    zd = _ctx.zd
+    dict_id = dict_id_of(data)  # a frame made with a dictionary names it (core/zdict.py)
+    if dict_id:
+        found = dicts.decompressor(dict_id)
+        if found is None:
+            raise CompressionError(f"zstd frame needs dictionary {dict_id}, which is not loaded")
+        zd = found
+    got: bytes = zd.decompress(data, max_output_size=size, allow_extra_data=False)
     if len(got) != size:
         raise CompressionError(f"zstd data holds {len(got)} bytes, the size says {size}")
     return got
@@ -113,16 +121,19 @@ def compress(codec: Codec, data: bytes | memoryview) -> bytes:
     return bytes(data)
 
 
-def decompress(codec: Codec, data: bytes | memoryview, size: int) -> bytes:
+def decompress(
+    codec: Codec, data: bytes | memoryview, size: int, dicts: DictionaryRegistry = REGISTRY
+) -> bytes:
     """`data` decompressed, which must be exactly `size` bytes; CompressionError otherwise. At most
-    `size + 1` bytes are ever produced, so a small input cannot expand past its declared size."""
+    `size + 1` bytes are ever produced, so a small input cannot expand past its declared size. A zstd frame
+    that names a dictionary is decompressed with it from `dicts` (unknown: CompressionError)."""
     if codec is Codec.NONE:
         if len(data) != size:
             raise CompressionError(f"{len(data)} bytes, the size says {size}")
         return bytes(data)
     try:
         if codec is Codec.ZSTD:
-            return _unzstd(data, size)
+            return _unzstd(data, size, dicts)
         if codec is Codec.GZIP:
             return _ungzip(data, size)
         out = bytearray(size + 1)  # one spare byte: an input that holds more than `size` shows itself
@@ -166,6 +177,37 @@ def wrap(codec: Codec, record: bytes | memoryview) -> bytes:
     if codec is Codec.NONE:
         return bytes(record)
     return ENVELOPE.pack(MARK, codec, len(record)) + compress(codec, record)
+
+
+def wrap_with_dictionary(
+    dict_id: int, record: bytes | memoryview, dicts: DictionaryRegistry = REGISTRY
+) -> bytes:
+    """A plain record stored as zstd with dictionary `dict_id` (its frame names the dictionary)."""
+    return ENVELOPE.pack(MARK, Codec.ZSTD, len(record)) + dicts.compressor(dict_id).compress(record)
+
+
+def uses_dictionary(record: Buffer) -> bool:
+    """A stored record compressed with a zstd dictionary (a reader needs the dictionary): one byte of the
+    frame's descriptor says whether the frame names one."""
+    view = record if isinstance(record, bytes | memoryview) else memoryview(record)
+    return (
+        len(view) > ENVELOPE_SIZE + 4
+        and view[0] == MARK
+        and view[1] == Codec.ZSTD
+        and bool(view[ENVELOPE_SIZE + 4] & 0x03)
+    )
+
+
+def missing_dictionary(record: Buffer, dicts: DictionaryRegistry = REGISTRY) -> bool:
+    """A record compressed with a zstd dictionary this process has not loaded (a reader outside the broker,
+    e.g. a Spark executor reading objects, then asks the broker, which has it)."""
+    if not uses_dictionary(record):
+        return False
+    view = record if isinstance(record, bytes | memoryview) else memoryview(record)
+    try:
+        return dict_id_of(memoryview(view)[ENVELOPE_SIZE:]) not in dicts
+    except ValueError:
+        return False  # damage: the reader's own error says so
 
 
 def envelope(record: bytes | memoryview) -> tuple[Codec, int]:

@@ -45,6 +45,8 @@ RETENTION_PREFIX = "/ister/retention/"
 RATE_LIMITS_PREFIX = "/ister/rate-limits/"
 # /ister/compression/{ns}/{topic}: a topic's own compression (absent: its namespace policy's)
 COMPRESSION_PREFIX = "/ister/compression/"
+# /ister/compression-dicts/{id}: a trained zstd dictionary, immutable (created if absent; docs/compression.md)
+COMPRESSION_DICTS_PREFIX = "/ister/compression-dicts/"
 # /ister/start-offsets/{ns}/{topic}: the lowest offset retention keeps (never moves backwards)
 START_OFFSETS_PREFIX = "/ister/start-offsets/"
 # /ister/tables/{ns}/{topic}: a topic's own table policy (absent fields: its namespace's; docs/tables.md)
@@ -162,6 +164,10 @@ def topic_rate_limits(topic: TopicLike) -> str:
 
 def topic_compression(topic: TopicLike) -> str:
     return f"{COMPRESSION_PREFIX}{_topic(topic).path}"
+
+
+def compression_dict(dict_id: int) -> str:
+    return f"{COMPRESSION_DICTS_PREFIX}{dict_id}"
 
 
 def topic_table(topic: TopicLike) -> str:

@@ -168,15 +168,26 @@ class TopicRetention(Record, frozen=True):
         return {k: v for k, v in msgspec.to_builtins(self).items() if v is not None}
 
 
-class TopicCompression(Record, frozen=True):
-    """`/ister/compression/{ns}/{topic}`: a topic's own compression codec (a name of core.compression)."""
+class TopicCompression(Record, frozen=True, omit_defaults=True):
+    """`/ister/compression/{ns}/{topic}`: a topic's own compression codec (a name of core.compression);
+    with zstd, `dictionary`: the owner trains a zstd dictionary on its records and, once it is stored under
+    `/ister/compression-dicts/{id}`, records its id here (`dictionary_id`, by compare-and-set)."""
 
     compression: str
+    dictionary: bool = False
+    dictionary_id: int | None = None
 
     @classmethod
     def lenient(cls, value: Any) -> TopicCompression | None:
-        codec = value.get("compression") if isinstance(value, dict) else None
-        return cls(compression=codec) if isinstance(codec, str) and codec in NAMES.values() else None
+        if not isinstance(value, dict):
+            return None
+        codec = value.get("compression")
+        if not isinstance(codec, str) or codec not in NAMES.values():
+            return None
+        wanted = value.get("dictionary") is True and codec == "zstd"
+        dict_id = value.get("dictionary_id")
+        ok_id = type(dict_id) is int and 0 < dict_id < 2**32
+        return cls(compression=codec, dictionary=wanted, dictionary_id=dict_id if wanted and ok_id else None)
 
 
 class TopicRateLimits(Record, frozen=True):

@@ -47,7 +47,7 @@ from ister.security.api_keys import ApiKeyStore
 from ister.server.cursor_convert import move_to_wire, position_from_wire
 from ister.server.errors import bidi_stream, server_stream, unary
 from ister.server.handlers import add_service
-from ister.server.ister_compressed import plain_frames, plain_record, unpack_compressed
+from ister.server.ister_compressed import client_frames, client_record, unpack_compressed
 from ister.server.peers import peer_address as _peer
 from ister.server.security_api import exchange_api_key
 from ister.wire.enums import initial_position_from_wire, reliable_from_wire, sub_type_from_wire
@@ -414,7 +414,8 @@ async def _first(it: AsyncIterator[Any], kind: str) -> Any:
 async def _next_frame(stream: ConsumerStream, accept: bool = True) -> tuple[bytes, int]:
     """Wait for at least one message, then take what is queued (bounded) as one frame of WAL frames. Chunks of
     frames read from the durable tier go as they are; single records are framed here. Not `accept`: every
-    compressed record goes decompressed (a consumer that cannot decode them)."""
+    compressed record goes decompressed (a consumer that cannot decode them); with `accept`, those
+    compressed with a zstd dictionary (ister_compressed.py)."""
     item = await stream.get()
     if item is None:
         return b"", 0
@@ -424,17 +425,17 @@ async def _next_frame(stream: ConsumerStream, accept: bool = True) -> tuple[byte
     while True:
         if isinstance(item, OutChunk):
             if item.block is not None:
-                parts.append(item.block.frames() if accept else plain_frames(item.block.frames()))
+                parts.append(client_frames(item.block.frames(), accept))
             else:
                 assert item.records is not None
                 for offset, record in zip(item.offsets, item.records, strict=True):
-                    out = record if accept else plain_record(record)
+                    out = client_record(record, accept)
                     parts.append(pack(offset, len(out), crc32c(out)))
                     parts.append(out)
             count += item.count
             size += item.nbytes
         else:
-            out = item.record if accept else plain_record(item.record)
+            out = client_record(item.record, accept)
             parts.append(pack(item.offset, len(out), crc32c(out)))
             parts.append(out)
             count += 1
@@ -454,11 +455,11 @@ async def _next_frame(stream: ConsumerStream, accept: bool = True) -> tuple[byte
 
 def pack_frames(records: list[tuple[int, bytes]], accept: bool = True) -> bytes:
     """(offset, record) pairs as back-to-back WAL frames (the MessageBatch layout); not `accept`: compressed
-    records decompressed."""
+    records decompressed (with `accept`: those with a zstd dictionary)."""
     pack = HEADER.pack
     parts: list[bytes | memoryview] = []
     for offset, stored in records:
-        record = stored if accept else plain_record(stored)
+        record = client_record(stored, accept)
         parts.append(pack(offset, len(record), crc32c(record)))
         parts.append(record)
     return b"".join(parts)

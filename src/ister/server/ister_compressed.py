@@ -1,5 +1,6 @@
 """Compressed records on the batch API (docs/compression.md): a producer's compressed batch in, and plain
-records out to consumers that did not ask for compressed ones (older clients)."""
+records out to consumers that did not ask for compressed ones (older clients). Records compressed with a
+zstd dictionary go plain to every client: a client has no way to fetch a dictionary."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 from crc32c import crc32c
 
 from ister.core.compressed_batch import decompress_batch
-from ister.core.compression import MARK, Buffer, CompressionError, plain
+from ister.core.compression import MARK, Buffer, CompressionError, plain, uses_dictionary
 from ister.core.frames import HEADER, HEADER_SIZE
 from ister.errors import CorruptionError, InvalidArgument
 
@@ -32,9 +33,21 @@ def plain_record(record: Buffer) -> Buffer:
         raise CorruptionError(f"a stored compressed record does not decompress: {exc}") from None
 
 
-def plain_frames(frames: bytes | memoryview) -> bytes | memoryview:
-    """Back-to-back WAL frames (already checked) with every compressed record replaced by its plain one and
-    framed again; the same object when none is compressed."""
+def client_record(record: Buffer, accept: bool) -> Buffer:
+    """A stored record as a consumer gets it: as stored when it accepts compressed records and the record
+    needs no dictionary, plain otherwise."""
+    return plain_record(record) if not accept or uses_dictionary(record) else record
+
+
+def client_frames(frames: bytes | memoryview, accept: bool) -> bytes | memoryview:
+    """`plain_frames` for a consumer: only the records with a dictionary when it accepts compressed ones."""
+    return plain_frames(frames, only_dictionary=accept)
+
+
+def plain_frames(frames: bytes | memoryview, only_dictionary: bool = False) -> bytes | memoryview:
+    """Back-to-back WAL frames (already checked) with every compressed record (`only_dictionary`: every one
+    compressed with a zstd dictionary) replaced by its plain one and framed again; the same object when
+    there is none."""
     mv = memoryview(frames)
     unpack, pack = HEADER.unpack_from, HEADER.pack
     parts: list[Buffer] = []
@@ -42,7 +55,7 @@ def plain_frames(frames: bytes | memoryview) -> bytes | memoryview:
     while pos + HEADER_SIZE <= len(mv):
         offset, length, _ = unpack(mv, pos)
         body = pos + HEADER_SIZE
-        if length and mv[body] == MARK:
+        if length and mv[body] == MARK and (not only_dictionary or uses_dictionary(mv[body : body + length])):
             record = plain_record(mv[body : body + length])
             parts += [mv[done:pos], pack(offset, len(record), crc32c(record)), record]
             done = body + length

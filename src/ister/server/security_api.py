@@ -318,12 +318,16 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
             raise FailedPrecondition("this server does not administer compression")
         admin = self.ops.compression
         if request.topic:
-            found = await admin.set_topic(request.topic, request.compression, request.clear)
+            found = await admin.set_topic(
+                request.topic, request.compression, request.clear, request.dictionary
+            )
         else:
-            if request.clear:
-                raise InvalidArgument("clear applies to a topic's own compression; give the topic")
+            if request.clear or request.dictionary:
+                raise InvalidArgument(
+                    "clear and dictionary apply to a topic's own compression; give the topic"
+                )
             found = await admin.set_namespace(request.namespace, request.compression)
-        return ipb.CompressionResponse(compression=found[0], source=found[1])
+        return ipb.CompressionResponse(**found._asdict())
 
     @unary
     async def GetCompression(
@@ -336,7 +340,7 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
             found = await admin.get_topic(request.topic)
         else:
             found = await admin.get_namespace(request.namespace)
-        return ipb.CompressionResponse(compression=found[0], source=found[1])
+        return ipb.CompressionResponse(**found._asdict())
 
     @unary
     async def ListBrokerLoads(

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from ister.core.compression import missing_dictionary
 from ister.core.stream_offsets import TopicPartition
 from ister.spark.options import ClientAuth
 from ister.spark.rows import to_batch
@@ -92,10 +93,15 @@ def read_raw(part: OffsetRange) -> Iterator[pa.RecordBatch]:
                     position = stop
                     continue
                 for first, payloads in _sync(read_segment_runs(store, key, position, part.end - 1), loop):
+                    if any(map(missing_dictionary, payloads)):
+                        break  # zstd dictionaries live in the brokers' metadata: the broker reads them
                     count = len(payloads)
                     yield to_batch(part.tp, range(first, first + count), payloads, part.include_headers)
                     position = first + count
-                position = max(position, last + 1)
+                else:
+                    position = max(position, last + 1)
+                    continue
+                break
         finally:
             loop.close()
     if position < part.end:

@@ -162,16 +162,18 @@ class ClusterHealthResponse(_message.Message):
     def __init__(self, mode: _Optional[str] = ..., note: _Optional[str] = ..., moves: _Optional[_Iterable[_Union[RebalancingMove, _Mapping]]] = ..., moves_total: _Optional[int] = ..., failed_moves: _Optional[_Iterable[_Union[FailedMove, _Mapping]]] = ..., under_replicated: _Optional[_Iterable[_Union[ReplicationIssue, _Mapping]]] = ..., under_min_isr: _Optional[_Iterable[_Union[ReplicationIssue, _Mapping]]] = ..., replicated_topics: _Optional[int] = ...) -> None: ...
 
 class SetCompressionRequest(_message.Message):
-    __slots__ = ("namespace", "topic", "compression", "clear")
+    __slots__ = ("namespace", "topic", "compression", "clear", "dictionary")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     COMPRESSION_FIELD_NUMBER: _ClassVar[int]
     CLEAR_FIELD_NUMBER: _ClassVar[int]
+    DICTIONARY_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     topic: str
     compression: str
     clear: bool
-    def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ..., compression: _Optional[str] = ..., clear: _Optional[bool] = ...) -> None: ...
+    dictionary: bool
+    def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ..., compression: _Optional[str] = ..., clear: _Optional[bool] = ..., dictionary: _Optional[bool] = ...) -> None: ...
 
 class GetCompressionRequest(_message.Message):
     __slots__ = ("namespace", "topic")
@@ -182,12 +184,16 @@ class GetCompressionRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
 
 class CompressionResponse(_message.Message):
-    __slots__ = ("compression", "source")
+    __slots__ = ("compression", "source", "dictionary", "dictionary_id")
     COMPRESSION_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
+    DICTIONARY_FIELD_NUMBER: _ClassVar[int]
+    DICTIONARY_ID_FIELD_NUMBER: _ClassVar[int]
     compression: str
     source: str
-    def __init__(self, compression: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+    dictionary: bool
+    dictionary_id: int
+    def __init__(self, compression: _Optional[str] = ..., source: _Optional[str] = ..., dictionary: _Optional[bool] = ..., dictionary_id: _Optional[int] = ...) -> None: ...
 
 class SetLimitsRequest(_message.Message):
     __slots__ = ("namespace", "topic", "limits", "clear")
