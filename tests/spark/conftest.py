@@ -23,7 +23,6 @@ from tests.integration.harness import BrokerProcess
 _SPARK_GROUP_B = {
     "test_spark_kafka_habits.py",
     "test_spark_source.py",
-    "test_spark_schema.py",
     "test_spark_exactly_once.py",
     "test_spark_streaming.py",
 }
