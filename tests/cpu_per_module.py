@@ -1,0 +1,128 @@
+"""Opt-in pytest plugin: CPU seconds and wall time per test module (issue 40 item 6).
+
+    PYTHONPATH=. pytest -p tests.cpu_per_module [-n N] tests/...
+
+Each test's setup, call and teardown are measured with `getrusage`: the process's own CPU (RUSAGE_SELF)
+plus that of its children (RUSAGE_CHILDREN), which the kernel adds only once a child is waited for, so a
+broker's CPU lands on the module whose test (or module fixture's teardown) stopped it. Session fixtures
+(etcd, SeaweedFS) are reaped at the session's end: that, and collection, are rows of their own. Under
+pytest-xdist each worker sends its figures to the controller (`workeroutput`), which merges them. The table
+is printed at the end and written as JSON to `--cpu-per-module-out` (default cpu-per-module.json).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from collections.abc import Generator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+COLLECTION = "<collection and start>"
+SESSION_END = "<session end: session fixtures, reaped late>"
+_KEY = "cpu_per_module"
+
+
+@dataclass
+class Row:
+    tests: int = 0
+    cpu_self: float = 0.0
+    cpu_children: float = 0.0
+    wall: float = 0.0
+
+    @property
+    def cpu(self) -> float:
+        return self.cpu_self + self.cpu_children
+
+    def add(self, other: Row) -> None:
+        self.tests += other.tests
+        self.cpu_self += other.cpu_self
+        self.cpu_children += other.cpu_children
+        self.wall += other.wall
+
+
+def _cpu(who: int) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+class _Sample:
+    def __init__(self) -> None:
+        self.self_ = _cpu(resource.RUSAGE_SELF)
+        self.children = _cpu(resource.RUSAGE_CHILDREN)
+        self.wall = time.perf_counter()
+
+    def since(self, start: _Sample, tests: int) -> Row:
+        return Row(tests, self.self_ - start.self_, self.children - start.children, self.wall - start.wall)
+
+
+class CpuPerModule:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.rows: dict[str, Row] = {}
+        self.last = _Sample()  # the process's start to here is not seen; collection is counted from here
+        self.first_test = True
+
+    def _charge(self, key: str, row: Row) -> None:
+        self.rows.setdefault(key, Row()).add(row)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, None, None]:
+        start = _Sample()
+        if self.first_test:
+            self._charge(COLLECTION, start.since(self.last, 0))
+            self.first_test = False
+        yield
+        end = _Sample()
+        self._charge(item.nodeid.split("::", 1)[0], end.since(start, 1))
+        self.last = end
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        # trylast: after the session fixtures' teardown (pytest's own sessionfinish runs it) reaped etcd.
+        self._charge(SESSION_END, _Sample().since(self.last, 0))
+        workeroutput = getattr(self.config, "workeroutput", None)
+        if workeroutput is not None:  # an xdist worker: the controller merges
+            workeroutput[_KEY] = {k: asdict(v) for k, v in self.rows.items()}
+
+    @pytest.hookimpl(optionalhook=True)  # xdist's hook: absent without it
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        for key, row in getattr(node, "workeroutput", {}).get(_KEY, {}).items():
+            self._charge(key, Row(**row))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if hasattr(self.config, "workeroutput"):
+            return
+        rows = sorted(self.rows.items(), key=lambda kv: kv[1].cpu, reverse=True)
+        total = Row()
+        for _, row in rows:
+            total.add(row)
+        tr = terminalreporter
+        tr.write_sep("-", "CPU per test module (s; children counted when reaped)")
+        tr.write_line(f"{'cpu':>8} {'self':>8} {'children':>8} {'wall':>8} {'tests':>5}  module")
+        for key, row in [*rows, ("TOTAL", total)]:
+            tr.write_line(
+                f"{row.cpu:8.1f} {row.cpu_self:8.1f} {row.cpu_children:8.1f} {row.wall:8.1f} "
+                f"{row.tests:5d}  {key}"
+            )
+        out = Path(self.config.getoption("cpu_per_module_out"))
+        out.write_text(
+            json.dumps({k: {**asdict(v), "cpu": v.cpu} for k, v in rows}, indent=1, sort_keys=True) + "\n"
+        )
+        tr.write_line(f"written to {out}")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cpu-per-module-out",
+        default="cpu-per-module.json",
+        help="where tests.cpu_per_module writes its table as JSON",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(CpuPerModule(config), "cpu_per_module_instance")
