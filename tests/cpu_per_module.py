@@ -7,7 +7,8 @@ plus that of its children (RUSAGE_CHILDREN), which the kernel adds only once a c
 broker's CPU lands on the module whose test (or module fixture's teardown) stopped it. Session fixtures
 (etcd, SeaweedFS) are reaped at the session's end: that, and collection, are rows of their own. Under
 pytest-xdist each worker sends its figures to the controller (`workeroutput`), which merges them. The table
-is printed at the end and written as JSON to `--cpu-per-module-out` (default cpu-per-module.json).
+is printed at the end (`--cpu-per-test N` adds the N tests of most CPU) and written as JSON, modules and
+tests, to `--cpu-per-module-out` (default cpu-per-module.json).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class CpuPerModule:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.rows: dict[str, Row] = {}
+        self.tests: dict[str, Row] = {}  # per test too, for `--cpu-per-test N`
         self.last = _Sample()  # the process's start to here is not seen; collection is counted from here
         self.first_test = True
 
@@ -78,7 +80,9 @@ class CpuPerModule:
             self.first_test = False
         yield
         end = _Sample()
-        self._charge(item.nodeid.split("::", 1)[0], end.since(start, 1))
+        row = end.since(start, 1)
+        self._charge(item.nodeid.split("::", 1)[0], row)
+        self.tests[item.nodeid] = row
         self.last = end
 
     @pytest.hookimpl(trylast=True)
@@ -88,11 +92,14 @@ class CpuPerModule:
         workeroutput = getattr(self.config, "workeroutput", None)
         if workeroutput is not None:  # an xdist worker: the controller merges
             workeroutput[_KEY] = {k: asdict(v) for k, v in self.rows.items()}
+            workeroutput[_KEY + "_tests"] = {k: asdict(v) for k, v in self.tests.items()}
 
     @pytest.hookimpl(optionalhook=True)  # xdist's hook: absent without it
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        for key, row in getattr(node, "workeroutput", {}).get(_KEY, {}).items():
+        output = getattr(node, "workeroutput", {})
+        for key, row in output.get(_KEY, {}).items():
             self._charge(key, Row(**row))
+        self.tests.update((k, Row(**v)) for k, v in output.get(_KEY + "_tests", {}).items())
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if hasattr(self.config, "workeroutput"):
@@ -109,9 +116,24 @@ class CpuPerModule:
                 f"{row.cpu:8.1f} {row.cpu_self:8.1f} {row.cpu_children:8.1f} {row.wall:8.1f} "
                 f"{row.tests:5d}  {key}"
             )
+        top = self.config.getoption("cpu_per_test")
+        if top:
+            tr.write_sep("-", f"the {top} tests of most CPU (s)")
+            for key, row in sorted(self.tests.items(), key=lambda kv: kv[1].cpu, reverse=True)[:top]:
+                tr.write_line(
+                    f"{row.cpu:8.1f} {row.cpu_self:8.1f} {row.cpu_children:8.1f} {row.wall:8.1f}  {key}"
+                )
         out = Path(self.config.getoption("cpu_per_module_out"))
         out.write_text(
-            json.dumps({k: {**asdict(v), "cpu": v.cpu} for k, v in rows}, indent=1, sort_keys=True) + "\n"
+            json.dumps(
+                {
+                    "modules": {k: {**asdict(v), "cpu": v.cpu} for k, v in rows},
+                    "tests": {k: {**asdict(v), "cpu": v.cpu} for k, v in self.tests.items()},
+                },
+                indent=1,
+                sort_keys=True,
+            )
+            + "\n"
         )
         tr.write_line(f"written to {out}")
 
@@ -121,6 +143,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--cpu-per-module-out",
         default="cpu-per-module.json",
         help="where tests.cpu_per_module writes its table as JSON",
+    )
+    parser.addoption(
+        "--cpu-per-test", type=int, default=0, metavar="N", help="also list the N tests of most CPU"
     )
 
 
