@@ -4,8 +4,10 @@
 
 Each test's setup, call and teardown are measured with `getrusage`: the process's own CPU (RUSAGE_SELF)
 plus that of its children (RUSAGE_CHILDREN), which the kernel adds only once a child is waited for, so a
-broker's CPU lands on the module whose test (or module fixture's teardown) stopped it. Session fixtures
-(etcd, SeaweedFS) are reaped at the session's end: that, and collection, are rows of their own. Under
+broker's CPU lands on the module whose test (or module fixture's teardown) stopped it; brokers forked by
+tests/integration/forkserver.py are reaped by it, which reports their CPU. Session fixtures (etcd,
+SeaweedFS) are torn down in the last test's teardown, so they count in the last module; collection has a
+row of its own. Under
 pytest-xdist each worker sends its figures to the controller (`workeroutput`), which merges them. The table
 is printed at the end (`--cpu-per-test N` adds the N tests of most CPU) and written as JSON, modules and
 tests, to `--cpu-per-module-out` (default cpu-per-module.json).
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import resource
+import sys
 import time
 from collections.abc import Generator
 from dataclasses import asdict, dataclass
@@ -24,7 +27,7 @@ from typing import Any
 import pytest
 
 COLLECTION = "<collection and start>"
-SESSION_END = "<session end: session fixtures, reaped late>"
+SESSION_END = "<session end>"
 _KEY = "cpu_per_module"
 
 
@@ -51,10 +54,16 @@ def _cpu(who: int) -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _children_cpu() -> float:
+    """Reaped children's CPU, with the brokers reaped by the broker fork server (not our children)."""
+    forked = sys.modules.get("tests.integration.forkserver")
+    return _cpu(resource.RUSAGE_CHILDREN) + (forked.reaped_cpu() if forked is not None else 0.0)
+
+
 class _Sample:
     def __init__(self) -> None:
         self.self_ = _cpu(resource.RUSAGE_SELF)
-        self.children = _cpu(resource.RUSAGE_CHILDREN)
+        self.children = _children_cpu()
         self.wall = time.perf_counter()
 
     def since(self, start: _Sample, tests: int) -> Row:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import urllib.request
 import weakref
@@ -15,6 +16,7 @@ from ister.devcluster.broker import ISTER as ISTER  # re-exported: tests run `is
 from ister.devcluster.broker import BrokerNode
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
+from tests.integration import forkserver
 
 # Standalone brokers started here, by client URL: `consumer()` asks their admin API when its stream is open.
 _ADMIN_OF_URL: dict[str, str] = {}
@@ -23,8 +25,19 @@ _ADMIN_OF_CLIENT: weakref.WeakKeyDictionary[danube.DanubeClient, str] = weakref.
 
 
 class BrokerProcess(BrokerNode):
-    """One broker subprocess (ister.devcluster.broker): standalone ones are remembered by client URL so
-    `consumer()` can ask their admin API when its stream is open."""
+    """One broker subprocess (ister.devcluster.broker), forked from this test process's fork server
+    (tests/integration/forkserver.py) unless it runs in a network namespace or forking is turned off:
+    standalone ones are remembered by client URL so `consumer()` can ask their admin API when its stream
+    is open."""
+
+    def launch(self) -> None:
+        server = None if self.prefix else forkserver.server()
+        if server is None:
+            super().launch()
+            return
+        inherited = {k: v for k, v in os.environ.items() if self.ister_env or not k.startswith("ISTER_")}
+        env = {**inherited, **self.env}
+        self.proc = server.spawn(self.args(), env, self.log_path, self.own_session)  # type: ignore[assignment]
 
     def start(self, timeout: float = 30.0) -> None:
         super().start(timeout)

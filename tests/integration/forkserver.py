@@ -1,0 +1,229 @@
+"""Broker processes forked from a process that has already imported the broker (issue 40 item 6).
+
+Each `ister broker` the tests start spent ~0.45 s of CPU importing its modules before doing anything, and
+the suite starts hundreds. A fork server is one Python process per test process that imports the broker
+once (`ister.cli.main`, `ister.app`, ...) and then forks a child per broker: the child sets its own
+environment, working directory, session, log file and argv, and runs `ister.cli.main.main()` as
+`python -m ister.cli broker ...` would. The fork server stays single-threaded and never touches gRPC
+before forking (forking after gRPC use is what broke PySpark's JVM launch). A broker forked from it
+starts with ~0.2 s of CPU instead of ~0.55-0.67 s.
+
+The broker is the fork server's child, not the test's: `ForkedProcess` stands in for the
+`subprocess.Popen` the harness keeps (`pid`, `poll`, `wait`, `send_signal`, `kill`), asking the fork
+server for exit statuses; signals go straight to the pid. The CPU of the brokers it reaps is counted
+in `reaped_cpu()` (tests/cpu_per_module.py adds it to the test's). `ISTER_TEST_FORK_BROKERS=0` turns it
+off (every broker exec'd as before); brokers in a network namespace (`ip netns exec`) are always exec'd.
+
+Requests and answers are JSON lines on the fork server's stdin and stdout.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ENABLE_ENV = "ISTER_TEST_FORK_BROKERS"
+# What a broker imports before it listens (standalone and cluster mode): imported once, here.
+PRELOAD = ("ister.cli.main", "ister.app", "ister.metadata.etcd", "ister.server.tls")
+_ROOT = Path(__file__).resolve().parents[2]  # the repository: `tests` is importable from it
+_SERVE = (
+    f"import sys; sys.path.insert(0, {str(_ROOT)!r}); from tests.integration import forkserver; "
+    "forkserver.serve()"
+)
+
+
+def enabled() -> bool:
+    return os.environ.get(ENABLE_ENV, "1") != "0"
+
+
+# -- the fork server's side ------------------------------------------------------------------------------
+
+
+def serve() -> None:
+    """The fork server's main: answer requests until stdin closes. In a forked child `_requests` returns
+    the broker's argv, and the child runs the broker from here, on a clean stack, so that its exit is an
+    ordinary interpreter exit (atexit handlers, flushed streams)."""
+    for name in PRELOAD:
+        __import__(name)
+    argv = _requests()
+    if argv is None:
+        return
+    sys.argv = argv
+    from ister.cli.main import main
+
+    main()
+
+
+def _requests() -> list[str] | None:
+    """None once stdin closes (every child still running is killed and reaped first); in a child, its argv."""
+    children: dict[int, int | None] = {}  # pid -> exit code once reaped
+    cpu = 0.0  # user + system seconds of the children reaped since the last answer
+    while True:
+        line = sys.stdin.buffer.readline()
+        if not line:
+            for pid, code in children.items():
+                if code is None:
+                    _kill(pid)
+                    os.waitpid(pid, 0)
+            return None
+        req = json.loads(line)
+        op = req["op"]
+        answer: dict[str, Any]
+        if op == "spawn":
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                return _become(req)
+            children[pid] = None
+            answer = {"pid": pid}
+        elif op == "poll":
+            pid = req["pid"]
+            if children.get(pid) is None:
+                got, status, usage = os.wait4(pid, os.WNOHANG)
+                if got == pid:
+                    children[pid] = os.waitstatus_to_exitcode(status)
+                    cpu += usage.ru_utime + usage.ru_stime
+            answer = {"code": children[pid]}
+        else:
+            answer = {"error": f"unknown op {op!r}"}
+        answer["cpu"] = cpu
+        cpu = 0.0
+        sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
+        sys.stdout.buffer.flush()
+
+
+def _become(req: dict[str, Any]) -> list[str]:
+    """In the child: what `subprocess.Popen(ister broker ..., stdout=log, stderr=STDOUT, stdin=DEVNULL,
+    env=env, cwd=cwd, start_new_session=...)` would have set up."""
+    if req["new_session"]:
+        os.setsid()
+    log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # the request pipe
+    os.dup2(log, 1)  # the answer pipe
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(null)
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    import ister.cli  # what `python -m ister.cli` has in argv[0]: the path of its __main__.py
+
+    return [str(Path(str(ister.cli.__file__)).with_name("__main__.py")), *req["args"]]
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+# -- the test process's side -----------------------------------------------------------------------------
+
+
+class ForkServer:
+    """The client of one fork server process (started on first use, stopped at exit)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # brokers may be started and polled from several threads
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=_ROOT,
+        )
+        self.reaped_cpu = 0.0
+
+    def call(self, **req: Any) -> dict[str, Any]:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        with self._lock:
+            try:
+                self._proc.stdin.write(json.dumps(req).encode() + b"\n")
+                self._proc.stdin.flush()
+                line = self._proc.stdout.readline()
+            except (OSError, ValueError):  # its pipe broken, or closed by `close()`
+                line = b""
+        if not line:
+            raise RuntimeError(f"the broker fork server exited with {self._proc.wait()}")
+        answer: dict[str, Any] = json.loads(line)
+        self.reaped_cpu += answer.pop("cpu", 0.0)
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+        return answer
+
+    def spawn(self, args: list[str], env: dict[str, str], log: Path, new_session: bool) -> ForkedProcess:
+        pid = self.call(
+            op="spawn", args=args, env=env, cwd=os.getcwd(), log=str(log), new_session=new_session
+        )["pid"]
+        return ForkedProcess(self, int(pid), args)
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        self._proc.wait(30)
+
+
+class ForkedProcess:
+    """A broker forked by the fork server, with the part of `subprocess.Popen` the tests use."""
+
+    def __init__(self, server: ForkServer, pid: int, args: list[str]) -> None:
+        self._server = server
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._server.call(op="poll", pid=self.pid)["code"]
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.001
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(delay)  # waiting for the child to exit: it signals nothing the test could await
+            delay = min(delay * 2, 0.05)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # as Popen: never signal a pid that was reaped (it may be reused)
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+_server: ForkServer | None = None
+_server_lock = threading.Lock()
+
+
+def server() -> ForkServer | None:
+    """This process's fork server (started now if need be), None when turned off."""
+    global _server
+    if not enabled():
+        return None
+    with _server_lock:
+        if _server is None:
+            _server = ForkServer()
+            atexit.register(_server.close)
+        return _server
+
+
+def reaped_cpu() -> float:
+    """CPU seconds of the brokers the fork server has reaped so far (they are not this process's children,
+    so RUSAGE_CHILDREN does not count them)."""
+    return _server.reaped_cpu if _server is not None else 0.0

@@ -1,0 +1,83 @@
+"""The tests' broker fork server (tests/integration/forkserver.py): a forked `ister` runs with its own argv,
+environment, working directory and log, reports its exit code and signal as `subprocess.Popen` would, and
+nothing it started outlives the fork server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.integration import forkserver
+from tests.integration.harness import BrokerProcess
+from tests.support import until_sync
+
+pytestmark = pytest.mark.integration
+
+
+def env(**extra: str) -> dict[str, str]:
+    return {**os.environ, **extra}
+
+
+def test_a_forked_ister_has_its_own_argv_environment_and_log(tmp_path: Path) -> None:
+    server = forkserver.ForkServer()
+    try:
+        log = tmp_path / "version.log"
+        proc = server.spawn(["--version"], env(ISTER_COMMIT="forked0commit"), log, new_session=False)
+        assert proc.wait(30) == 0
+        assert "forked0commit" in log.read_text()
+        # A bad argument: typer's usage error, exit code 2, as `python -m ister.cli` gives it.
+        bad = server.spawn(["broker", "--mode", "nonsense"], env(), tmp_path / "bad.log", new_session=False)
+        assert bad.wait(30) != 0
+        assert "nonsense" in (tmp_path / "bad.log").read_text()
+    finally:
+        server.close()
+
+
+def test_kill_terminate_and_wait_answer_as_popen_does(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "a")
+    broker.start()
+    assert isinstance(broker.proc, forkserver.ForkedProcess)
+    with pytest.raises(subprocess.TimeoutExpired):
+        broker.proc.wait(0.2)
+    assert broker.terminate() == 0  # SIGTERM: the broker's graceful stop
+    broker.start()  # again, on the same data dir and ports
+    proc = broker.proc
+    assert isinstance(proc, forkserver.ForkedProcess)
+    proc.kill()
+    assert proc.wait(30) == -signal.SIGKILL
+    proc.kill()  # reaped: a second signal goes nowhere (the pid may belong to another process by now)
+    broker.proc = None
+
+
+def test_the_brokers_of_a_closed_fork_server_are_killed(tmp_path: Path) -> None:
+    server = forkserver.ForkServer()
+    broker = BrokerProcess(tmp_path / "b")
+    broker.proc = server.spawn(broker.args(), env(), broker.log_path, new_session=True)
+    broker.wait_listening()
+    pid = broker.proc.pid
+    server.close()
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    until_sync(gone, "the forked broker killed with its fork server", 10)
+    with pytest.raises(RuntimeError, match="fork server exited"):
+        server.call(op="poll", pid=pid)
+
+
+def test_turned_off_every_broker_is_execd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(forkserver.ENABLE_ENV, "0")
+    broker = BrokerProcess(tmp_path / "c")
+    broker.start()
+    try:
+        assert isinstance(broker.proc, subprocess.Popen)
+    finally:
+        broker.stop()
