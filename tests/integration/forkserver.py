@@ -12,7 +12,8 @@ The broker is the fork server's child, not the test's: `ForkedProcess` stands in
 `subprocess.Popen` the harness keeps (`pid`, `poll`, `wait`, `send_signal`, `kill`), asking the fork
 server for exit statuses; signals go straight to the pid. The CPU of the brokers it reaps is counted
 in `reaped_cpu()` (tests/cpu_per_module.py adds it to the test's). `ISTER_TEST_FORK_BROKERS=0` turns it
-off (every broker exec'd as before); brokers in a network namespace (`ip netns exec`) are always exec'd.
+off (every broker exec'd as before); brokers in a network namespace (`ip netns exec`), or whose environment
+sets what a process reads only when it starts (LD_PRELOAD of the disk-fault tests), are always exec'd.
 
 Requests and answers are JSON lines on the fork server's stdin and stdout.
 """
@@ -34,6 +35,7 @@ from typing import Any
 ENABLE_ENV = "ISTER_TEST_FORK_BROKERS"
 # What a broker imports before it listens (standalone and cluster mode): imported once, here.
 PRELOAD = ("ister.cli.main", "ister.app", "ister.metadata.etcd", "ister.server.tls")
+_READ_AT_START = ("LD_", "PYTHON", "MALLOC", "GLIBC_", "GRPC_")
 _ROOT = Path(__file__).resolve().parents[2]  # the repository: `tests` is importable from it
 _SERVE = (
     f"import sys; sys.path.insert(0, {str(_ROOT)!r}); from tests.integration import forkserver; "
@@ -141,7 +143,15 @@ class ForkServer:
             stdout=subprocess.PIPE,
             cwd=_ROOT,
         )
+        self._started_with = dict(os.environ)
         self.reaped_cpu = 0.0
+
+    def forkable(self, env: dict[str, str]) -> bool:
+        """Whether a child forked here runs as one exec'd with `env` would: not when `env` changes what is
+        read only when a process starts (the dynamic loader's LD_PRELOAD, the interpreter's PYTHON*, the
+        allocator's, gRPC's at its import here)."""
+        keys = {k for k in (*env, *self._started_with) if k.startswith(_READ_AT_START)}
+        return all(env.get(k) == self._started_with.get(k) for k in keys)
 
     def call(self, **req: Any) -> dict[str, Any]:
         assert self._proc.stdin is not None and self._proc.stdout is not None

@@ -26,17 +26,17 @@ _ADMIN_OF_CLIENT: weakref.WeakKeyDictionary[danube.DanubeClient, str] = weakref.
 
 class BrokerProcess(BrokerNode):
     """One broker subprocess (ister.devcluster.broker), forked from this test process's fork server
-    (tests/integration/forkserver.py) unless it runs in a network namespace or forking is turned off:
-    standalone ones are remembered by client URL so `consumer()` can ask their admin API when its stream
-    is open."""
+    (tests/integration/forkserver.py) unless it runs in a network namespace, its environment needs an exec
+    (LD_PRELOAD) or forking is turned off. Standalone ones are remembered by client URL so `consumer()` can
+    ask their admin API when its stream is open."""
 
     def launch(self) -> None:
         server = None if self.prefix else forkserver.server()
-        if server is None:
-            super().launch()
-            return
         inherited = {k: v for k, v in os.environ.items() if self.ister_env or not k.startswith("ISTER_")}
         env = {**inherited, **self.env}
+        if server is None or not server.forkable(env):
+            super().launch()
+            return
         self.proc = server.spawn(self.args(), env, self.log_path, self.own_session)  # type: ignore[assignment]
 
     def start(self, timeout: float = 30.0) -> None:

@@ -81,3 +81,17 @@ def test_turned_off_every_broker_is_execd(tmp_path: Path, monkeypatch: pytest.Mo
         assert isinstance(broker.proc, subprocess.Popen)
     finally:
         broker.stop()
+
+
+def test_a_broker_whose_environment_is_read_at_exec_is_execd(tmp_path: Path) -> None:
+    """LD_PRELOAD (the disk-fault tests' library) takes effect only in an exec'd process."""
+    preload = BrokerProcess(tmp_path / "d", env={"LD_PRELOAD": ""})
+    plain = BrokerProcess(tmp_path / "e", env={"ISTER_LOG_LEVEL": "info"})
+    try:
+        preload.start()
+        plain.start()
+        assert isinstance(preload.proc, subprocess.Popen)
+        assert isinstance(plain.proc, forkserver.ForkedProcess)
+    finally:
+        preload.stop()
+        plain.stop()
