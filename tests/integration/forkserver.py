@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -34,7 +36,7 @@ from typing import Any
 
 ENABLE_ENV = "ISTER_TEST_FORK_BROKERS"
 # What a broker imports before it listens (standalone and cluster mode): imported once, here.
-PRELOAD = ("ister.cli.main", "ister.app", "ister.metadata.etcd", "ister.server.tls")
+PRELOAD = ("ister.cli.main", "ister.app", "ister.metadata.etcd", "ister.server.tls", "typer._adapters")
 _READ_AT_START = ("LD_", "PYTHON", "MALLOC", "GLIBC_", "GRPC_")
 _ROOT = Path(__file__).resolve().parents[2]  # the repository: `tests` is importable from it
 _SERVE = (
@@ -56,12 +58,20 @@ def serve() -> None:
     ordinary interpreter exit (atexit handlers, flushed streams)."""
     for name in PRELOAD:
         __import__(name)
+    import typer.main
+
+    from ister.cli.main import app, main
+
+    # typer turns the app into its click command on every run (~70 ms, and pydantic's import on first
+    # use): done once here, the same command every child would build.
+    command = typer.main.get_command(app)
+    build = typer.main.get_command
+    gc.freeze()  # what is imported stays: children's collections skip it (and leave its pages shared)
     argv = _requests()
     if argv is None:
         return
+    typer.main.get_command = lambda typer_app: command if typer_app is app else build(typer_app)
     sys.argv = argv
-    from ister.cli.main import main
-
     main()
 
 
@@ -109,13 +119,14 @@ def _become(req: dict[str, Any]) -> list[str]:
     env=env, cwd=cwd, start_new_session=...)` would have set up."""
     if req["new_session"]:
         os.setsid()
-    log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    out = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    err = os.open(req["err"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if req.get("err") else out
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)  # the request pipe
-    os.dup2(log, 1)  # the answer pipe
-    os.dup2(log, 2)
-    os.close(log)
-    os.close(null)
+    os.dup2(out, 1)  # the answer pipe
+    os.dup2(err, 2)
+    for fd in {out, err, null}:
+        os.close(fd)
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
@@ -170,9 +181,18 @@ class ForkServer:
             raise RuntimeError(answer["error"])
         return answer
 
-    def spawn(self, args: list[str], env: dict[str, str], log: Path, new_session: bool) -> ForkedProcess:
+    def spawn(
+        self, args: list[str], env: dict[str, str], log: Path, new_session: bool, err: Path | None = None
+    ) -> ForkedProcess:
+        """`ister ARGS` with stdout to `log` and stderr to `err` (None: to `log` as well)."""
         pid = self.call(
-            op="spawn", args=args, env=env, cwd=os.getcwd(), log=str(log), new_session=new_session
+            op="spawn",
+            args=args,
+            env=env,
+            cwd=os.getcwd(),
+            log=str(log),
+            err=str(err) if err is not None else None,
+            new_session=new_session,
         )["pid"]
         return ForkedProcess(self, int(pid), args)
 
@@ -215,6 +235,41 @@ class ForkedProcess:
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
+
+
+def run_ister(
+    args: list[str], *, timeout: float, env: dict[str, str] | None = None, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run([*ISTER, *args], capture_output=True, text=True, timeout=...)` for a command of the
+    `ister` CLI (stdin empty), forked when forking is on: an exec'd CLI costs ~0.5 s of CPU, mostly
+    imports."""
+    full_env = {**os.environ, **(env or {})}
+    forks = server()
+    if forks is None or not forks.forkable(full_env):
+        return subprocess.run(
+            [sys.executable, "-m", "ister.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            check=check,
+        )
+    with tempfile.TemporaryDirectory(prefix="ister-cli-") as tmp:
+        out, err = Path(tmp) / "out", Path(tmp) / "err"
+        proc = forks.spawn(args, full_env, out, new_session=False, err=err)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        done = subprocess.CompletedProcess(
+            [*args], code, out.read_text(errors="replace"), err.read_text(errors="replace")
+        )
+    if check:
+        done.check_returncode()
+    return done
 
 
 _server: ForkServer | None = None
