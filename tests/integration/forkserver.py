@@ -12,8 +12,9 @@ The broker is the fork server's child, not the test's: `ForkedProcess` stands in
 `subprocess.Popen` the harness keeps (`pid`, `poll`, `wait`, `send_signal`, `kill`), asking the fork
 server for exit statuses; signals go straight to the pid. The CPU of the brokers it reaps is counted
 in `reaped_cpu()` (tests/cpu_per_module.py adds it to the test's). `ISTER_TEST_FORK_BROKERS=0` turns it
-off (every broker exec'd as before); brokers in a network namespace (`ip netns exec`), or whose environment
-sets what a process reads only when it starts (LD_PRELOAD of the disk-fault tests), are always exec'd.
+off (every broker exec'd as before). A broker in a network namespace (`ip netns exec NS` before its command)
+is forked into it (setns); one whose environment sets what a process reads only when it starts
+(LD_PRELOAD of the disk-fault tests) is exec'd.
 
 Requests and answers are JSON lines on the fork server's stdin and stdout.
 """
@@ -37,6 +38,7 @@ from typing import Any
 ENABLE_ENV = "ISTER_TEST_FORK_BROKERS"
 # What a broker imports before it listens (standalone and cluster mode): imported once, here.
 PRELOAD = ("ister.cli.main", "ister.app", "ister.metadata.etcd", "ister.server.tls", "typer._adapters")
+_CLONE_NEWNET = 0x40000000
 _READ_AT_START = ("LD_", "PYTHON", "MALLOC", "GLIBC_", "GRPC_")
 _ROOT = Path(__file__).resolve().parents[2]  # the repository: `tests` is importable from it
 _SERVE = (
@@ -119,6 +121,8 @@ def _become(req: dict[str, Any]) -> list[str]:
     env=env, cwd=cwd, start_new_session=...)` would have set up."""
     if req["new_session"]:
         os.setsid()
+    if req.get("netns"):
+        _enter_netns(req["netns"])
     out = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     err = os.open(req["err"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if req.get("err") else out
     null = os.open(os.devnull, os.O_RDONLY)
@@ -133,6 +137,20 @@ def _become(req: dict[str, Any]) -> list[str]:
     import ister.cli  # what `python -m ister.cli` has in argv[0]: the path of its __main__.py
 
     return [str(Path(str(ister.cli.__file__)).with_name("__main__.py")), *req["args"]]
+
+
+def _enter_netns(name: str) -> None:
+    """What `ip netns exec NAME` does for a process's sockets: join the named network namespace (the
+    child is single-threaded, as setns needs)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into network namespace {name}")
+    finally:
+        os.close(fd)
 
 
 def _kill(pid: int) -> None:
@@ -182,9 +200,16 @@ class ForkServer:
         return answer
 
     def spawn(
-        self, args: list[str], env: dict[str, str], log: Path, new_session: bool, err: Path | None = None
+        self,
+        args: list[str],
+        env: dict[str, str],
+        log: Path,
+        new_session: bool,
+        err: Path | None = None,
+        netns: str | None = None,
     ) -> ForkedProcess:
-        """`ister ARGS` with stdout to `log` and stderr to `err` (None: to `log` as well)."""
+        """`ister ARGS` with stdout to `log` and stderr to `err` (None: to `log` as well), in the network
+        namespace `netns` when given."""
         pid = self.call(
             op="spawn",
             args=args,
@@ -193,6 +218,7 @@ class ForkServer:
             log=str(log),
             err=str(err) if err is not None else None,
             new_session=new_session,
+            netns=netns,
         )["pid"]
         return ForkedProcess(self, int(pid), args)
 

@@ -1,6 +1,6 @@
 """The tests' broker fork server (tests/integration/forkserver.py): a forked `ister` runs with its own argv,
 environment, working directory and log, reports its exit code and signal as `subprocess.Popen` would, and
-nothing it started outlives the fork server."""
+nothing it started outlives the fork server; a broker meant for a network namespace is forked into it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 from tests.integration import forkserver
 from tests.integration.harness import BrokerProcess
+from tests.integration.network import Network, unavailable
 from tests.support import until_sync
 
 pytestmark = pytest.mark.integration
@@ -95,3 +96,24 @@ def test_a_broker_whose_environment_is_read_at_exec_is_execd(tmp_path: Path) -> 
     finally:
         preload.stop()
         plain.stop()
+
+
+def test_a_broker_in_a_network_namespace_is_forked_into_it(tmp_path: Path) -> None:
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    net = Network(1)
+    try:
+        net.create()
+        host = net.hosts[0]
+        broker = BrokerProcess(tmp_path / "n", host=host.ip, prefix=net.prefix_command(host))
+        broker.start()  # listening on the namespace's address, reached over the bridge
+        try:
+            assert isinstance(broker.proc, forkserver.ForkedProcess)
+            ours = os.stat(f"/proc/{broker.pid}/ns/net").st_ino
+            assert ours == os.stat(f"/var/run/netns/{host.netns}").st_ino
+            assert ours != os.stat("/proc/self/ns/net").st_ino
+        finally:
+            broker.stop()
+    finally:
+        net.close()
