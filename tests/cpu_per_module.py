@@ -6,11 +6,10 @@ Each test's setup, call and teardown are measured with `getrusage`: the process'
 plus that of its children (RUSAGE_CHILDREN), which the kernel adds only once a child is waited for, so a
 broker's CPU lands on the module whose test (or module fixture's teardown) stopped it; brokers forked by
 tests/integration/forkserver.py are reaped by it, which reports their CPU. Session fixtures (etcd,
-SeaweedFS) are torn down in the last test's teardown, so they count in the last module; collection has a
-row of its own. Under
-pytest-xdist each worker sends its figures to the controller (`workeroutput`), which merges them. The table
-is printed at the end (`--cpu-per-test N` adds the N tests of most CPU) and written as JSON, modules and
-tests, to `--cpu-per-module-out` (default cpu-per-module.json).
+SeaweedFS) are torn down in the last test's teardown: that share, and collection, have rows of their
+own. Under pytest-xdist each worker sends its figures to the controller (`workeroutput`), which merges
+them. The table is printed at the end (`--cpu-per-test N` adds the N tests of most CPU) and written as
+JSON, modules and tests, to `--cpu-per-module-out` (default cpu-per-module.json).
 """
 
 from __future__ import annotations
@@ -77,6 +76,8 @@ class CpuPerModule:
         self.tests: dict[str, Row] = {}  # per test too, for `--cpu-per-test N`
         self.last = _Sample()  # the process's start to here is not seen; collection is counted from here
         self.first_test = True
+        self.mark: _Sample | None = None  # in the last test's teardown: when the last fixture finished
+        self.session_teardown = Row()  # that teardown's share spent on session fixtures (etcd, SeaweedFS)
 
     def _charge(self, key: str, row: Row) -> None:
         self.rows.setdefault(key, Row()).add(row)
@@ -90,9 +91,28 @@ class CpuPerModule:
         yield
         end = _Sample()
         row = end.since(start, 1)
+        shared, self.session_teardown = self.session_teardown, Row()
+        row.add(Row(0, -shared.cpu_self, -shared.cpu_children, -shared.wall))
+        self._charge(SESSION_END, shared)
         self._charge(item.nodeid.split("::", 1)[0], row)
         self.tests[item.nodeid] = row
         self.last = end
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> Generator[None, None, None]:
+        self.mark = _Sample() if nextitem is None else None  # the last test tears the session down
+        yield
+        self.mark = None
+
+    def pytest_fixture_post_finalizer(self, fixturedef: Any, request: Any) -> None:
+        if self.mark is None:
+            return
+        now = _Sample()
+        if fixturedef.scope == "session":
+            self.session_teardown.add(now.since(self.mark, 0))
+        self.mark = now
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
