@@ -181,8 +181,16 @@ class ForkServer:
         """Whether a child forked here runs as one exec'd with `env` would: not when `env` changes what is
         read only when a process starts (the dynamic loader's LD_PRELOAD, the interpreter's PYTHON*, the
         allocator's, gRPC's at its import here)."""
+        return not self.exec_reasons(env)
+
+    def exec_reasons(self, env: dict[str, str]) -> list[str]:
+        """The variables read at a process's start that `env` sets otherwise than this fork server has."""
         keys = {k for k in (*env, *self._started_with) if k.startswith(_READ_AT_START)}
-        return all(env.get(k) == self._started_with.get(k) for k in keys)
+        return sorted(
+            f"{k}={env.get(k)!r} (fork server: {self._started_with.get(k)!r})"
+            for k in keys
+            if env.get(k) != self._started_with.get(k)
+        )
 
     def call(self, **req: Any) -> dict[str, Any]:
         assert self._proc.stdin is not None and self._proc.stdout is not None

@@ -41,7 +41,9 @@ def test_a_forked_ister_has_its_own_argv_environment_and_log(tmp_path: Path) -> 
 def test_kill_terminate_and_wait_answer_as_popen_does(tmp_path: Path) -> None:
     broker = BrokerProcess(tmp_path / "a")
     broker.start()
-    assert isinstance(broker.proc, forkserver.ForkedProcess)
+    server = forkserver.server()
+    assert server is not None and forkserver.enabled()
+    assert isinstance(broker.proc, forkserver.ForkedProcess), server.exec_reasons(dict(os.environ))
     with pytest.raises(subprocess.TimeoutExpired):
         broker.proc.wait(0.2)
     assert broker.terminate() == 0  # SIGTERM: the broker's graceful stop
