@@ -117,7 +117,8 @@ class CpuPerModule:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         # trylast: after the session fixtures' teardown (pytest's own sessionfinish runs it) reaped etcd.
-        self._charge(SESSION_END, _Sample().since(self.last, 0))
+        if not self.first_test:  # not xdist's controller: its reaped children are the workers, counted
+            self._charge(SESSION_END, _Sample().since(self.last, 0))
         workeroutput = getattr(self.config, "workeroutput", None)
         if workeroutput is not None:  # an xdist worker: the controller merges
             workeroutput[_KEY] = {k: asdict(v) for k, v in self.rows.items()}
