@@ -12,7 +12,6 @@ import asyncio
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -32,7 +31,6 @@ from tests.integration.harness import client, producer
 from tests.seaweed_server import ACCESS_KEY, REGION, SECRET_KEY, SeaweedServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-ISTER = [sys.executable, "-m", "ister.cli"]
 N = 500  # messages acknowledged before the event, and again after it
 
 

@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator
@@ -44,8 +43,6 @@ from tests.integration.replication_support import (
 from tests.integration.security_support import make_pki, secret_file, token
 
 pytestmark = pytest.mark.timeout(300)
-
-ISTER = [sys.executable, "-m", "ister.cli"]
 
 
 @pytest.fixture
