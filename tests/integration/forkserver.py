@@ -276,10 +276,10 @@ class ForkedProcess:
 def run_ister(
     args: list[str], *, timeout: float, env: dict[str, str] | None = None, check: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """`subprocess.run([*ISTER, *args], capture_output=True, text=True, timeout=...)` for a command of the
-    `ister` CLI (stdin empty), forked when forking is on: an exec'd CLI costs ~0.5 s of CPU, mostly
-    imports."""
-    full_env = {**os.environ, **(env or {})}
+    """`subprocess.run([*ISTER, *args], capture_output=True, text=True, timeout=..., env=env)` for a
+    command of the `ister` CLI (stdin empty; `env` the whole environment, this process's by default),
+    forked when forking is on: an exec'd CLI costs ~0.5 s of CPU, mostly imports."""
+    full_env = dict(os.environ if env is None else env)
     forks = server()
     if forks is None or not forks.forkable(full_env):
         return subprocess.run(

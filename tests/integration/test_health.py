@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import urllib.error
 import urllib.request
@@ -78,7 +79,10 @@ async def admin(
     broker: BrokerProcess, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return await asyncio.to_thread(
-        run_ister, ["admin", *args, "--admin-addr", broker.admin_addr], timeout=120, env=env
+        run_ister,
+        ["admin", *args, "--admin-addr", broker.admin_addr],
+        timeout=120,
+        env={**os.environ, **(env or {})},
     )
 
 
