@@ -16,7 +16,8 @@ signals go straight to the pid. The CPU of the children it reaps is counted in `
 (tests/cpu_per_module.py adds it to the test's). `ISTER_TEST_FORK_BROKERS=0` turns it off (everything
 exec'd as before). A broker in a network namespace (`ip netns exec NS` before its command) is forked into
 it (setns); one whose environment sets what a process reads only when it starts (LD_PRELOAD of the
-disk-fault tests) is exec'd. `run_ister` runs a CLI command this way.
+disk-fault tests) is exec'd. A test process whose own start-time variables change (PYTHONPATH) gets a
+second fork server started with them. `run_ister` runs a CLI command this way.
 
 Requests and answers are JSON lines on the fork server's stdin and stdout.
 """
@@ -308,23 +309,26 @@ def run_ister(
     return done
 
 
-_server: ForkServer | None = None
+# One fork server per value of this process's start-time variables: a test may change one for good (bench/
+# chaos.py, imported by test_chaos_short, puts src/ first on PYTHONPATH), and the brokers started after it
+# are forked from a server started with the same; the earlier server keeps the children it has.
+_servers: dict[tuple[tuple[str, str], ...], ForkServer] = {}
 _server_lock = threading.Lock()
 
 
 def server() -> ForkServer | None:
-    """This process's fork server (started now if need be), None when turned off."""
-    global _server
+    """The fork server for this process's environment (started now if need be), None when turned off."""
     if not enabled():
         return None
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_READ_AT_START)))
     with _server_lock:
-        if _server is None:
-            _server = ForkServer()
-            atexit.register(_server.close)
-        return _server
+        if key not in _servers:
+            _servers[key] = ForkServer()
+            atexit.register(_servers[key].close)
+        return _servers[key]
 
 
 def reaped_cpu() -> float:
-    """CPU seconds of the children the fork server has reaped so far (they are not this process's
+    """CPU seconds of the children the fork servers have reaped so far (they are not this process's
     children, so RUSAGE_CHILDREN does not count them)."""
-    return _server.reaped_cpu if _server is not None else 0.0
+    return sum(s.reaped_cpu for s in list(_servers.values()))

@@ -76,6 +76,23 @@ def test_the_brokers_of_a_closed_fork_server_are_killed(tmp_path: Path) -> None:
         server.call(op="poll", pid=pid)
 
 
+def test_a_changed_start_time_variable_gets_a_fork_server_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test that changes PYTHONPATH for good (as bench/chaos.py's import does) must not make every later
+    broker an exec'd one: they are forked from a server started with the new value."""
+    before = forkserver.server()
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    after = forkserver.server()
+    assert after is not None and after is not before and not after.exec_reasons(dict(os.environ))
+    broker = BrokerProcess(tmp_path / "p")
+    broker.start()
+    try:
+        assert isinstance(broker.proc, forkserver.ForkedProcess)
+    finally:
+        broker.stop()
+
+
 def test_turned_off_every_broker_is_execd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(forkserver.ENABLE_ENV, "0")
     broker = BrokerProcess(tmp_path / "c")
