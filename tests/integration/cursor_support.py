@@ -13,6 +13,7 @@ import msgspec
 
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
+from tests.integration.forkserver import run_ister
 
 ISTER = [sys.executable, "-m", "ister.cli"]
 _encode = msgspec.msgpack.Encoder().encode
@@ -46,12 +47,8 @@ async def publish_at(
 
 
 async def cli(*args: str, within: float = 60) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        *ISTER, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), within)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    done = await asyncio.to_thread(run_ister, list(args), timeout=within)
+    return done.returncode, done.stdout, done.stderr
 
 
 async def admin_json(admin_addr: str, *args: str) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import urllib.request
 import weakref
@@ -15,16 +16,32 @@ from ister.devcluster.broker import ISTER as ISTER  # re-exported: tests run `is
 from ister.devcluster.broker import BrokerNode
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
+from tests.integration import forkserver
 
 # Standalone brokers started here, by client URL: `consumer()` asks their admin API when its stream is open.
 _ADMIN_OF_URL: dict[str, str] = {}
+NETNS_EXEC = ["ip", "netns", "exec"]  # tests/integration/network.py's prefix_command
 # Keyed by the client object itself (weakly): an id() could be reused by a later client of another broker.
 _ADMIN_OF_CLIENT: weakref.WeakKeyDictionary[danube.DanubeClient, str] = weakref.WeakKeyDictionary()
 
 
 class BrokerProcess(BrokerNode):
-    """One broker subprocess (ister.devcluster.broker): standalone ones are remembered by client URL so
-    `consumer()` can ask their admin API when its stream is open."""
+    """One broker subprocess (ister.devcluster.broker), forked from this test process's fork server
+    (tests/integration/forkserver.py; into its network namespace when `prefix` is `ip netns exec NS`) unless
+    its environment needs an exec (LD_PRELOAD) or forking is turned off. Standalone ones are remembered by
+    client URL so `consumer()` can ask their admin API when its stream is open."""
+
+    def launch(self) -> None:
+        netns = self.prefix[3] if len(self.prefix) == 4 and self.prefix[:3] == NETNS_EXEC else None
+        server = None if self.prefix and netns is None else forkserver.server()
+        inherited = {k: v for k, v in os.environ.items() if self.ister_env or not k.startswith("ISTER_")}
+        env = {**inherited, **self.env}
+        if server is None or not server.forkable(env):
+            super().launch()
+            return
+        self.proc = server.spawn(  # type: ignore[assignment]
+            self.args(), env, self.log_path, self.own_session, netns=netns
+        )
 
     def start(self, timeout: float = 30.0) -> None:
         super().start(timeout)

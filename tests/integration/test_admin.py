@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import danube
 import grpc
 import pytest
 
+from tests.integration.forkserver import run_ister
 from tests.integration.harness import (
     BrokerProcess,
     attached,
@@ -25,7 +25,6 @@ from tests.integration.harness import (
 from tests.support import until
 
 pytestmark = pytest.mark.integration
-ISTER = [sys.executable, "-m", "ister.cli"]
 S = danube.SubType
 
 
@@ -52,13 +51,7 @@ def admin_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPro
 
 
 def run_admin(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*ISTER, "admin", *args, "--admin-addr", admin_addr(broker)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_ister(["admin", *args, "--admin-addr", admin_addr(broker)], timeout=60)
 
 
 async def admin(broker: BrokerProcess, *args: str, code: int = 0) -> str:

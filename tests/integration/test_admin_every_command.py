@@ -9,15 +9,18 @@ A command added to the app without a case here fails `test_every_command_has_a_c
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import typer.main
+import typer.testing
 from typer.testing import CliRunner, Result
 
 from ister.cli.main import app
@@ -36,6 +39,13 @@ class Case:
     read_only: bool = False  # also run with -o json, and again (no side effect to repeat)
 
 
+@functools.cache
+def ister_command() -> Any:
+    """The app's click command, built once: typer builds the whole tree anew each time it is asked (~70 ms
+    here), and `CliRunner.invoke` asks on every call."""
+    return typer.main.get_command(app)
+
+
 def admin_commands() -> set[tuple[str, ...]]:
     """The path of every leaf command under `ister admin`."""
     found: set[tuple[str, ...]] = set()
@@ -48,12 +58,12 @@ def admin_commands() -> set[tuple[str, ...]]:
         else:
             found.add(path)
 
-    walk(typer.main.get_command(app).commands["admin"], ())  # type: ignore[attr-defined]
+    walk(ister_command().commands["admin"], ())
     return found
 
 
 def has_output_option(path: tuple[str, ...]) -> bool:
-    command: Any = typer.main.get_command(app).commands["admin"]  # type: ignore[attr-defined]
+    command: Any = ister_command().commands["admin"]
     for name in path:
         command = command.commands[name]
     return any(p.name == "output" for p in command.params)
@@ -150,7 +160,8 @@ def test_every_command_has_a_case(tmp_path: Path) -> None:
 
 
 def invoke(args: list[str]) -> Result:
-    return CliRunner().invoke(app, ["admin", *args])
+    with mock.patch.object(typer.testing, "_get_command", lambda _: ister_command()):
+        return CliRunner().invoke(app, ["admin", *args])
 
 
 def check_ends_cleanly(args: list[str], result: Result) -> None:

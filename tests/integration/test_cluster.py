@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -16,7 +15,8 @@ import pytest
 
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import WAIT, Cluster, lookup
-from tests.integration.harness import ISTER, client, consumer, producer
+from tests.integration.forkserver import run_ister
+from tests.integration.harness import client, consumer, producer
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -280,20 +280,15 @@ async def test_brokers_recover_from_an_etcd_restart(tmp_path: Path) -> None:
         p = await producer(c, "/default/etcd_restart", "p", reliable=True)
         await p.send(b"before", {})
         admin = cluster.brokers[0].admin_addr
-        policy = [*ISTER, "admin", "namespaces", "policies", "default", "-o", "json", "--admin-addr", admin]
+        policy = ["admin", "namespaces", "policies", "default", "-o", "json", "--admin-addr", admin]
         before = json.loads(await cli(policy))
         etcd.stop()
         # A replication setting written while etcd is down fails with the cause, and changes nothing.
         setting = ["namespaces", "set-replication", "default", "--replication-factor", "2"]
-        refused = await asyncio.to_thread(
-            subprocess.run,
-            [*ISTER, "admin", *setting, "--admin-addr", admin],
-            capture_output=True,
-            timeout=60,
-        )
+        refused = await asyncio.to_thread(run_ister, ["admin", *setting, "--admin-addr", admin], timeout=60)
         assert refused.returncode != 0
         # The broker's answer names etcd (the CLI used to call it "cannot reach the admin API").
-        assert "etcd" in refused.stderr.decode() and "UNAVAILABLE" in refused.stderr.decode(), refused.stderr
+        assert "etcd" in refused.stderr and "UNAVAILABLE" in refused.stderr, refused.stderr
         etcd.start()
         # Leases survive an etcd restart; brokers keep their registrations, assignments and leadership.
         await cluster.until(cluster.all_registered, "brokers registered after the etcd restart")
@@ -311,8 +306,8 @@ async def test_brokers_recover_from_an_etcd_restart(tmp_path: Path) -> None:
 
 
 async def cli(args: list[str]) -> str:
-    done = await asyncio.to_thread(subprocess.run, args, capture_output=True, timeout=60, check=True)
-    return done.stdout.decode()
+    done = await asyncio.to_thread(run_ister, args, timeout=60, check=True)
+    return done.stdout
 
 
 async def test_moving_a_reliable_topic_twice_keeps_offsets_dense_and_clients_working(

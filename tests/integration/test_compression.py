@@ -26,6 +26,7 @@ from tests.integration.compression_support import (
     read_payloads,
     stored_codecs,
 )
+from tests.integration.forkserver import run_ister
 from tests.integration.harness import BrokerProcess, client, consumer, producer, take
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -33,13 +34,7 @@ ISTER = [sys.executable, "-m", "ister.cli"]
 
 
 def cli(broker: BrokerProcess, *args: str) -> str:
-    done = subprocess.run(
-        [*ISTER, *args, "--admin-addr", broker.admin_addr],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_ister([*args, "--admin-addr", broker.admin_addr], timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

@@ -19,7 +19,8 @@ import pytest
 from ister.client import Client
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import Cluster
-from tests.integration.harness import ISTER, BrokerProcess
+from tests.integration.forkserver import run_ister
+from tests.integration.harness import BrokerProcess
 from tests.support import until
 
 pytestmark = pytest.mark.integration
@@ -78,10 +79,8 @@ async def admin(
     broker: BrokerProcess, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return await asyncio.to_thread(
-        subprocess.run,
-        [*ISTER, "admin", *args, "--admin-addr", broker.admin_addr],
-        capture_output=True,
-        text=True,
+        run_ister,
+        ["admin", *args, "--admin-addr", broker.admin_addr],
         timeout=120,
         env={**os.environ, **(env or {})},
     )

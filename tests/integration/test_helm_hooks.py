@@ -24,6 +24,7 @@ import pytest
 import trustme
 
 from tests.etcd_server import EtcdServer
+from tests.integration.forkserver import run_ister
 from tests.integration.harness import BrokerProcess
 from tests.support import until_sync
 from tests.unit.test_helm_chart import BASE_VALUES, _container, render
@@ -78,9 +79,7 @@ def ready(broker: BrokerProcess) -> int:
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ister.cli", *args], capture_output=True, text=True, timeout=60, env=env
-    )
+    return run_ister(list(args), timeout=60, env=env)
 
 
 @pytest.mark.parametrize("secure", [False, True], ids=["plain", "tls-tokens"])

@@ -6,7 +6,6 @@ throttling shows as a lower bound on elapsed time and in the metrics."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,21 +15,14 @@ import pytest
 from ister.client import Client
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import Cluster
+from tests.integration.forkserver import run_ister
 from tests.integration.harness import BrokerProcess, broker_metric, client, consumer, producer, take
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-ISTER = [sys.executable, "-m", "ister.cli"]
-
 
 def cli(broker: BrokerProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [*ISTER, *args, "--admin-addr", broker.admin_addr],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_ister([*args, "--admin-addr", broker.admin_addr], timeout=60)
     if ok:
         assert done.returncode == 0, done.stderr
     return done

@@ -12,7 +12,6 @@ import asyncio
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -27,11 +26,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from ister.storage.objects import list_descriptors
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import WAIT, Cluster
+from tests.integration.forkserver import run_ister
 from tests.integration.harness import client, producer
 from tests.seaweed_server import ACCESS_KEY, REGION, SECRET_KEY, SeaweedServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-ISTER = [sys.executable, "-m", "ister.cli"]
 N = 500  # messages acknowledged before the event, and again after it
 
 
@@ -60,8 +59,7 @@ def tier_config(path: Path, s3: SeaweedServer, *, export_tail: bool) -> Path:
 
 def admin(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     """`ister admin ARGS` against the first broker, as an operator runs it."""
-    argv = [*ISTER, "admin", *args, "--admin-addr", cluster.brokers[0].admin_addr]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    return run_ister(["admin", *args, "--admin-addr", cluster.brokers[0].admin_addr], timeout=120)
 
 
 def admin_unload(cluster: Cluster, topic: str) -> subprocess.CompletedProcess[str]:

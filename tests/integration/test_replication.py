@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator
@@ -33,6 +32,7 @@ from ister.wire.gen import ister_v1_pb2 as ister_pb
 from ister.wire.gen import ister_v1_pb2_grpc as ister_pb_grpc
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import Cluster
+from tests.integration.forkserver import run_ister
 from tests.integration.replication_support import (
     RF_ENV,
     produce,
@@ -43,8 +43,6 @@ from tests.integration.replication_support import (
 from tests.integration.security_support import make_pki, secret_file, token
 
 pytestmark = pytest.mark.timeout(300)
-
-ISTER = [sys.executable, "-m", "ister.cli"]
 
 
 @pytest.fixture
@@ -88,10 +86,8 @@ async def test_an_acknowledged_record_survives_its_leaders_death(cluster: Cluste
     # What an operator sees: the replica set, the in-sync set and each follower's lag, on the CLI and in
     # the leader's metrics.
     admin_addr = cluster.process_of(leader).admin_addr
-    cli = [*ISTER, "admin", "topics", "describe", topic, "--admin-addr", admin_addr, "-o", "json"]
-    done = await asyncio.to_thread(
-        subprocess.run, cli, check=True, capture_output=True, text=True, timeout=60
-    )
+    cli = ["admin", "topics", "describe", topic, "--admin-addr", admin_addr, "-o", "json"]
+    done = await asyncio.to_thread(run_ister, cli, check=True, timeout=60)
     described = json.loads(done.stdout)
     assert sorted(described["replicas"]) == sorted(str(b) for b in record.replicas)
     assert sorted(described["in_sync_replicas"]) == sorted(str(b) for b in record.isr)
@@ -116,10 +112,8 @@ async def test_an_acknowledged_record_survives_its_leaders_death(cluster: Cluste
         loaded = await cluster.until(follower_load, "the follower's load report shows its copy", 30)
         await pub.flush()
     assert all(t["topic_name"] != topic for t in loaded["topics"])  # a copy, not a led topic
-    cli = [*ISTER, "admin", "brokers", "load", "--admin-addr", admin_addr, "-o", "json"]
-    done = await asyncio.to_thread(
-        subprocess.run, cli, check=True, capture_output=True, text=True, timeout=60
-    )
+    cli = ["admin", "brokers", "load", "--admin-addr", admin_addr, "-o", "json"]
+    done = await asyncio.to_thread(run_ister, cli, check=True, timeout=60)
     shown = {int(row["broker_id"]): row for row in json.loads(done.stdout)}  # ids are strings
     assert shown[follower]["followed_topics"] >= 1 and shown[leader]["topics"] >= 1
     assert sorted(acked) == list(range(len(acked)))
@@ -473,20 +467,8 @@ async def test_a_topic_whose_in_sync_replicas_are_all_gone_is_said_and_comes_bac
             four.process_of(b).kill9()
 
         def described() -> dict[str, Any]:
-            out = subprocess.run(
-                [
-                    *ISTER,
-                    "admin",
-                    "topics",
-                    "describe",
-                    topic,
-                    "-o",
-                    "json",
-                    "--admin-addr",
-                    spare.admin_addr,
-                ],
-                capture_output=True,
-                text=True,
+            out = run_ister(
+                ["admin", "topics", "describe", topic, "-o", "json", "--admin-addr", spare.admin_addr],
                 timeout=30,
             )
             assert out.returncode == 0, out.stderr
@@ -550,28 +532,13 @@ async def test_an_unclean_recovery_restarts_on_the_surviving_copy_and_says_what_
             frozen.proc.send_signal(signal.SIGCONT)
 
         def recover(*extra: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                [*ISTER, "admin", "topics", "recover", topic, "--admin-addr", spare.admin_addr, *extra],
-                capture_output=True,
-                text=True,
-                timeout=90,
+            return run_ister(
+                ["admin", "topics", "recover", topic, "--admin-addr", spare.admin_addr, *extra], timeout=90
             )
 
         def stranded() -> bool:
-            out = subprocess.run(
-                [
-                    *ISTER,
-                    "admin",
-                    "topics",
-                    "describe",
-                    topic,
-                    "-o",
-                    "json",
-                    "--admin-addr",
-                    spare.admin_addr,
-                ],
-                capture_output=True,
-                text=True,
+            out = run_ister(
+                ["admin", "topics", "describe", topic, "-o", "json", "--admin-addr", spare.admin_addr],
                 timeout=30,
             )
             return (
@@ -615,8 +582,8 @@ async def test_drain_moves_leaderships_and_replicas_away(tmp_path: Path, etcd_se
         record = await four.until(lambda: replica_record(four, topic), "a replica record")
         await four.start_more()
         drained = record.leader  # it leads and holds a copy: both must move
-        cli = [*ISTER, "admin", "brokers", "drain", str(drained), "--admin-addr", four.brokers[3].admin_addr]
-        await asyncio.to_thread(subprocess.run, cli, check=True, capture_output=True, timeout=60)
+        cli = ["admin", "brokers", "drain", str(drained), "--admin-addr", four.brokers[3].admin_addr]
+        await asyncio.to_thread(run_ister, cli, check=True, timeout=60)
 
         seen: list[object] = []
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,19 +22,17 @@ from ister.wire.gen import ister_v1_pb2 as ipb
 from ister.wire.gen import ister_v1_pb2_grpc as ipb_grpc
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import Cluster
+from tests.integration.forkserver import run_ister
 from tests.integration.harness import BrokerProcess
 
 pytestmark = pytest.mark.timeout(240)
 
-ISTER = [sys.executable, "-m", "ister.cli"]
 # Explicit: these tests rely on the brokers' own default being one copy, whatever the default becomes.
 ONE_COPY_ENV = {"ISTER_CLUSTER__REPLICATION_FACTOR": "1", "ISTER_CLUSTER__REPLICA_MAX_LAG_SECONDS": "2"}
 
 
 async def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(
-        subprocess.run, [*ISTER, *args], capture_output=True, text=True, timeout=60, check=False
-    )
+    return await asyncio.to_thread(run_ister, list(args), timeout=60)
 
 
 async def cli_ok(*args: str) -> str:

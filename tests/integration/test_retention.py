@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -19,12 +17,12 @@ import pytest
 from ister.client import Client
 from ister.wire.gen import ister_v1_pb2 as ipb
 from ister.wire.gen import ister_v1_pb2_grpc as ipb_grpc
+from tests.integration.forkserver import run_ister
 from tests.integration.harness import BrokerProcess
 from tests.support import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-ISTER = [sys.executable, "-m", "ister.cli"]
 FAST = {
     "ISTER_STORAGE__RETENTION__CHECK_INTERVAL_SECONDS": "0.3",
     "ISTER_STORAGE__DURABLE__EXPORT_INTERVAL_SECONDS": "0.2",
@@ -34,7 +32,7 @@ FAST = {
 
 
 def cli(*args: str) -> str:
-    done = subprocess.run([*ISTER, *args], capture_output=True, text=True, timeout=60, check=False)
+    done = run_ister(list(args), timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -219,21 +217,9 @@ async def test_size_retention_without_a_durable_tier(tmp_path: Path) -> None:
 def test_bad_retention_input_is_refused_and_changes_nothing(shared_broker: BrokerProcess) -> None:
     addr = ["--admin-addr", shared_broker.admin_addr]
     for args in (["--time", "7 days"], ["--size", "lots"], []):
-        done = subprocess.run(
-            [*ISTER, "admin", "namespaces", "set-retention", "default", *args, *addr],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = run_ister(["admin", "namespaces", "set-retention", "default", *args, *addr], timeout=60)
         assert done.returncode == 1 and done.stderr.startswith("error:"), done
-    done = subprocess.run(
-        [*ISTER, "admin", "topics", "set-retention", "/default/nope", "--time", "1d", *addr],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_ister(["admin", "topics", "set-retention", "/default/nope", "--time", "1d", *addr], timeout=60)
     assert done.returncode == 1 and "does not exist" in done.stderr, done
     assert "7d (default)" in cli("admin", "namespaces", "retention", "default", *addr)
 

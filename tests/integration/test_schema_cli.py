@@ -6,17 +6,16 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ister.client import Client
+from tests.integration.forkserver import run_ister
 from tests.integration.harness import BrokerProcess
 
 pytestmark = pytest.mark.integration
 
-ISTER = [sys.executable, "-m", "ister.cli"]
 READING = {
     "type": "record",
     "name": "Reading",
@@ -25,7 +24,7 @@ READING = {
 
 
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*ISTER, *args], capture_output=True, text=True, timeout=timeout, check=False)
+    return run_ister(list(args), timeout=timeout)
 
 
 async def subscribe(url: str, topic: str, subscription: str) -> None:

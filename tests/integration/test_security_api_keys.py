@@ -20,6 +20,7 @@ from ister import errors
 from ister.client.client import Client
 from ister.wire.gen import ister_v1_pb2 as ipb
 from ister.wire.gen import ister_v1_pb2_grpc as ipb_grpc
+from tests.integration.forkserver import run_ister
 from tests.integration.harness import ISTER, BrokerProcess
 from tests.integration.security_support import Pki, make_pki, secret_file, token
 from tests.support import until
@@ -52,15 +53,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Broke
 
 def ister(broker: BrokerProcess, pki: Pki, *args: str) -> subprocess.CompletedProcess[str]:
     """`ister admin security api-keys ...` as root."""
-    return subprocess.run(
+    return run_ister(
         [
-            *ISTER,
             *("admin", "--token", token("root"), "--tls-ca", str(pki.ca_file), "security", "api-keys"),
             *args,
             *("--admin-addr", broker.admin_addr),
         ],
-        capture_output=True,
-        text=True,
         timeout=60,
     )
 

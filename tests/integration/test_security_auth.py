@@ -20,7 +20,8 @@ from ister.security.tokens import mint
 from ister.server.auth_rules import RULES
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
-from tests.integration.harness import ISTER, BrokerProcess, consumer, producer, take
+from tests.integration.forkserver import run_ister
+from tests.integration.harness import BrokerProcess, consumer, producer, take
 from tests.integration.security_support import Pki, make_pki, secret_file, token
 
 pytestmark = pytest.mark.integration
@@ -236,9 +237,7 @@ async def test_official_client_without_permission_is_refused(
 
 
 def _ister(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*ISTER, *args], capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})}
-    )
+    return run_ister(list(args), timeout=60, env={**os.environ, **(env or {})})
 
 
 async def test_cli_tokens_roles_bindings_and_produce(broker: BrokerProcess, pki: Pki, tmp_path: Path) -> None:

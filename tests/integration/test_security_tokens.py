@@ -22,7 +22,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from ister.wire.gen import DanubeAdmin_pb2_grpc as apb_grpc
-from tests.integration.harness import ISTER, BrokerProcess, consumer, producer, take
+from tests.integration.forkserver import run_ister
+from tests.integration.harness import BrokerProcess, consumer, producer, take
 from tests.integration.security_support import Pki, make_pki, secret_file, token
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -61,7 +62,7 @@ def root_token() -> str:
 
 def ister(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("ISTER_TOKEN", "ISTER_API_KEY")}
-    return subprocess.run([*ISTER, *args], capture_output=True, text=True, timeout=60, env=env)
+    return run_ister(list(args), timeout=60, env=env)
 
 
 def mint_cli(broker: BrokerProcess, pki: Pki, caller: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,12 +17,11 @@ import pytest
 from ister.client import Client
 from ister.wire.gen import ister_v1_pb2 as pb
 from ister.wire.gen import ister_v1_pb2_grpc as pb_grpc
+from tests.integration.forkserver import run_ister
 from tests.integration.harness import BrokerProcess
 from tests.support import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-ISTER = [sys.executable, "-m", "ister.cli"]
 
 
 async def stats(broker: BrokerProcess | str, topic: str) -> pb.TopicStatsResponse:
@@ -52,13 +50,7 @@ def sub_of(t: pb.TopicStats, name: str) -> pb.SubscriptionStatsEntry:
 
 
 def cli(addr: str, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [*ISTER, "admin", *args, "--admin-addr", addr],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_ister(["admin", *args, "--admin-addr", addr], timeout=60)
     assert done.returncode == code, (args, done.returncode, done.stdout, done.stderr)
     assert "Traceback" not in done.stderr, done.stderr
     return done

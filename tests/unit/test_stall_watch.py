@@ -36,6 +36,7 @@ async def test_a_blocked_loop_is_reported_with_its_length_and_stack() -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     assert watch._on_gc not in gc.callbacks  # stopped: the collector no longer calls it
+    assert watch._thread is not None and not watch._thread.is_alive()  # joined: gone before shutdown
 
 
 async def test_a_long_garbage_collection_is_reported_with_its_generation() -> None:

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 BEAT_SECONDS = 0.02
 STALL_THRESHOLD_SECONDS = 0.1
 STACK_LINES = 12  # innermost frames logged (at DEBUG)
+JOIN_SECONDS = 1.0  # bound on `close()` waiting for the thread
 LOG_EVERY_SECONDS = 30.0  # at most one WARNING per this long for stalls, and one for GC pauses
 
 LOOP_STALLS = Counter(
@@ -80,9 +81,14 @@ class StallWatch:
             self.close()
 
     def close(self) -> None:
+        """Stop the thread and wait for it (it wakes every BEAT_SECONDS): left running, it could read the
+        loop thread's frames while the interpreter shuts down (seen: a traceback in the thread after
+        "stopped", then the broker died of SIGSEGV)."""
         self._stop.set()
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(JOIN_SECONDS)
 
     def _watch(self) -> None:
         stalled_since: float | None = None  # the last beat before the pause being watched
