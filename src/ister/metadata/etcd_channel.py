@@ -18,6 +18,11 @@ from ister.errors import InvalidArgument
 DEFAULT_PORT = 2379
 RECONNECT_BACKOFF_MIN_MS = 100
 RECONNECT_BACKOFF_MAX_MS = 1000
+# gRPC reads `grpc.min_reconnect_backoff_ms` as the least time one connection attempt gets to finish its
+# handshake (TCP, TLS, the HTTP/2 SETTINGS), not as a backoff: at 100 ms an etcd slow to answer a new
+# connection (a loaded machine) was never reached (tests/unit/test_etcd_slow_handshake.py). The first retry
+# still comes after `initial_reconnect_backoff_ms`.
+CONNECT_ATTEMPT_MIN_MS = 5000
 KEEPALIVE_TIME_MS = 10_000  # etcd refuses pings more often than every 5 s (--grpc-keepalive-min-time)
 
 
@@ -86,7 +91,7 @@ class Connection:
         self.endpoint = endpoint
         options = {
             "grpc.initial_reconnect_backoff_ms": RECONNECT_BACKOFF_MIN_MS,
-            "grpc.min_reconnect_backoff_ms": RECONNECT_BACKOFF_MIN_MS,
+            "grpc.min_reconnect_backoff_ms": CONNECT_ATTEMPT_MIN_MS,
             "grpc.max_reconnect_backoff_ms": RECONNECT_BACKOFF_MAX_MS,
             "grpc.keepalive_time_ms": KEEPALIVE_TIME_MS,
             "grpc.keepalive_timeout_ms": max(1000, int(timeout * 1000)),
