@@ -23,6 +23,16 @@ def env(**extra: str) -> dict[str, str]:
     return {**os.environ, **extra}
 
 
+def _started_proc(data: Path) -> object:
+    """The process object of a broker started on `data` (then stopped): forked or exec'd."""
+    broker = BrokerProcess(data)
+    broker.start()
+    try:
+        return broker.proc
+    finally:
+        broker.stop()
+
+
 def test_a_forked_ister_has_its_own_argv_environment_and_log(tmp_path: Path) -> None:
     server = forkserver.ForkServer()
     try:
@@ -85,22 +95,12 @@ def test_a_changed_start_time_variable_gets_a_fork_server_of_its_own(
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     after = forkserver.server()
     assert after is not None and after is not before and not after.exec_reasons(dict(os.environ))
-    broker = BrokerProcess(tmp_path / "p")
-    broker.start()
-    try:
-        assert isinstance(broker.proc, forkserver.ForkedProcess)
-    finally:
-        broker.stop()
+    assert isinstance(_started_proc(tmp_path / "p"), forkserver.ForkedProcess)
 
 
 def test_turned_off_every_broker_is_execd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(forkserver.ENABLE_ENV, "0")
-    broker = BrokerProcess(tmp_path / "c")
-    broker.start()
-    try:
-        assert isinstance(broker.proc, subprocess.Popen)
-    finally:
-        broker.stop()
+    assert isinstance(_started_proc(tmp_path / "c"), subprocess.Popen)
 
 
 def test_a_broker_whose_environment_is_read_at_exec_is_execd(tmp_path: Path) -> None:
