@@ -4,7 +4,8 @@ usage: python bench/table.py [--records 1000000] [--batch 1000] [--interval 1] [
 
 * publish cost: N 100-byte records published through the batch API (one producer, batches of --batch) to a
   standalone broker, first to a topic without a table, then to a topic of a namespace whose table policy is
-  on (--interval); records/s of each and the difference.
+  on (--interval), then to another without; records/s of each and the difference (each phase starts once
+  the broker and its worker have been idle for a second).
 * freshness: while records are published at a paced --rate, the time from each batch's acknowledgement to
   the catalog commit of the first snapshot whose `ister.offset.end` covers it (snapshot timestamps, after
   the run); p50 / p99 / max.
@@ -85,6 +86,19 @@ def cpu(pid: int | None) -> dict[str, float]:
     return {"broker": _cpu_of(pid), "worker": sum(_cpu_of(int(c)) for c in children)}
 
 
+async def settle(pid: int | None, idle_share: float = 0.05, window: float = 1.0, limit: float = 120) -> float:
+    """Wait until the broker and its worker use under `idle_share` of a core over `window` seconds (the
+    previous phase's segment exports, Parquet copies and table work done), so that no phase pays for
+    another's leftovers; returns the seconds waited."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        before = sum(cpu(pid).values())
+        await asyncio.sleep(window)
+        if sum(cpu(pid).values()) - before < idle_share * window:
+            break
+    return round(time.monotonic() - t0, 1)
+
+
 def table(broker: BrokerNode, topic: str) -> Any:
     found = json.loads(cli(broker, "table", topic, "-o", "json"))
     return load_catalog(found["catalog_name"], uri=found["catalog_uri"], **found["properties"]).load_table(
@@ -122,6 +136,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         # off, on (then its table catches up), off again: the mean of the runs without a table is the
         # baseline (order effects); CPU seconds of the broker and of its table worker per phase
         for name, topic in (("off", "/plain/t"), ("on", "/lake/t"), ("off2", "/plain/t2")):
+            out[f"settled_before_{name}_s"] = await settle(broker.pid)
             cpu0, t0 = cpu(broker.pid), time.monotonic()
             await publish(broker.url, topic, args.records, args.batch)
             out[f"publish_{name}_rps"] = round(args.records / (time.monotonic() - t0))
