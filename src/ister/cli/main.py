@@ -162,3 +162,4 @@ from ister.cli import schemas as _schemas  # noqa: E402,F401  (registers `ister 
 from ister.cli import security as _security  # noqa: E402,F401  (registers `ister admin security`)
 from ister.cli import stats as _stats  # noqa: E402,F401  (`ister admin topics stats`, `subscriptions list`)
 from ister.cli import tables as _tables  # noqa: E402,F401  (`ister table`, set-table of `ister admin`)
+from ister.cli import table_drop as _table_drop  # noqa: E402,F401  (drop-table, namespaces tables)
