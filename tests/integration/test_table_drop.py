@@ -33,7 +33,18 @@ async def test_list_refuse_drop_and_purge_tables(tmp_path: Path) -> None:
     admin = broker.admin_addr
     topic = f"/{NS}/churn"
     try:
-        cli("admin", "namespaces", "set-table", NS, "--format", "iceberg", "--interval", "1s", "--admin-addr", admin)
+        cli(
+            "admin",
+            "namespaces",
+            "set-table",
+            NS,
+            "--format",
+            "iceberg",
+            "--interval",
+            "1s",
+            "--admin-addr",
+            admin,
+        )
         async with Client(broker.url) as client:
             await publish(client, topic, 300, "old")
             await until(lambda: count_rows(broker, topic) == 300, "the first topic's rows committed", 60)
@@ -79,7 +90,9 @@ async def test_list_refuse_drop_and_purge_tables(tmp_path: Path) -> None:
         assert old in listed(admin)
 
         # a deleted incarnation's table dropped: gone from the catalog, its files kept
-        dropped = json.loads(cli("admin", "topics", "drop-table", old_topic, "-o", "json", "--admin-addr", admin).stdout)
+        dropped = json.loads(
+            cli("admin", "topics", "drop-table", old_topic, "-o", "json", "--admin-addr", admin).stdout
+        )
         assert dropped["purged"] is False and [d["table"] for d in dropped["dropped"]] == [old]
         assert dropped["dropped"][0]["rows"] == 300
         assert set(listed(admin)) == {f"{NS}.churn"}

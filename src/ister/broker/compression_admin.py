@@ -31,7 +31,9 @@ class CompressionAdmin:
         self.store = store
         self._resolve = resolve  # (name, its topics: itself or its partitions), NotFound when neither
 
-    async def set_namespace(self, ns: str, codec: str, dictionary: bool = False, clear: bool = False) -> InEffect:
+    async def set_namespace(
+        self, ns: str, codec: str, dictionary: bool = False, clear: bool = False
+    ) -> InEffect:
         """`none` stores none explicitly: the namespace's topics store plain records unless they say;
         `clear` drops the field (none too). `dictionary` (zstd only): each of its topics without a policy of
         its own trains its own dictionary on its first records. Anything but `zstd` with `dictionary`

@@ -32,7 +32,9 @@ from ister.wire.gen import ister_v1_pb2 as ister_pb
 
 PropertyOpt = Annotated[
     list[str] | None,
-    typer.Option("--property", help="KEY=VALUE: a catalog property to add (a secret the broker does not send)"),
+    typer.Option(
+        "--property", help="KEY=VALUE: a catalog property to add (a secret the broker does not send)"
+    ),
 ]
 
 
@@ -64,8 +66,10 @@ def _ask(s: Any, name: TopicName) -> tuple[ister_pb.TablePolicyResponse, ister_p
     return ns, _topic_policy(s, name.full)
 
 
-def _catalog_failed(uri: str, exc: BaseException) -> str:
-    return f"the catalog at {uri} failed: {type(exc).__name__}: {exc}"
+def _catalog_failed(uri: str, exc: BaseException, after: str = "") -> str:
+    """One line (SQL errors carry the statement and a link on lines of their own)."""
+    first = next(iter(str(exc).strip().splitlines()), "")
+    return f"the catalog at {uri} failed: {type(exc).__name__}: {first}{after}"
 
 
 @topics_app.command("drop-table")
@@ -81,7 +85,7 @@ def topics_drop_table(
     """Drop a topic's table from the catalog (each partition's): a deleted topic's, or a renamed
     `<topic>-deleted-<revision>` one. Refused while the topic's table policy is on. The files stay unless
     --purge."""
-    from ister.tables.drop import drop, open_existing
+    from ister.tables.drop import DropFailed, drop, open_existing
 
     try:
         name = TopicName.parse(topic_name(topic))
@@ -102,20 +106,30 @@ def topics_drop_table(
         dropped = drop(open_existing(spec), idents, purge)
     except (NotFound, InvalidArgument) as exc:
         fail(f"{exc}; nothing was dropped")
+    except DropFailed as exc:
+        before = ", ".join(d.table for d in exc.done)
+        fail(
+            _catalog_failed(
+                spec.uri, exc.cause, f"; dropped before it: {before}" if before else "; nothing was dropped"
+            )
+        )
     except Exception as exc:  # the catalog's own (unreachable, locked, refused): pyiceberg, SQL, HTTP
-        fail(_catalog_failed(spec.uri, exc))
+        fail(_catalog_failed(spec.uri, exc, "; nothing was dropped"))
     if output == Output.json:
         emit_json(
             {
                 "dropped": [
-                    {"table": d.table, "rows": d.rows, "files": d.files, "location": d.location} for d in dropped
+                    {"table": d.table, "rows": d.rows, "files": d.files, "location": d.location}
+                    for d in dropped
                 ],
                 "purged": purge,
             }
         )
         return
     for d in dropped:
-        size = f"{d.rows if d.rows is not None else '?'} rows, {d.files if d.files is not None else '?'} files"
+        size = (
+            f"{d.rows if d.rows is not None else '?'} rows, {d.files if d.files is not None else '?'} files"
+        )
         done = "its files deleted" if purge else f"its files kept at {d.location}"
         typer.echo(f"dropped {d.table} ({size}; {done})")
 
@@ -133,7 +147,9 @@ def namespaces_tables(
 
     r = call(
         admin_addr,
-        lambda s: s.ister_admin.GetTablePolicy(ister_pb.GetTablePolicyRequest(namespace=namespace), timeout=30.0),
+        lambda s: s.ister_admin.GetTablePolicy(
+            ister_pb.GetTablePolicyRequest(namespace=namespace), timeout=30.0
+        ),
     )
     spec = _spec(r, properties)
     try:
@@ -175,6 +191,8 @@ def namespaces_tables(
         return
     emit_table(
         ["TABLE", "STATE", "ROWS", "FILES", "LOCATION"],
-        [[t.table, st, "-" if t.rows is None else t.rows, "-" if t.files is None else t.files, t.location]
-         for t, st in zip(found, state, strict=True)],
+        [
+            [t.table, st, "-" if t.rows is None else t.rows, "-" if t.files is None else t.files, t.location]
+            for t, st in zip(found, state, strict=True)
+        ],
     )

@@ -32,7 +32,9 @@ def open_existing(spec: CatalogSpec) -> Any:
     if spec.uri.startswith("sqlite:///"):
         path = Path(spec.uri.removeprefix("sqlite:///"))
         if not path.is_file():
-            raise NotFound(f"the catalog file {path} does not exist here (run this where the broker's data is)")
+            raise NotFound(
+                f"the catalog file {path} does not exist here (run this where the broker's data is)"
+            )
     return load_catalog(CATALOG_NAME, **spec.load_properties())
 
 
@@ -80,9 +82,22 @@ def drop(catalog: Any, idents: list[tuple[str, str]], purge: bool) -> list[Table
             raise NotFound(f"the catalog has no table {'.'.join(ident)}") from None
     if not found:
         raise InvalidArgument("no table to drop")
-    for ident in idents:
-        (catalog.purge_table if purge else catalog.drop_table)(ident)
+    for i, ident in enumerate(idents):
+        try:
+            (catalog.purge_table if purge else catalog.drop_table)(ident)
+        except Exception as exc:  # the catalog's own errors: SQL, HTTP, auth
+            raise DropFailed(found[:i], exc) from exc
     return found
 
 
-__all__ = ["RETIRED", "TableInfo", "drop", "info", "list_tables", "open_existing"]
+class DropFailed(Exception):
+    """A drop the catalog refused or did not answer, after `done` were dropped (a partitioned topic's
+    tables are dropped one by one)."""
+
+    def __init__(self, done: list[TableInfo], cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.done = done
+        self.cause = cause
+
+
+__all__ = ["RETIRED", "DropFailed", "TableInfo", "drop", "info", "list_tables", "open_existing"]
