@@ -33,7 +33,8 @@ def open_existing(spec: CatalogSpec) -> Any:
         path = Path(spec.uri.removeprefix("sqlite:///"))
         if not path.is_file():
             raise NotFound(
-                f"the catalog file {path} does not exist here (run this where the broker's data is)"
+                f"the catalog file {path} does not exist here (no table was committed yet, or run this "
+                "where the broker's data is)"
             )
     return load_catalog(CATALOG_NAME, **spec.load_properties())
 
