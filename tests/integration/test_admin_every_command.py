@@ -86,6 +86,7 @@ def cases(broker_id: str, other_id: str, schema_file: Path) -> list[Case]:
         Case(("namespaces", "retention", ns), True),
         Case(("namespaces", "set-table", ns, "--partition", "hour")),
         Case(("namespaces", "table", ns), True),
+        Case(("namespaces", "tables", ns), True),  # the catalog's tables (none, or no catalog yet: an error)
         Case(("namespaces", "set-backlog-quota", ns, "--size", "1GiB")),
         Case(("namespaces", "set-message-ttl", ns, "1d")),
         Case(("namespaces", "set-limits", ns, "--publish-rate", "1000", "--max-topics", "100")),
@@ -107,6 +108,7 @@ def cases(broker_id: str, other_id: str, schema_file: Path) -> list[Case]:
         Case(("topics", "retention", t), True),
         Case(("topics", "set-table", t, "--interval", "30s")),
         Case(("topics", "table", t), True),
+        Case(("topics", "drop-table", t)),  # no table to drop: an error line
         Case(("topics", "set-limits", t, "--publish-rate-bytes", "1000000")),
         Case(("topics", "limits", t), True),
         Case(("topics", "set-compression", t, "zstd")),

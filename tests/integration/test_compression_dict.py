@@ -32,10 +32,10 @@ async def _publish(url: str, topic: str, payloads: list[bytes]) -> None:
         await p.close()
 
 
-def wal_records(data: Path, topic: str) -> list[bytes]:
+def wal_records(data: Path, topic: str, namespace: str = "default") -> list[bytes]:
     """The records of a topic's WAL segment files as stored (frames read until the preallocated tail)."""
     out: list[bytes] = []
-    root = data / "wal" / "default" / topic
+    root = data / "wal" / namespace / topic
     for f in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix == ".wal"):
         raw, pos = f.read_bytes(), 0
         while pos + HEADER_SIZE <= len(raw):

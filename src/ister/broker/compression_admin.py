@@ -1,26 +1,27 @@
-"""Admin of compression policies (docs/compression.md): a namespace's `compression` (a field of its policy,
-by compare-and-set, its other fields kept) and a topic's own (`/ister/compression/{ns}/{topic}`)."""
+"""Admin of compression policies (docs/compression.md): a namespace's `compression` and
+`compression_dictionary` (fields of its policy, by compare-and-set, its other fields kept) and a topic's own
+(`/ister/compression/{ns}/{topic}`)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
-from ister.broker.compression_policy import compression_in_effect
+from ister.broker.compression_policy import compression_in_effect, dictionary_in_effect
 from ister.core.compression import NAMES, parse_codec
 from ister.errors import InvalidArgument, NotFound
 from ister.ids import TopicName, shown, validate_segment
 from ister.metadata import keys
 from ister.metadata import topic_catalog as catalog
-from ister.metadata.records import NamespacePolicy, TopicCompression
+from ister.metadata.records import NamespacePolicy, TopicCompression, namespace_dict_id
 from ister.metadata.store import MetadataStore
 
 
 class InEffect(NamedTuple):
     compression: str
     source: str  # "topic", "namespace" or "default"
-    dictionary: bool = False  # a topic's own zstd with a trained dictionary (docs/compression.md)
-    dictionary_id: int = 0  # its id once trained; 0 while the topic's first records are sampled
+    dictionary: bool = False  # zstd with a dictionary trained per topic (docs/compression.md)
+    dictionary_id: int = 0  # a topic's, once trained; 0 while its first records are sampled (and namespaces)
 
 
 class CompressionAdmin:
@@ -30,21 +31,38 @@ class CompressionAdmin:
         self.store = store
         self._resolve = resolve  # (name, its topics: itself or its partitions), NotFound when neither
 
-    async def set_namespace(self, ns: str, codec: str) -> InEffect:
-        """`none` stores none explicitly: the namespace's topics store plain records unless they say."""
+    async def set_namespace(
+        self, ns: str, codec: str, dictionary: bool = False, clear: bool = False
+    ) -> InEffect:
+        """`none` stores none explicitly: the namespace's topics store plain records unless they say;
+        `clear` drops the field (none too). `dictionary` (zstd only): each of its topics without a policy of
+        its own trains its own dictionary on its first records. Anything but `zstd` with `dictionary`
+        forgets the dictionaries its topics trained for it, so asking again trains new ones."""
         validate_segment(ns, "namespace")
-        name = NAMES[parse_codec(codec)]
+        if clear == bool(codec):
+            raise InvalidArgument("give either a compression or clear, not both or neither")
+        name = NAMES[parse_codec(codec)] if codec else ""
+        if dictionary and name != "zstd":
+            raise InvalidArgument("a compression dictionary needs zstd")
 
         def change(value: dict[str, Any]) -> dict[str, Any]:
-            value["compression"] = name
+            value.pop("compression", None)
+            value.pop("compression_dictionary", None)
+            if name:
+                value["compression"] = name
+            if dictionary:
+                value["compression_dictionary"] = True
             return value
 
         await catalog.update_namespace_policy(self.store, ns, change)
+        if not dictionary:  # after the policy: a publish stops using them from the next one on already
+            await self.store.delete_prefix(keys.namespace_dicts_prefix(ns))
         return await self.get_namespace(ns)
 
     async def get_namespace(self, ns: str) -> InEffect:
         validate_segment(ns, "namespace")
-        return InEffect(*compression_in_effect(await self._policy(ns), None))
+        policy = await self._policy(ns)
+        return InEffect(*compression_in_effect(policy, None), policy.compression_dictionary)
 
     async def _policy(self, ns: str) -> NamespacePolicy:
         kv = await self.store.get(keys.namespace_policy(ns))
@@ -81,7 +99,7 @@ class CompressionAdmin:
         name = targets[0]
         kv = await self.store.get(keys.topic_compression(name))
         own = TopicCompression.lenient(kv.value) if kv is not None else None
-        codec, source = compression_in_effect(await self._policy(name.namespace), own)
-        if own is None or not own.dictionary:
-            return InEffect(codec, source)
-        return InEffect(codec, source, True, own.dictionary_id or 0)
+        policy = await self._policy(name.namespace)
+        trained = await self.store.get(keys.topic_namespace_dict(name)) if own is None else None
+        trained_id = namespace_dict_id(trained.value) if trained is not None else None
+        return InEffect(*compression_in_effect(policy, own), *dictionary_in_effect(policy, own, trained_id))

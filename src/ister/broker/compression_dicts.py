@@ -3,9 +3,10 @@
 `/ister/compression-dicts/{id}` holds one dictionary, created if absent and never changed, so an id names the
 same bytes on every broker forever. Every broker mirrors the prefix (the retention view's watch) into the
 process's `core.zdict.REGISTRY`, so replicas, a topic's next owner and readers of the durable tier can
-decompress what any broker compressed. A topic whose policy asks for a dictionary samples its first plain
-records, trains one off the publish path, stores it and records its id in the topic's policy record; until
-then (and whenever the store cannot be reached) its records are compressed with plain zstd.
+decompress what any broker compressed. A topic whose policy (its own or its namespace's) asks for a
+dictionary samples its first plain records, trains one off the publish path, stores it and records its id
+(broker/compression_naming.py); until then (and whenever the store cannot be reached) its records are
+compressed with plain zstd.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from ister.broker.compression_naming import name_dictionary
 from ister.core import zdict
 from ister.core.compression import MARK
 from ister.errors import InvalidArgument, MetadataError
@@ -26,7 +28,6 @@ from ister.ids import TopicName
 from ister.limits import METADATA_TIMEOUT_SECONDS
 from ister.metadata import keys
 from ister.metadata.cache import LocalCache
-from ister.metadata.records import TopicCompression
 from ister.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ class DictionaryTrainer:
         self._bytes = 0
         self._busy = False
         self._not_before = 0.0
+        self._stored: int | None = None  # stored, not named yet (the metadata store failed meanwhile)
 
     def offer(self, records: Sequence[bytes | msgspec.Raw]) -> None:
         if self._busy or time.monotonic() < self._not_before:
@@ -152,21 +154,18 @@ class DictionaryTrainer:
             self._busy = False
 
     async def make(self, samples: list[bytes]) -> int:
-        """Train, store (create-if-absent), load it here, and name it in the topic's policy record when
-        that still asks for a dictionary and names none; the dictionary's id."""
-        for _ in range(3):  # a random id that names another dictionary already: another id
-            data = await asyncio.to_thread(zdict.train, samples, zdict.new_id())
-            if await store_dictionary(self._store, data, self._name.full):
-                break
-        else:
-            raise InvalidArgument("three dictionary ids in a row were taken")
-        dict_id = self._registry.add(data)
-        key = keys.topic_compression(self._name)
-        async with asyncio.timeout(METADATA_TIMEOUT_SECONDS):
-            kv = await self._store.get(key)
-            own = TopicCompression.lenient(kv.value) if kv is not None else None
-            if kv is None or own is None or not own.dictionary or own.dictionary_id is not None:
-                return dict_id  # the policy changed meanwhile: the dictionary stays stored, unused
-            named = TopicCompression(compression=own.compression, dictionary=True, dictionary_id=dict_id)
-            await self._store.compare_and_set(key, named.to_json(), expected_version=kv.version)
+        """Train, store (create-if-absent), load it here, and name it where the topic's policy in effect
+        asks for a dictionary (broker/compression_naming.py); the dictionary's id. A dictionary stored
+        whose naming failed is named on the next attempt, not trained again."""
+        dict_id = self._stored
+        if dict_id is None:
+            for _ in range(3):  # a random id that names another dictionary already: another id
+                data = await asyncio.to_thread(zdict.train, samples, zdict.new_id())
+                if await store_dictionary(self._store, data, self._name.full):
+                    break
+            else:
+                raise InvalidArgument("three dictionary ids in a row were taken")
+            dict_id = self._stored = self._registry.add(data)
+        await name_dictionary(self._store, self._name, dict_id)  # None: the policy changed meanwhile
+        self._stored = None
         return dict_id

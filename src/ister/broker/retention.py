@@ -67,6 +67,7 @@ class RetentionView:
                 keys.RATE_LIMITS_PREFIX,
                 keys.COMPRESSION_PREFIX,
                 keys.COMPRESSION_DICTS_PREFIX,  # trained zstd dictionaries (broker/compression_dicts.py)
+                keys.NAMESPACE_DICT_PREFIX,  # which one a topic uses under its namespace policy
                 keys.TABLES_PREFIX,
                 NAMESPACES_PREFIX,
             ],

@@ -26,14 +26,20 @@ from ister.wire.gen import ister_v1_pb2 as ister_pb
 CODECS = "none, lz4, zstd, snappy or gzip"
 
 
-def _emit(output: Output, what: str, r: ister_pb.CompressionResponse) -> None:
+def _emit(output: Output, what: str, r: ister_pb.CompressionResponse, topic: bool = True) -> None:
+    """A topic's dictionary is its id, or "sampling" (JSON: null) until its first records trained it; a
+    namespace has none of its own (each topic trains its own: docs/compression.md)."""
     shown = f"{r.compression} ({r.source})"
-    if r.dictionary:  # a topic's trained zstd dictionary (docs/compression.md)
+    if r.dictionary and not topic:
+        shown += ", a dictionary per topic"
+    elif r.dictionary:
         shown += f", dictionary {r.dictionary_id}" if r.dictionary_id else ", dictionary (sampling)"
     if output == Output.json:
         fields: dict[str, object] = {"name": what, "compression": r.compression, "source": r.source}
         if r.dictionary:
-            fields |= {"dictionary": True, "dictionary_id": r.dictionary_id}
+            fields["dictionary"] = True
+        if r.dictionary and topic:
+            fields["dictionary_id"] = r.dictionary_id or None
         emit_json(fields)
         return
     emit_fields([("name", what), ("compression", shown)])
@@ -42,13 +48,22 @@ def _emit(output: Output, what: str, r: ister_pb.CompressionResponse) -> None:
 @namespaces_app.command("set-compression")
 def namespaces_set_compression(
     namespace: Annotated[str, typer.Argument(help="namespace")],
-    compression: Annotated[str, typer.Argument(help=CODECS)],
+    compression: Annotated[str | None, typer.Argument(help=CODECS)] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="drop the namespace's codec (none)")] = False,
+    dictionary: Annotated[
+        bool, typer.Option("--dictionary", help="zstd: each topic trains a dictionary on its first records")
+    ] = False,
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
     output: OutputOpt = Output.table,
 ) -> None:
     """Set the codec the namespace's topics store plain-sent records with (from the next publish on)."""
-    request = ister_pb.SetCompressionRequest(namespace=namespace, compression=compression)
-    _emit(output, namespace, call(admin_addr, lambda s: s.ister_admin.SetCompression(request, timeout=30.0)))
+    if (compression is None) != clear:
+        fail("give a compression, or --clear")
+    request = ister_pb.SetCompressionRequest(
+        namespace=namespace, compression=compression or "", clear=clear, dictionary=dictionary
+    )
+    response = call(admin_addr, lambda s: s.ister_admin.SetCompression(request, timeout=30.0))
+    _emit(output, namespace, response, topic=False)
 
 
 @namespaces_app.command("compression")
@@ -59,7 +74,8 @@ def namespaces_compression(
 ) -> None:
     """A namespace's compression."""
     request = ister_pb.GetCompressionRequest(namespace=namespace)
-    _emit(output, namespace, call(admin_addr, lambda s: s.ister_admin.GetCompression(request, timeout=30.0)))
+    response = call(admin_addr, lambda s: s.ister_admin.GetCompression(request, timeout=30.0))
+    _emit(output, namespace, response, topic=False)
 
 
 @topics_app.command("set-compression")

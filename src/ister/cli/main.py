@@ -161,4 +161,5 @@ from ister.cli import retention as _retention  # noqa: E402,F401  (retention com
 from ister.cli import schemas as _schemas  # noqa: E402,F401  (registers `ister admin schemas`)
 from ister.cli import security as _security  # noqa: E402,F401  (registers `ister admin security`)
 from ister.cli import stats as _stats  # noqa: E402,F401  (`ister admin topics stats`, `subscriptions list`)
+from ister.cli import table_drop as _table_drop  # noqa: E402,F401  (drop-table, namespaces tables)
 from ister.cli import tables as _tables  # noqa: E402,F401  (`ister table`, set-table of `ister admin`)

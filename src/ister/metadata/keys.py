@@ -47,6 +47,9 @@ RATE_LIMITS_PREFIX = "/ister/rate-limits/"
 COMPRESSION_PREFIX = "/ister/compression/"
 # /ister/compression-dicts/{id}: a trained zstd dictionary, immutable (created if absent; docs/compression.md)
 COMPRESSION_DICTS_PREFIX = "/ister/compression-dicts/"
+# /ister/compression-namespace-dict/{ns}/{topic}: the dictionary a topic trained under its namespace policy's
+# `compression_dictionary` (written once by its owner; used only while that policy asks for one)
+NAMESPACE_DICT_PREFIX = "/ister/compression-namespace-dict/"
 # /ister/start-offsets/{ns}/{topic}: the lowest offset retention keeps (never moves backwards)
 START_OFFSETS_PREFIX = "/ister/start-offsets/"
 # /ister/tables/{ns}/{topic}: a topic's own table policy (absent fields: its namespace's; docs/tables.md)
@@ -168,6 +171,14 @@ def topic_compression(topic: TopicLike) -> str:
 
 def compression_dict(dict_id: int) -> str:
     return f"{COMPRESSION_DICTS_PREFIX}{dict_id}"
+
+
+def topic_namespace_dict(topic: TopicLike) -> str:
+    return f"{NAMESPACE_DICT_PREFIX}{_topic(topic).path}"
+
+
+def namespace_dicts_prefix(ns: str) -> str:
+    return f"{NAMESPACE_DICT_PREFIX}{ns}/"
 
 
 def topic_table(topic: TopicLike) -> str:

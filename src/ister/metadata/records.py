@@ -124,8 +124,9 @@ class NamespacePolicy(Record, frozen=True):
     backlog_quota_policy: str | None = None  # producer_error (default) | producer_hold | consumer_eviction
     message_ttl_ms: int | None = None  # unacknowledged messages older than this are acknowledged for them
     # Compression (Ister, docs/compression.md): the codec the broker stores records with when the producer
-    # sent them plain; None: none
+    # sent them plain; None: none. `compression_dictionary` (zstd only): each topic trains its own dictionary
     compression: str | None = None
+    compression_dictionary: bool = False
 
     @classmethod
     def lenient(cls, value: Any) -> NamespacePolicy:
@@ -144,6 +145,7 @@ class NamespacePolicy(Record, frozen=True):
         codec = value.get("compression")
         if codec in NAMES.values():
             fields["compression"] = codec
+        fields["compression_dictionary"] = value.get("compression_dictionary") is True and codec == "zstd"
         return cls(**fields)
 
 
@@ -188,6 +190,13 @@ class TopicCompression(Record, frozen=True, omit_defaults=True):
         dict_id = value.get("dictionary_id")
         ok_id = type(dict_id) is int and 0 < dict_id < 2**32
         return cls(compression=codec, dictionary=wanted, dictionary_id=dict_id if wanted and ok_id else None)
+
+
+def namespace_dict_id(value: Any) -> int | None:
+    """The id of `/ister/compression-namespace-dict/{ns}/{topic}` (`{"dictionary_id": N}`); None when the
+    value is not such a record."""
+    dict_id = value.get("dictionary_id") if isinstance(value, dict) else None
+    return dict_id if type(dict_id) is int and 0 < dict_id < 2**32 else None
 
 
 class TopicRateLimits(Record, frozen=True):

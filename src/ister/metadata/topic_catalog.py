@@ -41,6 +41,7 @@ async def erase_topic(store: MetadataStore, name: TopicName) -> None:
     await store.delete(keys.topic_retention(name))
     await store.delete(keys.topic_rate_limits(name))
     await store.delete(keys.topic_compression(name))
+    await store.delete(keys.topic_namespace_dict(name))  # the dictionary itself stays (docs/compression.md)
     await store.delete(keys.topic_table(name))  # its table stays in the catalog (docs/tables.md)
     await _erase_consumer_index(store, name, None)
 

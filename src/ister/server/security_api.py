@@ -322,11 +322,9 @@ class IsterAdminServicer(ipb_grpc.IsterAdminServicer):  # type: ignore[misc]
                 request.topic, request.compression, request.clear, request.dictionary
             )
         else:
-            if request.clear or request.dictionary:
-                raise InvalidArgument(
-                    "clear and dictionary apply to a topic's own compression; give the topic"
-                )
-            found = await admin.set_namespace(request.namespace, request.compression)
+            found = await admin.set_namespace(
+                request.namespace, request.compression, request.dictionary, request.clear
+            )
         return ipb.CompressionResponse(**found._asdict())
 
     @unary
