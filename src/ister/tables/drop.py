@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ister.errors import InvalidArgument, NotFound
+from ister.errors import InvalidArgument, NotFound, Unavailable
 from ister.tables.catalog import CATALOG_NAME, CatalogSpec
 
 RETIRED = re.compile(r"^(?P<topic>.+)-deleted-(?P<revision>\d+)$")  # tables/committer.py's `retire`
@@ -91,7 +91,7 @@ def drop(catalog: Any, idents: list[tuple[str, str]], purge: bool) -> list[Table
     return found
 
 
-class DropFailed(Exception):
+class DropFailed(Unavailable):
     """A drop the catalog refused or did not answer, after `done` were dropped (a partitioned topic's
     tables are dropped one by one)."""
 
