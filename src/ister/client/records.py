@@ -121,12 +121,14 @@ class Batch:
         producer_name: str,
         schema: tuple[int | None, int | None] = (None, None),
         codec: Codec = Codec.NONE,
+        dict_id: int = 0,
     ) -> bytes:
-        """The batch's `records` (compressed with `codec`: see `plain_size`), encoded once per producer id."""
+        """The batch's `records` (compressed with `codec`, and zstd dictionary `dict_id` when not 0: see
+        `plain_size`), encoded once per producer id."""
         if self.records is None or self.records_pid != producer_id:
             records = encode_records(self.segs, self.count, producer_id, producer_name, schema)
             if codec is not Codec.NONE:
-                records, self.plain_size = compress_batch(codec, records)
+                records, self.plain_size = compress_batch(codec, records, dict_id)
             self.records = records
             self.records_pid = producer_id
         return self.records
