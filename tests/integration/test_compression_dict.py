@@ -265,3 +265,40 @@ async def test_ister_clients_fetch_the_dictionary_take_records_as_stored_and_pro
     print(
         f"WAL bytes of 500 records of a zstd producer: {plain_bytes} without, {dict_bytes} with a dictionary"
     )
+
+
+async def test_a_topic_fed_only_by_zstd_producers_trains_and_they_switch_to_its_dictionary(
+    fresh_broker: BrokerProcess,
+) -> None:
+    b = fresh_broker
+    topic = "/default/zonly"
+    lines = log_lines(N, seed=21)
+    async with Client(b.url) as c:
+        p = await c.producer(topic, "zp", compression="zstd", max_batch_messages=100)
+        pub = p._pubs[0]
+        await p.send_batch(lines[:1])  # the topic exists: its policy can be set
+        assert "dictionary (sampling)" in cli(
+            b, "admin", "topics", "set-compression", topic, "zstd", "--dictionary"
+        )
+        await p.send_batch(lines[1:1000])  # compressed by the producer: the broker samples them decompressed
+        dict_id = 0
+        deadline = time.monotonic() + 60
+        while not dict_id:
+            assert time.monotonic() < deadline, "no dictionary within 60 s"
+            out = json.loads(cli(b, "admin", "topics", "compression", topic, "--output", "json"))
+            dict_id = out.get("dictionary_id", 0)
+        # the producer opened before it existed: an acknowledgement names it, then it is fetched
+        sent = 1000
+        while pub._dict_task is None and pub.dict_id != dict_id:
+            assert sent < 1500, "no acknowledgement named the dictionary"
+            await p.send_batch(lines[sent : sent + 10])
+            sent += 10
+        if pub._dict_task is not None:
+            await pub._dict_task
+        assert pub.dict_id == dict_id
+        await p.send_batch(lines[sent:])
+        await p.close()
+    stored = await _raw_read(b.url, topic, 0, N, dicts=True)
+    assert len(stored) == N and all(dictionary_of(r) == dict_id for r in stored[sent:])
+    assert not any(uses_dictionary(r) for r in stored[:500])  # its sample, before it existed: plain zstd
+    assert await read_payloads(b.url, topic) == lines
