@@ -369,6 +369,8 @@ async def test_a_zstd_producer_compresses_with_the_dictionary_the_broker_names(
     b.count = 2
     records = msgspec.msgpack.decode(b.encode(1, "p", codec=Codec.ZSTD, dict_id=pub.dict_id))
     assert all(uses_dictionary(r) and dictionary_of(r) == LOADED for r in records)
+    again = msgspec.msgpack.decode(b.encode(1, "p", codec=Codec.ZSTD, dict_id=0))  # a broker naming none
+    assert not any(uses_dictionary(r) for r in again)  # re-sent there: compressed again, plain zstd
     pub._dictionary_named(0)  # the policy dropped it: plain zstd again
     assert pub.dict_id == 0
 
