@@ -166,6 +166,8 @@ class Gen:
             known = list(self.state.producers if name == "producer_id" else self.state.consumers)
             if name == "id":
                 known += list(self.state.producers)
+            if desc.type == FieldDescriptor.TYPE_UINT32:  # a dictionary id: only ids that fit
+                known = [k for k in known if k < 2**32]
             if known:
                 return rng.choice(known)
         if name in _OFFSET_FIELDS and rng.random() < 0.7:

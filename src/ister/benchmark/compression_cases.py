@@ -1,8 +1,10 @@
 """`ister bench --cases compression` (docs/compression.md, docs/benchmarks.md): for each codec, on 1 KiB
 JSON log lines and on 1 KiB random bytes, the stored size ratio and the batch API's durable publish and
 consume + ack throughput, beside no compression, in one run against one broker. "zstd+dict": the topic's
-policy is zstd with a trained dictionary (docs/compression.md, "Dictionaries"): the producer sends plain
-records, the broker trains a dictionary on a warm-up of other log lines, then compresses with it.
+policy is zstd with a trained dictionary (docs/compression.md, "Dictionaries"), trained by the broker on a
+warm-up of other log lines sent plain; then the producer compresses with it (it learns and fetches it when
+it opens). "zstd+dict/b": the same, but the producer sends plain records and the broker compresses them.
+Consumers take the records as stored and decompress them with the dictionary they fetch.
 
 The ratio is what the WAL stores: the records' plain msgpack bytes over their stored (compressed) bytes,
 computed with the same codec code the client uses, one record at a time as stored."""
@@ -25,7 +27,8 @@ from ister.core.record import StoredMessage, encode_message
 from ister.wire.gen import ister_v1_pb2 as ister_pb
 from ister.wire.gen import ister_v1_pb2_grpc as ister_grpc
 
-CODECS = ("none", "lz4", "zstd", "snappy", "gzip", "zstd+dict")
+CODECS = ("none", "lz4", "zstd", "snappy", "gzip", "zstd+dict", "zstd+dict/b")
+PRODUCER_CODEC = {"zstd+dict": "zstd", "zstd+dict/b": "none"}  # the policy's dictionary: who compresses
 WARMUP = 600  # plain records the broker samples (500) before the measured run, other lines than measured
 DICT_WAIT_SECONDS = 60.0
 DISTINCT = 1024  # distinct payloads of each kind, sent in turn
@@ -40,7 +43,7 @@ def stored_ratio(codec: str, payloads: list[bytes], warmup: list[bytes] | None =
     """Plain over stored record bytes; "zstd+dict": with a dictionary trained on `warmup` (as the broker
     trains it on the topic's first records), on `payloads` it never saw."""
     records = _records(payloads)
-    if codec == "zstd+dict":
+    if codec.startswith("zstd+dict"):
         registry = zdict.DictionaryRegistry()
         dict_id = registry.add(zdict.train(_records(warmup or [])[:500], zdict.new_id()))
         stored = sum(len(wrap_with_dictionary(dict_id, r, registry)) for r in records)
@@ -82,11 +85,13 @@ async def run(
     rows: list[dict[str, Any]] = []
     for kind, payloads in data.items():
         for codec in CODECS:
-            if codec == "zstd+dict" and admin_addr is None:
+            dictionary = codec.startswith("zstd+dict")
+            if dictionary and admin_addr is None:
                 continue  # the policy is set through the admin API
             progress(f"compression: {codec} on {kind}")
-            topic = f"/default/bench_compression_{kind}_{codec.replace('+', '_')}_{int(time.time())}"
-            if codec == "zstd+dict":
+            name = codec.replace("+", "_").replace("/", "_")
+            topic = f"/default/bench_compression_{kind}_{name}_{int(time.time())}"
+            if dictionary:
                 assert admin_addr is not None
                 await dictionary_topic(url, admin_addr, topic, warmups[kind])
             pub = await publish(
@@ -95,7 +100,7 @@ async def run(
                 messages,
                 broker_cpu=broker_cpu,
                 payloads=payloads,
-                compression="none" if codec == "zstd+dict" else codec,  # the broker compresses
+                compression=PRODUCER_CODEC.get(codec, codec),
                 time_limit=20.0,
             )
             con = await consume_ack(url, topic, pub["total_published"], broker_cpu=broker_cpu)
@@ -120,12 +125,12 @@ def render(result: dict[str, Any]) -> str:
     lines = [
         f"compression ({result['messages']:,} messages of about 1 KiB per run; "
         "ratio = plain / stored record bytes):",
-        f"  {'payload':<7} {'codec':<9} {'ratio':>6} {'publish msg/s':>14} {'MB/s':>7} {'µs/msg':>7} "
+        f"  {'payload':<7} {'codec':<11} {'ratio':>6} {'publish msg/s':>14} {'MB/s':>7} {'µs/msg':>7} "
         f"{'consume msg/s':>14} {'µs/msg':>7}",
     ]
     for r in result["runs"]:
         lines.append(
-            f"  {r['payload']:<7} {r['codec']:<9} {r['ratio']:>6.2f} {r['publish_msgs_per_s']:>14,.0f} "
+            f"  {r['payload']:<7} {r['codec']:<11} {r['ratio']:>6.2f} {r['publish_msgs_per_s']:>14,.0f} "
             f"{r['publish_mb_per_s']:>7.1f} {r['publish_broker_cpu_us_per_msg']:>7.1f} "
             f"{r['consume_msgs_per_s']:>14,.0f} {r['consume_broker_cpu_us_per_msg']:>7.1f}"
         )

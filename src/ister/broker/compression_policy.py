@@ -83,6 +83,19 @@ class TopicCompressionPolicy:
             self._seen = (ns, own, trained)
         return self._codec
 
+    def dictionary(self) -> int:
+        """The zstd dictionary producers may compress with (PublishOpened.dictionary_id): the one the
+        policy names, when it is zstd and this broker holds it (else 0: the broker would refuse it)."""
+        codec = self.codec()
+        return self._dict_id if codec is Codec.ZSTD and self._dict_id in REGISTRY else 0
+
+    def sample(self, plain: Sequence[bytes | msgspec.Raw]) -> None:
+        """A producer's compressed records, decompressed: samples for a dictionary still to be trained (a
+        topic whose producers all compress would otherwise never get one)."""
+        self.codec()
+        if self._wants_dict and self.trainer is not None:
+            self.trainer.offer(plain)
+
     def stored_form(self, records: Sequence[bytes | msgspec.Raw]) -> Sequence[bytes | msgspec.Raw]:
         """`records` as the WAL stores them under this policy (the same object when it compresses none)."""
         codec = self.codec()

@@ -13,6 +13,7 @@ import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar
 
 import grpc
@@ -177,7 +178,12 @@ class Client(ClientConnection):
             try:
                 stub = await self.stub_for(topic)
                 request = pb.ReadRequest(
-                    topic=topic, start=at, end=end, max_records=max_records, accept_compressed=True
+                    topic=topic,
+                    start=at,
+                    end=end,
+                    max_records=max_records,
+                    accept_compressed=True,
+                    accept_dictionaries=True,  # fetched on demand (client/dictionaries.py)
                 )
                 call = stub.Read(request)
                 try:
@@ -191,7 +197,9 @@ class Client(ClientConnection):
                             ) from None
                         if batch is grpc.aio.EOF:
                             break
-                        offsets, records = split_frames(batch.frames, batch.count)
+                        offsets, records = await self.dictionaries.decode(
+                            topic, partial(split_frames, batch.frames, batch.count)
+                        )
                         if not offsets:
                             continue
                         if (

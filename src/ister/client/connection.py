@@ -15,6 +15,7 @@ import grpc
 from ister import errors
 from ister.client._conn import RetryBudget, RetryPolicy, normalize_url
 from ister.client.api_key import API_KEY_ENV, ApiKeySession
+from ister.client.dictionaries import Dictionaries
 from ister.client.errors import exhausted, to_ister_error
 from ister.client.schemas import SchemaRegistry
 from ister.client.transport import TLS_CA_ENV, TOKEN_ENV, Credentials, open_channel
@@ -82,6 +83,7 @@ class ClientConnection:
         self._owned: set[Producer | Consumer] = set()
         self._closed = False
         self.schemas = SchemaRegistry(self)
+        self.dictionaries = Dictionaries(self)  # zstd dictionaries fetched on demand
 
     # -- connection -----------------------------------------------------------------------------------------
     @property

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from crc32c import crc32c
 
-from ister.core.compression import MARK, CompressionError, unwrap
+from ister.core.compression import MARK, CompressionError, MissingDictionary, unwrap
 from ister.core.frames import HEADER, HEADER_SIZE, MAX_FRAME_PAYLOAD
 from ister.core.record import StoredMessage, array_header
 from ister.errors import CorruptionError
@@ -108,7 +108,8 @@ class Message(msgspec.Struct):
 
 def split_frames(frames: bytes, count: int) -> tuple[list[int], list[memoryview]]:
     """Offsets and record views of one MessageBatch, every record's CRC-32C checked (CorruptionError on a
-    torn or bad frame, or when the batch does not hold `count` frames); compressed records decompressed."""
+    torn or bad frame, or when the batch does not hold `count` frames); compressed records decompressed
+    (MissingDictionary for a zstd dictionary this process has not loaded yet)."""
     mv = memoryview(frames)
     n = len(mv)
     unpack = HEADER.unpack_from
@@ -139,6 +140,8 @@ def split_frames(frames: bytes, count: int) -> tuple[list[int], list[memoryview]
 def _plain(record: memoryview, offset: int) -> memoryview:
     try:
         return memoryview(unwrap(record))
+    except MissingDictionary:
+        raise  # fetched from the broker, then the batch is decoded again (client/dictionaries.py)
     except CompressionError as exc:
         raise CorruptionError(f"compressed record at offset {offset} does not decompress: {exc}") from None
 

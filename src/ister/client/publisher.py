@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_INFLIGHT = 16  # when the broker names no limit
+DICTIONARY_RETRY_SECONDS = 10.0  # after a failed dictionary fetch, the next ack naming it tries again
 ACK_TIMEOUT_SECONDS = 45.0  # the broker fails a publish whose fsync takes 30 s; this is the backstop
 
 
@@ -87,6 +88,11 @@ class PartitionPublisher(ReconnectingStream):
         self.client = client
         self.producer_key = producer_key  # 0: not idempotent
         self.codec = codec  # records are sent (and stored) compressed with it
+        # zstd only: the topic's dictionary as the broker last named it, and the one records are compressed
+        # with once it is loaded here (0: plain zstd; docs/compression.md, "Dictionaries")
+        self._dict_named = 0
+        self.dict_id = 0
+        self._dict_task: asyncio.Task[None] | None = None
         # A key chosen by the caller (the Spark sink's, derived from its micro-batch): never replaced and no
         # sequence renumbered, so a re-run of the same sends maps onto the same sequences; after a failure
         # every batch fails (`_broken`) instead of going on under a new key.
@@ -136,6 +142,8 @@ class PartitionPublisher(ReconnectingStream):
         """Stop the stream task; anything still pending fails with Unavailable("producer closed")."""
         self._closing = True
         self._work.set()
+        if self._dict_task is not None:
+            self._dict_task.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -353,6 +361,8 @@ class PartitionPublisher(ReconnectingStream):
             self._probe = bool(self._queue) and self._queue[0].seq <= self._resend_upto
             self._wake.set()
             if not self._ready.done():
+                if self._dict_task is not None:  # the first batches compress with the topic's dictionary
+                    await asyncio.wait({self._dict_task}, timeout=self.client.connect_timeout)
                 self._ready.set_result(None)
             await run_until_first_error(
                 self._recv_loop(call), self._send_loop(call), name=f"ister-publish:{self.topic}"
@@ -370,6 +380,38 @@ class PartitionPublisher(ReconnectingStream):
             self._max_inflight = min(self._user_inflight, srv_inflight)
         else:
             self._max_inflight = self._user_inflight or srv_inflight or DEFAULT_INFLIGHT
+        self._dictionary_named(int(opened.dictionary_id))
+
+    def _dictionary_named(self, dict_id: int) -> None:
+        """The broker named the topic's zstd dictionary (0: none): compress with it once it is loaded here,
+        fetching it in the background; batches encoded meanwhile are plain zstd (valid as well)."""
+        if self.codec is not Codec.ZSTD or dict_id == self._dict_named:
+            return
+        self._dict_named = dict_id
+        if not dict_id or dict_id in self.client.dictionaries.registry:
+            self.dict_id = dict_id
+        elif self._dict_task is None:
+            self._dict_task = self._loop.create_task(self._fetch_dictionary(dict_id))
+
+    async def _fetch_dictionary(self, dict_id: int) -> None:
+        try:
+            await self.client.dictionaries.ensure(self.topic, dict_id)
+            if self._dict_named == dict_id:
+                self.dict_id = dict_id
+        except errors.IsterError as exc:
+            log.warning(
+                "%s: zstd dictionary %d not fetched, records stay plain zstd: %s", self.topic, dict_id, exc
+            )
+            self._loop.call_later(DICTIONARY_RETRY_SECONDS, self._forget_named, dict_id)
+        finally:
+            self._dict_task = None
+            if self._dict_named != dict_id and not self._closing:  # another one was named meanwhile
+                named, self._dict_named = self._dict_named, 0
+                self._dictionary_named(named)
+
+    def _forget_named(self, dict_id: int) -> None:
+        if self._dict_named == dict_id and self.dict_id != dict_id:
+            self._dict_named = 0  # the next ack naming it fetches it again
 
     async def _send_loop(self, call: Any) -> None:
         queue, inflight, wake = self._queue, self._inflight, self._wake
@@ -380,7 +422,7 @@ class PartitionPublisher(ReconnectingStream):
                 await wake.wait()
             b = queue.popleft()
             try:
-                records = b.encode(self._pid, self.name, self.schema, self.codec)
+                records = b.encode(self._pid, self.name, self.schema, self.codec, self.dict_id)
             except (TypeError, ValueError, OverflowError) as exc:  # a value msgpack cannot carry
                 self._release(b)
                 b.fail(errors.InvalidArgument(f"cannot encode the batch: {exc}"))
@@ -431,6 +473,8 @@ class PartitionPublisher(ReconnectingStream):
             if not inflight or inflight[0].seq != ack.sequence:
                 expected = inflight[0].seq if inflight else None
                 raise ConnectionLost(f"{self.topic}: ack for batch {ack.sequence}, expected {expected}")
+            if ack.dictionary_id != self._dict_named:
+                self._dictionary_named(int(ack.dictionary_id))
             b = inflight.popleft()
             self._acked_in_session += 1
             self._probe = False

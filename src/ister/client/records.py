@@ -98,6 +98,7 @@ class Batch:
         "nbytes",
         "plain_size",
         "records",
+        "records_dict",
         "records_pid",
         "segs",
         "seq",
@@ -112,6 +113,7 @@ class Batch:
         self.done: asyncio.Future[int] = loop.create_future()
         self.records: bytes | None = None
         self.records_pid = -1
+        self.records_dict = 0  # the zstd dictionary `records` were compressed with
         self.plain_size = 0  # compressed records: the size of their plain msgpack array (0: plain)
         self.first_seq = -1  # idempotence: its first message's sequence, drawn when first sent
 
@@ -121,14 +123,18 @@ class Batch:
         producer_name: str,
         schema: tuple[int | None, int | None] = (None, None),
         codec: Codec = Codec.NONE,
+        dict_id: int = 0,
     ) -> bytes:
-        """The batch's `records` (compressed with `codec`: see `plain_size`), encoded once per producer id."""
-        if self.records is None or self.records_pid != producer_id:
+        """The batch's `records` (compressed with `codec`, and zstd dictionary `dict_id` when not 0: see
+        `plain_size`), encoded once per producer id and dictionary (a broker reached after a reconnect may
+        name another, or none: a re-sent batch is compressed again for it)."""
+        if self.records is None or self.records_pid != producer_id or self.records_dict != dict_id:
             records = encode_records(self.segs, self.count, producer_id, producer_name, schema)
             if codec is not Codec.NONE:
-                records, self.plain_size = compress_batch(codec, records)
+                records, self.plain_size = compress_batch(codec, records, dict_id)
             self.records = records
             self.records_pid = producer_id
+            self.records_dict = dict_id
         return self.records
 
     def resolve(self, first: int) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -224,6 +225,7 @@ class Subscriber(ReconnectingStream):
                 window=self._window,
                 initial_position=self._initial_position,  # type: ignore[arg-type]
                 accept_compressed=True,  # decompressed here (client/messages.py)
+                accept_dictionaries=True,  # fetched on demand (client/dictionaries.py)
             )
             opened = await self._open(call, pb.ConsumeRequest(open=opening), url, "consume", "ConsumeOpen")
             epoch = int(opened.cursor_epoch)
@@ -253,7 +255,7 @@ class Subscriber(ReconnectingStream):
             resp = await call.read()
             if resp is eof:
                 return
-            messages = self._messages_of(resp)
+            messages = await self._messages_of(resp)
             del resp
             # While leaving: the broker redelivers them to others. Before a seek's epoch: the old position's.
             if messages and not self._leaving and self._want_epoch is None:
@@ -263,12 +265,15 @@ class Subscriber(ReconnectingStream):
             # held its last batch (up to `window` decoded messages, and the frames) until the next came.
             del messages
 
-    def _messages_of(self, resp: Any) -> list[Message]:
-        """The messages of one ConsumeResponse ([] for anything but a batch)."""
+    async def _messages_of(self, resp: Any) -> list[Message]:
+        """The messages of one ConsumeResponse ([] for anything but a batch), after fetching any zstd
+        dictionary its records need (a failed fetch ends the stream: its messages are redelivered)."""
         if resp.WhichOneof("kind") != "batch":
             return []
         batch = resp.batch
-        messages, self._max_seen = decode_batch(batch.frames, batch.count, self, self._max_seen)
+        messages, self._max_seen = await self.client.dictionaries.decode(
+            self.topic, partial(decode_batch, batch.frames, batch.count, self, self._max_seen)
+        )
         return messages
 
     async def _ack_loop(self, call: Any) -> None:

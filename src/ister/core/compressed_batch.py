@@ -13,7 +13,16 @@ from collections.abc import Sequence
 
 import msgspec
 
-from ister.core.compression import ENVELOPE, MARK, Codec, CompressionError, codec_of, decompress, wrap
+from ister.core.compression import (
+    ENVELOPE,
+    MARK,
+    Codec,
+    CompressionError,
+    codec_of,
+    decompress,
+    wrap,
+    wrap_with_dictionary,
+)
 from ister.core.record import array_header
 from ister.errors import InvalidArgument
 from ister.ids import clip
@@ -23,9 +32,13 @@ _raws = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _encode = msgspec.msgpack.Encoder().encode
 
 
-def compress_batch(codec: Codec, plain: bytes) -> tuple[bytes, int]:
-    """The producer's side: the plain msgpack array of records as (compressed records, uncompressed size)."""
+def compress_batch(codec: Codec, plain: bytes, dict_id: int = 0) -> tuple[bytes, int]:
+    """The producer's side: the plain msgpack array of records as (compressed records, uncompressed size).
+    `dict_id` (zstd only): compress with that dictionary of `core.zdict.REGISTRY` (the broker must hold it,
+    or it refuses the batch)."""
     records = _raws.decode(plain)
+    if dict_id and codec is Codec.ZSTD:
+        return _encode([wrap_with_dictionary(dict_id, r) for r in records]), len(plain)
     return _encode([wrap(codec, r) for r in records]), len(plain)
 
 

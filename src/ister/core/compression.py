@@ -56,6 +56,15 @@ class CompressionError(InvalidArgument):
     codec). INVALID_ARGUMENT on publish; a reader treats such a stored record as corrupt."""
 
 
+class MissingDictionary(CompressionError):
+    """A zstd frame names a dictionary this process has not loaded. A client fetches it from the broker
+    (GetCompressionDictionary) and decodes again; elsewhere it is a CompressionError like any other."""
+
+    def __init__(self, dict_id: int) -> None:
+        super().__init__(f"zstd frame needs dictionary {dict_id}, which is not loaded")
+        self.dict_id = dict_id
+
+
 def parse_codec(name: str) -> Codec:
     """A codec by name (none, gzip, snappy, lz4, zstd; case-insensitive)."""
     for codec, n in NAMES.items():
@@ -100,7 +109,7 @@ def _unzstd(data: bytes | memoryview, size: int, dicts: DictionaryRegistry) -> b
     if dict_id:
         found = dicts.decompressor(dict_id)
         if found is None:
-            raise CompressionError(f"zstd frame needs dictionary {dict_id}, which is not loaded")
+            raise MissingDictionary(dict_id)
         zd = found
     got: bytes = zd.decompress(data, max_output_size=size, allow_extra_data=False)
     if len(got) != size:
@@ -196,6 +205,17 @@ def uses_dictionary(record: Buffer) -> bool:
         and view[1] == Codec.ZSTD
         and bool(view[ENVELOPE_SIZE + 4] & 0x03)
     )
+
+
+def dictionary_of(record: Buffer) -> int:
+    """The id of the zstd dictionary a stored record was compressed with (0: none, or not a zstd frame)."""
+    if not uses_dictionary(record):
+        return 0
+    view = record if isinstance(record, bytes | memoryview) else memoryview(record)
+    try:
+        return dict_id_of(memoryview(view)[ENVELOPE_SIZE:])
+    except ValueError:
+        return 0  # damage: decompressing it says so
 
 
 def missing_dictionary(record: Buffer, dicts: DictionaryRegistry = REGISTRY) -> bool:

@@ -13,7 +13,16 @@ from typing import Annotated, TypeVar
 
 import msgspec
 
-from ister.core.compression import MARK, CompressionError, envelope, plain, unwrap, wrap
+from ister.core.compression import (
+    MARK,
+    CompressionError,
+    dictionary_of,
+    envelope,
+    plain,
+    unwrap,
+    wrap,
+    wrap_with_dictionary,
+)
 from ister.errors import InvalidArgument
 from ister.ids import clip
 from ister.limits import MAX_ATTRIBUTE_BYTES, MAX_ATTRIBUTES, MAX_ROUTING_KEY_CHARS, U32_MAX, U64_MAX
@@ -247,7 +256,9 @@ def tag_record(record: bytes | msgspec.Raw, key: int, first_seq: int, count: int
     head = data[0]
     if head == MARK:
         codec, _ = envelope(data)
-        return wrap(codec, tag_record(unwrap(data), key, first_seq, count))
+        tagged = tag_record(unwrap(data), key, first_seq, count)
+        dict_id = dictionary_of(data)  # compressed again with the same dictionary (it was loaded to unwrap)
+        return wrap_with_dictionary(dict_id, tagged) if dict_id else wrap(codec, tagged)
     if 0x90 <= head <= 0x9F:
         n, body = head & 0x0F, data[1:]
     elif head == 0xDC:

@@ -91,6 +91,8 @@ RULES: dict[str, Rule] = {
     f"/{_I}Offsets": Rule("Lookup", T_TOPIC),
     f"/{_I}Read": Rule("Consume", T_TOPIC),
     f"/{_I}SetCursor": Rule("Consume", T_TOPIC, change=True),
+    # a zstd dictionary of the topic's namespace, for its producers and consumers (both look it up)
+    f"/{_I}GetCompressionDictionary": Rule("Lookup", T_TOPIC),
     # the schema registry (both ports)
     f"/{_S}RegisterSchema": Rule("ManageSchema", _cluster, change=True),
     f"/{_S}GetSchema": Rule("ReadSchema", _cluster),

@@ -47,7 +47,7 @@ from ister.security.api_keys import ApiKeyStore
 from ister.server.cursor_convert import move_to_wire, position_from_wire
 from ister.server.errors import bidi_stream, server_stream, unary
 from ister.server.handlers import add_service
-from ister.server.ister_compressed import client_frames, client_record, unpack_compressed
+from ister.server.ister_compressed import client_frames, client_record, get_dictionary, unpack_compressed
 from ister.server.peers import peer_address as _peer
 from ister.server.security_api import exchange_api_key
 from ister.wire.enums import initial_position_from_wire, reliable_from_wire, sub_type_from_wire
@@ -171,6 +171,7 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
                 max_inflight_batches=MAX_INFLIGHT_BATCHES,
                 max_batch_bytes=MAX_BATCH_BYTES,
                 max_batch_count=MAX_BATCH_COUNT,
+                dictionary_id=_dictionary_of(topic),
             )
         )
         # The reader validates and starts each append in arrival order; this generator answers in the same
@@ -190,9 +191,13 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
                     raise item
                 sequence, count, done = item
                 first_offset = await done
-                yield pb.PublishResponse(
-                    ack=pb.PublishAck(sequence=sequence, first_offset=first_offset, count=count)
+                ack = pb.PublishAck(
+                    sequence=sequence,
+                    first_offset=first_offset,
+                    count=count,
+                    dictionary_id=_dictionary_of(topic),
                 )
+                yield pb.PublishResponse(ack=ack)
         finally:
             session.attached -= 1
             session.touch()
@@ -240,6 +245,8 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
         if stored is not None and topic.reliable:  # stored as the producer compressed them
             records = stored
         await self.validator.check(session.topic, checked)
+        if stored is not None and topic.compression is not None:  # a dictionary learns from plain records
+            topic.compression.sample(raws)
         await topic.admit(len(raws), nbytes)  # a publish rate limit holds the stream here (back-pressure)
         session.sent(len(raws), nbytes)
         dedup = topic.dedup
@@ -275,9 +282,9 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
         try:
             opened = pb.ConsumeOpened(consumer_id=consumer_id, window=sub.window, cursor_epoch=acks.epoch)
             yield pb.ConsumeResponse(opened=opened)
-            accept = o.accept_compressed
+            accept, dicts = o.accept_compressed, o.accept_dictionaries
             while True:
-                frame, count = await _next_frame(stream, accept)
+                frame, count = await _next_frame(stream, accept, dicts)
                 if count == 0:
                     _raise_bad_request(acker)
                     return
@@ -327,6 +334,12 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
         return pb.SetCursorResponse(lag=lag)
 
     @unary
+    async def GetCompressionDictionary(
+        self, request: pb.GetCompressionDictionaryRequest, context: Ctx
+    ) -> pb.GetCompressionDictionaryResponse:
+        return get_dictionary(request, self.broker.retention_view.cache)
+
+    @unary
     async def SeekCursor(self, request: pb.ResetCursorRequest, context: Ctx) -> pb.ResetCursorResponse:
         move = await self.broker.seek_cursor(
             request.topic,
@@ -344,9 +357,9 @@ class IsterServicer(pb_grpc.IsterServicer):  # type: ignore[misc]
             request.topic, request.start, request.end, max_records, READ_MAX_BYTES
         )
         try:
-            accept = request.accept_compressed
+            accept, dicts = request.accept_compressed, request.accept_dictionaries
             async for records in batches:
-                yield pb.MessageBatch(frames=pack_frames(records, accept), count=len(records))
+                yield pb.MessageBatch(frames=pack_frames(records, accept, dicts), count=len(records))
         finally:
             await batches.aclose()
 
@@ -411,11 +424,11 @@ async def _first(it: AsyncIterator[Any], kind: str) -> Any:
     return request
 
 
-async def _next_frame(stream: ConsumerStream, accept: bool = True) -> tuple[bytes, int]:
+async def _next_frame(stream: ConsumerStream, accept: bool = True, dicts: bool = False) -> tuple[bytes, int]:
     """Wait for at least one message, then take what is queued (bounded) as one frame of WAL frames. Chunks of
     frames read from the durable tier go as they are; single records are framed here. Not `accept`: every
-    compressed record goes decompressed (a consumer that cannot decode them); with `accept`, those
-    compressed with a zstd dictionary (ister_compressed.py)."""
+    compressed record goes decompressed (a consumer that cannot decode them); with `accept` but not
+    `dicts`, those compressed with a zstd dictionary (ister_compressed.py)."""
     item = await stream.get()
     if item is None:
         return b"", 0
@@ -425,17 +438,17 @@ async def _next_frame(stream: ConsumerStream, accept: bool = True) -> tuple[byte
     while True:
         if isinstance(item, OutChunk):
             if item.block is not None:
-                parts.append(client_frames(item.block.frames(), accept))
+                parts.append(client_frames(item.block.frames(), accept, dicts))
             else:
                 assert item.records is not None
                 for offset, record in zip(item.offsets, item.records, strict=True):
-                    out = client_record(record, accept)
+                    out = client_record(record, accept, dicts)
                     parts.append(pack(offset, len(out), crc32c(out)))
                     parts.append(out)
             count += item.count
             size += item.nbytes
         else:
-            out = client_record(item.record, accept)
+            out = client_record(item.record, accept, dicts)
             parts.append(pack(item.offset, len(out), crc32c(out)))
             parts.append(out)
             count += 1
@@ -453,13 +466,13 @@ async def _next_frame(stream: ConsumerStream, accept: bool = True) -> tuple[byte
     return b"".join(parts), count
 
 
-def pack_frames(records: list[tuple[int, bytes]], accept: bool = True) -> bytes:
+def pack_frames(records: list[tuple[int, bytes]], accept: bool = True, dicts: bool = False) -> bytes:
     """(offset, record) pairs as back-to-back WAL frames (the MessageBatch layout); not `accept`: compressed
-    records decompressed (with `accept`: those with a zstd dictionary)."""
+    records decompressed (with `accept` but not `dicts`: those with a zstd dictionary)."""
     pack = HEADER.pack
     parts: list[bytes | memoryview] = []
     for offset, stored in records:
-        record = client_record(stored, accept)
+        record = client_record(stored, accept, dicts)
         parts.append(pack(offset, len(record), crc32c(record)))
         parts.append(record)
     return b"".join(parts)
@@ -467,6 +480,12 @@ def pack_frames(records: list[tuple[int, bytes]], accept: bool = True) -> bytes:
 
 def add_ister_service(server: Any, broker: BrokerService, api_keys: ApiKeyStore | None = None) -> None:
     add_service(server, IsterServicer(broker, api_keys), pb, "Ister")
+
+
+def _dictionary_of(topic: Topic) -> int:
+    """The zstd dictionary a producer of `topic` may compress with (0: none; see PublishOpened)."""
+    policy = topic.compression
+    return policy.dictionary() if policy is not None else 0
 
 
 def _seen(future: asyncio.Future[int]) -> None:

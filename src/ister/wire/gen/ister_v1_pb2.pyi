@@ -32,6 +32,22 @@ KEY_SHARED: SubscriptionType
 LATEST: InitialPosition
 EARLIEST: InitialPosition
 
+class GetCompressionDictionaryRequest(_message.Message):
+    __slots__ = ("id", "topic")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    topic: str
+    def __init__(self, id: _Optional[int] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class GetCompressionDictionaryResponse(_message.Message):
+    __slots__ = ("id", "dictionary")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DICTIONARY_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    dictionary: bytes
+    def __init__(self, id: _Optional[int] = ..., dictionary: _Optional[bytes] = ...) -> None: ...
+
 class ListTopicsRequest(_message.Message):
     __slots__ = ("namespace", "name_filter", "sort", "descending", "offset", "limit")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
@@ -493,26 +509,30 @@ class PublishResponse(_message.Message):
     def __init__(self, opened: _Optional[_Union[PublishOpened, _Mapping]] = ..., ack: _Optional[_Union[PublishAck, _Mapping]] = ...) -> None: ...
 
 class PublishOpened(_message.Message):
-    __slots__ = ("producer_id", "max_inflight_batches", "max_batch_bytes", "max_batch_count")
+    __slots__ = ("producer_id", "max_inflight_batches", "max_batch_bytes", "max_batch_count", "dictionary_id")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_INFLIGHT_BATCHES_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DICTIONARY_ID_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     max_inflight_batches: int
     max_batch_bytes: int
     max_batch_count: int
-    def __init__(self, producer_id: _Optional[int] = ..., max_inflight_batches: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., max_batch_count: _Optional[int] = ...) -> None: ...
+    dictionary_id: int
+    def __init__(self, producer_id: _Optional[int] = ..., max_inflight_batches: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., max_batch_count: _Optional[int] = ..., dictionary_id: _Optional[int] = ...) -> None: ...
 
 class PublishAck(_message.Message):
-    __slots__ = ("sequence", "first_offset", "count")
+    __slots__ = ("sequence", "first_offset", "count", "dictionary_id")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    DICTIONARY_ID_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     first_offset: int
     count: int
-    def __init__(self, sequence: _Optional[int] = ..., first_offset: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+    dictionary_id: int
+    def __init__(self, sequence: _Optional[int] = ..., first_offset: _Optional[int] = ..., count: _Optional[int] = ..., dictionary_id: _Optional[int] = ...) -> None: ...
 
 class ConsumeRequest(_message.Message):
     __slots__ = ("open", "ack", "nack")
@@ -525,7 +545,7 @@ class ConsumeRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[ConsumeOpen, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ...) -> None: ...
 
 class ConsumeOpen(_message.Message):
-    __slots__ = ("topic", "subscription", "consumer_name", "subscription_type", "key_filters", "window", "initial_position", "accept_compressed")
+    __slots__ = ("topic", "subscription", "consumer_name", "subscription_type", "key_filters", "window", "initial_position", "accept_compressed", "accept_dictionaries")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -534,6 +554,7 @@ class ConsumeOpen(_message.Message):
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
     ACCEPT_COMPRESSED_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_DICTIONARIES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     consumer_name: str
@@ -542,7 +563,8 @@ class ConsumeOpen(_message.Message):
     window: int
     initial_position: InitialPosition
     accept_compressed: bool
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription_type: _Optional[_Union[SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ..., window: _Optional[int] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., accept_compressed: _Optional[bool] = ...) -> None: ...
+    accept_dictionaries: bool
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription_type: _Optional[_Union[SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ..., window: _Optional[int] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., accept_compressed: _Optional[bool] = ..., accept_dictionaries: _Optional[bool] = ...) -> None: ...
 
 class OffsetRange(_message.Message):
     __slots__ = ("first", "last")
@@ -615,18 +637,20 @@ class OffsetsResponse(_message.Message):
     def __init__(self, earliest: _Optional[int] = ..., next: _Optional[int] = ..., durable_url: _Optional[str] = ..., object_prefix: _Optional[str] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("topic", "start", "end", "max_records", "accept_compressed")
+    __slots__ = ("topic", "start", "end", "max_records", "accept_compressed", "accept_dictionaries")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
     MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
     ACCEPT_COMPRESSED_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_DICTIONARIES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     start: int
     end: int
     max_records: int
     accept_compressed: bool
-    def __init__(self, topic: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., max_records: _Optional[int] = ..., accept_compressed: _Optional[bool] = ...) -> None: ...
+    accept_dictionaries: bool
+    def __init__(self, topic: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., max_records: _Optional[int] = ..., accept_compressed: _Optional[bool] = ..., accept_dictionaries: _Optional[bool] = ...) -> None: ...
 
 class SetCursorRequest(_message.Message):
     __slots__ = ("topic", "subscription", "next")

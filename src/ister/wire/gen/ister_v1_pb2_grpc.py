@@ -74,6 +74,11 @@ class IsterStub:
                 request_serializer=ister__v1__pb2.ResetCursorRequest.SerializeToString,
                 response_deserializer=ister__v1__pb2.ResetCursorResponse.FromString,
                 _registered_method=True)
+        self.GetCompressionDictionary = channel.unary_unary(
+                '/ister.v1.Ister/GetCompressionDictionary',
+                request_serializer=ister__v1__pb2.GetCompressionDictionaryRequest.SerializeToString,
+                response_deserializer=ister__v1__pb2.GetCompressionDictionaryResponse.FromString,
+                _registered_method=True)
 
 
 class IsterServicer:
@@ -153,6 +158,18 @@ class IsterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetCompressionDictionary(self, request, context):
+        """-- compression (docs/compression.md, "Dictionaries") --
+        A trained zstd dictionary by id, from the broker's registry, for a client that decodes records stored
+        with it (ConsumeOpen/ReadRequest.accept_dictionaries) or compresses with it (PublishOpened /
+        PublishAck.dictionary_id). `topic` is the topic the client reads or writes: the dictionary must have
+        been trained for a topic of its namespace (Lookup permission on it). NOT_FOUND for an id this broker
+        does not hold (unknown, another namespace's, or not loaded here yet).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IsterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -195,6 +212,11 @@ def add_IsterServicer_to_server(servicer, server):
                     servicer.SeekCursor,
                     request_deserializer=ister__v1__pb2.ResetCursorRequest.FromString,
                     response_serializer=ister__v1__pb2.ResetCursorResponse.SerializeToString,
+            ),
+            'GetCompressionDictionary': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCompressionDictionary,
+                    request_deserializer=ister__v1__pb2.GetCompressionDictionaryRequest.FromString,
+                    response_serializer=ister__v1__pb2.GetCompressionDictionaryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -413,6 +435,33 @@ class Ister:
             '/ister.v1.Ister/SeekCursor',
             ister__v1__pb2.ResetCursorRequest.SerializeToString,
             ister__v1__pb2.ResetCursorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCompressionDictionary(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ister.v1.Ister/GetCompressionDictionary',
+            ister__v1__pb2.GetCompressionDictionaryRequest.SerializeToString,
+            ister__v1__pb2.GetCompressionDictionaryResponse.FromString,
             options,
             channel_credentials,
             insecure,
