@@ -29,6 +29,7 @@ from ister.cli.admin import (
 from ister.cli.admin_call import CALL_TIMEOUT_SECONDS
 from ister.cli.admin_show import emit_fields, emit_table
 from ister.cli.admin_spec import Spec, admin_command, done, listing, rpc
+from ister.cli.compression_show import dictionary_fields, shown
 from ister.core.retention import format_duration_ms
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import ister_v1_pb2 as ister_pb
@@ -147,6 +148,7 @@ def _described_json(answer: Described) -> dict[str, Any]:
     }
     if codec is not None:
         info |= {"compression": codec.compression, "compression_source": codec.source}
+        info |= {f"compression_{k}": v for k, v in dictionary_fields(codec).items()}
     if described.HasField("schema_subject"):
         info["schema_subject"] = described.schema_subject
     if described.HasField("schema_version"):
@@ -176,7 +178,7 @@ def _described_table(answer: Described) -> None:
         ("Subscriptions", ", ".join(described.subscriptions) or "(none)"),
     ]
     if codec is not None:
-        fields.append(("Compression", f"{codec.compression} ({codec.source})"))
+        fields.append(("Compression", shown(codec)))
     if described.HasField("schema_subject"):
         fields.append(("Schema subject", described.schema_subject))
     if described.HasField("schema_version"):

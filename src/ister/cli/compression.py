@@ -21,28 +21,18 @@ from ister.cli.admin import (
     topic_name,
     topics_app,
 )
+from ister.cli.compression_show import dictionary_fields, shown
 from ister.wire.gen import ister_v1_pb2 as ister_pb
 
 CODECS = "none, lz4, zstd, snappy or gzip"
 
 
 def _emit(output: Output, what: str, r: ister_pb.CompressionResponse, topic: bool = True) -> None:
-    """A topic's dictionary is its id, or "sampling" (JSON: null) until its first records trained it; a
-    namespace has none of its own (each topic trains its own: docs/compression.md)."""
-    shown = f"{r.compression} ({r.source})"
-    if r.dictionary and not topic:
-        shown += ", a dictionary per topic"
-    elif r.dictionary:
-        shown += f", dictionary {r.dictionary_id}" if r.dictionary_id else ", dictionary (sampling)"
     if output == Output.json:
-        fields: dict[str, object] = {"name": what, "compression": r.compression, "source": r.source}
-        if r.dictionary:
-            fields["dictionary"] = True
-        if r.dictionary and topic:
-            fields["dictionary_id"] = r.dictionary_id or None
-        emit_json(fields)
+        fields = {"name": what, "compression": r.compression, "source": r.source}
+        emit_json(fields | dictionary_fields(r, topic))
         return
-    emit_fields([("name", what), ("compression", shown)])
+    emit_fields([("name", what), ("compression", shown(r, topic))])
 
 
 @namespaces_app.command("set-compression")
