@@ -164,7 +164,7 @@ def _described_json(answer: Described) -> dict[str, Any]:
         ]
     if parts:
         info["partitions"] = parts
-    if table is not None:
+    if table is not None and table.tables:  # none: a NonReliable topic (no table)
         info["table"] = {"format": table.format, "tables": list(table.tables), "partition": table.partition}
     return info
 
@@ -203,6 +203,8 @@ def _described_table(answer: Described) -> None:
 
 def table_rows(r: Any) -> list[tuple[str, str]]:
     """The line `describe` adds for a reliable topic's table policy (docs/tables.md)."""
+    if not r.tables:
+        return []  # a NonReliable topic's partitions: no table, whatever the policy
     if r.format != "iceberg":
         return [("Table", f"none ({r.format_source})")]
     every = format_duration_ms(r.interval_ms)

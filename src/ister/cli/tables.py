@@ -57,7 +57,10 @@ def _request(
     return request
 
 
-def _policy_json(what: str, r: ister_pb.TablePolicyResponse) -> dict[str, Any]:
+NO_TABLE = "NonReliable: it stores nothing, so it has no table"
+
+
+def _policy_json(what: str, r: ister_pb.TablePolicyResponse, topic: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "name": what,
         "format": r.format,
@@ -68,14 +71,14 @@ def _policy_json(what: str, r: ister_pb.TablePolicyResponse) -> dict[str, Any]:
         "interval_from": r.interval_source,
         "catalog_uri": r.catalog_uri,
     }
-    if r.tables:
-        out["tables"] = list(r.tables)
+    if topic:
+        out["tables"] = list(r.tables)  # [] for a NonReliable topic
     return out
 
 
-def _emit_policy(output: Output, what: str, r: ister_pb.TablePolicyResponse) -> None:
+def _emit_policy(output: Output, what: str, r: ister_pb.TablePolicyResponse, topic: bool = False) -> None:
     if output == Output.json:
-        emit_json(_policy_json(what, r))
+        emit_json(_policy_json(what, r, topic))
         return
     rows = [
         ("name", what),
@@ -84,8 +87,8 @@ def _emit_policy(output: Output, what: str, r: ister_pb.TablePolicyResponse) -> 
         ("commit interval", f"{format_duration_ms(r.interval_ms)} ({r.interval_source})"),
         ("catalog", r.catalog_uri),
     ]
-    if r.tables:
-        rows.append(("tables", ", ".join(r.tables)))
+    if topic:
+        rows.append(("tables", ", ".join(r.tables) or f"none ({NO_TABLE})"))
     emit_fields(rows)
 
 
@@ -137,7 +140,7 @@ def topics_set_table(
     else:
         request = _request(fmt, partition, interval, topic=name)
     r = call(admin_addr, lambda s: s.ister_admin.SetTablePolicy(request, timeout=30.0))
-    _emit_policy(output, name, r)
+    _emit_policy(output, name, r, topic=True)
 
 
 @topics_app.command("table")
@@ -148,7 +151,7 @@ def topics_table(
     name = topic_name(topic)
     request = ister_pb.GetTablePolicyRequest(topic=name)
     r = call(admin_addr, lambda s: s.ister_admin.GetTablePolicy(request, timeout=30.0))
-    _emit_policy(output, name, r)
+    _emit_policy(output, name, r, topic=True)
 
 
 def _jdbc(uri: str) -> str:
@@ -208,6 +211,8 @@ def table_command(
     name = topic_name(topic)
     request = ister_pb.GetTablePolicyRequest(topic=name)
     r = call(admin_addr, lambda s: s.ister_admin.GetTablePolicy(request, timeout=30.0))
+    if not r.tables:
+        fail(f"{name} is {NO_TABLE}")
     if r.format != "iceberg":
         fail(f"{name} is not kept as a table: `ister admin topics set-table {name} --format iceberg`")
     tables, props = list(r.tables), dict(r.properties)
