@@ -126,6 +126,13 @@ async def test_errors_exit_1_with_the_broker_message(cli: Cli) -> None:
     assert "FAILED_PRECONDITION" in failed(
         await cli("topics", "set-dispatch-config", "/default/t", "-s", "s", "--max-unacked-messages", "5")
     )
+    # a codec and --clear together: said so (it used to read as if neither was given)
+    for what in (("topics", "/default/t"), ("namespaces", "default")):
+        both = failed(await cli(what[0], "set-compression", what[1], "zstd", "--clear"))
+        assert both == "error: give a compression or --clear, not both\n"
+        assert (
+            failed(await cli(what[0], "set-compression", what[1])) == "error: give a compression or --clear\n"
+        )
 
 
 async def test_usage_errors_exit_2(cli: Cli) -> None:

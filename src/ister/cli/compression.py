@@ -48,7 +48,7 @@ def namespaces_set_compression(
 ) -> None:
     """Set the codec the namespace's topics store plain-sent records with (from the next publish on)."""
     if (compression is None) != clear:
-        fail("give a compression, or --clear")
+        fail("give a compression or --clear" + (", not both" if clear else ""))
     request = ister_pb.SetCompressionRequest(
         namespace=namespace, compression=compression or "", clear=clear, dictionary=dictionary
     )
@@ -81,7 +81,7 @@ def topics_set_compression(
 ) -> None:
     """Set a topic's own codec, overriding its namespace's (each partition of a partitioned topic)."""
     if (compression is None) != clear:
-        fail("give a compression, or --clear")
+        fail("give a compression or --clear" + (", not both" if clear else ""))
     name = topic_name(topic)
     request = ister_pb.SetCompressionRequest(
         topic=name, compression=compression or "", clear=clear, dictionary=dictionary

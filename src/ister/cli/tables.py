@@ -161,23 +161,44 @@ def _jdbc(uri: str) -> str:
     return "jdbc:postgresql://" + uri.split("://", 1)[1].rsplit("@", 1)[-1]  # credentials go in jdbc.user
 
 
-def snippets(catalog_uri: str, table: str, properties: dict[str, str]) -> dict[str, str]:
-    """Ready-to-run code reading `table` with pyiceberg, DuckDB and Spark."""
+def snippets(catalog_uri: str, tables: list[str], properties: dict[str, str]) -> dict[str, str]:
+    """Ready-to-run code reading the topic's tables with pyiceberg, DuckDB and Spark. A partitioned topic
+    has one table per partition: the code reads them all, skipping a partition whose table is not created
+    yet (a table is created at its first committed record)."""
     props = {"uri": catalog_uri, **properties}
     kwargs = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in props.items())
-    pyiceberg = (
-        "from pyiceberg.catalog import load_catalog\n"
-        f'catalog = load_catalog("ister", **{{{kwargs}}})\n'
-        f'table = catalog.load_table("{table}")\n'
-        "df = table.scan().to_arrow()  # .to_pandas(), .to_polars(), .to_duckdb('t')"
+    catalog = f'catalog = load_catalog("ister", **{{{kwargs}}})\n'
+    count = 'print(con.sql("select count(*), max(\\"offset\\") from t").fetchall())'
+    if len(tables) == 1:
+        load = (
+            "from pyiceberg.catalog import load_catalog\n"
+            + catalog
+            + f'table = catalog.load_table("{tables[0]}")  # created at the first committed record\n'
+        )
+        pyiceberg = load + "df = table.scan().to_arrow()  # .to_pandas(), .to_polars(): with pandas, polars"
+        duckdb = load + (
+            "import duckdb\n"
+            'con = table.scan().to_duckdb(table_name="t")  # or: INSTALL iceberg; iceberg_scan(metadata)\n'
+            + count
+        )
+    else:
+        pyiceberg = (
+            "import pyarrow as pa\n"
+            "from pyiceberg.catalog import load_catalog\n"
+            + catalog
+            + f"names = {json.dumps(tables)}  # one table per partition\n"
+            "tables = [catalog.load_table(n) for n in names if catalog.table_exists(n)]\n"
+            'df = pa.concat_tables([t.scan().to_arrow() for t in tables], promote_options="default")'
+        )
+        duckdb = pyiceberg + '\nimport duckdb\ncon = duckdb.connect()\ncon.register("t", df)\n' + count
+    names = [f"ister.`{t.split('.', 1)[0]}`.`{t.split('.', 1)[1]}`" for t in tables]
+    read = (
+        f'spark.table("{names[0]}").show()'
+        if len(names) == 1
+        else "from functools import reduce\n"
+        f"parts = [spark.table(n) for n in {json.dumps(names)} if spark.catalog.tableExists(n)]\n"
+        "reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts).show()"
     )
-    duckdb = (
-        pyiceberg.rsplit("\n", 1)[0] + "\n"
-        "import duckdb\n"
-        'con = table.scan().to_duckdb(table_name="t")  # or: INSTALL iceberg; iceberg_scan(metadata)\n'
-        'print(con.sql("select count(*), max(\\"offset\\") from t").fetchall())'
-    )
-    ns, name = table.split(".", 1)
     spark = (
         "spark = (SparkSession.builder\n"
         '  .config("spark.jars.packages", "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.0")\n'
@@ -190,8 +211,7 @@ def snippets(catalog_uri: str, table: str, properties: dict[str, str]) -> dict[s
             f'  .config("spark.sql.catalog.ister.uri", "{_jdbc(catalog_uri)}")\n'
         )
         + f'  .config("spark.sql.catalog.ister.warehouse", "{properties.get("warehouse", "")}")\n'
-        "  .getOrCreate())\n"
-        f'spark.table("ister.`{ns}`.`{name}`").show()'
+        "  .getOrCreate())\n" + read
     )
     return {"pyiceberg": pyiceberg, "duckdb": duckdb, "spark": spark}
 
@@ -227,5 +247,5 @@ def table_command(
     emit_fields(
         [("catalog_uri", r.catalog_uri), ("catalog_name", CATALOG_NAME), ("table", ", ".join(tables))]
     )
-    for engine, code in snippets(r.catalog_uri, tables[0], props).items():
+    for engine, code in snippets(r.catalog_uri, tables, props).items():
         typer.echo(f"\n# {engine}\n{code}")

@@ -1,6 +1,8 @@
-"""A NonReliable topic stores nothing, so it has no table (docs/tables.md, "Policy"): with a real broker,
-asking for one is refused, `ister table` says why in one line instead of printing snippets for a table
-that never comes, and `topics table` / `describe` show none (a partitioned one too)."""
+"""`ister table` and the table commands as a user runs them, with a real broker (docs/tables.md): a
+partitioned topic's printed snippets read every partition's table (one not created yet skipped), run as
+printed; a NonReliable topic stores nothing, so it has no table: asking for one is refused, `ister table`
+says why in one line instead of printing snippets for a table that never comes, and `topics table` /
+`describe` show none (a partitioned one too)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_tables import NS, cli, start
+from ister.client import Client
+from tests.integration.test_tables import NS, cli, publish, run_snippet, start
+from tests.support import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -50,5 +54,35 @@ def test_a_non_reliable_topic_has_no_table_and_every_command_says_so(tmp_path: P
         cli("admin", "topics", "create", f"/{NS}/kept", *admin)
         kept = json.loads(cli("table", f"/{NS}/kept", "-o", "json", *admin).stdout)
         assert kept["table"] == f"{NS}.kept"
+    finally:
+        broker.stop()
+
+
+def snippet(printed: str, engine: str) -> str:
+    return printed.split(f"# {engine}\n", 1)[1].split("\n# ", 1)[0]
+
+
+async def test_a_partitioned_topics_snippets_read_every_partitions_table(tmp_path: Path) -> None:
+    broker = start(tmp_path)
+    admin = ("--admin-addr", broker.admin_addr)
+    topic = f"/{NS}/spread"
+    try:
+        cli("admin", "namespaces", "set-table", NS, "--format", "iceberg", "--interval", "1s", *admin)
+        cli("admin", "topics", "create", topic, "--partitions", "3", *admin)
+        async with Client(broker.url) as client:  # partitions 0 and 1 only: part 2 gets no table yet
+            await publish(client, f"{topic}-part-0", 30)
+            await publish(client, f"{topic}-part-1", 20)
+
+        def committed() -> bool:
+            listed = cli("admin", "namespaces", "tables", NS, "-o", "json", *admin, ok=False)
+            # an error until the first commit creates the catalog file
+            return listed.returncode == 0 and sum(t["rows"] for t in json.loads(listed.stdout)) == 50
+
+        await until(committed, "both partitions' rows committed", 60)
+        printed = cli("table", topic, *admin).stdout
+        assert f"{NS}.spread-part-0, {NS}.spread-part-1, {NS}.spread-part-2" in printed
+        # run as printed (the first read only partition 0's table: 30 of the topic's 50 rows)
+        assert run_snippet(snippet(printed, "pyiceberg") + "\nprint(df.num_rows)") == "50"
+        assert run_snippet(snippet(printed, "duckdb")) == "[(50, 29)]"
     finally:
         broker.stop()
