@@ -165,7 +165,13 @@ def _described_json(answer: Described) -> dict[str, Any]:
     if parts:
         info["partitions"] = parts
     if table is not None and table.tables:  # none: a NonReliable topic (no table)
-        info["table"] = {"format": table.format, "tables": list(table.tables), "partition": table.partition}
+        info["table"] = {
+            "format": table.format,
+            "format_from": table.format_source,  # the table line's "(namespace)", "(default)", ...
+            "tables": list(table.tables),
+            "partition": table.partition,
+            "interval_ms": table.interval_ms,
+        }
     return info
 
 
