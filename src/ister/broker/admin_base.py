@@ -48,7 +48,13 @@ class AdminBase:
         self.retention = RetentionAdmin(self.store, self._resolve)
         self.limits = LimitsAdmin(self.store, self._resolve)
         self.compression = CompressionAdmin(self.store, self._resolve)
-        self.tables = TableAdmin(self.store, self._resolve, lambda: broker.table_catalog, self._is_reliable)
+        self.tables = TableAdmin(
+            self.store,
+            self._resolve,
+            lambda: broker.table_catalog,
+            self._is_reliable,
+            lambda: broker.config.mode == "cluster" and broker.config.tables.catalog_uri is None,
+        )
 
     # -- lookups ------------------------------------------------------------------------------------------
     @property

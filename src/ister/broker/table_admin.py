@@ -38,11 +38,22 @@ class TableAdmin:
         resolve: Callable[[str], Awaitable[tuple[TopicName, list[TopicName]]]],
         spec: Callable[[], CatalogSpec],
         reliable: Callable[[TopicName], Awaitable[bool]],
+        unshared: Callable[[], bool] = lambda: False,
     ) -> None:
         self.store = store
         self._resolve = resolve
         self._spec = spec
         self._reliable = reliable
+        self._unshared = unshared  # a cluster whose brokers each keep their own catalog (no catalog_uri)
+
+    def _need_shared_catalog(self, setting: TableSetting) -> None:
+        """Each broker's own SQLite file would hold the tables of the topics it led: a moved topic's next
+        owner would not find its table and commit its rows again into another catalog."""
+        if setting.format == "iceberg" and self._unshared():
+            raise FailedPrecondition(
+                "tables in cluster mode need one catalog every broker shares: set tables.catalog_uri "
+                "(sqlite:///path on one host, postgresql://... or a REST catalog) on every broker"
+            )
 
     async def _namespace_policy(self, ns: str) -> tuple[dict[str, Any], int]:
         validate_segment(ns, "namespace")
@@ -54,6 +65,7 @@ class TableAdmin:
     async def set_namespace(self, ns: str, setting: TableSetting) -> TableInEffect:
         if setting.empty:
             raise InvalidArgument("nothing to set: give a format, a partitioning and/or an interval")
+        self._need_shared_catalog(setting)
         key = keys.namespace_policy(ns)
         for _ in range(CAS_ATTEMPTS):
             value, version = await self._namespace_policy(ns)
@@ -72,6 +84,7 @@ class TableAdmin:
         if not clear and setting.empty:
             raise InvalidArgument("nothing to set: give a format, a partitioning, an interval, or clear")
         shown_name, targets = await self._resolve(raw)
+        self._need_shared_catalog(setting)
         if setting.format == "iceberg" and not await self._reliable(targets[0]):
             # accepted, it would do nothing: no committer runs for a topic without a log
             raise FailedPrecondition(f"{shown_name} is NonReliable: it stores nothing, so it has no table")
