@@ -154,6 +154,17 @@ def topics_table(
     _emit_policy(output, name, r, topic=True)
 
 
+ICEBERG_SPARK = "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.0"
+# Iceberg's JdbcCatalog opens the database through DriverManager: the driver must be on the classpath too
+JDBC_DRIVERS = {"sqlite": "org.xerial:sqlite-jdbc:3.46.1.3", "postgresql": "org.postgresql:postgresql:42.7.4"}
+
+
+def _spark_packages(uri: str) -> str:
+    if uri.startswith("http"):
+        return ICEBERG_SPARK
+    return f"{ICEBERG_SPARK},{JDBC_DRIVERS['sqlite' if uri.startswith('sqlite') else 'postgresql']}"
+
+
 def _jdbc(uri: str) -> str:
     """The JDBC URL of a SQL catalog's URI (Iceberg's JdbcCatalog keeps tables in the same layout)."""
     if uri.startswith("sqlite:///"):
@@ -201,7 +212,7 @@ def snippets(catalog_uri: str, tables: list[str], properties: dict[str, str]) ->
     )
     spark = (
         "spark = (SparkSession.builder\n"
-        '  .config("spark.jars.packages", "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.0")\n'
+        f'  .config("spark.jars.packages", "{_spark_packages(catalog_uri)}")\n'
         '  .config("spark.sql.catalog.ister", "org.apache.iceberg.spark.SparkCatalog")\n'
         + (
             '  .config("spark.sql.catalog.ister.type", "rest")\n'
