@@ -47,7 +47,7 @@ class AdminBase:
         self._lock = asyncio.Lock()  # admin creations and deletions, one at a time
         self.retention = RetentionAdmin(self.store, self._resolve)
         self.limits = LimitsAdmin(self.store, self._resolve)
-        self.compression = CompressionAdmin(self.store, self._resolve)
+        self.compression = CompressionAdmin(self.store, self._resolve, self._is_reliable)
         self.tables = TableAdmin(
             self.store,
             self._resolve,
