@@ -79,7 +79,14 @@ async def test_created_topic_serves_danube_clients(admin_broker: BrokerProcess, 
         "compression": "none",  # no policy: records stored as sent
         "compression_source": "default",
         # no table policy: the table it would have (docs/tables.md)
-        "table": {"format": "none", "partition": "day", "tables": [f"default.{topic.rsplit('/', 1)[1]}"]},
+        # (with where the format comes from and the interval, as the table output shows them)
+        "table": {
+            "format": "none",
+            "format_from": "default",
+            "partition": "day",
+            "interval_ms": 10_000,
+            "tables": [f"default.{topic.rsplit('/', 1)[1]}"],
+        },
     }
     # The consumer is connected: the subscription stays.
     err = await admin(admin_broker, "topics", "unsubscribe", topic, "-s", "audit", code=1)

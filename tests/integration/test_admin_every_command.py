@@ -247,3 +247,15 @@ async def test_every_admin_command_on_a_cluster(three: Cluster, tmp_path: Path) 
         assert not any(r.startswith(command) for r in refused), refused
     line = next(r for r in refused if r.startswith("topics recover"))
     assert "NOT_FOUND" in line and "not replicated" in line, line
+    # Tables need one catalog every broker shares: without tables.catalog_uri (each broker's own SQLite
+    # file), turning them on is refused in one line saying what to set.
+    for args in (
+        ["namespaces", "set-table", "default", "--format", "iceberg"],
+        ["topics", "create", "/default/shared-catalog"],
+        ["topics", "set-table", "/default/shared-catalog", "--format", "iceberg"],
+    ):
+        result = await asyncio.to_thread(invoke, [*args, "--admin-addr", first.admin_addr])
+        check_ends_cleanly(args, result)
+        if args[1] == "set-table":
+            assert result.exit_code == 1 and "FAILED_PRECONDITION" in result.stderr, result.stderr
+            assert "set tables.catalog_uri" in result.stderr and "every broker" in result.stderr

@@ -100,6 +100,25 @@ async def test_a_non_reliable_topic_delivers_a_compressed_batch_plain(fresh_brok
         await p.send_batch(lines)
         await p.close()
     assert [m.payload for m in await take(queue, 30, ack=cons)] == lines
+    # a codec of its own would compress nothing (nothing is stored): refused in one line; --clear is fine
+    refused = run_ister(
+        [
+            "admin",
+            "topics",
+            "set-compression",
+            "/default/volatile",
+            "zstd",
+            "--admin-addr",
+            fresh_broker.admin_addr,
+        ],
+        timeout=60,
+    )
+    assert refused.returncode == 1 and refused.stderr.startswith(
+        "error: /default/volatile is NonReliable: it stores nothing, so a codec of its own compresses nothing"
+    ), refused.stderr
+    assert "FAILED_PRECONDITION" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    assert "none (default)" in cli(fresh_broker, "admin", "topics", "compression", "/default/volatile")
+    cli(fresh_broker, "admin", "topics", "set-compression", "/default/volatile", "--clear")
 
 
 async def test_topic_and_namespace_policies_compress_what_a_producer_sent_plain(

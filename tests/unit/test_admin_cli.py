@@ -126,6 +126,13 @@ async def test_errors_exit_1_with_the_broker_message(cli: Cli) -> None:
     assert "FAILED_PRECONDITION" in failed(
         await cli("topics", "set-dispatch-config", "/default/t", "-s", "s", "--max-unacked-messages", "5")
     )
+    # a codec and --clear together: said so (it used to read as if neither was given)
+    for what in (("topics", "/default/t"), ("namespaces", "default")):
+        both = failed(await cli(what[0], "set-compression", what[1], "zstd", "--clear"))
+        assert both == "error: give a compression or --clear, not both\n"
+        assert (
+            failed(await cli(what[0], "set-compression", what[1])) == "error: give a compression or --clear\n"
+        )
 
 
 async def test_usage_errors_exit_2(cli: Cli) -> None:
@@ -134,6 +141,11 @@ async def test_usage_errors_exit_2(cli: Cli) -> None:
     failed(await cli("topics", "create"), 2)
     failed(await cli("topics", "list", "-n", "default", "--output", "yaml"), 2)
     failed(await cli("topics", "create", "/default/t", "--partitions", "0"), 2)
+    # a limit past the API's u64: a usage error, not a traceback
+    err = failed(await cli("namespaces", "set-limits", "default", "--publish-rate", str(2**64)), 2)
+    assert "--publish-rate" in err and "Traceback" not in err
+    failed(await cli("topics", "set-limits", "/default/t", "--dispatch-rate", str(2**64)), 2)
+    failed(await cli("namespaces", "set-limits", "default", "--max-topics", str(10**20)), 2)
     result = await cli("brokers", "list", "--admin-addr", "no-port", addr=False)
     assert "--admin-addr" in failed(result, 2)
 

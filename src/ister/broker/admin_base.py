@@ -47,8 +47,14 @@ class AdminBase:
         self._lock = asyncio.Lock()  # admin creations and deletions, one at a time
         self.retention = RetentionAdmin(self.store, self._resolve)
         self.limits = LimitsAdmin(self.store, self._resolve)
-        self.compression = CompressionAdmin(self.store, self._resolve)
-        self.tables = TableAdmin(self.store, self._resolve, lambda: broker.table_catalog)
+        self.compression = CompressionAdmin(self.store, self._resolve, self._is_reliable)
+        self.tables = TableAdmin(
+            self.store,
+            self._resolve,
+            lambda: broker.table_catalog,
+            self._is_reliable,
+            lambda: broker.config.mode == "cluster" and broker.config.tables.catalog_uri is None,
+        )
 
     # -- lookups ------------------------------------------------------------------------------------------
     @property
@@ -112,6 +118,9 @@ class AdminBase:
             return loaded.delivery
         kv = await self.store.get(keys.topic_delivery(name))
         return _delivery(kv.value if kv is not None else None)
+
+    async def _is_reliable(self, name: TopicName) -> bool:
+        return await self._delivery_of(name) == RELIABLE
 
     async def _deliveries(self, names: list[TopicName]) -> list[str]:
         slots = asyncio.Semaphore(READ_CONCURRENCY)

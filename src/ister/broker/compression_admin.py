@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from ister.broker.compression_policy import compression_in_effect, dictionary_in_effect
 from ister.core.compression import NAMES, parse_codec
-from ister.errors import InvalidArgument, NotFound
+from ister.errors import FailedPrecondition, InvalidArgument, NotFound
 from ister.ids import TopicName, shown, validate_segment
 from ister.metadata import keys
 from ister.metadata import topic_catalog as catalog
@@ -26,10 +26,14 @@ class InEffect(NamedTuple):
 
 class CompressionAdmin:
     def __init__(
-        self, store: MetadataStore, resolve: Callable[[str], Awaitable[tuple[TopicName, list[TopicName]]]]
+        self,
+        store: MetadataStore,
+        resolve: Callable[[str], Awaitable[tuple[TopicName, list[TopicName]]]],
+        reliable: Callable[[TopicName], Awaitable[bool]] | None = None,
     ) -> None:
         self.store = store
         self._resolve = resolve  # (name, its topics: itself or its partitions), NotFound when neither
+        self._reliable = reliable  # None: every topic taken as reliable
 
     async def set_namespace(
         self, ns: str, codec: str, dictionary: bool = False, clear: bool = False
@@ -79,7 +83,13 @@ class CompressionAdmin:
         name_of = NAMES[parse_codec(codec)] if codec else ""
         if dictionary and name_of != "zstd":
             raise InvalidArgument("a compression dictionary needs zstd")
-        _, targets = await self._resolve(raw)
+        shown_name, targets = await self._resolve(raw)
+        if codec and self._reliable is not None and not await self._reliable(targets[0]):
+            # accepted, it would do nothing: the policy compresses what a topic stores
+            raise FailedPrecondition(
+                f"{shown_name} is NonReliable: it stores nothing, so a codec of its own compresses nothing "
+                "(a producer's own codec still compresses what it sends)"
+            )
         for name in targets:
             key = keys.topic_compression(name)
             if clear:

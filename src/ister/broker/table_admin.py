@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ister.errors import InvalidArgument, NotFound, Unavailable
+from ister.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from ister.ids import TopicName, shown, validate_segment
 from ister.metadata import keys
 from ister.metadata.store import MetadataStore
@@ -25,9 +25,9 @@ CAS_ATTEMPTS = 10
 class TableInEffect:
     policy: TablePolicy
     catalog_uri: str
-    tables: list[
-        str
-    ]  # `namespace.table` of each of the topic's tables (each partition's); [] for a namespace
+    # `namespace.table` of each of the topic's tables (each partition's); [] for a namespace and for a
+    # non-reliable topic (it stores nothing, so it has no table)
+    tables: list[str]
     properties: dict[str, str]  # what a reader adds to the catalog URI (warehouse, S3 endpoint), no secrets
 
 
@@ -37,10 +37,23 @@ class TableAdmin:
         store: MetadataStore,
         resolve: Callable[[str], Awaitable[tuple[TopicName, list[TopicName]]]],
         spec: Callable[[], CatalogSpec],
+        reliable: Callable[[TopicName], Awaitable[bool]],
+        unshared: Callable[[], bool] = lambda: False,
     ) -> None:
         self.store = store
         self._resolve = resolve
         self._spec = spec
+        self._reliable = reliable
+        self._unshared = unshared  # a cluster whose brokers each keep their own catalog (no catalog_uri)
+
+    def _need_shared_catalog(self, setting: TableSetting) -> None:
+        """Each broker's own SQLite file would hold the tables of the topics it led: a moved topic's next
+        owner would not find its table and commit its rows again into another catalog."""
+        if setting.format == "iceberg" and self._unshared():
+            raise FailedPrecondition(
+                "tables in cluster mode need one catalog every broker shares: set tables.catalog_uri "
+                "(sqlite:///path on one host, postgresql://... or a REST catalog) on every broker"
+            )
 
     async def _namespace_policy(self, ns: str) -> tuple[dict[str, Any], int]:
         validate_segment(ns, "namespace")
@@ -52,6 +65,7 @@ class TableAdmin:
     async def set_namespace(self, ns: str, setting: TableSetting) -> TableInEffect:
         if setting.empty:
             raise InvalidArgument("nothing to set: give a format, a partitioning and/or an interval")
+        self._need_shared_catalog(setting)
         key = keys.namespace_policy(ns)
         for _ in range(CAS_ATTEMPTS):
             value, version = await self._namespace_policy(ns)
@@ -69,7 +83,11 @@ class TableAdmin:
             raise InvalidArgument("give either a setting or clear, not both")
         if not clear and setting.empty:
             raise InvalidArgument("nothing to set: give a format, a partitioning, an interval, or clear")
-        _, targets = await self._resolve(raw)
+        shown_name, targets = await self._resolve(raw)
+        self._need_shared_catalog(setting)
+        if setting.format == "iceberg" and not await self._reliable(targets[0]):
+            # accepted, it would do nothing: no committer runs for a topic without a log
+            raise FailedPrecondition(f"{shown_name} is NonReliable: it stores nothing, so it has no table")
         for name in targets:
             key = keys.topic_table(name)
             if clear:
@@ -96,7 +114,8 @@ class TableAdmin:
         _, targets = await self._resolve(raw)
         policy = await self.policy_of(targets[0])
         spec = self._spec()
-        tables = [".".join(table_ident(t)) for t in targets]
+        reliable = await self._reliable(targets[0])  # a partitioned topic's partitions share delivery
+        tables = [".".join(table_ident(t)) for t in targets] if reliable else []
         return TableInEffect(
             policy, spec.uri, tables, {"warehouse": spec.warehouse, **spec.public_properties()}
         )

@@ -29,6 +29,7 @@ from ister.cli.admin import (
 from ister.cli.admin_call import CALL_TIMEOUT_SECONDS
 from ister.cli.admin_show import emit_fields, emit_table
 from ister.cli.admin_spec import Spec, admin_command, done, listing, rpc
+from ister.cli.compression_show import dictionary_fields, shown
 from ister.core.retention import format_duration_ms
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import ister_v1_pb2 as ister_pb
@@ -147,6 +148,7 @@ def _described_json(answer: Described) -> dict[str, Any]:
     }
     if codec is not None:
         info |= {"compression": codec.compression, "compression_source": codec.source}
+        info |= {f"compression_{k}": v for k, v in dictionary_fields(codec).items()}
     if described.HasField("schema_subject"):
         info["schema_subject"] = described.schema_subject
     if described.HasField("schema_version"):
@@ -162,8 +164,14 @@ def _described_json(answer: Described) -> dict[str, Any]:
         ]
     if parts:
         info["partitions"] = parts
-    if table is not None:
-        info["table"] = {"format": table.format, "tables": list(table.tables), "partition": table.partition}
+    if table is not None and table.tables:  # none: a NonReliable topic (no table)
+        info["table"] = {
+            "format": table.format,
+            "format_from": table.format_source,  # the table line's "(namespace)", "(default)", ...
+            "tables": list(table.tables),
+            "partition": table.partition,
+            "interval_ms": table.interval_ms,
+        }
     return info
 
 
@@ -176,7 +184,7 @@ def _described_table(answer: Described) -> None:
         ("Subscriptions", ", ".join(described.subscriptions) or "(none)"),
     ]
     if codec is not None:
-        fields.append(("Compression", f"{codec.compression} ({codec.source})"))
+        fields.append(("Compression", shown(codec)))
     if described.HasField("schema_subject"):
         fields.append(("Schema subject", described.schema_subject))
     if described.HasField("schema_version"):
@@ -201,6 +209,8 @@ def _described_table(answer: Described) -> None:
 
 def table_rows(r: Any) -> list[tuple[str, str]]:
     """The line `describe` adds for a reliable topic's table policy (docs/tables.md)."""
+    if not r.tables:
+        return []  # a NonReliable topic's partitions: no table, whatever the policy
     if r.format != "iceberg":
         return [("Table", f"none ({r.format_source})")]
     every = format_duration_ms(r.interval_ms)

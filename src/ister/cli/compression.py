@@ -21,28 +21,18 @@ from ister.cli.admin import (
     topic_name,
     topics_app,
 )
+from ister.cli.compression_show import dictionary_fields, shown
 from ister.wire.gen import ister_v1_pb2 as ister_pb
 
 CODECS = "none, lz4, zstd, snappy or gzip"
 
 
 def _emit(output: Output, what: str, r: ister_pb.CompressionResponse, topic: bool = True) -> None:
-    """A topic's dictionary is its id, or "sampling" (JSON: null) until its first records trained it; a
-    namespace has none of its own (each topic trains its own: docs/compression.md)."""
-    shown = f"{r.compression} ({r.source})"
-    if r.dictionary and not topic:
-        shown += ", a dictionary per topic"
-    elif r.dictionary:
-        shown += f", dictionary {r.dictionary_id}" if r.dictionary_id else ", dictionary (sampling)"
     if output == Output.json:
-        fields: dict[str, object] = {"name": what, "compression": r.compression, "source": r.source}
-        if r.dictionary:
-            fields["dictionary"] = True
-        if r.dictionary and topic:
-            fields["dictionary_id"] = r.dictionary_id or None
-        emit_json(fields)
+        fields = {"name": what, "compression": r.compression, "source": r.source}
+        emit_json(fields | dictionary_fields(r, topic))
         return
-    emit_fields([("name", what), ("compression", shown)])
+    emit_fields([("name", what), ("compression", shown(r, topic))])
 
 
 @namespaces_app.command("set-compression")
@@ -58,7 +48,7 @@ def namespaces_set_compression(
 ) -> None:
     """Set the codec the namespace's topics store plain-sent records with (from the next publish on)."""
     if (compression is None) != clear:
-        fail("give a compression, or --clear")
+        fail("give a compression or --clear" + (", not both" if clear else ""))
     request = ister_pb.SetCompressionRequest(
         namespace=namespace, compression=compression or "", clear=clear, dictionary=dictionary
     )
@@ -91,7 +81,7 @@ def topics_set_compression(
 ) -> None:
     """Set a topic's own codec, overriding its namespace's (each partition of a partitioned topic)."""
     if (compression is None) != clear:
-        fail("give a compression, or --clear")
+        fail("give a compression or --clear" + (", not both" if clear else ""))
     name = topic_name(topic)
     request = ister_pb.SetCompressionRequest(
         topic=name, compression=compression or "", clear=clear, dictionary=dictionary

@@ -21,6 +21,7 @@ from ister.cli.admin import (
     topic_name,
     topics_app,
 )
+from ister.limits import U64_MAX
 from ister.wire.gen import ister_v1_pb2 as ister_pb
 
 
@@ -44,20 +45,28 @@ def _emit(output: Output, what: str, r: ister_pb.LimitsResponse) -> None:
 def namespaces_set_limits(
     namespace: Annotated[str, typer.Argument(help="namespace")],
     publish_rate: Annotated[
-        int | None, typer.Option("--publish-rate", min=0, help="messages/s per topic")
+        int | None, typer.Option("--publish-rate", min=0, max=U64_MAX, help="messages/s per topic")
     ] = None,
     publish_rate_bytes: Annotated[
-        int | None, typer.Option("--publish-rate-bytes", min=0, help="bytes/s per topic")
+        int | None, typer.Option("--publish-rate-bytes", min=0, max=U64_MAX, help="bytes/s per topic")
     ] = None,
     dispatch_rate: Annotated[
-        int | None, typer.Option("--dispatch-rate", min=0, help="messages/s per subscription")
+        int | None, typer.Option("--dispatch-rate", min=0, max=U64_MAX, help="messages/s per subscription")
     ] = None,
-    max_producers: Annotated[int | None, typer.Option("--max-producers-per-topic", min=0)] = None,
-    max_subscriptions: Annotated[int | None, typer.Option("--max-subscriptions-per-topic", min=0)] = None,
-    max_consumers: Annotated[int | None, typer.Option("--max-consumers-per-topic", min=0)] = None,
-    max_sub_consumers: Annotated[int | None, typer.Option("--max-consumers-per-subscription", min=0)] = None,
+    max_producers: Annotated[
+        int | None, typer.Option("--max-producers-per-topic", min=0, max=U64_MAX)
+    ] = None,
+    max_subscriptions: Annotated[
+        int | None, typer.Option("--max-subscriptions-per-topic", min=0, max=U64_MAX)
+    ] = None,
+    max_consumers: Annotated[
+        int | None, typer.Option("--max-consumers-per-topic", min=0, max=U64_MAX)
+    ] = None,
+    max_sub_consumers: Annotated[
+        int | None, typer.Option("--max-consumers-per-subscription", min=0, max=U64_MAX)
+    ] = None,
     max_topics: Annotated[
-        int | None, typer.Option("--max-topics", min=0, help="topics (each partition counts)")
+        int | None, typer.Option("--max-topics", min=0, max=U64_MAX, help="topics (each partition counts)")
     ] = None,
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,
     output: OutputOpt = Output.table,
@@ -94,12 +103,14 @@ def namespaces_limits(
 @topics_app.command("set-limits")
 def topics_set_limits(
     topic: TopicArg,
-    publish_rate: Annotated[int | None, typer.Option("--publish-rate", min=0, help="messages/s")] = None,
+    publish_rate: Annotated[
+        int | None, typer.Option("--publish-rate", min=0, max=U64_MAX, help="messages/s")
+    ] = None,
     publish_rate_bytes: Annotated[
-        int | None, typer.Option("--publish-rate-bytes", min=0, help="bytes/s")
+        int | None, typer.Option("--publish-rate-bytes", min=0, max=U64_MAX, help="bytes/s")
     ] = None,
     dispatch_rate: Annotated[
-        int | None, typer.Option("--dispatch-rate", min=0, help="messages/s per subscription")
+        int | None, typer.Option("--dispatch-rate", min=0, max=U64_MAX, help="messages/s per subscription")
     ] = None,
     clear: Annotated[bool, typer.Option("--clear", help="drop the topic's own rates")] = False,
     admin_addr: AdminAddr = DEFAULT_ADMIN_ADDR,

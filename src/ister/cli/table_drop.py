@@ -92,14 +92,18 @@ def topics_drop_table(
     except InvalidArgument as exc:
         fail(str(exc))
     ns_policy, policy = call(admin_addr, lambda s: _ask(s, name))
-    if policy is not None and policy.format == "iceberg":
+    # a NonReliable topic has no tables (and no committer), whatever its policy: an older incarnation's
+    # table under its name can still be dropped
+    if policy is not None and policy.format == "iceberg" and policy.tables:
         whole = f"`ister admin namespaces set-table {name.namespace} --format none`"
         fail(
             f"the table policy of {name.full} is on (iceberg, from its {policy.format_source} policy): its "
             f"broker keeps committing to the table. Turn it off first with `ister admin topics set-table "
             f"{name.full} --format none`" + (f" (or {whole})" if policy.format_source == "namespace" else "")
         )
-    tables = list(policy.tables) if policy is not None else [f"{name.namespace}.{name.topic}"]
+    tables = (
+        list(policy.tables) if policy is not None and policy.tables else [f"{name.namespace}.{name.topic}"]
+    )
     idents = [(t.split(".", 1)[0], t.split(".", 1)[1]) for t in tables]
     spec = _spec(ns_policy, properties)
     try:

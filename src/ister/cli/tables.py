@@ -57,7 +57,10 @@ def _request(
     return request
 
 
-def _policy_json(what: str, r: ister_pb.TablePolicyResponse) -> dict[str, Any]:
+NO_TABLE = "NonReliable: it stores nothing, so it has no table"
+
+
+def _policy_json(what: str, r: ister_pb.TablePolicyResponse, topic: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "name": what,
         "format": r.format,
@@ -68,14 +71,14 @@ def _policy_json(what: str, r: ister_pb.TablePolicyResponse) -> dict[str, Any]:
         "interval_from": r.interval_source,
         "catalog_uri": r.catalog_uri,
     }
-    if r.tables:
-        out["tables"] = list(r.tables)
+    if topic:
+        out["tables"] = list(r.tables)  # [] for a NonReliable topic
     return out
 
 
-def _emit_policy(output: Output, what: str, r: ister_pb.TablePolicyResponse) -> None:
+def _emit_policy(output: Output, what: str, r: ister_pb.TablePolicyResponse, topic: bool = False) -> None:
     if output == Output.json:
-        emit_json(_policy_json(what, r))
+        emit_json(_policy_json(what, r, topic))
         return
     rows = [
         ("name", what),
@@ -84,8 +87,8 @@ def _emit_policy(output: Output, what: str, r: ister_pb.TablePolicyResponse) -> 
         ("commit interval", f"{format_duration_ms(r.interval_ms)} ({r.interval_source})"),
         ("catalog", r.catalog_uri),
     ]
-    if r.tables:
-        rows.append(("tables", ", ".join(r.tables)))
+    if topic:
+        rows.append(("tables", ", ".join(r.tables) or f"none ({NO_TABLE})"))
     emit_fields(rows)
 
 
@@ -137,7 +140,7 @@ def topics_set_table(
     else:
         request = _request(fmt, partition, interval, topic=name)
     r = call(admin_addr, lambda s: s.ister_admin.SetTablePolicy(request, timeout=30.0))
-    _emit_policy(output, name, r)
+    _emit_policy(output, name, r, topic=True)
 
 
 @topics_app.command("table")
@@ -148,7 +151,18 @@ def topics_table(
     name = topic_name(topic)
     request = ister_pb.GetTablePolicyRequest(topic=name)
     r = call(admin_addr, lambda s: s.ister_admin.GetTablePolicy(request, timeout=30.0))
-    _emit_policy(output, name, r)
+    _emit_policy(output, name, r, topic=True)
+
+
+ICEBERG_SPARK = "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.0"
+# Iceberg's JdbcCatalog opens the database through DriverManager: the driver must be on the classpath too
+JDBC_DRIVERS = {"sqlite": "org.xerial:sqlite-jdbc:3.46.1.3", "postgresql": "org.postgresql:postgresql:42.7.4"}
+
+
+def _spark_packages(uri: str) -> str:
+    if uri.startswith("http"):
+        return ICEBERG_SPARK
+    return f"{ICEBERG_SPARK},{JDBC_DRIVERS['sqlite' if uri.startswith('sqlite') else 'postgresql']}"
 
 
 def _jdbc(uri: str) -> str:
@@ -158,26 +172,47 @@ def _jdbc(uri: str) -> str:
     return "jdbc:postgresql://" + uri.split("://", 1)[1].rsplit("@", 1)[-1]  # credentials go in jdbc.user
 
 
-def snippets(catalog_uri: str, table: str, properties: dict[str, str]) -> dict[str, str]:
-    """Ready-to-run code reading `table` with pyiceberg, DuckDB and Spark."""
+def snippets(catalog_uri: str, tables: list[str], properties: dict[str, str]) -> dict[str, str]:
+    """Ready-to-run code reading the topic's tables with pyiceberg, DuckDB and Spark. A partitioned topic
+    has one table per partition: the code reads them all, skipping a partition whose table is not created
+    yet (a table is created at its first committed record)."""
     props = {"uri": catalog_uri, **properties}
     kwargs = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in props.items())
-    pyiceberg = (
-        "from pyiceberg.catalog import load_catalog\n"
-        f'catalog = load_catalog("ister", **{{{kwargs}}})\n'
-        f'table = catalog.load_table("{table}")\n'
-        "df = table.scan().to_arrow()  # .to_pandas(), .to_polars(), .to_duckdb('t')"
+    catalog = f'catalog = load_catalog("ister", **{{{kwargs}}})\n'
+    count = 'print(con.sql("select count(*), max(\\"offset\\") from t").fetchall())'
+    if len(tables) == 1:
+        load = (
+            "from pyiceberg.catalog import load_catalog\n"
+            + catalog
+            + f'table = catalog.load_table("{tables[0]}")  # created at the first committed record\n'
+        )
+        pyiceberg = load + "df = table.scan().to_arrow()  # .to_pandas(), .to_polars(): with pandas, polars"
+        duckdb = load + (
+            "import duckdb\n"
+            'con = table.scan().to_duckdb(table_name="t")  # or: INSTALL iceberg; iceberg_scan(metadata)\n'
+            + count
+        )
+    else:
+        pyiceberg = (
+            "import pyarrow as pa\n"
+            "from pyiceberg.catalog import load_catalog\n"
+            + catalog
+            + f"names = {json.dumps(tables)}  # one table per partition\n"
+            "tables = [catalog.load_table(n) for n in names if catalog.table_exists(n)]\n"
+            'df = pa.concat_tables([t.scan().to_arrow() for t in tables], promote_options="default")'
+        )
+        duckdb = pyiceberg + '\nimport duckdb\ncon = duckdb.connect()\ncon.register("t", df)\n' + count
+    names = [f"ister.`{t.split('.', 1)[0]}`.`{t.split('.', 1)[1]}`" for t in tables]
+    read = (
+        f'spark.table("{names[0]}").show()'
+        if len(names) == 1
+        else "from functools import reduce\n"
+        f"parts = [spark.table(n) for n in {json.dumps(names)} if spark.catalog.tableExists(n)]\n"
+        "reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts).show()"
     )
-    duckdb = (
-        pyiceberg.rsplit("\n", 1)[0] + "\n"
-        "import duckdb\n"
-        'con = table.scan().to_duckdb(table_name="t")  # or: INSTALL iceberg; iceberg_scan(metadata)\n'
-        'print(con.sql("select count(*), max(\\"offset\\") from t").fetchall())'
-    )
-    ns, name = table.split(".", 1)
     spark = (
         "spark = (SparkSession.builder\n"
-        '  .config("spark.jars.packages", "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.0")\n'
+        f'  .config("spark.jars.packages", "{_spark_packages(catalog_uri)}")\n'
         '  .config("spark.sql.catalog.ister", "org.apache.iceberg.spark.SparkCatalog")\n'
         + (
             '  .config("spark.sql.catalog.ister.type", "rest")\n'
@@ -187,8 +222,7 @@ def snippets(catalog_uri: str, table: str, properties: dict[str, str]) -> dict[s
             f'  .config("spark.sql.catalog.ister.uri", "{_jdbc(catalog_uri)}")\n'
         )
         + f'  .config("spark.sql.catalog.ister.warehouse", "{properties.get("warehouse", "")}")\n'
-        "  .getOrCreate())\n"
-        f'spark.table("ister.`{ns}`.`{name}`").show()'
+        "  .getOrCreate())\n" + read
     )
     return {"pyiceberg": pyiceberg, "duckdb": duckdb, "spark": spark}
 
@@ -208,6 +242,8 @@ def table_command(
     name = topic_name(topic)
     request = ister_pb.GetTablePolicyRequest(topic=name)
     r = call(admin_addr, lambda s: s.ister_admin.GetTablePolicy(request, timeout=30.0))
+    if not r.tables:
+        fail(f"{name} is {NO_TABLE}")
     if r.format != "iceberg":
         fail(f"{name} is not kept as a table: `ister admin topics set-table {name} --format iceberg`")
     tables, props = list(r.tables), dict(r.properties)
@@ -222,5 +258,5 @@ def table_command(
     emit_fields(
         [("catalog_uri", r.catalog_uri), ("catalog_name", CATALOG_NAME), ("table", ", ".join(tables))]
     )
-    for engine, code in snippets(r.catalog_uri, tables[0], props).items():
+    for engine, code in snippets(r.catalog_uri, tables, props).items():
         typer.echo(f"\n# {engine}\n{code}")

@@ -58,6 +58,7 @@ class DevCluster:
             [self.etcd.endpoint],
             s3=S3Target(self.s3.endpoint) if self.s3 is not None else None,
             file_tier=(directory / "objects").resolve().as_uri(),
+            catalog_uri=f"sqlite:///{(directory / 'tables' / 'catalog.db').resolve()}",
         )
         self.config_file = directory / "ister.yml"
         args = self.broker_plan.args(self.config_file)

@@ -131,6 +131,9 @@ class BrokerPlan:
     etcd_endpoints: list[str]
     s3: S3Target | None = None
     file_tier: str | None = None  # a `file://` URL when there is no S3
+    # the Iceberg catalog every broker shares (docs/tables.md); unset, each broker's own SQLite file would
+    # hold only the tables of the topics it led, and `ister table` would name a catalog without the rest
+    catalog_uri: str | None = None
     extra_config: dict[str, Any] = field(default_factory=dict)
 
     def config(self) -> dict[str, Any]:
@@ -145,6 +148,8 @@ class BrokerPlan:
             "cluster": {"replication_factor": rf, "lease_ttl_seconds": LEASE_TTL_SECONDS},
             "storage": {"durable": durable},
         }
+        if self.catalog_uri is not None:
+            out["tables"] = {"catalog_uri": self.catalog_uri}
         for key, value in self.extra_config.items():
             out[key] = {**out.get(key, {}), **value} if isinstance(value, dict) else value
         return out
