@@ -1,7 +1,7 @@
-"""ister.client producers when their topic's owner dies (kill -9): they never hang. On a cluster (real etcd,
-two real brokers) a running producer continues on the new owner within a bound, and a running consumer
-follows it there; against a broker that never comes back, sends fail with a clear error within the
-client's retry budget."""
+"""ister.client producers when their topic's owner dies (kill -9) or freezes (SIGSTOP): they never hang. On
+a cluster (real etcd, two real brokers) a running producer continues on the new owner within a bound, and a
+running consumer follows it there; against a broker that never comes back, sends fail with a clear error
+within the client's retry budget."""
 
 from __future__ import annotations
 
