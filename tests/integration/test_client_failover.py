@@ -1,12 +1,13 @@
-"""ister.client producers when their topic's owner dies (kill -9): they never hang. On a cluster (real etcd,
-two real brokers) a running producer continues on the new owner within a bound, and a running consumer
-follows it there; against a broker that never comes back, sends fail with a clear error within the
-client's retry budget."""
+"""ister.client producers when their topic's owner dies (kill -9) or freezes (SIGSTOP): they never hang. On
+a cluster (real etcd, two real brokers) a running producer continues on the new owner within a bound, and a
+running consumer follows it there; against a broker that never comes back, sends fail with a clear error
+within the client's retry budget."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -37,8 +38,11 @@ async def cluster(tmp_path: Path, etcd_server: EtcdServer) -> AsyncIterator[Clus
         await c.stop()
 
 
-async def test_running_producer_continues_on_the_new_owner_after_kill9(cluster: Cluster) -> None:
-    topic = "/default/client_failover"
+@pytest.mark.parametrize("fault", ["kill9", "pause"])
+async def test_running_producer_continues_on_the_new_owner(cluster: Cluster, fault: str) -> None:
+    """The owner is killed (connections refused) or paused (SIGSTOP: new connections are accepted by the
+    kernel and never answered, the open ones go silent)."""
+    topic = f"/default/client_failover_{fault}"
     async with Client(cluster.brokers[0].url) as setup:
         first = await setup.producer(topic)
         await first.send(b"created")
@@ -73,7 +77,11 @@ async def test_running_producer_continues_on_the_new_owner_after_kill9(cluster: 
         try:
             await cluster.until(lambda: len(acked) >= 500 or any(t.done() for t in tasks), "acks before")
             assert not any(t.done() for t in tasks)
-            victim.kill9()
+            if fault == "kill9":
+                victim.kill9()
+            else:
+                assert victim.proc is not None
+                victim.proc.send_signal(signal.SIGSTOP)
             killed_at = time.monotonic()
             # The dead owner assigned no offset at or above its reservation; the new owner starts there.
             record = await cluster.owner_record(topic)
@@ -93,12 +101,14 @@ async def test_running_producer_continues_on_the_new_owner_after_kill9(cluster: 
                     t.result()  # a sender that failed: surface its error
             resumed = from_new_owner()[0][0] - killed_at
             role = "owner and leader" if leader == owner else "owner"
-            print(f"first ack from the new owner {resumed:.2f} s after the kill of the {role}")
+            print(f"first ack from the new owner {resumed:.2f} s after the {fault} of the {role}")
             assert resumed < RESUME_BOUND
         except BaseException:
             receiving.cancel()  # a closed consumer's receive_batch returns at once: it would spin for ever
             raise
         finally:
+            if fault == "pause" and victim.proc is not None:
+                victim.proc.send_signal(signal.SIGCONT)  # fenced: its lease and epoch are gone
             stop.set()
             done, _ = await asyncio.wait(tasks, timeout=60)
             assert len(done) == len(tasks), "senders did not finish"

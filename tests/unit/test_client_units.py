@@ -249,3 +249,44 @@ async def test_a_seed_that_cannot_know_the_owner_sends_the_lookup_to_the_next_se
     finally:
         await stale.stop()
         await good.stop()
+
+
+async def test_a_lookup_on_a_seed_not_connected_also_asks_the_next_one() -> None:
+    """A seed that accepts connections and never answers (a paused broker, or one slow to answer a new
+    connection) holds a new connection for its whole attempt (5 s): the next seed, asked at the same
+    time, answers the lookup and becomes the seed."""
+    import asyncio
+    import time
+
+    from ister.client import Client
+    from tests.unit.test_client_support import FakeServer
+
+    held: list[asyncio.StreamWriter] = []
+
+    async def silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # accepted by the kernel and the loop, never answered
+
+    mute = await asyncio.start_server(silent, "127.0.0.1", 0)
+    mute_url = f"http://127.0.0.1:{mute.sockets[0].getsockname()[1]}"
+    good = FakeServer()
+    await good.start()
+    try:
+        good.servicer.records["/default/t"] = []
+        client = Client([mute_url, good.url], connect_timeout=10.0)  # 5 s a seed
+        try:
+            started = time.monotonic()
+            found = await client.lookup("/default/t")
+            elapsed = time.monotonic() - started
+            assert found.partitions == ["/default/t"]
+            assert client.url == good.url
+            assert held, "the silent seed was not asked"
+            assert elapsed < 2.5, f"the lookup waited {elapsed:.1f} s for the silent seed"
+            # Connected now: the next lookup goes to the seed that answered, alone.
+            assert (await client.lookup("/default/t")).partitions == ["/default/t"]
+        finally:
+            await client.close()
+    finally:
+        for writer in held:
+            writer.close()
+        mute.close()
+        await good.stop()

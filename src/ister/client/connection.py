@@ -194,11 +194,40 @@ class ClientConnection:
     async def lookup(self, topic: str) -> TopicLookup:
         """Partitions and serving broker of a topic (one attempt; NotFound for an unknown topic)."""
         seed = self.url
+        if len(self.urls) == 1 or self._answers(seed):
+            return await self._lookup_at(seed, topic)
+        # Not connected to the seed: a new connection may take its whole attempt (transport.py's 5 s) when
+        # the broker is paused or slow to answer, so the next seed is asked too and the first answer wins.
+        other = self.urls[(self._seed + 1) % len(self.urls)]
+        asks = {
+            asyncio.create_task(self._lookup_at(seed, topic)): seed,
+            asyncio.create_task(self._lookup_at(other, topic, moves_on=False)): other,
+        }
+        try:
+            pending = set(asks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    exc = task.exception()
+                    if exc is None or isinstance(exc, errors.NotFound):
+                        if asks[task] == other and self.url == seed:
+                            self._seed = self.urls.index(other)  # the one that answered is kept
+                        return task.result()
+            primary = next(t for t, url in asks.items() if url == seed)
+            return primary.result()  # both failed: the seed's own error, as without the second ask
+        finally:
+            for task in asks:
+                task.cancel()
+            await asyncio.gather(*asks, return_exceptions=True)
+
+    async def _lookup_at(self, seed: str, topic: str, moves_on: bool = True) -> TopicLookup:
+        """A lookup on `seed`; when it fails in a way that says to ask elsewhere, and `moves_on`, the next
+        seed becomes the one asked."""
         try:
             # With several seeds, one that refuses connections fails at once and the retry asks the next
             # (one that does not answer at all is skipped after its share of connect_timeout). A single
             # seed is waited for (up to connect_timeout): it may be restarting, and there is no other.
-            resp = await self.stub().Lookup(
+            resp = await self.stub(seed).Lookup(
                 pb.LookupRequest(topic=topic), timeout=self._seed_timeout, wait_for_ready=len(self.urls) == 1
             )
         except Exception as exc:
@@ -209,7 +238,12 @@ class ClientConnection:
             elif type(err) is errors.Unavailable and seed not in str(err):
                 err = errors.Unavailable(f"lookup on {seed}: {err}")
             stale = isinstance(err, errors.AskAnother)  # the seed cannot know who serves the topic now
-            if err.retriable and seed == self.url and (silent or stale or not self._answers(seed)):
+            if (
+                moves_on
+                and err.retriable
+                and seed == self.url
+                and (silent or stale or not self._answers(seed))
+            ):
                 self._next_seed()  # the retry asks the next seed
             raise err from None
         return TopicLookup(list(resp.partitions), resp.broker_url)

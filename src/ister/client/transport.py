@@ -18,6 +18,8 @@ from ister.limits import GRPC_MAX_MESSAGE_BYTES
 if TYPE_CHECKING:
     from ister.client.api_key import ApiKeySession
 
+CONNECT_ATTEMPT_MIN_MS = 5_000  # as the etcd channel's (metadata/etcd_channel.py)
+
 CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
@@ -31,8 +33,12 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     # froze kept a stopped broker's stream open past the ack deadline (45 s).
     ("grpc.http2.ping_timeout_ms", 5_000),
     # Our own loops retry with backoff; gRPC's reconnect backoff (default up to 120 s) must not stack on it.
+    # The first retry of a refused connection comes after 100 ms.
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
+    # gRPC reads this as the least time one connection attempt gets for TCP, TLS and the HTTP/2 SETTINGS
+    # exchange, not as a backoff: at 100 ms a broker slower than the 2 s maximum backoff to answer a new
+    # connection (long round trips, TLS, load) was never reached. Callers' deadlines still bound the wait.
+    ("grpc.min_reconnect_backoff_ms", CONNECT_ATTEMPT_MIN_MS),
     ("grpc.max_reconnect_backoff_ms", 2_000),
     ("grpc.enable_retries", 0),
 ]

@@ -1,0 +1,138 @@
+"""A broker slow to answer a new connection (a remote one with long round trips, TLS's extra round trips, a
+loaded machine) is still reached by the Ister client, the admin CLI and the console.
+
+gRPC gives each connection attempt max(backoff, `grpc.min_reconnect_backoff_ms`) to finish TCP, TLS and
+the HTTP/2 SETTINGS exchange. The client's channels set that minimum to 100 ms with a 2 s maximum backoff,
+so every attempt to a broker that answered later than 2 s was cut off until the caller gave up. A proxy
+that holds each new connection before passing bytes on plays that broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from ister.cli.admin_call import connect as admin_connect
+from ister.client import Client
+from ister.console.source import AdminSource
+from ister.wire.gen import DanubeAdmin_pb2 as apb
+from tests.integration.harness import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+HOLD_SECONDS = 2.5  # past the client's 2 s maximum backoff, well within its 10 s connect timeout
+
+
+class SlowProxy:
+    """Listens on a loopback port; each accepted connection waits HOLD_SECONDS (nothing read or sent)
+    before it is joined to `upstream`."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.accepted = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self, port: int = 0) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", port)
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        try:
+            await asyncio.sleep(HOLD_SECONDS)  # the slow broker under test, not a wait for a condition
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except asyncio.CancelledError:  # the test ended while this connection was held
+            client_w.close()
+            return
+        for pipe in (_pipe(client_r, up_w), _pipe(up_r, client_w)):
+            task = asyncio.create_task(pipe)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        writer.close()
+
+
+@pytest.fixture
+async def slow_broker(tmp_path: Path) -> AsyncIterator[tuple[BrokerProcess, SlowProxy, SlowProxy]]:
+    """A broker that advertises its client proxy (lookups send the client back through it), and the
+    proxies in front of its client and admin ports."""
+    client_proxy = SlowProxy(0)
+    await client_proxy.start()
+    broker = BrokerProcess(tmp_path / "data", "--advertised-addr", f"127.0.0.1:{client_proxy.port}")
+    client_proxy.upstream_port = broker.port
+    admin_proxy = SlowProxy(broker.admin_port)
+    await admin_proxy.start()
+    await asyncio.to_thread(broker.start)
+    try:
+        yield broker, client_proxy, admin_proxy
+    finally:
+        await client_proxy.close()
+        await admin_proxy.close()
+        broker.stop()
+
+
+async def test_the_client_reaches_a_broker_slow_to_answer_a_new_connection(
+    slow_broker: tuple[BrokerProcess, SlowProxy, SlowProxy],
+) -> None:
+    _, proxy, _ = slow_broker
+    topic = "/default/slow_handshake"
+    started = time.monotonic()
+    async with Client(f"http://127.0.0.1:{proxy.port}", connect_timeout=10) as client:
+        connected = time.monotonic() - started
+        producer = await client.producer(topic)
+        consumer = await client.consumer(topic, "slow", name="reader")
+        assert await producer.send(b"through a slow accept") == 0
+        message = await consumer.receive(timeout=10)
+        assert message.payload == b"through a slow accept"
+        await consumer.ack(message)
+    print(f"connected after {connected:.2f} s through a {HOLD_SECONDS} s accept; {proxy.accepted} accepted")
+    assert proxy.accepted >= 1
+    assert connected >= HOLD_SECONDS
+
+
+async def test_the_admin_cli_and_the_console_reach_a_slow_admin_port(
+    slow_broker: tuple[BrokerProcess, SlowProxy, SlowProxy],
+) -> None:
+    _, _, proxy = slow_broker
+    addr = f"127.0.0.1:{proxy.port}"
+
+    def list_brokers() -> int:
+        with admin_connect(addr) as stubs:
+            return len(stubs.brokers.ListBrokers(apb.Empty(), timeout=10).brokers)
+
+    assert await asyncio.to_thread(list_brokers) == 1  # the CLI's blocking channel, in a thread: the
+    # proxy runs on this loop
+    source = AdminSource(addr)
+    await source.open()
+    try:
+        overview = await source.overview()
+    finally:
+        await source.close()
+    assert overview.reachable, overview.error
+    assert len(overview.brokers) == 1
+    assert proxy.accepted >= 2
