@@ -106,11 +106,12 @@ def open_channel(url: str, credentials: Credentials = NO_CREDENTIALS) -> Any:
 
 def open_blocking_channel(url: str, credentials: Credentials = NO_CREDENTIALS) -> Any:
     """`open_channel` for callers without an event loop (the Spark driver): a blocking grpc channel, a
-    context manager that closes it."""
+    context manager that closes it. The same options: a topic listing of 100,000 topics is over gRPC's
+    default 4 MiB receive limit."""
     target, https = split_url(url)
     if https or credentials.tls:
-        return grpc.secure_channel(target, credentials.channel_credentials())
-    return grpc.insecure_channel(target)
+        return grpc.secure_channel(target, credentials.channel_credentials(), options=CHANNEL_OPTIONS)
+    return grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
 
 
 RpcError = grpc.RpcError  # what a blocking call raises: `.code()` and `.details()` say why
