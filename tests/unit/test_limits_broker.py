@@ -110,7 +110,9 @@ async def test_publish_byte_rate_and_a_topic_override(env: Any) -> None:
     assert await second == 1
     held = asyncio.ensure_future(topic.admit(1, 10_000))  # waits for a full bucket, leaves 10 s of debt
     await clock.advance(0)
-    with pytest.raises(ResourceExhausted, match="max_publish_rate_bytes=1000 bytes/s"):
+    with pytest.raises(
+        ResourceExhausted, match="max_publish_rate_bytes=1000 bytes/s; this publish of 1 message, 1 byte "
+    ):
         await topic.admit(1, 1)
     held.cancel()
     # The topic's own limit replaces the namespace's (0: unlimited for this topic).

@@ -19,6 +19,7 @@ from ister.cli.security_opts import TlsCaOpt, TokenOpt, use
 from ister.client import Client, Consumer, Message
 from ister.core.backoff import Backoff, Retries
 from ister.errors import InvalidArgument, IsterError, NotFound
+from ister.ids import counted
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -253,7 +254,7 @@ async def _produce(
         await producer.close()
         if not as_json:
             elapsed = time.perf_counter() - started
-            typer.echo(f"produced {count} message(s) to {topic} in {elapsed:.2f} s", err=True)
+            typer.echo(f"produced {counted(count, 'message')} to {topic} in {elapsed:.2f} s", err=True)
 
 
 def message_json(msg: Message, value: object = None) -> str:
