@@ -95,7 +95,7 @@ def produce(
         bool,
         typer.Option(
             "--reliable/--non-reliable",
-            help="Reliable (the default: WAL, at-least-once, as the Ister client) or NonReliable "
+            help="Reliable (the default: WAL, idempotent, as the Ister client) or NonReliable "
             "(in memory, at-most-once: a subscription that is away loses what is sent meanwhile)",
         ),
     ] = True,
@@ -128,6 +128,8 @@ def produce(
 
     Reliable by default (fsync'd to the topic's WAL before it is acknowledged); --non-reliable publishes
     at-most-once (danube-cli's default).
+
+    Idempotent on a Reliable topic: a batch re-sent after a lost acknowledgement is stored once.
 
     With --schema-subject or --schema-file, -m is a JSON value encoded by the schema (Avro binary, JSON,
     Protobuf) and checked against it before anything is sent; -f is sent as it is."""
