@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import ister.cli.main  # noqa: F401  (loads the CLI's modules in their order: cli.stats alone is circular)
+from ister.cli.admin_cluster import health_line
 from ister.cli.stats import _storage_line, _topic_fields
 from ister.cli.table_drop import dropped_line
 from ister.ids import counted
@@ -33,3 +36,12 @@ def test_drop_table_counts() -> None:
         == "dropped default.t (1 row, 1 file; its files deleted)"
     )
     assert dropped_line("default.t", 5, None, "kept") == "dropped default.t (5 rows, ? files; kept)"
+
+
+def test_cluster_health_counts() -> None:
+    h: dict[str, Any] = {"under_replicated": [{}], "under_min_isr": [], "replicated_topics": 1}
+    h |= {"failed_moves": [{}], "moves_total": 2}
+    assert health_line(h) == (
+        "cluster: 1 under-replicated and 0 under-min-ISR of 1 replicated topic, 1 failed move, "
+        "2 rebalancing moves kept"
+    )
