@@ -23,6 +23,11 @@ _CLIENT_NAME = re.compile(r"[^/\x00-\x1f\x7f]+")
 PARTITION_MARKER = "-part-"
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`1 message`, `2 messages`: a count with its noun, plural (default: noun + s) unless it is one."""
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"
+
+
 def shown(value: object, limit: int = MAX_ECHO_CHARS) -> str:
     """Client input quoted for an error message: its repr, cut to about `limit` characters.
 

@@ -220,7 +220,7 @@ def test_up_refuses_a_second_cluster_on_the_same_directory_and_other_flags(tmp_p
     )
     got = dev(where, "up", "--brokers", "3")
     assert got.returncode == 2
-    assert "holds a cluster of 1 brokers: start it as it is, or add --fresh" in got.stderr
+    assert "holds a cluster of 1 broker: start it as it is, or add --fresh" in got.stderr
     assert (where / "plan.json").exists()  # nothing changed
     bad = dev(where, "status", "-o", "yaml")
     assert bad.returncode == 2 and "--output must be table or json" in bad.stderr

@@ -19,3 +19,12 @@ def test_consume_help_names_the_topic_wait() -> None:
     result = CliRunner().invoke(app, ["consume", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "--timeout" in result.output and "wait for the topic" in result.output
+
+
+def test_produce_help_says_it_is_idempotent() -> None:
+    """docs/idempotence.md: the Ister client `ister produce` uses stores a retried batch once."""
+    result = CliRunner().invoke(app, ["produce", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "Idempotent" in text and "stored once" in text, text
+    assert "at-least-once, as the Ister client" not in text  # what --reliable's help said before

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -112,11 +112,51 @@ def problems(doc: dict[str, Any]) -> list[str]:  # noqa: C901  (one rule after a
             out.append(f"{name}: not scraped by Prometheus")
         if f"127.0.0.1:{ports[2]}/readyz" not in " ".join(s.get("healthcheck", {}).get("test", [])):
             out.append(f"{name}: healthcheck does not ask its /readyz")
+    out += _table_problems(services, config)
     rules = scrape.get("rule_files", [])
     mounts = services.get("prometheus", {}).get("volumes", [])
     if not rules or not any(m.startswith("./prometheus/alerts.yml:" + rules[0]) for m in mounts):
         out.append("prometheus: the alert rules of deploy/prometheus are not loaded")
     return out
+
+
+def _table_problems(services: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """Cluster brokers turn tables on only with one catalog they all share (docs/tables.md): here a SQLite
+    file on a volume every broker mounts at the same path, and table files in the shared S3 bucket."""
+    tables = config.get("tables", {})
+    uri = tables.get("catalog_uri", "")
+    if not uri:
+        return ["the brokers' config names no tables.catalog_uri: set-table --format iceberg is refused"]
+    out = []
+    if uri.startswith("sqlite:///"):
+        directory = str(PurePosixPath(uri.removeprefix("sqlite:///")).parent)
+        sources = set()
+        for name in BROKERS:
+            mounts = dict(reversed(v.split(":")[:2]) for v in services.get(name, {}).get("volumes", []))
+            if directory not in mounts:
+                out.append(f"{name}: does not mount the tables catalog's directory {directory}")
+            elif mounts[directory] == name or mounts[directory].startswith("./"):
+                out.append(f"{name}: its tables catalog's directory is not a volume the brokers share")
+            else:
+                sources.add(mounts[directory])
+        if len(sources) > 1:
+            out.append(f"the brokers mount different volumes at {directory}: {sorted(sources)}")
+    durable = config.get("storage", {}).get("durable", {}).get("url", "")
+    warehouse = tables.get("warehouse") or f"{durable}/tables"
+    if not warehouse.startswith("s3://"):
+        out.append(f"the tables warehouse {warehouse} is not the shared S3 bucket")
+    return out
+
+
+def test_the_image_makes_the_shared_catalog_directory_the_brokers_own() -> None:
+    """A new named volume takes the owner of the image's directory it is mounted on: without the directory
+    (owned by ister) in the image, the catalog volume would be root's and the broker could not write it."""
+    config = yaml.safe_load(compose()["configs"]["ister-config"]["content"])
+    directory = str(PurePosixPath(config["tables"]["catalog_uri"].removeprefix("sqlite:///")).parent)
+    run = " ".join((DEPLOY / "Containerfile").read_text().split())
+    made = re.search(r"mkdir -p ([^&]+) && chown ister:ister ([^&\n]+?)(?: &&|$| COPY)", run)
+    assert made is not None, "the Containerfile makes no directory for ister"
+    assert directory in made.group(1).split() and directory in made.group(2).split()
 
 
 def test_the_committed_compose_file_is_what_ister_dev_compose_prints() -> None:
@@ -142,6 +182,14 @@ def test_every_service_port_and_healthcheck_is_there() -> None:
         (lambda d: d["services"]["seaweedfs"].pop("ports"), "seaweedfs: S3 port not published"),
         (lambda d: d["volumes"].pop("broker-0"), "broker-0: volume broker-0 not declared"),
         (lambda d: d["configs"].pop("ister-config"), "broker-0: config ister-config not declared"),
+        (
+            lambda d: d["services"]["broker-1"]["volumes"].pop(),
+            "broker-1: does not mount the tables catalog's directory /catalog",
+        ),
+        (
+            lambda d: d["configs"]["ister-config"].update(content="cluster: {replication_factor: 3}\n"),
+            "the brokers' config names no tables.catalog_uri: set-table --format iceberg is refused",
+        ),
     ],
 )
 def test_the_checks_fail_when_something_is_missing(break_it: Any, expected: str) -> None:
@@ -167,6 +215,9 @@ def test_the_brokers_run_what_ister_dev_up_runs(tmp_path: Path) -> None:
     on_machine_config = dev.broker_plan.config()
     in_compose_config = yaml.safe_load(doc["configs"]["ister-config"]["content"])
     on_machine_config["storage"]["durable"]["options"]["endpoint"] = "http://seaweedfs:8333"
+    # The shared catalog: a SQLite file in the cluster's directory, here on a volume every broker mounts.
+    assert on_machine_config["tables"]["catalog_uri"].startswith("sqlite:///")
+    on_machine_config["tables"]["catalog_uri"] = "sqlite:////catalog/catalog.db"
     assert in_compose_config == on_machine_config
     # SeaweedFS: the same flags (the same ports), other directories and addresses.
     weed = doc["services"]["seaweedfs"]["command"]
@@ -193,3 +244,18 @@ def test_grafana_is_provisioned_with_the_prometheus_and_the_dashboard() -> None:
     dashboard = next(m for m in mounts if m.startswith("./grafana/ister-cluster.json:"))
     assert dashboard.split(":")[1].startswith(provider["options"]["path"] + "/")
     assert json.loads((DEPLOY / "grafana" / "ister-cluster.json").read_text())["uid"] == "ister-cluster"
+
+
+def test_the_brokers_config_names_one_shared_catalog_and_warehouse(tmp_path: Path) -> None:
+    """The compose brokers' ister.yml, loaded and resolved as a broker does: one SQLite catalog on the
+    shared volume, table files in the shared bucket (not the data directory's defaults)."""
+    from ister.config import load_config
+    from ister.tables.catalog import spec_for
+
+    path = tmp_path / "ister.yml"
+    path.write_text(compose()["configs"]["ister-config"]["content"])
+    config = load_config(path, overrides={"mode": "cluster"}, environ={})
+    spec = spec_for(config, Path("/data"))
+    assert spec.uri == "sqlite:////catalog/catalog.db"
+    assert spec.warehouse == "s3://ister-dev/tables"
+    assert spec.properties["s3.endpoint"] == "http://seaweedfs:8333"

@@ -20,6 +20,7 @@ import trustme
 import yaml
 
 from ister.config import load_config
+from ister.tables.catalog import spec_for
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "ister"
 KUBE_VERSION = "1.37.0"  # the newest schemas kubernetes-validate ships; the chart needs >= 1.25
@@ -185,6 +186,41 @@ def test_the_rendered_config_loads_with_the_pod_environment(values: dict[str, An
         assert config.security.authentication and "ister-drain" in config.security.superusers
         assert config.broker_url.startswith("https://")
         assert config.cluster.etcd_tls.enabled
+
+
+def test_a_shared_table_catalog_as_docs_deploy_md_sets_it(tmp_path: Path) -> None:
+    """Cluster brokers refuse tables without one shared catalog (docs/tables.md); pods on several nodes
+    share a REST catalog, set as values.yaml's comment and docs/deploy.md say: its URI in `config`, its
+    credential from a Secret through `env`. Table files then go to the S3 bucket, under /tables."""
+    secret_env = {
+        "name": "ISTER_TABLES__CATALOG_PROPERTIES__CREDENTIAL",
+        "valueFrom": {"secretKeyRef": {"name": "ister-catalog", "key": "credential"}},
+    }
+    values = {
+        **BASE_VALUES,
+        "config": {"tables": {"catalog_uri": "https://iceberg-rest.data.svc:8181/catalog"}},
+        "env": [secret_env],
+    }
+    objects = render(values)
+    for obj in objects:
+        if obj["apiVersion"] != "monitoring.coreos.com/v1":
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+    container = _container(objects)
+    assert secret_env in container["env"]
+    (config_map,) = by_kind(objects, "ConfigMap")
+    path = tmp_path / "ister.yml"
+    path.write_text(config_map["data"]["ister.yml"])
+    env = {i["name"]: i["value"] for i in container["env"] if i["name"].startswith("ISTER_") and "value" in i}
+    env = {
+        k: v.replace("$(POD_NAME)", "demo-ister-0").replace("$(POD_IP)", "10.1.2.3") for k, v in env.items()
+    }
+    env[secret_env["name"]] = "client-id:client-secret"  # what the kubelet puts there from the Secret
+    config = load_config(path, environ=env)
+    spec = spec_for(config, Path("/data"))
+    assert spec.uri == "https://iceberg-rest.data.svc:8181/catalog"
+    assert spec.warehouse == "s3://ister/prod/tables"
+    assert spec.properties["credential"] == "client-id:client-secret"
+    assert "credential" not in spec.public_properties()  # `ister table` does not print it
 
 
 def _mounted_secrets(root: Path) -> None:

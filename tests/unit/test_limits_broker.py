@@ -110,7 +110,9 @@ async def test_publish_byte_rate_and_a_topic_override(env: Any) -> None:
     assert await second == 1
     held = asyncio.ensure_future(topic.admit(1, 10_000))  # waits for a full bucket, leaves 10 s of debt
     await clock.advance(0)
-    with pytest.raises(ResourceExhausted, match="max_publish_rate_bytes=1000 bytes/s"):
+    with pytest.raises(
+        ResourceExhausted, match="max_publish_rate_bytes=1000 bytes/s; this publish of 1 message, 1 byte "
+    ):
         await topic.admit(1, 1)
     held.cancel()
     # The topic's own limit replaces the namespace's (0: unlimited for this topic).
@@ -174,3 +176,41 @@ async def test_count_limits_are_counted_in_the_refusal_metric(env: Any) -> None:
     with pytest.raises(FailedPrecondition, match="max_consumers_per_subscription=1"):
         await broker.subscribe("/default/counted", "s", "c2", SubType.SHARED, [])
     assert _refusals("max_consumers_per_subscription") == before + 1
+
+
+async def test_every_count_refusal_names_the_namespace_whose_limit_it_is(env: Any) -> None:
+    """docs/limits.md: each refusal names the limit, its value and whose it is (the namespace's policy)."""
+    broker, _clock = env
+    await _set_policy(
+        broker,
+        max_producers_per_topic=1,
+        max_subscriptions_per_topic=2,
+        max_consumers_per_topic=2,
+        max_consumers_per_subscription=1,
+    )
+    t = "/default/whose"
+    await broker.create_producer(t, "p1", reliable=True, access_mode=0)
+    with pytest.raises(
+        FailedPrecondition,
+        match=f"^{t}: namespace default allows max_producers_per_topic=1 producers; it has 1$",
+    ):
+        await broker.create_producer(t, "p2", reliable=True, access_mode=0)
+    await broker.subscribe(t, "s1", "c1", SubType.SHARED, [])
+    with pytest.raises(
+        FailedPrecondition,
+        match=f"^{t}: namespace default allows max_consumers_per_subscription=1 consumers of "
+        "subscription 's1'; it has 1$",
+    ):
+        await broker.subscribe(t, "s1", "c2", SubType.SHARED, [])
+    await broker.subscribe(t, "s2", "c3", SubType.SHARED, [])
+    with pytest.raises(
+        FailedPrecondition,
+        match=f"^{t}: namespace default allows max_subscriptions_per_topic=2 subscriptions; it has 2$",
+    ):
+        await broker.subscribe(t, "s3", "c4", SubType.SHARED, [])
+    await _set_policy(broker, max_subscriptions_per_topic=0, max_consumers_per_subscription=0)
+    with pytest.raises(
+        FailedPrecondition,
+        match=f"^{t}: namespace default allows max_consumers_per_topic=2 consumers; it has 2$",
+    ):
+        await broker.subscribe(t, "s1", "c5", SubType.SHARED, [])

@@ -21,11 +21,20 @@ def test_parse_and_refuse_bad_input() -> None:
         ((None, "week", None), "unknown table partitioning"),
         ((None, None, "10ms"), "out of range"),
         ((None, None, "2d"), "out of range"),
-        ((None, None, "soon"), "invalid duration"),
+        ((None, None, "soon"), "invalid table commit interval"),
     ]:
         with pytest.raises(InvalidArgument, match=message):
             parse_setting(*args)
+    # A negative, zero or unreadable interval is refused with the range actually accepted: the generic
+    # duration message offered "or 0" (unlimited), which an interval cannot be.
+    for text in ("-5s", "0", "soon"):
+        with pytest.raises(InvalidArgument) as refused:
+            parse_setting(None, None, text)
+        assert "between 1s and 1d" in str(refused.value), str(refused.value)
+        assert "or 0" not in str(refused.value) and "unlimited" not in str(refused.value)
     assert checked(None, None, None).empty
+    with pytest.raises(InvalidArgument, match=r"interval 0s is out of range: between 1s and 1d"):
+        checked(None, None, 0)  # the RPC's interval_ms = 0
 
 
 def test_topic_overrides_namespace_field_by_field() -> None:

@@ -432,23 +432,27 @@ class Consumers:
 
 def _check_limits(topic: Topic, sub: Subscription | None, subscription: str, policy: NamespacePolicy) -> None:
     """Namespace policies (0 = unlimited), checked before a new consumer or subscription is added."""
-    if sub is None and (n := policy.max_subscriptions_per_topic) and len(topic.subscriptions) >= n:
+    if sub is None and (n := policy.max_subscriptions_per_topic) and (held := len(topic.subscriptions)) >= n:
+        _refuse(topic, "max_subscriptions_per_topic", n, "subscriptions", held)
+    if sub is not None and (n := policy.max_consumers_per_subscription) and (held := len(sub.consumers)) >= n:
         _refuse(
-            "max_subscriptions_per_topic", f"topic {topic.name} already has max_subscriptions_per_topic={n}"
-        )
-    if sub is not None and (n := policy.max_consumers_per_subscription) and len(sub.consumers) >= n:
-        _refuse(
+            topic,
             "max_consumers_per_subscription",
-            f"subscription {shown(subscription)} already has max_consumers_per_subscription={n}",
+            n,
+            f"consumers of subscription {shown(subscription)}",
+            held,
         )
     total = sum(len(s.consumers) for s in topic.subscriptions.values())
     if (n := policy.max_consumers_per_topic) and total >= n:
-        _refuse("max_consumers_per_topic", f"topic {topic.name} already has max_consumers_per_topic={n}")
+        _refuse(topic, "max_consumers_per_topic", n, "consumers", total)
 
 
-def _refuse(limit: str, why: str) -> NoReturn:
+def _refuse(topic: Topic, limit: str, value: int, what: str, held: int) -> NoReturn:
+    # Named as docs/limits.md says every refusal is: the limit, its value and whose it is.
     metrics.limit_refusals.labels(limit).inc()
-    raise FailedPrecondition(why)
+    raise FailedPrecondition(
+        f"{topic.name}: namespace {topic.name.namespace} allows {limit}={value} {what}; it has {held}"
+    )
 
 
 def _sub_record(

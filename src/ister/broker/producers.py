@@ -59,7 +59,10 @@ class Producers:
         limit = policy.max_producers_per_topic
         if limit and len(topic.producers) >= limit:
             metrics.limit_refusals.labels("max_producers_per_topic").inc()
-            raise FailedPrecondition(f"topic {name} already has max_producers_per_topic={limit} producers")
+            raise FailedPrecondition(
+                f"{name}: namespace {name.namespace} allows max_producers_per_topic={limit} producers; "
+                f"it has {len(topic.producers)}"
+            )
         session = ProducerSession(new_id(), producer_name, name.full, access_mode, clock=self.clock)
         await self.store.put(keys.topic_producer(name.full, session.id), _record_of(session).to_json())
         topic.producers[session.id] = session

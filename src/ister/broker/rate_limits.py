@@ -20,7 +20,7 @@ from ister.broker import metrics
 from ister.clock import REAL_CLOCK, Clock
 from ister.core.rate_limit import Rate, RateLimiter, TokenBucket
 from ister.errors import ResourceExhausted
-from ister.ids import TopicName
+from ister.ids import TopicName, counted
 from ister.metadata import keys
 from ister.metadata.cache import LocalCache
 from ister.metadata.records import NamespacePolicy, TopicRateLimits
@@ -118,8 +118,9 @@ class TopicLimits:
             metrics.limit_refusals.labels(limit).inc()
             owner = f"topic {self.name}" if src == "topic" else f"namespace {self.name.namespace}"
             raise ResourceExhausted(
-                f"{self.name}: {owner} allows {limit}={value} {unit}/s; this publish of {messages} messages, "
-                f"{nbytes} bytes would wait longer than limits.max_publish_wait_seconds={max_wait:g}"
+                f"{self.name}: {owner} allows {limit}={value} {unit}/s; this publish of "
+                f"{counted(messages, 'message')}, {counted(nbytes, 'byte')} would wait longer than "
+                f"limits.max_publish_wait_seconds={max_wait:g}"
             )
         if wait > 0:
             metrics.publish_throttled.inc()

@@ -15,6 +15,7 @@ import typer
 from ister.cli.admin import DEFAULT_ADMIN_ADDR, AdminAddr, Output, OutputOpt, admin_app
 from ister.cli.admin_show import emit_table
 from ister.cli.admin_spec import Spec, admin_command, rpc
+from ister.ids import counted
 from ister.wire.gen import ister_v1_pb2 as ister_pb
 
 cluster_app = typer.Typer(no_args_is_help=True, help="The cluster as a whole: health.")
@@ -90,16 +91,21 @@ def _issue_rows(issues: list[dict[str, Any]]) -> list[list[object]]:
     ]
 
 
+def health_line(h: dict[str, Any]) -> str:
+    failed = counted(len(h["failed_moves"]), "failed move")
+    return (
+        f"cluster: {len(h['under_replicated'])} under-replicated and {len(h['under_min_isr'])} under-min-ISR "
+        f"of {counted(h['replicated_topics'], 'replicated topic')}, {failed}, "
+        f"{counted(h['moves_total'], 'rebalancing move')} kept"
+    )
+
+
 def health_table(r: Any) -> None:
     h = health_json(r)
     if h["mode"] == "standalone":
         typer.echo(f"standalone: {h['note']}")
         return
-    typer.echo(
-        f"cluster: {len(h['under_replicated'])} under-replicated and {len(h['under_min_isr'])} under-min-ISR "
-        f"of {h['replicated_topics']} replicated topic(s), {len(h['failed_moves'])} failed move(s), "
-        f"{h['moves_total']} rebalancing move(s) kept"
-    )
+    typer.echo(health_line(h))
     issue_headers = ["TOPIC", "STATE", "REPLICAS", "LIVE IN SYNC", "MIN", "LEADER"]
     typer.echo("\nUnder min in-sync (publishes are refused):")
     emit_table(issue_headers, _issue_rows(h["under_min_isr"]))

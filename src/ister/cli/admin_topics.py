@@ -31,6 +31,7 @@ from ister.cli.admin_show import emit_fields, emit_table
 from ister.cli.admin_spec import Spec, admin_command, done, listing, rpc
 from ister.cli.compression_show import dictionary_fields, shown
 from ister.core.retention import format_duration_ms
+from ister.ids import counted
 from ister.wire.gen import DanubeAdmin_pb2 as pb
 from ister.wire.gen import ister_v1_pb2 as ister_pb
 
@@ -296,7 +297,7 @@ def topics_create(
         )
     return done(
         ask,
-        f"created partitioned topic {name} with {partitions} partitions ({delivery}{copies})",
+        f"created partitioned topic {name} with {counted(partitions, 'partition')} ({delivery}{copies})",
         topic=name,
         partitions=partitions,
         delivery=delivery,

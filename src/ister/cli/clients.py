@@ -19,6 +19,7 @@ from ister.cli.security_opts import TlsCaOpt, TokenOpt, use
 from ister.client import Client, Consumer, Message
 from ister.core.backoff import Backoff, Retries
 from ister.errors import InvalidArgument, IsterError, NotFound
+from ister.ids import counted
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -94,7 +95,7 @@ def produce(
         bool,
         typer.Option(
             "--reliable/--non-reliable",
-            help="Reliable (the default: WAL, at-least-once, as the Ister client) or NonReliable "
+            help="Reliable (the default: WAL, idempotent, as the Ister client) or NonReliable "
             "(in memory, at-most-once: a subscription that is away loses what is sent meanwhile)",
         ),
     ] = True,
@@ -127,6 +128,8 @@ def produce(
 
     Reliable by default (fsync'd to the topic's WAL before it is acknowledged); --non-reliable publishes
     at-most-once (danube-cli's default).
+
+    Idempotent on a Reliable topic: a batch re-sent after a lost acknowledgement is stored once.
 
     With --schema-subject or --schema-file, -m is a JSON value encoded by the schema (Avro binary, JSON,
     Protobuf) and checked against it before anything is sent; -f is sent as it is."""
@@ -253,7 +256,7 @@ async def _produce(
         await producer.close()
         if not as_json:
             elapsed = time.perf_counter() - started
-            typer.echo(f"produced {count} message(s) to {topic} in {elapsed:.2f} s", err=True)
+            typer.echo(f"produced {counted(count, 'message')} to {topic} in {elapsed:.2f} s", err=True)
 
 
 def message_json(msg: Message, value: object = None) -> str:

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from ister.cli.main import app
+from ister.ids import counted
 
 DEFAULT_DIR = ".ister-dev"
 DIR_ENV = "ISTER_DEV_DIR"
@@ -142,7 +143,8 @@ def up(
         if saved is not None:
             if (brokers is not None and brokers != saved.brokers) or (s3 is not None and s3 != saved.s3):
                 raise ValueError(
-                    f"{where} holds a cluster of {saved.brokers} brokers{' with S3' if saved.s3 else ''}: "
+                    f"{where} holds a cluster of {counted(saved.brokers, 'broker')}"
+                    f"{' with S3' if saved.s3 else ''}: "
                     "start it as it is, or add --fresh to start a new one (its data is deleted)"
                 )
             if port_base is not None and plan_ports(saved.brokers, port_base) != saved.ports:
@@ -175,8 +177,8 @@ def up(
             raise _fail(f"the dev cluster did not start: {exc}") from None
         state = cluster.state()
         typer.echo(
-            f"ister dev: {plan.brokers} brokers, replication factor {state['replication_factor']}, "
-            f"durable tier {state['durable_tier']}, data in {where}"
+            f"ister dev: {counted(plan.brokers, 'broker')}, replication factor "
+            f"{state['replication_factor']}, durable tier {state['durable_tier']}, data in {where}"
         )
         for line in table(state):
             typer.echo(line)

@@ -8,6 +8,7 @@ import typer
 
 from ister.cli.main import app
 from ister.errors import IsterError
+from ister.ids import counted
 
 pipeline_app = typer.Typer(
     help="Data pipelines on Spark (needs the spark extra: pip install 'ister\\[spark]')."
@@ -88,6 +89,6 @@ def export(
             query.stop()
         progress = query.recentProgress
         rows = sum(p["numInputRows"] for p in progress)
-        typer.echo(f"exported {rows} rows in {len(progress)} batches to {to}")
+        typer.echo(f"exported {counted(rows, 'row')} in {counted(len(progress), 'batch', 'batches')} to {to}")
     finally:
         spark.stop()

@@ -25,6 +25,7 @@ from ister.cli.admin import (
     topic_name,
     topics_app,
 )
+from ister.ids import counted
 from ister.wire.gen import ister_v1_pb2 as pb
 
 CALL_TIMEOUT_SECONDS = 30.0
@@ -99,8 +100,9 @@ def _consumers(e: pb.SubscriptionStatsEntry) -> str:
 
 def _storage_line(s: pb.StorageStats) -> str:
     return (
-        f"{size(s.total_bytes)} (WAL {size(s.wal_bytes)} in {s.wal_segments} segment(s), objects "
-        f"{size(s.object_bytes)} in {s.objects}, Parquet {size(s.parquet_bytes)} in {s.parquet_files})"
+        f"{size(s.total_bytes)} (WAL {size(s.wal_bytes)} in {counted(s.wal_segments, 'segment')}, objects "
+        f"{size(s.object_bytes)} in {counted(s.objects, 'object')}, Parquet {size(s.parquet_bytes)} in "
+        f"{counted(s.parquet_files, 'file')})"
     )
 
 
@@ -121,7 +123,7 @@ def _topic_fields(t: pb.TopicStats) -> list[tuple[str, str]]:
         ("Rate out", f"{rate(t.msg_rate_out)} msg/s, {size(int(t.byte_rate_out))}/s"),
         ("Rate window", f"{t.rate_window_seconds:.1f}s"),
         ("Totals", f"in {t.messages_in_total} msg ({size(t.bytes_in_total)}), out {t.messages_out_total}"),
-        ("Offsets", f"start {t.start_offset}, end {t.end_offset} ({t.message_count} messages)"),
+        ("Offsets", f"start {t.start_offset}, end {t.end_offset} ({counted(t.message_count, 'message')})"),
         ("Storage", _storage_line(t.storage)),
     ]
     if t.HasField("replication"):

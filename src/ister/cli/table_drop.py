@@ -26,7 +26,7 @@ from ister.cli.admin import (
     topics_app,
 )
 from ister.errors import InvalidArgument, NotFound
-from ister.ids import TopicName
+from ister.ids import TopicName, counted
 from ister.tables.catalog import CatalogSpec
 from ister.wire.gen import ister_v1_pb2 as ister_pb
 
@@ -131,11 +131,15 @@ def topics_drop_table(
         )
         return
     for d in dropped:
-        size = (
-            f"{d.rows if d.rows is not None else '?'} rows, {d.files if d.files is not None else '?'} files"
-        )
         done = "its files deleted" if purge else f"its files kept at {d.location}"
-        typer.echo(f"dropped {d.table} ({size}; {done})")
+        typer.echo(dropped_line(d.table, d.rows, d.files, done))
+
+
+def dropped_line(table: str, rows: int | None, files: int | None, done: str) -> str:
+    """One dropped table, for people; None: the catalog did not say."""
+    shown_rows = counted(rows, "row") if rows is not None else "? rows"
+    shown_files = counted(files, "file") if files is not None else "? files"
+    return f"dropped {table} ({shown_rows}, {shown_files}; {done})"
 
 
 @namespaces_app.command("tables")

@@ -25,6 +25,11 @@ SEAWEED_IMAGE = "docker.io/chrislusf/seaweedfs:4.48"  # the version of the locke
 PROMETHEUS_IMAGE = "docker.io/prom/prometheus:v3.5.0"
 GRAFANA_IMAGE = "docker.io/grafana/grafana:11.6.0"
 CONFIG_PATH = "/etc/ister/ister.yml"
+# The Iceberg catalog every broker shares (cluster brokers refuse tables without one, docs/tables.md): a
+# SQLite file on the volume `catalog`, which every broker mounts here (one host: SQLite's locks hold
+# between containers, as between `ister dev up`'s processes). Deploy/Containerfile makes the directory
+# ister's, so the new volume is too. Table files go to the S3 bucket (the durable tier's + /tables).
+CATALOG_DIR = "/catalog"
 HEADER = """\
 # An Ister cluster in containers: 3 etcd members, SeaweedFS (S3), 3 brokers (replication factor 3),
 # Prometheus with the alert rules of deploy/prometheus, Grafana with deploy/grafana's dashboard.
@@ -96,7 +101,7 @@ def _broker(i: int, ports: tuple[int, int, int], plan: BrokerPlan) -> dict[str, 
         "hostname": name,
         "command": args[1:],  # the image's entry point is `ister broker`
         "configs": [{"source": "ister-config", "target": CONFIG_PATH}],
-        "volumes": [f"{name}:/data"],
+        "volumes": [f"{name}:/data", f"catalog:{CATALOG_DIR}"],
         "ports": [f"{p}:{p}" for p in ports],
         "depends_on": {f"etcd-{n}": {"condition": "service_started"} for n in range(1, ETCD_MEMBERS + 1)}
         | {"seaweedfs": {"condition": "service_started"}},  # ordering only: a broker waits for both itself
@@ -118,7 +123,12 @@ def _prometheus_config(targets: list[str]) -> str:
 def compose() -> dict[str, Any]:
     ports = plan_ports(BROKERS, None)
     endpoints = [f"etcd-{n}:2379" for n in range(1, ETCD_MEMBERS + 1)]
-    plan = BrokerPlan(BROKERS, endpoints, s3=S3Target(f"http://seaweedfs:{ports.weed['s3']}"))
+    plan = BrokerPlan(
+        BROKERS,
+        endpoints,
+        s3=S3Target(f"http://seaweedfs:{ports.weed['s3']}"),
+        catalog_uri=f"sqlite:///{CATALOG_DIR}/catalog.db",
+    )
     services: dict[str, Any] = {f"etcd-{n}": _etcd(n) for n in range(1, ETCD_MEMBERS + 1)}
     services["seaweedfs"] = _seaweed(ports.weed)
     for i, broker_ports in enumerate(ports.brokers):
@@ -158,7 +168,7 @@ def compose() -> dict[str, Any]:
         "restart": "unless-stopped",
     }
     volumes = [*(f"etcd-{n}" for n in range(1, ETCD_MEMBERS + 1)), "seaweedfs"]
-    volumes += [f"broker-{i}" for i in range(BROKERS)] + ["prometheus", "grafana"]
+    volumes += [f"broker-{i}" for i in range(BROKERS)] + ["catalog", "prometheus", "grafana"]
     return {
         "name": "ister",
         "services": services,

@@ -20,6 +20,7 @@ PARTITIONS = ("day", "hour")
 DEFAULT_INTERVAL_MS = 10_000
 MIN_INTERVAL_MS = 1_000
 MAX_INTERVAL_MS = 86_400_000
+_RANGE = f"between {format_duration_ms(MIN_INTERVAL_MS)} and {format_duration_ms(MAX_INTERVAL_MS)}, e.g. 10s"
 NAMESPACE_FIELDS = {
     "format": "table_format",
     "partition": "table_partition",
@@ -83,7 +84,16 @@ def _valid_interval(v: object) -> bool:
 
 def parse_setting(fmt: str | None, partition: str | None, interval: str | None) -> TableSetting:
     """A setting from the CLI's text (InvalidArgument with what is wrong)."""
-    return checked(fmt, partition, parse_duration_ms(interval) if interval is not None else None)
+    interval_ms = None
+    if interval is not None:
+        try:
+            interval_ms = parse_duration_ms(interval)
+        except InvalidArgument:
+            # The generic duration message offers `0` (unlimited), which an interval cannot be.
+            raise InvalidArgument(f"invalid table commit interval {shown(interval)}: {_RANGE}") from None
+        if interval_ms <= 0:
+            raise InvalidArgument(f"table commit interval {shown(interval)} is out of range: {_RANGE}")
+    return checked(fmt, partition, interval_ms)
 
 
 def checked(fmt: str | None, partition: str | None, interval_ms: int | None) -> TableSetting:
@@ -94,8 +104,9 @@ def checked(fmt: str | None, partition: str | None, interval_ms: int | None) -> 
         raise InvalidArgument(f"unknown table partitioning {shown(partition)}: expected day or hour")
     if interval_ms is not None and not _valid_interval(interval_ms):
         raise InvalidArgument(
-            f"table commit interval {format_duration_ms(interval_ms)} is out of range: between "
-            f"{format_duration_ms(MIN_INTERVAL_MS)} and {format_duration_ms(MAX_INTERVAL_MS)}"
+            # 0 ms is not "unlimited" here (format_duration_ms's reading of a retention limit).
+            f"table commit interval {format_duration_ms(interval_ms) if interval_ms else '0s'} is out of "
+            f"range: {_RANGE}"
         )
     return TableSetting(fmt, partition, interval_ms)
 
