@@ -1,0 +1,165 @@
+"""The table writer's view of its table (tables/committer.py): no catalog read per commit or per pass, the
+file list kept per snapshot, and a view another writer made stale refused at its commit (nothing doubled,
+nothing lost), on a real pyiceberg SQL catalog (SQLite, local warehouse) and a real WAL."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pyiceberg.exceptions import CommitFailedException
+
+from ister.broker.tables import TableKeeper, TopicCommitter, table_commits
+from ister.config import TablesSettings
+from ister.errors import Fenced
+from ister.ids import TopicName
+from ister.storage.wal import Wal
+from ister.tables.catalog import CatalogSpec, open_catalog
+from ister.tables.committer import TableWriter, read_rows
+from ister.tables.policy import TablePolicy
+from ister.tables.shapes import BYTES_SHAPE
+from ister.tables.typed import to_arrow
+from tests.support import until
+from tests.unit.test_tables_committer import append, records
+
+
+def spec_of(tmp_path: Path) -> CatalogSpec:
+    return CatalogSpec(f"sqlite:///{tmp_path / 'cat.db'}", (tmp_path / "wh").as_uri())
+
+
+def writer(tmp_path: Path) -> TableWriter:
+    return TableWriter(open_catalog(spec_of(tmp_path)), ("default", "events"), BYTES_SHAPE, "day")
+
+
+def offsets(w: TableWriter) -> list[int]:
+    w.table.refresh()
+    return [r["offset"] for r in read_rows(w.table, ["offset"]).to_pylist()]
+
+
+def test_appends_and_passes_read_no_table_metadata_from_the_catalog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = writer(tmp_path)
+    loads: list[Any] = []
+    real = w.catalog.load_table
+
+    def load_table(ident: Any) -> Any:
+        loads.append(ident)
+        return real(ident)
+
+    monkeypatch.setattr(w.catalog, "load_table", load_table)
+    for first in range(0, 30, 10):
+        assert append(w, first, 10) == 10
+        assert w.state().end == first + 10
+        w.files()
+    # one load per commit: the SQL catalog's own check of the head it commits on; none for the writer's reads
+    assert len(loads) == 3
+    assert offsets(w) == list(range(30))
+
+
+def test_the_file_list_follows_appends_compaction_and_retention(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = writer(tmp_path)
+    append(w, 0, 10)
+    assert [(f.first, f.last, f.rows) for f in w.files()] == [(0, 9, 10)]
+    for first in range(10, 40, 10):
+        append(w, first, 10)
+    scans: list[int] = []
+    real = w._scan_files
+
+    def scan() -> Any:
+        scans.append(1)
+        return real()
+
+    monkeypatch.setattr(w, "_scan_files", scan)
+    listed = w.files()  # three appends since the last list: their files are read, not every manifest
+    assert scans == []
+    assert listed == writer(tmp_path)._scan_files()  # what a full scan of a freshly loaded table gives
+    assert [(f.first, f.last) for f in listed] == [(0, 9), (10, 19), (20, 29), (30, 39)]
+    assert w.compact(0, 29, epoch=1) == 3
+    assert [(f.first, f.last) for f in w.files()] == [(0, 29), (30, 39)]  # not an append: scanned
+    assert w.drop_below(30, epoch=1) == 1
+    assert [(f.first, f.last) for f in w.files()] == [(30, 39)]
+    assert w.files() == writer(tmp_path)._scan_files()
+    assert offsets(w) == list(range(30, 40))
+
+
+def test_a_view_made_stale_by_another_writer_is_refused_nothing_doubled_nothing_lost(tmp_path: Path) -> None:
+    a = writer(tmp_path)
+    append(a, 0, 10)
+    b = writer(tmp_path)  # another writer at the same epoch (a tool, or this broker's earlier writer)
+    append(b, 10, 10)
+    assert a.state().end == 10  # a's view: its own last commit
+    with pytest.raises(CommitFailedException):  # committed on the head a saw: refused, nothing lands
+        append(a, 10, 20)
+    assert offsets(b) == list(range(20))
+    again = writer(tmp_path)  # the committer reopens the table after a failed pass
+    assert again.state().end == 20
+    assert append(again, 10, 20) == 10  # only 20..29 are new
+    assert offsets(again) == list(range(30))
+
+
+def test_a_deposed_writers_stale_view_is_refused_then_fenced(tmp_path: Path) -> None:
+    old = writer(tmp_path)
+    append(old, 0, 10, epoch=1)
+    new = writer(tmp_path)
+    append(new, 10, 5, epoch=2)  # a new owner at a higher epoch
+    with pytest.raises(CommitFailedException):
+        append(old, 10, 10, epoch=1)  # its view still says epoch 1: the conditional commit refuses it
+    with pytest.raises(Fenced):
+        append(writer(tmp_path), 10, 10, epoch=1)  # reopened: fenced before writing anything
+    assert offsets(new) == list(range(15))
+
+
+class Storage:
+    async def earliest(self, name: TopicName, wal: Wal) -> int:
+        return wal.first_offset
+
+    def reader(self, name: TopicName, wal: Wal, start: int) -> Any:
+        return wal.reader(start)
+
+
+async def test_a_committer_whose_worker_view_went_stale_retries_from_the_table(tmp_path: Path) -> None:
+    """The worker keeps its writer between passes; another commit lands meanwhile. The next pass's append
+    is refused (counted as failed), the pass after it reopens the table and commits the rest: every row
+    once."""
+    wal = await Wal.open(tmp_path / "wal")
+    spec = spec_of(tmp_path)
+    keeper = TableKeeper(
+        None,  # type: ignore[arg-type]  # the policy cache: not used by a committer made here
+        Storage(),  # type: ignore[arg-type]
+        list,
+        lambda: spec,
+        TablesSettings(worker_process=False),
+    )
+    topic = SimpleNamespace(
+        name=TopicName.parse("/default/events"),
+        wal=wal,
+        claim=SimpleNamespace(epoch=1),
+        start_offset=0,
+        exporter=None,
+    )
+    committer = TopicCommitter(keeper, topic, TablePolicy(format="iceberg", interval_ms=1_000))  # type: ignore[arg-type]
+    stored = [r for _, r in records(0, 60)]
+    task: asyncio.Task[None] | None = None
+    try:
+        await wal.append(stored[:20])
+        assert await committer.run_once() == 20
+        # another writer commits 20..29 (what a tool or an earlier writer of this table might do)
+        other = TableWriter(open_catalog(spec), ("default", "events"), BYTES_SHAPE, "day")
+        assert other.append(to_arrow(BYTES_SHAPE, records(20, 10)), 20, 30, 1) == 10
+        await wal.append(stored[20:60])
+        failed = table_commits.labels("append", "failed")._value.get()
+        task = asyncio.create_task(committer.run())
+        await until(lambda: committer.committed_end == 60, "the committer reaching offset 60")
+        assert table_commits.labels("append", "failed")._value.get() == failed + 1  # the stale pass
+        assert offsets(other) == list(range(60))
+    finally:
+        if task is not None:
+            task.cancel()
+        await keeper.close()
+        await wal.close()
