@@ -163,3 +163,36 @@ async def test_a_committer_whose_worker_view_went_stale_retries_from_the_table(t
             task.cancel()
         await keeper.close()
         await wal.close()
+
+
+def test_a_transaction_works_out_its_metadata_once_per_set_of_staged_updates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyiceberg applies the staged updates to a deep copy of the table's metadata at every access of
+    `Transaction.table_metadata` (about twenty per append); `transaction()` keeps the result until the table's
+    metadata or the staged updates change."""
+    import pyiceberg.table
+
+    from ister.tables.transaction import transaction
+
+    w = writer(tmp_path)
+    append(w, 0, 10)
+    tx = transaction(w.table)
+    first = tx.table_metadata
+    assert tx.table_metadata is first
+    tx.set_properties(note="kept")  # staged: the metadata is worked out again, with it
+    staged = tx.table_metadata
+    assert staged is not first and staged.properties["note"] == "kept"
+    tx.commit_transaction()
+    assert w.table.metadata.properties["note"] == "kept"
+    calls: list[int] = []
+    real = pyiceberg.table.update_table_metadata
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pyiceberg.table, "update_table_metadata", counted)
+    assert append(w, 10, 10) == 10
+    assert 0 < len(calls) <= 4  # once per set of staged updates (pyiceberg's own: about twenty)
+    assert offsets(w) == list(range(20))

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 from ister.core.schema import ParsedSchema
 from ister.errors import FailedPrecondition, Fenced, InvalidArgument
 
+from .transaction import transaction
 from .typed import Records, TableShape, adopt_ids, to_arrow
 
 log = logging.getLogger(__name__)
@@ -281,7 +282,7 @@ class TableWriter:
         if state.end > start:
             rows = rows.filter(pc.greater_equal(rows.column("offset"), pa.scalar(state.end, pa.int64())))
             start = state.end
-        tx = self.table.transaction()
+        tx = transaction(self.table)
         props = self._props("append", end, epoch, topic or state.topic, **{START: start})
         tx.append(rows, snapshot_properties=props)
         _fault("after-write")  # the data file is written; the catalog does not name it yet
@@ -307,7 +308,7 @@ class TableWriter:
         state = self._check(epoch)
         where = e.And(e.GreaterThanOrEqual("offset", first), e.LessThanOrEqual("offset", last))
         rows = self.table.scan(row_filter=where).to_arrow().sort_by("offset")
-        tx = self.table.transaction()
+        tx = transaction(self.table)
         tx.overwrite(
             rows,
             overwrite_filter=where,
@@ -326,7 +327,7 @@ class TableWriter:
         if not doomed:
             return 0
         state = self._check(epoch)
-        tx = self.table.transaction()
+        tx = transaction(self.table)
         tx.delete(
             e.LessThan("offset", start),
             snapshot_properties=self._props("retention", state.end, epoch, state.topic),
