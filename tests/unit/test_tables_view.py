@@ -196,3 +196,22 @@ def test_a_transaction_works_out_its_metadata_once_per_set_of_staged_updates(
     assert append(w, 10, 10) == 10
     assert 0 < len(calls) <= 4  # once per set of staged updates (pyiceberg's own: about twenty)
     assert offsets(w) == list(range(20))
+
+
+def test_write_properties_are_given_to_new_tables_and_to_tables_made_before_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ister.tables import committer
+
+    dict_size = "write.parquet.dict-size-bytes"
+    assert writer(tmp_path / "new").table.properties[dict_size] == "65536"
+    monkeypatch.setattr(committer, "WRITE_PROPERTIES", {})
+    old = writer(tmp_path)  # a table made before the property was given
+    append(old, 0, 10)
+    assert dict_size not in old.table.properties
+    monkeypatch.undo()
+    reopened = writer(tmp_path)
+    assert reopened.table.properties[dict_size] == "65536"
+    assert append(reopened, 10, 20_000) == 20_000
+    assert offsets(reopened) == list(range(20_010))
+    assert writer(tmp_path).table.properties[dict_size] == "65536"  # committed: a reload has it

@@ -54,6 +54,14 @@ TABLE_PROPERTIES = {
     # Merge manifests as appends come, so a table committed every few seconds keeps few of them.
     "commit.manifest-merge.enabled": "true",
 }
+# How data files are written; given to tables Ister made before too (`_ensure`), unless already set.
+WRITE_PROPERTIES = {
+    # Arrow dictionary-encodes a column until its dictionary reaches this size, then writes it plain. At
+    # pyiceberg's 2 MiB every unique column (offset, value) was hashed into a dictionary for 100,000 rows
+    # for nothing; at 64 KiB they fall back early while few-valued ones (producer, keys) stay dictionaries:
+    # the write 0.28 -> 0.23 us per row, files a tenth smaller (half for repeated values), scans no slower.
+    "write.parquet.dict-size-bytes": str(64 * 1024),
+}
 MAX_APPENDS_READ = 64  # a file list older than this many appends is read again whole (TableWriter.files)
 LARGE_FILE_ROWS = 50_000  # a data file this large is not compacted (see TableWriter.compact)
 FAULT_ENV = "ISTER_TABLES_FAULT"  # tests: kill -9 the broker at a commit step (after-write, after-commit)
@@ -135,13 +143,17 @@ class TableWriter:
                     self.ident,
                     schema=schema,
                     partition_spec=partition_spec(self.partition, schema),
-                    properties=TABLE_PROPERTIES,
+                    properties={**TABLE_PROPERTIES, **WRITE_PROPERTIES},
                     location=new_location(self.catalog, self.ident),
                 )
             except TableAlreadyExistsError:  # another writer created it meanwhile
                 table = self.catalog.load_table(self.ident)
         self._respec(table)
         _follow(table, shape)  # the topic's schema evolved (or was bound) while no one committed
+        unset = {k: v for k, v in WRITE_PROPERTIES.items() if k not in table.properties}
+        if unset:  # a table made before these were given
+            with transaction(table) as tx:
+                tx.set_properties(unset)
         return table
 
     def _respec(self, table: Any) -> None:
