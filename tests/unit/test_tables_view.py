@@ -215,3 +215,22 @@ def test_write_properties_are_given_to_new_tables_and_to_tables_made_before_them
     assert append(reopened, 10, 20_000) == 20_000
     assert offsets(reopened) == list(range(20_010))
     assert writer(tmp_path).table.properties[dict_size] == "65536"  # committed: a reload has it
+
+
+def test_rows_put_in_offset_order_by_their_chunks_and_sorted_only_when_files_overlap() -> None:
+    import pyarrow as pa
+
+    from ister.tables.committer import in_offset_order
+
+    def batch(*offsets: int) -> pa.RecordBatch:
+        return pa.record_batch({"offset": pa.array(offsets, pa.int64()), "v": [f"v{o}" for o in offsets]})
+
+    files = pa.Table.from_batches([batch(20, 21), batch(0, 1, 2), batch(10, 11)])
+    ordered = in_offset_order(files)
+    assert ordered.column("offset").to_pylist() == [0, 1, 2, 10, 11, 20, 21]
+    assert ordered.column("v").to_pylist() == [f"v{o}" for o in (0, 1, 2, 10, 11, 20, 21)]
+    overlapping = pa.Table.from_batches([batch(1, 4, 5), batch(0, 2, 3)])  # one append in two partitions
+    assert in_offset_order(overlapping).column("offset").to_pylist() == [0, 1, 2, 3, 4, 5]
+    empty = pa.Table.from_batches([], schema=batch(0).schema)
+    assert in_offset_order(empty).num_rows == 0
+    assert in_offset_order(pa.Table.from_batches([batch(7)])).column("offset").to_pylist() == [7]

@@ -319,7 +319,7 @@ class TableWriter:
         inside = [f for f in files if first <= f.first and f.last <= last]
         state = self._check(epoch)
         where = e.And(e.GreaterThanOrEqual("offset", first), e.LessThanOrEqual("offset", last))
-        rows = self.table.scan(row_filter=where).to_arrow().sort_by("offset")
+        rows = in_offset_order(self.table.scan(row_filter=where).to_arrow())
         tx = transaction(self.table)
         tx.overwrite(
             rows,
@@ -427,6 +427,19 @@ def _range(f: Any, field_id: int) -> DataFileRange | None:
         return None
     first, last = int(from_bytes(LongType(), lo)), int(from_bytes(LongType(), hi))
     return DataFileRange(f.file_path, first, last, f.record_count)
+
+
+def in_offset_order(rows: pa.Table) -> pa.Table:
+    """`rows` sorted by offset. A scan gives each file's rows in order, one chunk after another: the chunks
+    are put in order of their first offsets (no copy), and the rows sorted (a copy of every column) only
+    when files overlap (an append split across two partitions)."""
+    batches = sorted(rows.to_batches(), key=lambda b: b.column("offset")[0].as_py() if b.num_rows else -1)
+    ordered = pa.Table.from_batches(batches, schema=rows.schema) if batches else rows
+    offsets = ordered.column("offset").combine_chunks()
+    n = len(offsets)
+    if n < 2 or pc.all(pc.greater(offsets.slice(1), offsets.slice(0, n - 1))).as_py():
+        return ordered
+    return ordered.sort_by("offset")
 
 
 def _is_append(snap: Any) -> bool:
