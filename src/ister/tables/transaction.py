@@ -6,7 +6,8 @@ Parquet write, the snapshot producer, the commit). A copy costs in proportion to
 keeps (an hour of 10 s commits: 8 ms each here), so an append spent most of its fixed cost copying. The
 result depends only on the table's metadata and the staged updates, both replaced rather than changed
 (pyiceberg's models are frozen; `_updates` is a tuple that grows by replacement), so it is kept until either
-is another object. Imports pyiceberg: load it only where pyiceberg is (the table worker).
+is another object; with nothing staged it is the table's metadata itself, which pyiceberg's `Table` hands out
+uncopied anyway. Imports pyiceberg: load it only where pyiceberg is (the table worker).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ class Transaction1(Transaction):
     @property
     def table_metadata(self) -> TableMetadata:
         base, updates, memo = self._table.metadata, self._updates, self._memo
+        if not updates:
+            return base  # nothing staged: the table's own metadata, as `Table` itself hands it out
         if memo is not None and memo[0] is base and memo[1] is updates:
             return memo[2]
         found = super().table_metadata
