@@ -235,3 +235,33 @@ def test_rows_put_in_offset_order_by_their_chunks_and_sorted_only_when_files_ove
     empty = pa.Table.from_batches([], schema=batch(0).schema)
     assert in_offset_order(empty).num_rows == 0
     assert in_offset_order(pa.Table.from_batches([batch(7)])).column("offset").to_pylist() == [7]
+
+
+def test_write_properties_refused_by_the_catalog_stop_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table.update import SetPropertiesUpdate
+
+    from ister.tables import committer
+
+    dict_size = "write.parquet.dict-size-bytes"
+    with monkeypatch.context() as m:
+        m.setattr(committer, "WRITE_PROPERTIES", {})
+        append(writer(tmp_path), 0, 10)  # a table made before the property was given
+    real = SqlCatalog.commit_table
+    refused: list[int] = []
+
+    def commit_table(self: Any, table: Any, requirements: Any, updates: Any) -> Any:
+        if any(isinstance(u, SetPropertiesUpdate) for u in updates):
+            refused.append(1)
+            raise CommitFailedException("the catalog refuses property changes")
+        return real(self, table, requirements, updates)
+
+    monkeypatch.setattr(SqlCatalog, "commit_table", commit_table)
+    w = writer(tmp_path)  # opens all the same
+    assert refused == [1] and dict_size not in w.table.properties
+    assert append(w, 10, 10) == 10  # and commits
+    monkeypatch.undo()
+    assert writer(tmp_path).table.properties[dict_size] == "65536"  # the next opening sets it
+    assert offsets(w) == list(range(20))

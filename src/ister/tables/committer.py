@@ -151,9 +151,12 @@ class TableWriter:
         self._respec(table)
         _follow(table, shape)  # the topic's schema evolved (or was bound) while no one committed
         unset = {k: v for k, v in WRITE_PROPERTIES.items() if k not in table.properties}
-        if unset:  # a table made before these were given
-            with transaction(table) as tx:
-                tx.set_properties(unset)
+        if unset:  # a table made before these were given; they only save CPU: a refusal stops nothing
+            try:
+                with transaction(table) as tx:
+                    tx.set_properties(unset)
+            except Exception as exc:  # the catalog down or refusing: the next opening tries again
+                log.warning("table %s: write properties not set (%s): %s", ".".join(self.ident), unset, exc)
         return table
 
     def _respec(self, table: Any) -> None:
