@@ -265,3 +265,28 @@ def test_write_properties_refused_by_the_catalog_stop_nothing(
     monkeypatch.undo()
     assert writer(tmp_path).table.properties[dict_size] == "65536"  # the next opening sets it
     assert offsets(w) == list(range(20))
+
+
+def test_a_failed_manifest_read_leaves_the_kept_file_lists_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyiceberg.manifest import ManifestFile
+
+    w = writer(tmp_path)
+    append(w, 0, 10)
+    w.files(), w._all_files()
+    append(w, 10, 10)
+    real = ManifestFile.fetch_manifest_entry
+
+    def unreadable(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("the store is down")
+
+    monkeypatch.setattr(ManifestFile, "fetch_manifest_entry", unreadable)
+    with pytest.raises(OSError):
+        w.files()  # the new append's manifest cannot be read: the pass fails
+    with pytest.raises(OSError):
+        w._all_files()
+    monkeypatch.setattr(ManifestFile, "fetch_manifest_entry", real)
+    assert [(f.first, f.last) for f in w.files()] == [(0, 9), (10, 19)]
+    assert w.files() == writer(tmp_path)._scan_files()
+    assert w._all_files() == {f.path for f in w.files()}
