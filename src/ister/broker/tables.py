@@ -252,7 +252,9 @@ class TopicCommitter:
         self.last_error: BaseException | None = None
         self.committed_end = 0  # the table's end offset after the last pass
         self._shape: ShapeSpec | None = None
-        self._reopen = False  # the next call reloads the table (after a failure: its metadata may have moved)
+        # the next call reloads the table: after a failure (its metadata may have moved), and at the first
+        # (the worker may hold this table's writer from an earlier term of this broker's, its view stale)
+        self._reopen = True
         self._opened = False
         self._compacted: set[tuple[int, int]] = set()
         self._last_expiry = time.monotonic()

@@ -152,24 +152,29 @@ def split_dense_from(
     """`split_dense` from byte `pos` of `buf` (a large read is not sliced first): returns (payloads, the
     position after the last frame split, bytes needed from there to complete the next frame or 0,
     problem)."""
+    # Per frame this loop is most of the cost of reading a run: locals only, and `range` rather than a
+    # length check (0.51 -> 0.35 us per 130-byte frame).
     unpack = HEADER.unpack_from
     n = len(buf)
+    size = HEADER_SIZE
     limit = MAX_FRAME_PAYLOAD
+    check = crc32c
     out: list[bytes] = []
     append = out.append
-    while len(out) < max_frames:
-        if pos + HEADER_SIZE > n:
-            return out, pos, (HEADER_SIZE if pos < n else 0), None
+    for _ in range(max_frames):
+        body = pos + size
+        if body > n:
+            return out, pos, (size if pos < n else 0), None
         offset, length, crc = unpack(buf, pos)
         if offset != expect:
             return out, pos, 0, "gap"
         if length > limit:
             return out, pos, 0, "too_large"
-        end = pos + HEADER_SIZE + length
+        end = body + length
         if end > n:
             return out, pos, end - pos, None
-        payload = buf[pos + HEADER_SIZE : end]
-        if crc32c(payload) != crc:
+        payload = buf[body:end]
+        if check(payload) != crc:
             return out, pos, 0, "crc"
         append(payload)
         expect += 1

@@ -212,7 +212,7 @@ def _rows(
         "publish_time": pa.array(list(map(_publish_time, messages)), pa.int64())
         .cast(pa.timestamp("ms", tz="UTC"))
         .cast(pa.timestamp("us", tz="UTC")),
-        "key": pa.array(list(map(_key, messages)), pa.string()).cast(pa.binary()),
+        "key": pa.array(list(map(_key, messages)), pa.string()).view(pa.binary()),  # no copy
         "producer": pa.array(list(map(_producer, messages)), pa.string()),
         "attributes": _attributes(messages),
     }
@@ -230,6 +230,8 @@ def _rows(
 _key = attrgetter("routing_key")
 _producer = attrgetter("producer_name")
 _payload = attrgetter("payload")
+_attrs = attrgetter("attributes")
+_NO_STRINGS = pa.array([], pa.string())
 _publish_time = attrgetter("publish_time")
 _ATTRIBUTES = pa.map_(pa.string(), pa.string())
 
@@ -237,9 +239,13 @@ _ATTRIBUTES = pa.map_(pa.string(), pa.string())
 def _attributes(messages: list[LeanMessage]) -> pa.Array:
     """The attributes column, built from flat keys and values: most records have none, and a Python step
     per record (a list per row) cost as much as decoding the records."""
-    raws = [m.attributes for m in messages]
+    raws = list(map(_attrs, messages))
     # the one 1-byte msgpack map is the empty one (NO_ATTRIBUTES); the broker stores no other 1-byte value
     some = pc.indices_nonzero(pc.not_equal(pa.array(list(map(len, raws)), pa.int32()), 1)).to_pylist()
+    if not some:  # no record has attributes: every map empty
+        return pa.MapArray.from_arrays(
+            pa.repeat(pa.scalar(0, pa.int32()), len(raws) + 1), _NO_STRINGS, _NO_STRINGS
+        )
     counts = [0] * (len(raws) + 1)
     keys: list[str] = []
     values: list[str] = []
