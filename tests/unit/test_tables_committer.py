@@ -213,3 +213,35 @@ def test_compaction_leaves_large_files_and_rewrites_the_small_ones_between(
     append(w2, 0, 10)
     append(w2, 10, 10)
     assert w2.compact(0, 19, epoch=1) == 0 and len(w2.files()) == 2
+
+
+def test_expiry_deletes_the_expired_snapshots_manifests_and_old_metadata_files(tmp_path: Path) -> None:
+    """Each commit writes a metadata file, a manifest list and a manifest: expiry and the commits
+    themselves delete what no kept snapshot needs, so a table committed every few seconds does not fill its
+    warehouse; every row stays readable."""
+    w = writer(tmp_path)
+    for first in range(0, 300, 10):
+        append(w, first, 10)
+    meta = Path(w.table.metadata.location.removeprefix("file://")) / "metadata"
+
+    def files(pattern: str) -> set[Path]:
+        return set(meta.glob(pattern))
+
+    assert len(files("*.metadata.json")) <= 11  # the current one and the last 10
+    avro_before = files("*.avro")
+    kept_before = {Path(s.manifest_list.removeprefix("file://")) for s in w.table.snapshots()}
+    assert len(kept_before) == 30
+    w.expire(0, now=datetime.now(UTC) + timedelta(seconds=5))
+    snapshots = w.table.snapshots()
+    assert len(snapshots) == 1  # only the current one is kept
+    current = snapshots[0]
+    needed = {Path(current.manifest_list.removeprefix("file://"))} | {
+        Path(m.manifest_path.removeprefix("file://")) for m in current.manifests(w.table.io)
+    }
+    left = files("*.avro")
+    assert needed <= left  # nothing the kept snapshot needs was deleted
+    assert left == needed and len(avro_before) > len(left)  # and everything else was
+    assert len(files("*.metadata.json")) <= 11
+    assert [r["offset"] for r in read_rows(writer(tmp_path).table).to_pylist()] == list(range(300))
+    assert append(w, 300, 10) == 10  # the table goes on
+    assert len(read_rows(w.table)) == 310

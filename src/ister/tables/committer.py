@@ -61,6 +61,10 @@ WRITE_PROPERTIES = {
     # for nothing; at 64 KiB they fall back early while few-valued ones (producer, keys) stay dictionaries:
     # the write 0.28 -> 0.23 us per row, files a tenth smaller (half for repeated values), scans no slower.
     "write.parquet.dict-size-bytes": str(64 * 1024),
+    # Each commit writes a new metadata file (every 10 s by default): keep the last few, delete older ones
+    # as commits come (pyiceberg's default keeps every one forever and the warehouse only grows).
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "10",
 }
 MAX_APPENDS_READ = 64  # a file list older than this many appends is read again whole (TableWriter.files)
 LARGE_FILE_ROWS = 50_000  # a data file this large is not compacted (see TableWriter.compact)
@@ -352,7 +356,8 @@ class TableWriter:
 
     def expire(self, keep_seconds: float, now: datetime | None = None) -> list[str]:
         """Expire snapshots older than `keep_seconds` (never the current one) and delete the data files
-        that only they named; returns the files deleted."""
+        that only they named, and their manifest lists and the manifests no kept snapshot lists (each
+        commit writes one of each: kept, they would fill the warehouse); returns the data files deleted."""
         now = now or datetime.now(UTC)
         self.table.refresh()
         current = self.table.current_snapshot()
@@ -365,10 +370,14 @@ class TableWriter:
         if not old:
             return []
         before = self._all_files()
+        manifests_before = set(self._manifest_files)
+        lists_before = {s.manifest_list for s in self.table.snapshots()}
         self.table.maintenance.expire_snapshots().by_ids(old).commit()
         self.table.refresh()
         gone = sorted(before - self._all_files())
-        for path in gone:
+        kept_lists = {s.manifest_list for s in self.table.snapshots()}
+        metadata = (manifests_before - set(self._manifest_files)) | (lists_before - kept_lists)
+        for path in [*gone, *sorted(metadata)]:
             with contextlib.suppress(FileNotFoundError):
                 self.table.io.delete(path)
         return gone
