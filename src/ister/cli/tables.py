@@ -191,7 +191,7 @@ def snippets(catalog_uri: str, tables: list[str], properties: dict[str, str]) ->
     kwargs = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in props.items())
     catalog = f'catalog = load_catalog("ister", **{{{kwargs}}})\n'
     if catalog_uri.startswith("postgresql"):  # the broker prints no password
-        catalog = "# the database password: PGPASSWORD or ~/.pgpass (psycopg2's libpq reads them)\n" + catalog
+        catalog = catalog[:-1] + "  # the password: PGPASSWORD or ~/.pgpass (libpq reads them)\n"
     count = 'print(con.sql("select count(*), max(\\"offset\\") from t").fetchall())'
     if len(tables) == 1:
         load = (
