@@ -90,6 +90,7 @@ def test_postgresql_catalog_uri_names_the_shipped_driver_and_hides_the_password(
     bare = spec("postgresql://ister:s3cret@db:5432/lake")
     assert bare.uri == "postgresql+psycopg2://ister:s3cret@db:5432/lake"
     assert bare.public_uri() == "postgresql+psycopg2://ister@db:5432/lake"
+    assert bare.public_properties() == {"pool_pre_ping": "true"}  # readers' pools outlive a restart too
     assert spec("postgresql+psycopg2://ister@db/lake").public_uri() == "postgresql+psycopg2://ister@db/lake"
     assert spec("postgresql+psycopg2://db/lake").public_uri() == "postgresql+psycopg2://db/lake"
     assert spec("sqlite:////x/c.db").public_uri() == "sqlite:////x/c.db"

@@ -87,6 +87,10 @@ def spec_for(config: BrokerConfig, data_dir: Path) -> CatalogSpec:
             name = _S3_PROPERTIES.get(key.lower().removeprefix("aws_"))
             if name is not None:
                 properties[name] = value
+    if uri.startswith("postgresql"):
+        # a pooled connection dies with a server restart or failover: tested before use, the first commit
+        # after one does not fail on it (pyiceberg's default is off)
+        properties["pool_pre_ping"] = "true"
     properties.update(t.catalog_properties)
     return CatalogSpec(uri, warehouse, properties)
 
