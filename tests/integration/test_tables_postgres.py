@@ -125,8 +125,8 @@ def turn_on(admin_addr: str, ns: str) -> None:
     )
 
 
-def standalone(tmp_path: Path, server: PostgresServer) -> BrokerProcess:
-    broker = BrokerProcess(tmp_path / "data", env={**FAST, "ISTER_TABLES__CATALOG_URI": server.url})
+def standalone(tmp_path: Path, uri: str) -> BrokerProcess:
+    broker = BrokerProcess(tmp_path / "data", env={**FAST, "ISTER_TABLES__CATALOG_URI": uri})
     broker.start()
     return broker
 
@@ -136,7 +136,7 @@ async def test_standalone_broker_commits_to_postgresql_and_the_printed_snippet_r
 ) -> None:
     ns = f"pg{uuid.uuid4().hex[:8]}"
     topic = f"/{ns}/events"
-    broker = standalone(tmp_path, postgres)
+    broker = standalone(tmp_path, postgres.url)
     try:
         turn_on(broker.admin_addr, ns)
         await publish(broker.url, topic, 1_500, "a")
@@ -163,7 +163,8 @@ async def test_postgresql_stopped_while_committing_commits_wait_then_every_row_o
 ) -> None:
     ns = f"pg{uuid.uuid4().hex[:8]}"
     topic = f"/{ns}/outage"
-    broker = standalone(tmp_path, own_postgres)
+    # no password in the URI: the broker's libpq takes it from PGPASSWORD (inherited, set above)
+    broker = standalone(tmp_path, f"postgresql://{USER}@127.0.0.1:{own_postgres.port}/ister")
 
     def failed() -> float:
         return (
