@@ -11,7 +11,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install etcd iptables java chromium promtool image run test lint typecheck unit integration sim bench chaos proto clean
+.PHONY: install etcd postgresql iptables java chromium promtool image run test lint typecheck unit integration sim bench chaos proto clean
 
 $(UV):
 	$(PY) -m venv $(TOOLS)
@@ -28,6 +28,14 @@ etcd:
 	@command -v etcd >/dev/null 2>&1 || { \
 		if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		$$SUDO apt-get update && $$SUDO apt-get install -y etcd-server; \
+	}
+
+# The shared Iceberg catalog's tests (tests/integration/test_tables_postgres.py) run a throwaway PostgreSQL
+# server (Debian package postgresql; its initdb and postgres live in /usr/lib/postgresql/VERSION/bin).
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update && $$SUDO apt-get install -y postgresql; \
 	}
 
 # The network partition tests (tests/integration/test_partitions.py) put brokers in network namespaces and
@@ -88,7 +96,7 @@ integration: install
 # in one worker. TEST_WORKERS=0 runs it in this process, serially. Four: with .pyc files the run waits more
 # than it computes (107 integration tests at load 8-15: 314 s on three workers, 286 s on four, all passed).
 TEST_WORKERS ?= 4
-test: lint typecheck etcd iptables java chromium promtool
+test: lint typecheck etcd postgresql iptables java chromium promtool
 	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests
 
 bench: install

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import settings
 
 from tests.etcd_server import EtcdServer, etcd_binary
+from tests.postgres_server import PostgresServer, postgres_bin
 from tests.seaweed_server import SeaweedServer, weed_binary
 
 # Property tests check results, not speed: Hypothesis's default 200 ms deadline per example fails them on a
@@ -36,3 +37,16 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One throwaway PostgreSQL (the shared Iceberg catalog) for the run; started on first use."""
+    if postgres_bin() is None:
+        pytest.skip(
+            "PostgreSQL is not installed: run `make test` (installs postgresql) or apt-get install postgresql"
+        )
+    server = PostgresServer()
+    server.start()
+    yield server
+    server.remove()

@@ -59,15 +59,28 @@ def check(cfg: BrokerConfig) -> BrokerConfig:
     return cfg
 
 
+# The catalog URIs a broker opens: pyiceberg's SQL catalog on SQLite or on PostgreSQL through psycopg2 (the
+# driver pyiceberg's sql-postgres extra installs; SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3,
+# which Ister does not ship, so the broker names the driver: catalog.py), or a REST catalog.
+CATALOG_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+psycopg2://", "http://", "https://")
+
+
+def catalog_uri_problem(uri: str) -> str | None:
+    """Why `uri` is not a catalog URI a broker can open, or None."""
+    if uri.startswith(CATALOG_SCHEMES):
+        return None
+    if uri.startswith("postgresql+"):
+        return (
+            f"{uri.split('://', 1)[0]}: the PostgreSQL driver shipped is psycopg2 (postgresql+psycopg2://...)"
+        )
+    return "expected sqlite:///path, postgresql://user@host:port/db or http(s)://..."
+
+
 def _check_tables(cfg: BrokerConfig) -> None:
     t = cfg.tables
-    uri = t.catalog_uri
-    if uri is not None and not uri.startswith(
-        ("sqlite:///", "postgresql://", "postgresql+", "http://", "https://")
-    ):
-        raise ConfigError(
-            f"tables.catalog_uri: expected sqlite:///path, postgresql://... or http(s)://..., got {uri!r}"
-        )
+    problem = catalog_uri_problem(t.catalog_uri) if t.catalog_uri is not None else None
+    if problem is not None:
+        raise ConfigError(f"tables.catalog_uri: {problem}")
     if t.orphan_min_age_seconds < 0 or t.orphan_sweep_interval_seconds <= 0:
         raise ConfigError("tables: orphan_min_age_seconds must be >= 0 and orphan_sweep_interval_seconds > 0")
     if t.snapshot_keep_seconds < 0 or t.max_commit_records < 1:

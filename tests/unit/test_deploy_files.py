@@ -74,6 +74,7 @@ def test_containerfile_is_multi_stage_from_the_lock_file() -> None:
     syncs = [r for r in runs if "uv sync" in r]
     assert syncs and all("--frozen" in r and "--no-dev" in r for r in syncs), syncs
     assert any("--no-editable" in r for r in syncs), "the final stage has no source tree"
+    assert all("--extra tables" in r for r in syncs), "brokers in the image keep topics as Iceberg tables"
     copies = [rest for word, rest in builder if word == "COPY"]
     assert any("uv.lock" in c for c in copies)
     assert any(w == "COPY" and r.startswith("--from=builder /opt/ister") for w, r in final)

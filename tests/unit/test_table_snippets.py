@@ -26,3 +26,14 @@ def test_the_spark_snippet_brings_the_catalogs_jdbc_driver(uri: str, driver: str
     assert packages[1:] == ([] if driver is None else [p for p in packages[1:] if p.startswith(driver)])
     assert len(packages) == (1 if driver is None else 2)
     assert "u:p" not in spark  # no credentials printed
+
+
+def test_a_postgresql_snippet_takes_user_and_password_from_the_environment() -> None:
+    code = snippets("postgresql+psycopg2://ister@db:5432/lake", ["default.events"], {"warehouse": "s3://b/t"})
+    assert (
+        "PGPASSWORD" in code["pyiceberg"]
+        and '"uri": "postgresql+psycopg2://ister@db:5432/lake"' in code["pyiceberg"]
+    )
+    assert '"jdbc:postgresql://db:5432/lake"' in code["spark"]
+    assert '.jdbc.user", "ister"' in code["spark"] and code["spark"].startswith("import os\n")
+    compile(code["spark"], "spark", "exec")

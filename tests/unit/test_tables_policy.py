@@ -10,7 +10,7 @@ import pytest
 from ister.config import BrokerConfig
 from ister.config_checks import check
 from ister.errors import ConfigError, InvalidArgument
-from ister.tables.catalog import spec_for
+from ister.tables.catalog import CatalogSpec, spec_for
 from ister.tables.policy import TableSetting, checked, in_effect, parse_setting
 
 
@@ -78,6 +78,27 @@ def test_catalog_defaults_and_config_checks(tmp_path: Path) -> None:
     assert "s3.secret-access-key" not in spec.public_properties()
     with pytest.raises(ConfigError, match=r"tables\.catalog_uri"):
         check(msgspec.convert({"tables": {"catalog_uri": "mysql://x"}}, BrokerConfig))
+
+
+def test_postgresql_catalog_uri_names_the_shipped_driver_and_hides_the_password(tmp_path: Path) -> None:
+    """SQLAlchemy 2.1 opens a bare postgresql:// with psycopg 3, not shipped: the broker names psycopg2
+    (pyiceberg's sql-postgres extra), and `ister table` shows the URI without its password."""
+
+    def spec(uri: str) -> CatalogSpec:
+        return spec_for(msgspec.convert({"tables": {"catalog_uri": uri}}, BrokerConfig), tmp_path)
+
+    bare = spec("postgresql://ister:s3cret@db:5432/lake")
+    assert bare.uri == "postgresql+psycopg2://ister:s3cret@db:5432/lake"
+    assert bare.public_uri() == "postgresql+psycopg2://ister@db:5432/lake"
+    assert bare.public_properties() == {"pool_pre_ping": "true"}  # readers' pools outlive a restart too
+    assert spec("postgresql+psycopg2://ister@db/lake").public_uri() == "postgresql+psycopg2://ister@db/lake"
+    assert spec("postgresql+psycopg2://db/lake").public_uri() == "postgresql+psycopg2://db/lake"
+    assert spec("sqlite:////x/c.db").public_uri() == "sqlite:////x/c.db"
+    for wrong in ("postgresql+psycopg://db/lake", "postgresql+asyncpg://db/lake"):
+        with pytest.raises(ConfigError, match="psycopg2"):
+            check(msgspec.convert({"tables": {"catalog_uri": wrong}}, BrokerConfig))
+        with pytest.raises(InvalidArgument, match="psycopg2"):
+            spec(wrong)
 
 
 def test_packed_records_round_trip() -> None:

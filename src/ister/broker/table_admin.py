@@ -52,7 +52,7 @@ class TableAdmin:
         if setting.format == "iceberg" and self._unshared():
             raise FailedPrecondition(
                 "tables in cluster mode need one catalog every broker shares: set tables.catalog_uri "
-                "(sqlite:///path on one host, postgresql://... or a REST catalog) on every broker"
+                "(sqlite:///path on one host, postgresql://user@host/db or a REST catalog) on every broker"
             )
 
     async def _namespace_policy(self, ns: str) -> tuple[dict[str, Any], int]:
@@ -102,7 +102,7 @@ class TableAdmin:
         value, _ = await self._namespace_policy(ns)
         spec = self._spec()
         policy = in_effect(None, TableSetting.of_namespace(value))
-        return TableInEffect(policy, spec.uri, [], _reader_properties(spec))
+        return TableInEffect(policy, spec.public_uri(), [], _reader_properties(spec))
 
     async def policy_of(self, name: TopicName) -> TablePolicy:
         value, _ = await self._namespace_policy(name.namespace)
@@ -117,7 +117,7 @@ class TableAdmin:
         reliable = await self._reliable(targets[0])  # a partitioned topic's partitions share delivery
         tables = [".".join(table_ident(t)) for t in targets] if reliable else []
         return TableInEffect(
-            policy, spec.uri, tables, {"warehouse": spec.warehouse, **spec.public_properties()}
+            policy, spec.public_uri(), tables, {"warehouse": spec.warehouse, **spec.public_properties()}
         )
 
 

@@ -172,6 +172,17 @@ def _jdbc(uri: str) -> str:
     return "jdbc:postgresql://" + uri.split("://", 1)[1].rsplit("@", 1)[-1]  # credentials go in jdbc.user
 
 
+def _jdbc_user(uri: str) -> str:
+    """A PostgreSQL catalog's user, and its password from PGPASSWORD (the URI the broker prints has none)."""
+    userinfo = uri.split("://", 1)[1].rsplit("@", 1)
+    if not uri.startswith("postgresql") or len(userinfo) == 1:
+        return ""
+    return (
+        f'  .config("spark.sql.catalog.ister.jdbc.user", "{userinfo[0].split(":", 1)[0]}")\n'
+        '  .config("spark.sql.catalog.ister.jdbc.password", os.environ.get("PGPASSWORD", ""))\n'
+    )
+
+
 def snippets(catalog_uri: str, tables: list[str], properties: dict[str, str]) -> dict[str, str]:
     """Ready-to-run code reading the topic's tables with pyiceberg, DuckDB and Spark. A partitioned topic
     has one table per partition: the code reads them all, skipping a partition whose table is not created
@@ -179,6 +190,8 @@ def snippets(catalog_uri: str, tables: list[str], properties: dict[str, str]) ->
     props = {"uri": catalog_uri, **properties}
     kwargs = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in props.items())
     catalog = f'catalog = load_catalog("ister", **{{{kwargs}}})\n'
+    if catalog_uri.startswith("postgresql"):  # the broker prints no password
+        catalog = catalog[:-1] + "  # the password: PGPASSWORD or ~/.pgpass (libpq reads them)\n"
     count = 'print(con.sql("select count(*), max(\\"offset\\") from t").fetchall())'
     if len(tables) == 1:
         load = (
@@ -211,7 +224,7 @@ def snippets(catalog_uri: str, tables: list[str], properties: dict[str, str]) ->
         "reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts).show()"
     )
     spark = (
-        "spark = (SparkSession.builder\n"
+        ("import os\n" if _jdbc_user(catalog_uri) else "") + "spark = (SparkSession.builder\n"
         f'  .config("spark.jars.packages", "{_spark_packages(catalog_uri)}")\n'
         '  .config("spark.sql.catalog.ister", "org.apache.iceberg.spark.SparkCatalog")\n'
         + (
@@ -219,7 +232,7 @@ def snippets(catalog_uri: str, tables: list[str], properties: dict[str, str]) ->
             f'  .config("spark.sql.catalog.ister.uri", "{catalog_uri}")\n'
             if catalog_uri.startswith("http")
             else '  .config("spark.sql.catalog.ister.catalog-impl", "org.apache.iceberg.jdbc.JdbcCatalog")\n'
-            f'  .config("spark.sql.catalog.ister.uri", "{_jdbc(catalog_uri)}")\n'
+            f'  .config("spark.sql.catalog.ister.uri", "{_jdbc(catalog_uri)}")\n' + _jdbc_user(catalog_uri)
         )
         + f'  .config("spark.sql.catalog.ister.warehouse", "{properties.get("warehouse", "")}")\n'
         "  .getOrCreate())\n" + read

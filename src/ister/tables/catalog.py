@@ -2,9 +2,9 @@
 
 Standalone default: an embedded SQL catalog in a SQLite file beside the data directory; tables' files go
 to the durable tier's location (a local directory or S3) under `tables/`. A cluster names a shared catalog
-in `tables.catalog_uri`: sqlite:///... or postgresql://... (pyiceberg's SQL catalog) or http(s)://... (a
-REST catalog). An Ister namespace is an Iceberg namespace; a topic (each partition of a partitioned topic)
-is a table of the same name.
+in `tables.catalog_uri`: sqlite:///... or postgresql://... (pyiceberg's SQL catalog, PostgreSQL through
+psycopg2) or http(s)://... (a REST catalog). An Ister namespace is an Iceberg namespace; a topic (each
+partition of a partitioned topic) is a table of the same name.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ister.config import BrokerConfig
+from ister.config_checks import catalog_uri_problem
 from ister.errors import InvalidArgument
 from ister.ids import TopicName, shown
 
@@ -44,16 +45,27 @@ class CatalogSpec:
     def load_properties(self) -> dict[str, str]:
         return {"uri": self.uri, "warehouse": self.warehouse, **self.properties}
 
+    def public_uri(self) -> str:
+        """The URI without a password (`ister table` prints it; libpq takes one from PGPASSWORD or
+        ~/.pgpass)."""
+        scheme, sep, rest = self.uri.partition("://")
+        if not scheme.startswith("postgresql") or "@" not in rest.split("/", 1)[0]:
+            return self.uri
+        userinfo, at, hostpart = rest.partition("@")
+        return f"{scheme}{sep}{userinfo.split(':', 1)[0]}{at}{hostpart}"
+
     def public_properties(self) -> dict[str, str]:
         """The properties a reader needs, secrets left out (`ister table` prints these)."""
         return {k: v for k, v in self.properties.items() if k not in SECRET_PROPERTIES}
 
 
 def check_uri(uri: str) -> str:
-    if not uri.startswith(("sqlite:///", "postgresql://", "postgresql+", "http://", "https://")):
-        raise InvalidArgument(
-            f"tables.catalog_uri {shown(uri)}: expected sqlite:///path, postgresql://... or http(s)://..."
-        )
+    """`uri` as the broker opens it: postgresql:// names its driver, psycopg2 (config_checks.py says why)."""
+    problem = catalog_uri_problem(uri)
+    if problem is not None:
+        raise InvalidArgument(f"tables.catalog_uri {shown(uri)}: {problem}")
+    if uri.startswith("postgresql://"):
+        return "postgresql+psycopg2://" + uri.removeprefix("postgresql://")
     return uri
 
 
@@ -75,6 +87,10 @@ def spec_for(config: BrokerConfig, data_dir: Path) -> CatalogSpec:
             name = _S3_PROPERTIES.get(key.lower().removeprefix("aws_"))
             if name is not None:
                 properties[name] = value
+    if uri.startswith("postgresql"):
+        # a pooled connection dies with a server restart or failover: tested before use, the first commit
+        # after one does not fail on it (pyiceberg's default is off)
+        properties["pool_pre_ping"] = "true"
     properties.update(t.catalog_properties)
     return CatalogSpec(uri, warehouse, properties)
 
