@@ -201,7 +201,13 @@ async def test_size_retention_without_a_durable_tier(tmp_path: Path) -> None:
                 # a segment closes after the batch passing 8 KiB (~16 KiB each): a few beyond the limit
                 return 0 < sum(size_of(p) for p in files) <= 32 * 1024 + 64 * 1024  # of ~600 KiB written
 
-            await until(bounded, "the WAL shrunk to about 32 KiB", 60)
+            def state() -> str:  # what a timeout shows: the files left and the broker's retention lines
+                files = sorted((broker.data_dir / "wal" / "default" / "sized").glob("*.wal"))
+                listing = ", ".join(f"{p.name} {size_of(p)}" for p in files)
+                lines = [ln for ln in broker.log().splitlines() if "retention" in ln or "sized" in ln]
+                return f"the WAL shrunk to about 32 KiB; files: {listing}; log: {lines[-15:]}"
+
+            await until(bounded, state, 60)
             start = await start_offset(broker, topic)
             assert start > 0
             span = await client.offsets(topic)
