@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ister.devcluster.ports import free_port
-from ister.devcluster.servers import STOP_SECONDS, ServerProcess
+from ister.devcluster.servers import ServerProcess
 
 START_SECONDS = 30.0  # it accepts connections in about 1 s here; the bound only stops a broken start
 USER = "ister"
@@ -37,6 +37,8 @@ def postgres_bin() -> Path | None:
 class PostgresServer(ServerProcess):
     """`start()` runs initdb once, launches postgres and waits until a login works; `stop()` is a fast
     shutdown (SIGINT: the brokers' pooled connections would hold a SIGTERM's smart shutdown open)."""
+
+    stop_signal = signal.SIGINT
 
     def __init__(self) -> None:
         bindir = postgres_bin()
@@ -127,16 +129,6 @@ class PostgresServer(ServerProcess):
             if cur.fetchone() is None:
                 cur.execute(f"CREATE DATABASE {DATABASE}")
         conn.close()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(STOP_SECONDS)
-        self._reap()
 
     def _close_log(self) -> None:
         if self._log is not None:

@@ -21,71 +21,22 @@ from ister.client import Client
 from ister.console.source import AdminSource
 from ister.wire.gen import DanubeAdmin_pb2 as apb
 from tests.integration.harness import BrokerProcess
+from tests.slow_proxy import SlowProxy
 
 pytestmark = pytest.mark.integration
 
 HOLD_SECONDS = 2.5  # past the client's 2 s maximum backoff, well within its 10 s connect timeout
 
 
-class SlowProxy:
-    """Listens on a loopback port; each accepted connection waits HOLD_SECONDS (nothing read or sent)
-    before it is joined to `upstream`."""
-
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
-        self.accepted = 0
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._server: asyncio.Server | None = None
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.sockets[0].getsockname()[1])
-
-    async def start(self, port: int = 0) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", port)
-
-    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        try:
-            await asyncio.sleep(HOLD_SECONDS)  # the slow broker under test, not a wait for a condition
-            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        except asyncio.CancelledError:  # the test ended while this connection was held
-            client_w.close()
-            return
-        for pipe in (_pipe(client_r, up_w), _pipe(up_r, client_w)):
-            task = asyncio.create_task(pipe)
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, asyncio.CancelledError):
-        pass
-    finally:
-        writer.close()
-
-
 @pytest.fixture
 async def slow_broker(tmp_path: Path) -> AsyncIterator[tuple[BrokerProcess, SlowProxy, SlowProxy]]:
     """A broker that advertises its client proxy (lookups send the client back through it), and the
     proxies in front of its client and admin ports."""
-    client_proxy = SlowProxy(0)
+    client_proxy = SlowProxy(0, HOLD_SECONDS)
     await client_proxy.start()
     broker = BrokerProcess(tmp_path / "data", "--advertised-addr", f"127.0.0.1:{client_proxy.port}")
     client_proxy.upstream_port = broker.port
-    admin_proxy = SlowProxy(broker.admin_port)
+    admin_proxy = SlowProxy(broker.admin_port, HOLD_SECONDS)
     await admin_proxy.start()
     await asyncio.to_thread(broker.start)
     try:

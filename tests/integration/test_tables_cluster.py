@@ -8,14 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-import yaml
 
 from ister.client import Client
 from ister.core.replication import ReplicaRecord
@@ -26,6 +24,7 @@ from ister.tables.shapes import BYTES_SHAPE
 from ister.tables.typed import to_arrow
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import Cluster
+from tests.integration.table_cluster import table_cluster
 from tests.seaweed_server import SeaweedServer
 
 pytestmark = pytest.mark.timeout(300)
@@ -36,32 +35,10 @@ ISTER = [sys.executable, "-m", "ister.cli"]
 
 @pytest.fixture
 async def cluster(tmp_path: Path, etcd_server: EtcdServer, seaweed: SeaweedServer) -> AsyncIterator[Cluster]:
-    prefix = uuid.uuid4().hex[:8]
-    config = tmp_path / "ister.yml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "wal": {"segment_max_bytes": 64 * 1024},
-                "storage": {
-                    "durable": {
-                        "url": f"{seaweed.url}/{prefix}",
-                        "options": seaweed.options(),
-                        "export_interval_seconds": 0.2,
-                        "segment_max_age_seconds": 0.5,
-                    },
-                },
-                "tables": {"catalog_uri": f"sqlite:///{tmp_path / 'shared-catalog.db'}"},
-            }
-        )
-    )
-    env = {"ISTER_CLUSTER__REPLICATION_FACTOR": "3", "ISTER_CLUSTER__MIN_INSYNC_REPLICAS": "2"}
-    c = Cluster(tmp_path, etcd_server.endpoint, 3, 2, "--config-file", str(config), env=env)
-    c.secret = seaweed.options()["secret_access_key"]  # type: ignore[attr-defined]
-    try:
-        await c.start()
+    async with table_cluster(
+        tmp_path, etcd_server.endpoint, seaweed, f"sqlite:///{tmp_path / 'shared-catalog.db'}"
+    ) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 def cli(*args: str) -> str:

@@ -18,7 +18,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-import yaml
 
 from ister.client import Client
 from ister.core.replication import ReplicaRecord
@@ -28,6 +27,7 @@ from ister.tables.typed import to_arrow
 from tests.etcd_server import EtcdServer
 from tests.integration.cluster import Cluster
 from tests.integration.harness import BrokerProcess, broker_metric
+from tests.integration.table_cluster import table_cluster
 from tests.postgres_server import PASSWORD, USER, PostgresServer, postgres_bin
 from tests.seaweed_server import SeaweedServer
 from tests.support import until
@@ -194,32 +194,8 @@ async def test_postgresql_stopped_while_committing_commits_wait_then_every_row_o
 async def cluster(
     tmp_path: Path, etcd_server: EtcdServer, seaweed: SeaweedServer, postgres: PostgresServer
 ) -> AsyncIterator[Cluster]:
-    prefix = uuid.uuid4().hex[:8]
-    config = tmp_path / "ister.yml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "wal": {"segment_max_bytes": 64 * 1024},
-                "storage": {
-                    "durable": {
-                        "url": f"{seaweed.url}/{prefix}",
-                        "options": seaweed.options(),
-                        "export_interval_seconds": 0.2,
-                        "segment_max_age_seconds": 0.5,
-                    },
-                },
-                "tables": {"catalog_uri": postgres.url},
-            }
-        )
-    )
-    env = {"ISTER_CLUSTER__REPLICATION_FACTOR": "3", "ISTER_CLUSTER__MIN_INSYNC_REPLICAS": "2"}
-    c = Cluster(tmp_path, etcd_server.endpoint, 3, 2, "--config-file", str(config), env=env)
-    c.secret = seaweed.options()["secret_access_key"]  # type: ignore[attr-defined]
-    try:
-        await c.start()
+    async with table_cluster(tmp_path, etcd_server.endpoint, seaweed, postgres.url) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 async def test_three_brokers_share_the_postgresql_catalog_leader_killed_every_row_once(

@@ -59,6 +59,7 @@ class ServerProcess:
                     raise
 
     own_session = False  # True: a process group of its own (a terminal's Ctrl-C does not reach it)
+    stop_signal = signal.SIGTERM  # what `stop()` sends first (PostgreSQL's fast shutdown is SIGINT)
 
     def _spawn(self, args: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
         """Start the process, its output appended to `log_path` (after a line with the command)."""
@@ -82,9 +83,9 @@ class ServerProcess:
             return f"log {self.log_path}"
 
     def stop(self) -> None:
-        """SIGTERM and wait (SIGKILL if it does not exit in time)."""
+        """`stop_signal` (SIGTERM) and wait (SIGKILL if it does not exit in time)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(self.stop_signal)
             try:
                 self.proc.wait(STOP_SECONDS)
             except subprocess.TimeoutExpired:
