@@ -3,6 +3,8 @@ conditional commits, compaction, retention and snapshot expiry."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -245,3 +247,31 @@ def test_expiry_deletes_the_expired_snapshots_manifests_and_old_metadata_files(t
     assert [r["offset"] for r in read_rows(writer(tmp_path).table).to_pylist()] == list(range(300))
     assert append(w, 300, 10) == 10  # the table goes on
     assert len(read_rows(w.table)) == 310
+
+
+def _chattr(flag: str, path: Path) -> bool:
+    """Set or clear the immutable attribute (an immutable file cannot be deleted, even by root)."""
+    return subprocess.run(["chattr", flag, str(path)], check=False, capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("chattr") is None, reason="needs chattr (an immutable file)")
+def test_expiry_goes_on_past_a_file_it_cannot_delete(tmp_path: Path) -> None:
+    """The snapshots are expired before their files are deleted: one that cannot be deleted is left (and
+    logged), the others go, and the table stays whole."""
+    w = writer(tmp_path)
+    for first in range(0, 50, 10):
+        append(w, first, 10)
+    oldest = min(w.table.snapshots(), key=lambda s: s.timestamp_ms)
+    stuck = Path(oldest.manifest_list.removeprefix("file://"))
+    if not _chattr("+i", stuck):
+        pytest.skip("this filesystem has no immutable attribute")
+    try:
+        w.expire(0, now=datetime.now(UTC) + timedelta(seconds=5))
+        assert stuck.exists()
+        others = [Path(s.manifest_list.removeprefix("file://")) for s in w.table.snapshots()]
+        left = set(stuck.parent.glob("snap-*.avro"))
+        assert left == {stuck, *others}  # every other expired manifest list was deleted
+    finally:
+        _chattr("-i", stuck)
+    assert [r["offset"] for r in read_rows(w.table).to_pylist()] == list(range(50))
+    assert append(w, 50, 10) == 10

@@ -357,7 +357,8 @@ class TableWriter:
     def expire(self, keep_seconds: float, now: datetime | None = None) -> list[str]:
         """Expire snapshots older than `keep_seconds` (never the current one) and delete the data files
         that only they named, and their manifest lists and the manifests no kept snapshot lists (each
-        commit writes one of each: kept, they would fill the warehouse); returns the data files deleted."""
+        commit writes one of each: kept, they would fill the warehouse); returns the data files deleted. A
+        file that cannot be deleted is logged and left (data files: the orphan sweep's later)."""
         now = now or datetime.now(UTC)
         self.table.refresh()
         current = self.table.current_snapshot()
@@ -377,10 +378,19 @@ class TableWriter:
         gone = sorted(before - self._all_files())
         kept_lists = {s.manifest_list for s in self.table.snapshots()}
         metadata = (manifests_before - set(self._manifest_files)) | (lists_before - kept_lists)
+        deleted: list[str] = []
+        data = set(gone)
         for path in [*gone, *sorted(metadata)]:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 self.table.io.delete(path)
-        return gone
+            except FileNotFoundError:
+                pass  # gone meanwhile (a sweep)
+            except OSError as exc:  # the snapshots are expired already: one stuck file does not stop the rest
+                log.warning("%s: could not delete %s after the expiry: %s", self.table.name(), path, exc)
+                continue
+            if path in data:
+                deleted.append(path)
+        return deleted
 
     def stamp(self, topic: int) -> None:
         """The topic's incarnation (its metadata revision) for the appends that follow."""
