@@ -142,3 +142,39 @@ async def test_passes_come_every_interval_on_the_keepers_clock(tmp_path: Path) -
         await keeper.close()
         await view.close()
         await wal.close()
+
+
+async def test_a_listing_older_than_the_head_does_not_stop_later_passes(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Without a durable tier a pass lists the WAL's segments in a thread: on a loaded machine that listing
+    can be older than the committed offset read after it. Its pass then moves the start only as far as the
+    old listing allows, and the next pass must go on (seen once in the gate: the memo recorded the newer
+    head, every later pass was skipped as "nothing written" and the WAL stayed past its size limit)."""
+    from ister.broker import retention
+
+    store = EmbeddedStore.in_memory()
+    wal = await Wal.open(tmp_path / "wal", WalConfig(segment_max_bytes=2048))
+    view = RetentionView(store)
+    await view.start()
+    try:
+        await store.put(keys.topic_retention(TOPIC), {"retention_size_bytes": 4096})
+        await until(lambda: view.limits_of(TOPIC).size_bytes == 4096, "the limit seen by the watch")
+        storage: Any = type("Storage", (), {"objects": None})()
+        keeper = RetentionKeeper(view, storage, lambda: [], 60.0)
+        topic: Any = OwnedTopic(wal, None, Claim(store))  # type: ignore[arg-type]
+        await fill(wal, 300)
+        stale = retention._wal_units(wal)  # the listing a slow thread returns ...
+        await fill(wal, 300)  # ... while these were written
+        monkeypatch.setattr(retention, "_wal_units", lambda w: stale)
+        assert await keeper.run_once(topic)
+        first_start = topic.start_offset
+        assert 0 < first_start <= 300  # as far as the old listing goes
+        monkeypatch.undo()
+        assert await keeper.run_once(topic)  # nothing written since: this pass must still run
+        assert topic.start_offset > 300
+        size = sum(s for _, _, s in wal.segments()[:-1])
+        assert size <= 4096 + 2048 + 512  # closed segments back near the limit (one segment of slack)
+    finally:
+        await view.close()
+        await wal.close()

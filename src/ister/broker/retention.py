@@ -197,7 +197,11 @@ class RetentionKeeper:
         quota, ttl_ms = self.view.quota_of(name)
         memo = self._memo.get(topic)
         skippable = quota.unlimited and not ttl_ms
-        if skippable and memo is not None and memo[0] == _seen(limits, start, wal) and now_ms < memo[1]:
+        # What the WAL held before the units are listed: the memo must not claim a pass saw writes that
+        # landed while it listed (the listing runs in a thread; under load it can be older than the offset
+        # read after it, and a memo of the newer state skipped every later pass until the due time)
+        written = (wal.committed_offset, wal.segment_count)
+        if skippable and memo is not None and memo[0] == (limits, start, *written) and now_ms < memo[1]:
             return start  # nothing written, nothing changed and nothing expires yet: no metadata read
         if topic.exporter is not None and topic not in self._swept:
             await self.sweep(topic, topic.exporter.key_prefix)  # what an interrupted pass left behind
@@ -208,7 +212,7 @@ class RetentionKeeper:
         else:
             descriptors = []
             units = await asyncio.to_thread(_wal_units, wal)
-        new_start, doomed = plan(units, limits, now_ms, wal.committed_offset, start)
+        new_start, doomed = plan(units, limits, now_ms, written[0], start)
         if new_start > start:
             await self._advance(topic, new_start)
             topic.start_offset = new_start
@@ -229,7 +233,7 @@ class RetentionKeeper:
             await self._expire(topic, ttl_ms, start, now_ms)
         kept = [u for u in units if u.end > start]
         due = kept[0].newest_ms + limits.time_ms + 1 if kept and limits.time_ms else 2**63
-        self._memo[topic] = (_seen(limits, start, wal), due)
+        self._memo[topic] = ((limits, start, *written), due)
         self.passes += 1
         if doomed or dropped:
             self.deleted_units += len(doomed)
@@ -387,11 +391,6 @@ class RetentionKeeper:
                 start,
             )
         return n
-
-
-def _seen(limits: RetentionLimits, start: int, wal: Wal) -> tuple[object, ...]:
-    """What a pass depends on besides time: a quiet topic with the same is skipped until its due time."""
-    return (limits, start, wal.committed_offset, wal.segment_count)
 
 
 def _why(limits: RetentionLimits) -> str:
