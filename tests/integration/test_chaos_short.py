@@ -5,6 +5,7 @@ being idempotent) no message stored twice."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import sys
 from pathlib import Path
@@ -29,13 +30,23 @@ def chaos_module() -> ModuleType:
     return module
 
 
+RUN_DEADLINE_SECONDS = 270  # under pytest-timeout's 300 s, so the stacks below are printed
+
+
 async def test_a_short_chaos_run_loses_nothing(tmp_path: Path) -> None:
     if etcd_binary() is None:
         pytest.skip("etcd is not installed (apt-get install etcd-server)")
     chaos = chaos_module()
     # settle 40 s: the waits after the heal (2 probes, delivery, 2 read-backs) fit the 300 s deadline
     settings = chaos.Settings(minutes=0.75, seed=SEED, topics=2, rate=50.0, settle=40.0)
-    report = await chaos.run(settings, tmp_path)
+    try:
+        async with asyncio.timeout(RUN_DEADLINE_SECONDS):
+            report = await chaos.run(settings, tmp_path)
+    except TimeoutError:
+        # hung once in a gate after an etcd fault: show where every task waits before failing
+        for task in asyncio.all_tasks():
+            task.print_stack(limit=12, file=sys.stdout)
+        raise
     print(report.summary())
     result = report.check
     assert report.faults, "no fault was injected"
